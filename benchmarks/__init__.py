@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m benchmarks [NAME ...]`` runs each ``bench_*.py`` module's ``main()``."""

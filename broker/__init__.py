@@ -1,0 +1,1 @@
+"""mqlake's network half: RocketMQ remoting, NameServer, Broker and the ``mqlake`` CLI."""

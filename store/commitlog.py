@@ -1,0 +1,223 @@
+"""The CommitLog: one append-only log of every message, in fixed-size segments.
+
+Appends go through one lock (``putMessageLock``); what can be done outside it (encoding, the body
+CRC) is done by the caller beforehand, so the lock covers a back-fill of three fields and a memcpy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from store import format as fmt
+from store.mapped_file import MappedFile, MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+
+class AppendStatus(Enum):
+    PUT_OK = "PUT_OK"
+    END_OF_FILE = "END_OF_FILE"
+    MESSAGE_SIZE_EXCEEDED = "MESSAGE_SIZE_EXCEEDED"
+
+
+@dataclass(slots=True)
+class AppendResult:
+    status: AppendStatus
+    wrote_offset: int = 0
+    wrote_bytes: int = 0
+    store_timestamp: int = 0
+    queue_offset: int = 0
+    msg_num: int = 1
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class CommitLog:
+    def __init__(self, directory: Path, file_size: int) -> None:
+        self.queue = MappedFileQueue(directory, file_size, preallocate_next=True)
+        self.file_size = file_size
+        self.put_lock = threading.Lock()
+        self.topic_queue_table: dict[str, int] = {}  # "topic-queueId" -> next queue offset
+        self.begin_time_in_lock = 0  # 0 when not in the lock; the broker reads it for OS_PAGE_CACHE_BUSY
+        self.last_store_timestamp = 0
+
+    # --- append --------------------------------------------------------------------------------------
+    def append(self, record: bytearray, topic: str, queue_id: int, sys_flag: int) -> AppendResult:
+        """Append one pre-encoded record, rolling to a new segment at end of file."""
+        return self.append_batch([record], topic, queue_id, sys_flag)
+
+    def append_batch(self, records: list[bytearray], topic: str, queue_id: int, sys_flag: int) -> AppendResult:
+        """Append consecutive records of one topic-queue; they never straddle two segments."""
+        total = sum(len(r) for r in records)
+        if total + fmt.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            return AppendResult(AppendStatus.MESSAGE_SIZE_EXCEEDED)
+        key = f"{topic}-{queue_id}"
+        # Half and rollback records take queue offset 0 and do not advance the queue (doAppend).
+        tran = sys_flag & fmt.TRANSACTION_ROLLBACK_TYPE
+        advances = tran in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT_TYPE)
+        with self.put_lock:
+            store_ts = now_ms()
+            self.begin_time_in_lock = store_ts
+            mf = self.queue.last_or_new()
+            if mf.file_size - mf.wrote < total + fmt.END_FILE_MIN_BLANK_LENGTH:
+                self._write_blank(mf)
+                mf = self.queue.last_or_new()
+            queue_offset = self.topic_queue_table.get(key, 0) if advances else 0
+            pos = mf.wrote
+            wrote_offset = mf.file_from_offset + pos
+            view = mf.view
+            q = queue_offset
+            for r in records:
+                fmt.patch_record(r, 0, q, mf.file_from_offset + pos, store_ts)
+                n = len(r)
+                view[pos : pos + n] = r
+                pos += n
+                if advances:
+                    q += 1
+            mf.wrote = pos
+            mf.last_store_timestamp = store_ts
+            self.last_store_timestamp = store_ts
+            if advances:
+                self.topic_queue_table[key] = q
+            self.begin_time_in_lock = 0
+        return AppendResult(AppendStatus.PUT_OK, wrote_offset, total, store_ts, queue_offset, len(records))
+
+    def _write_blank(self, mf: MappedFile) -> None:
+        remaining = mf.file_size - mf.wrote
+        mf.view[mf.wrote : mf.wrote + 8] = fmt.encode_blank(remaining)
+        mf.wrote = mf.file_size
+
+    # --- positions -------------------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.max_offset
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+    # --- reads -----------------------------------------------------------------------------------------
+    def read(self, offset: int, size: int) -> bytes | None:
+        """``getMessage(offset, size)``: the raw bytes of one record, or None if not here."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + size > mf.wrote:
+            return None
+        return mf.mm[pos : pos + size]
+
+    def read_record_at(self, offset: int) -> bytes | None:
+        """The record starting at ``offset`` (its size read from its own header)."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + 8 > mf.wrote:
+            return None
+        size, magic = fmt.peek_size_magic(mf.mm, pos)
+        if magic not in (fmt.MESSAGE_MAGIC_V1, fmt.MESSAGE_MAGIC_V2) or size <= 0 or pos + size > mf.wrote:
+            return None
+        return mf.mm[pos : pos + size]
+
+    def pickup_store_timestamp(self, offset: int, size: int) -> int:
+        data = self.read(offset, size)
+        return fmt.read_store_timestamp(data, 0) if data else -1
+
+    def close(self) -> None:
+        self.queue.close()
+
+
+class GroupCommitService(threading.Thread):
+    """SYNC_FLUSH: concurrent appenders share one ``fdatasync`` (RocketMQ's GroupCommitService)."""
+
+    def __init__(self, commitlog: CommitLog, on_flushed) -> None:
+        super().__init__(name="group-commit", daemon=True)
+        self.commitlog = commitlog
+        self.on_flushed = on_flushed
+        self._requests: list[tuple[int, Future]] = []
+        self._lock = threading.Lock()
+        self._work = threading.Event()
+        self._stopped = threading.Event()
+
+    def submit(self, next_offset: int) -> Future:
+        """A future that becomes True once everything before ``next_offset`` is on disk."""
+        fut: Future = Future()
+        with self._lock:
+            self._requests.append((next_offset, fut))
+        self._work.set()
+        return fut
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            self._work.wait(0.01)
+            self._work.clear()
+            self._commit()
+        self._commit()
+
+    def _commit(self) -> None:
+        with self._lock:
+            reqs, self._requests = self._requests, []
+        if not reqs:
+            return
+        try:
+            flushed = self.commitlog.queue.flush()
+            self.on_flushed()
+        except OSError as e:  # a failed fsync acknowledges nothing
+            log.error("group commit flush failed: %s", e)
+            for _, fut in reqs:
+                fut.set_result(False)
+            return
+        for off, fut in reqs:
+            fut.set_result(flushed >= off)
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._work.set()
+        self.join()
+
+
+class FlushRealTimeService(threading.Thread):
+    """ASYNC_FLUSH: every interval, flush when enough pages are dirty or a thorough flush is due."""
+
+    def __init__(self, commitlog: CommitLog, interval_ms: int, least_pages: int, thorough_ms: int, on_flushed) -> None:
+        super().__init__(name="flush-commitlog", daemon=True)
+        self.commitlog = commitlog
+        self.interval = interval_ms / 1000
+        self.least_bytes = least_pages * 4096
+        self.thorough = thorough_ms / 1000
+        self.on_flushed = on_flushed
+        self._stopped = threading.Event()
+        self._last_thorough = time.monotonic()
+
+    def run(self) -> None:
+        while not self._stopped.wait(self.interval):
+            now = time.monotonic()
+            thorough = now - self._last_thorough >= self.thorough
+            if thorough:
+                self._last_thorough = now
+            if thorough or self.commitlog.queue.dirty_bytes() >= self.least_bytes:
+                self._flush()
+        self._flush()  # at shutdown, everything
+
+    def _flush(self) -> None:
+        try:
+            self.commitlog.queue.flush()
+            self.on_flushed()
+        except OSError as e:
+            log.error("commitlog flush failed: %s", e)
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self.join()

@@ -1,0 +1,84 @@
+"""Store settings, named as RocketMQ's ``MessageStoreConfig`` names them (camelCase aliases)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class FlushDiskType(StrEnum):
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+class ExpiredSegmentPolicy(StrEnum):
+    TIER = "tier"  # keep expired segments until an offline job marks them tiered
+    DELETE = "delete"  # RocketMQ's classic behaviour
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w.capitalize() for w in rest)
+
+
+class MessageStoreConfig(BaseModel):
+    model_config = ConfigDict(alias_generator=_camel, populate_by_name=True, extra="forbid", validate_assignment=True)
+
+    store_path_root_dir: Path = Path.home() / "store"
+    store_path_commit_log: Path | None = None
+    mapped_file_size_commit_log: int = Field(1024 * 1024 * 1024, ge=4096)
+    mapped_file_size_consume_queue: int = Field(300_000 * 20, ge=20)
+    max_hash_slot_num: int = Field(5_000_000, ge=1)
+    max_index_num: int = Field(5_000_000 * 4, ge=2)
+    message_index_enable: bool = True
+    max_message_size: int = Field(1024 * 1024 * 4, ge=1)
+
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    flush_interval_commit_log: int = Field(500, ge=1)
+    flush_commit_log_least_pages: int = Field(4, ge=0)
+    flush_commit_log_thorough_interval: int = Field(10_000, ge=1)
+    sync_flush_timeout: int = Field(5_000, ge=1)
+    flush_interval_consume_queue: int = Field(1_000, ge=1)
+    flush_consume_queue_least_pages: int = Field(2, ge=0)
+    flush_consume_queue_thorough_interval: int = Field(60_000, ge=1)
+    check_crc_on_recover: bool = True
+
+    file_reserved_time: float = Field(72, ge=0)  # hours
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = Field(75, ge=10, le=95)
+    clean_resource_interval: int = Field(10_000, ge=10)
+    expired_segment_policy: ExpiredSegmentPolicy = ExpiredSegmentPolicy.TIER
+
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    store_host: str = "127.0.0.1:10911"  # brokerIP1:listenPort, written into every record
+
+    @field_validator("delete_when")
+    @classmethod
+    def _hours(cls, v: str) -> str:
+        for h in v.split(";"):
+            if not h.strip().isdigit() or not 0 <= int(h) <= 23:
+                raise ValueError(f"deleteWhen must be ';'-separated hours 00-23, got {v!r}")
+        return v
+
+    @property
+    def commitlog_dir(self) -> Path:
+        return self.store_path_commit_log or self.store_path_root_dir / "commitlog"
+
+    @property
+    def consume_queue_dir(self) -> Path:
+        return self.store_path_root_dir / "consumequeue"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.store_path_root_dir / "index"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.store_path_root_dir / "config"
+
+    @property
+    def store_host_tuple(self) -> tuple[str, int]:
+        host, _, port = self.store_host.rpartition(":")
+        return host.strip("[]"), int(port)

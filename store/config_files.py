@@ -1,0 +1,267 @@
+"""RocketMQ's broker config JSON files under ``<storeRoot>/config/``: lenient reads, crash-safe writes.
+
+fastjson persists ``Map<Integer/Long, ...>`` keys unquoted (``{"offsetTable":{"t@g":{0:123}}}``), so reads
+quote bare integer keys before ``json.loads``; writes emit standard JSON, which fastjson also accepts.
+Write order follows RocketMQ 5.x ``ConfigManager.persist``: old file -> ``<file>.bak``, then the new one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TOPICS = "topics.json"
+CONSUMER_OFFSET = "consumerOffset.json"
+SUBSCRIPTION_GROUP = "subscriptionGroup.json"
+DELAY_OFFSET = "delayOffset.json"
+
+
+class ConfigFileError(ValueError):
+    """A config file (and its ``.bak``) could not be read or has the wrong shape."""
+
+    def __init__(self, path: str | os.PathLike[str], detail: str) -> None:
+        self.path = str(path)
+        self.detail = detail
+        super().__init__(f"{self.path}: {detail}")
+
+
+# A whole JSON string (skipped untouched) or a bare integer object key: `{` or `,`, digits, then `:`.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|([{,]\s*)(-?\d+)(?=\s*:)', re.DOTALL)
+
+
+def _quote_int_keys(text: str) -> tuple[str, list[int]]:
+    """Quote bare integer keys; also return where quotes were inserted (positions in the output)."""
+    out: list[str] = []
+    inserted: list[int] = []
+    size = last = 0
+    for m in _TOKEN.finditer(text):
+        if m.group(2) is None:
+            continue
+        before = text[last : m.start(2)]
+        out.append(before)
+        size += len(before)
+        inserted.append(size)
+        out.append(f'"{m.group(2)}"')
+        size += len(m.group(2)) + 2
+        inserted.append(size - 1)
+        last = m.end(2)
+    out.append(text[last:])
+    return "".join(out), inserted
+
+
+def load_lenient_json(text: str, source: str = "<string>") -> Any:
+    """Parse JSON that may contain fastjson's unquoted integer map keys; errors name ``source``."""
+    fixed, inserted = _quote_int_keys(text)
+    try:
+        return json.loads(fixed)
+    except json.JSONDecodeError as e:
+        # Report the position in the text as written, not in the quoted copy.
+        pos = e.pos - bisect.bisect_left(inserted, e.pos)
+        line = text.count("\n", 0, pos) + 1
+        col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        raise ConfigFileError(source, f"{e.msg}: line {line} column {col} (char {pos})") from None
+
+
+def _bak(path: Path) -> Path:
+    return path.with_name(path.name + ".bak")
+
+
+def _load_file(path: Path) -> dict[str, Any]:
+    """Parse one file into a JSON object; ConfigFileError if missing, empty or corrupt."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ConfigFileError(path, "missing") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigFileError(path, f"unreadable: {e}") from None
+    if not text.strip():
+        raise ConfigFileError(path, "empty")
+    data = load_lenient_json(text, str(path))
+    if not isinstance(data, dict):
+        raise ConfigFileError(path, f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def read_config(path: Path) -> dict[str, Any] | None:
+    """Load a config file, falling back to ``<file>.bak``; None if neither exists.
+
+    Unlike RocketMQ (which then starts empty), a bad file without a usable backup raises
+    ConfigFileError: silently resetting consumer offsets would redeliver or skip messages.
+    """
+    path = Path(path)
+    bak = _bak(path)
+    try:
+        return _load_file(path)
+    except ConfigFileError as main_err:
+        if not path.exists() and not bak.exists():
+            return None
+        try:
+            data = _load_file(bak)
+        except ConfigFileError as bak_err:
+            raise ConfigFileError(path, f"{main_err.detail}; backup {bak_err}") from None
+        log.warning("config %s unusable (%s); loaded %s", path, main_err, bak)
+        return data
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_config(path: Path, data: Mapping[str, Any]) -> None:
+    """Persist ``data`` as pretty JSON: previous file -> ``.bak``, then temp file + fsync + rename."""
+    path = Path(path)
+    payload = (json.dumps(data, indent=4, ensure_ascii=False) + "\n").encode("utf-8")
+    directory = path.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        try:
+            _load_file(path)
+            keep_old = True
+        except ConfigFileError:
+            keep_old = not _bak(path).exists()  # a corrupt file must not replace a good backup
+        if keep_old:
+            os.replace(path, _bak(path))
+            _fsync_dir(directory)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(directory)
+
+
+# --- the four files ---------------------------------------------------------------------------------
+
+
+def _int_map(path: Path, value: Any, what: str) -> dict[int, int]:
+    try:
+        return {int(k): int(v) for k, v in (value or {}).items()}
+    except (AttributeError, TypeError, ValueError) as e:
+        raise ConfigFileError(path, f"bad {what}: {e}") from None
+
+
+def load_consumer_offsets(config_dir: Path) -> dict[str, dict[int, int]]:
+    """``consumerOffset.json`` offsetTable: ``{"topic@group": {queueId: offset}}`` (4.x and 5.x files)."""
+    path = Path(config_dir) / CONSUMER_OFFSET
+    table = (read_config(path) or {}).get("offsetTable") or {}
+    if not isinstance(table, dict):
+        raise ConfigFileError(path, "bad offsetTable: not an object")
+    return {key: _int_map(path, queues, f"offsetTable[{key!r}]") for key, queues in table.items()}
+
+
+def save_consumer_offsets(config_dir: Path, table: Mapping[str, Mapping[int, int]]) -> None:
+    """Write ``consumerOffset.json`` in the 4.x shape (5.x reads it too)."""
+    offsets = {key: {str(q): int(o) for q, o in sorted(queues.items())} for key, queues in table.items()}
+    write_config(Path(config_dir) / CONSUMER_OFFSET, {"offsetTable": offsets})
+
+
+def load_delay_offsets(config_dir: Path) -> dict[int, int]:
+    """``delayOffset.json`` offsetTable: ``{delayLevel: next CQ offset}`` (levels are 1-based)."""
+    path = Path(config_dir) / DELAY_OFFSET
+    return _int_map(path, (read_config(path) or {}).get("offsetTable"), "offsetTable")
+
+
+def save_delay_offsets(config_dir: Path, table: Mapping[int, int]) -> None:
+    """Write ``delayOffset.json``."""
+    offsets = {str(level): int(o) for level, o in sorted(table.items())}
+    write_config(Path(config_dir) / DELAY_OFFSET, {"offsetTable": offsets})
+
+
+def next_data_version(previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """RocketMQ ``DataVersion.nextVersion``: counter + 1, timestamp = now (ms); other fields kept."""
+    version = dict(previous or {})
+    version["counter"] = int(version.get("counter", 0)) + 1
+    version["timestamp"] = int(time.time() * 1000)
+    return version
+
+
+def topic_config(
+    name: str,
+    read_queue_nums: int = 8,
+    write_queue_nums: int = 8,
+    perm: int = 6,
+    order: bool = False,
+    topic_sys_flag: int = 0,
+) -> dict[str, Any]:
+    """One ``topicConfigTable`` entry (4.x ``TopicConfig``; fields in fastjson's alphabetical order)."""
+    return {
+        "order": order,
+        "perm": perm,
+        "readQueueNums": read_queue_nums,
+        "topicFilterType": "SINGLE_TAG",
+        "topicName": name,
+        "topicSysFlag": topic_sys_flag,
+        "writeQueueNums": write_queue_nums,
+    }
+
+
+def subscription_group_config(group: str) -> dict[str, Any]:
+    """One ``subscriptionGroupTable`` entry with 4.9.8 ``SubscriptionGroupConfig`` defaults."""
+    return {
+        "brokerId": 0,
+        "consumeBroadcastEnable": True,
+        "consumeEnable": True,
+        "consumeFromMinEnable": True,
+        "groupName": group,
+        "notifyConsumerIdsChangedEnable": True,
+        "retryMaxTimes": 16,
+        "retryQueueNums": 1,
+        "whichBrokerWhenConsumeSlowly": 1,
+    }
+
+
+def _load_versioned(config_dir: Path, name: str, table_key: str) -> dict[str, Any]:
+    path = Path(config_dir) / name
+    data = read_config(path) or {}
+    for key in ("dataVersion", table_key):
+        if not isinstance(data.setdefault(key, {}), dict):
+            raise ConfigFileError(path, f"bad {key}: not an object")
+    data["dataVersion"].setdefault("counter", 0)
+    data["dataVersion"].setdefault("timestamp", 0)
+    return data
+
+
+def load_topics(config_dir: Path) -> dict[str, Any]:
+    """``topics.json`` as ``{"dataVersion": {...}, "topicConfigTable": {name: config}}`` (empty if absent)."""
+    return _load_versioned(config_dir, TOPICS, "topicConfigTable")
+
+
+def save_topics(config_dir: Path, table: Mapping[str, Mapping[str, Any]], data_version: Mapping[str, Any]) -> None:
+    """Write ``topics.json``; pass ``next_data_version(old)`` when the table changed."""
+    doc = {"dataVersion": dict(data_version), "topicConfigTable": {k: dict(v) for k, v in table.items()}}
+    write_config(Path(config_dir) / TOPICS, doc)
+
+
+def load_subscription_groups(config_dir: Path) -> dict[str, Any]:
+    """``subscriptionGroup.json`` as ``{"dataVersion": {...}, "subscriptionGroupTable": {group: config}}``."""
+    return _load_versioned(config_dir, SUBSCRIPTION_GROUP, "subscriptionGroupTable")
+
+
+def save_subscription_groups(
+    config_dir: Path, table: Mapping[str, Mapping[str, Any]], data_version: Mapping[str, Any]
+) -> None:
+    """Write ``subscriptionGroup.json``; pass ``next_data_version(old)`` when the table changed."""
+    groups = {k: dict(v) for k, v in table.items()}
+    write_config(
+        Path(config_dir) / SUBSCRIPTION_GROUP,
+        {"dataVersion": dict(data_version), "subscriptionGroupTable": groups},
+    )

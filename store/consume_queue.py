@@ -1,0 +1,199 @@
+"""ConsumeQueue: per (topic, queueId), fixed 20-byte units pointing into the CommitLog."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from store import format as fmt
+from store.mapped_file import MappedFileQueue, StoreFileError, zero_stale_tail
+
+log = logging.getLogger(__name__)
+UNIT = fmt.CQ_UNIT_SIZE
+
+
+class ConsumeQueue:
+    def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
+        if file_size % UNIT:
+            raise ValueError(f"mappedFileSizeConsumeQueue {file_size} is not a multiple of {UNIT}")
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue = MappedFileQueue(root / topic / str(queue_id), file_size)
+        self.file_size = file_size
+        self.max_physic_offset = -1  # end (offset+size) of the last dispatched record
+        self.min_logic_offset = 0  # bytes; raised when the CommitLog below is deleted
+
+    def load(self) -> None:
+        self.queue.load()
+
+    # --- recovery --------------------------------------------------------------------------------------
+    def recover(self) -> None:
+        """``ConsumeQueue.recover``: scan units from the 3rd-last file until an empty or bad one."""
+        files = self.queue.files
+        if not files:
+            return
+        idx = max(0, len(files) - 3)
+        process = files[idx].file_from_offset
+        self.max_physic_offset = -1
+        while idx < len(files):
+            mf = files[idx]
+            pos = 0
+            while pos < mf.file_size:
+                off, size, _tags = fmt.decode_cq_unit(mf.mm, pos)
+                if off >= 0 and size > 0:
+                    pos += UNIT
+                    if size != 0x7FFFFFFF:  # fillPreBlank units point nowhere
+                        self.max_physic_offset = off + size
+                else:
+                    break
+            process = mf.file_from_offset + pos
+            if pos == mf.file_size and idx + 1 < len(files):
+                idx += 1
+                continue
+            break
+        self.queue.truncate_dirty_files(process)
+        self.correct_min_offset_from_files()
+
+    def correct_min_offset_from_files(self) -> None:
+        if self.queue.files and self.min_logic_offset < self.queue.files[0].file_from_offset:
+            self.min_logic_offset = self.queue.files[0].file_from_offset
+
+    def truncate_dirty_logic_files(self, phy_offset: int) -> None:
+        """``truncateDirtyLogicFiles``: drop every unit pointing at or beyond ``phy_offset``."""
+        while True:
+            mf = self.queue.last()
+            if mf is None:
+                break
+            pos = 0
+            kept_first = False
+            while pos < mf.wrote:
+                off, size, _ = fmt.decode_cq_unit(mf.mm, pos)
+                if size <= 0 or off < 0:
+                    break
+                if size != 0x7FFFFFFF and off + size > phy_offset:
+                    break
+                if size != 0x7FFFFFFF:
+                    self.max_physic_offset = off + size
+                kept_first = True
+                pos += UNIT
+            if pos == 0 and not kept_first and len(self.queue.files) > 0 and mf.wrote > 0:
+                # The file's very first unit is already past the end: remove it and look at the previous one.
+                with self.queue.lock:
+                    self.queue.files.pop()
+                mf.destroy()
+                continue
+            zero_stale_tail(mf, pos)
+            mf.wrote = mf.flushed = pos
+            break
+        if not self.queue.files:
+            self.max_physic_offset = -1
+
+    # --- write -----------------------------------------------------------------------------------------
+    def put(self, commitlog_offset: int, size: int, tags_code: int, cq_offset: int) -> bool:
+        """``putMessagePositionInfo``: idempotent; returns False only on a real write failure."""
+        if commitlog_offset + size <= self.max_physic_offset:
+            return True  # already built (re-dispatch after recovery)
+        expect = cq_offset * UNIT
+        mf = self.queue.last_or_new(expect)
+        if mf.wrote == 0 and len(self.queue.files) == 1 and expect > mf.file_from_offset:
+            self._fill_pre_blank(mf, expect)
+        current = mf.file_from_offset + mf.wrote
+        if expect < current:
+            return True  # built repeatedly
+        if expect != current:
+            log.warning(
+                "consume queue %s-%d order maybe wrong: expected logic offset %d, at %d",
+                self.topic, self.queue_id, expect, current,
+            )  # fmt: skip
+        if mf.wrote + UNIT > mf.file_size:
+            mf = self.queue.new_file(mf.end_offset)
+        fmt.pack_cq_unit_into(mf.view, mf.wrote, commitlog_offset, size, tags_code)
+        mf.wrote += UNIT
+        self.max_physic_offset = commitlog_offset + size
+        if self.min_logic_offset == 0 and len(self.queue.files) == 1 and mf.file_from_offset > 0:
+            self.min_logic_offset = mf.file_from_offset
+        return True
+
+    def _fill_pre_blank(self, mf, until: int) -> None:
+        pos = 0
+        while mf.file_from_offset + pos < until:
+            fmt.pack_cq_unit_into(mf.view, pos, *fmt.CQ_FILL_UNIT)
+            pos += UNIT
+        mf.wrote = pos
+
+    # --- reads -----------------------------------------------------------------------------------------
+    @property
+    def min_offset_in_queue(self) -> int:
+        return self.min_logic_offset // UNIT
+
+    @property
+    def max_offset_in_queue(self) -> int:
+        """The next offset to be written."""
+        return self.queue.max_offset // UNIT
+
+    def get_unit(self, index: int) -> tuple[int, int, int] | None:
+        off = index * UNIT
+        if off < self.min_logic_offset:
+            return None
+        mf = self.queue.find(off)
+        if mf is None or off - mf.file_from_offset + UNIT > mf.wrote:
+            return None
+        return fmt.decode_cq_unit(mf.mm, off - mf.file_from_offset)
+
+    def iter_units(self, start_index: int, max_units: int):
+        """Yield (index, commitlog_offset, size, tags_code) from ``start_index``, within one file at most."""
+        off = start_index * UNIT
+        mf = self.queue.find(off)
+        if mf is None:
+            return
+        pos = off - mf.file_from_offset
+        end = min(mf.wrote, pos + max_units * UNIT)
+        data = mf.mm[pos:end]
+        for i, (phy, size, tags) in enumerate(fmt.iter_cq_units(data[: len(data) - len(data) % UNIT])):
+            yield start_index + i, phy, size, tags
+
+    def last_unit(self) -> tuple[int, int, int] | None:
+        n = self.max_offset_in_queue
+        return self.get_unit(n - 1) if n > self.min_offset_in_queue else None
+
+    # --- deletion --------------------------------------------------------------------------------------
+    def delete_expired(self, commitlog_min_offset: int) -> int:
+        """Delete whole files whose units all point below the CommitLog minimum; returns files deleted."""
+        deleted = 0
+        while len(self.queue.files) > 1:
+            first = self.queue.files[0]
+            last_unit = fmt.decode_cq_unit(first.mm, first.file_size - UNIT)
+            if last_unit[0] + last_unit[1] <= commitlog_min_offset:
+                self.queue.delete_first()
+                deleted += 1
+            else:
+                break
+        self.correct_min_offset(commitlog_min_offset)
+        return deleted
+
+    def correct_min_offset(self, commitlog_min_offset: int) -> None:
+        """``correctMinOffset``: the first unit that still points into the CommitLog."""
+        self.correct_min_offset_from_files()
+        for mf in self.queue.files:
+            for pos in range(0, mf.wrote, UNIT):
+                phy, size, _ = fmt.decode_cq_unit(mf.mm, pos)
+                if size != 0x7FFFFFFF and phy >= commitlog_min_offset:
+                    self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + pos)
+                    return
+            self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + mf.wrote)
+
+    def flush(self) -> None:
+        self.queue.flush()
+
+    def close(self) -> None:
+        self.queue.close()
+
+    def destroy(self) -> None:
+        self.queue.destroy()
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0
+
+
+def check_cq_file_name(path: Path) -> None:
+    if not (len(path.name) == 20 and path.name.isdigit()):
+        raise StoreFileError(f"{path}: not a ConsumeQueue segment")

@@ -1,0 +1,113 @@
+"""Reput: read the CommitLog behind the appender and build ConsumeQueue and IndexFile from it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from store import format as fmt
+
+if TYPE_CHECKING:
+    from store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+ArrivalListener = Callable[[str, int, int, int, int], None]  # topic, queueId, next offset, tagsCode, storeTime
+
+
+@dataclass(slots=True)
+class SegmentStats:
+    """What dispatch learns about one CommitLog segment; complete only if it saw the whole file."""
+
+    count: int = 0
+    first_store_time: int | None = None
+    last_store_time: int | None = None
+    complete: bool = False
+
+
+class ReputService(threading.Thread):
+    def __init__(self, store: MessageStore, reput_from: int) -> None:
+        super().__init__(name="reput", daemon=True)
+        self.store = store
+        self.reput_from = reput_from
+        self._stopped = threading.Event()
+        self._wake = threading.Event()
+        self.sealed_stats: dict[int, SegmentStats] = {}  # base offset -> stats of finished segments
+        self._current: tuple[int, SegmentStats] | None = None
+
+    @property
+    def behind_bytes(self) -> int:
+        return self.store.commitlog.max_offset - self.reput_from
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                if self.do_reput() == 0:
+                    self._wake.wait(0.001)
+                    self._wake.clear()
+            except Exception:  # keep dispatching; a bug here must not silently stop consumers forever
+                log.exception("reput failed at offset %d", self.reput_from)
+                self._stopped.wait(1.0)
+
+    def do_reput(self, limit: int | None = None) -> int:
+        """Dispatch what is available now; returns the number of records dispatched."""
+        cl = self.store.commitlog
+        done = 0
+        while self.reput_from < cl.max_offset and (limit is None or done < limit):
+            if self.reput_from < cl.min_offset:
+                self.reput_from = cl.min_offset
+            mf = cl.queue.find(self.reput_from)
+            if mf is None:
+                break
+            base = mf.file_from_offset
+            stats = self._stats_for(base, self.reput_from - base)
+            pos = self.reput_from - base
+            end = mf.wrote
+            buf = mf.view
+            while pos < end:
+                res = fmt.check_record(buf, pos, check_crc=False, delay_millis=self.store.delay_millis)
+                if res.blank:
+                    pos = mf.file_size
+                    break
+                if not res.ok or res.size <= 0:
+                    log.error("%s: unreadable record at position %d during dispatch: %s", mf.path, pos, res.reason)
+                    pos = end  # RocketMQ stops here too; recovery deals with it at the next start
+                    break
+                req = res.request
+                self.store.dispatch(req)
+                stats.count += 1
+                if stats.first_store_time is None:
+                    stats.first_store_time = req.store_timestamp
+                stats.last_store_time = req.store_timestamp
+                pos += res.size
+                done += 1
+                if limit is not None and done >= limit:
+                    break
+            self.reput_from = base + pos
+            if pos >= mf.file_size:
+                self._seal(base, stats)
+            elif pos >= end:
+                break
+        return done
+
+    def _stats_for(self, base: int, pos: int) -> SegmentStats:
+        if self._current is None or self._current[0] != base:
+            self._current = (base, SegmentStats(complete=pos == 0))
+        return self._current[1]
+
+    def _seal(self, base: int, stats: SegmentStats) -> None:
+        if stats.complete:
+            self.sealed_stats[base] = stats
+        self._current = None
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        if self.is_alive():
+            self.join()

@@ -1,0 +1,707 @@
+"""The one codec: every byte offset of RocketMQ's store files lives here.
+
+CommitLog records, ConsumeQueue units, IndexFile header/slot/entry, the checkpoint, the properties
+string, message ids, Java ``String.hashCode`` and the 31-bit body CRC.  Pure functions over bytes;
+the broker, the pipelines and the tests all encode and decode through this module.
+
+Layouts follow Apache RocketMQ 4.9.8 / 5.x (``MessageDecoder``, ``CommitLog.doAppend``,
+``ConsumeQueue``, ``IndexFile``, ``StoreCheckpoint``).  Every integer is big-endian.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import itertools
+import os
+import random
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+# --- magic codes (Java ints, so kept signed) -------------------------------------------------------
+MESSAGE_MAGIC_V1 = -626843481  # 0xDAA320A7
+MESSAGE_MAGIC_V2 = -626843477  # 0xDAA320AB, 2-byte topic length (RocketMQ 5.1+)
+BLANK_MAGIC = -875286124  # 0xCBD43194, end-of-file filler
+END_FILE_MIN_BLANK_LENGTH = 8
+
+# --- sysflag bits (MessageSysFlag) -------------------------------------------------------------------
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOSTADDRESS_V6_FLAG = 0x20
+NEED_UNWRAP_FLAG = 0x40
+INNER_BATCH_FLAG = 0x80
+COMPRESSION_TYPE_MASK = 0x700
+
+# --- limits ------------------------------------------------------------------------------------------
+MAX_TOPIC_LENGTH_V1 = 127  # V1 reads the topic length as a signed byte
+MAX_PROPERTIES_LENGTH = 32767  # signed short
+
+# --- properties (MessageConst) -------------------------------------------------------------------------
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+KEY_SEPARATOR = " "
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+# --- ConsumeQueue ------------------------------------------------------------------------------------
+CQ_UNIT_SIZE = 20
+_CQ_UNIT = struct.Struct(">qiq")
+CQ_FILL_UNIT = (0, 0x7FFFFFFF, 0)  # fillPreBlank filler: offset 0, Integer.MAX_VALUE, tagsCode 0
+
+# --- IndexFile -----------------------------------------------------------------------------------------
+INDEX_HEADER_SIZE = 40
+INDEX_SLOT_SIZE = 4
+INDEX_ENTRY_SIZE = 20
+_INDEX_HEADER = struct.Struct(">qqqqii")
+_INDEX_ENTRY = struct.Struct(">iqii")
+_INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
+
+# --- checkpoint ------------------------------------------------------------------------------------------
+CHECKPOINT_SIZE = 4096
+_CHECKPOINT = struct.Struct(">qqq")  # physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp
+
+# --- CommitLog record: fixed positions (MessageDecoder) -----------------------------------------------
+TOTAL_SIZE_POS = 0
+MAGIC_POS = 4
+BODY_CRC_POS = 8
+QUEUE_ID_POS = 12
+FLAG_POS = 16
+QUEUE_OFFSET_POS = 20
+PHYSICAL_OFFSET_POS = 28
+SYSFLAG_POS = 36
+BORN_TIMESTAMP_POS = 40
+BORN_HOST_POS = 48
+
+_PREFIX = struct.Struct(">iiiiiqqiq")  # totalSize .. bornTimestamp: 48 bytes
+_SIZE_MAGIC = struct.Struct(">ii")
+
+
+def _host_struct(v6: bool) -> str:
+    return "16si" if v6 else "4si"
+
+
+# One struct per (bornHost v6, storeHost v6): everything from TOTALSIZE to BODYLENGTH.
+_HEADERS: dict[tuple[bool, bool], struct.Struct] = {
+    (b, s): struct.Struct(">iiiiiqqiq" + _host_struct(b) + "q" + _host_struct(s) + "iqi")
+    for b in (False, True)
+    for s in (False, True)
+}
+
+
+class RecordError(ValueError):
+    """A CommitLog record that cannot be decoded; names where it sits."""
+
+    def __init__(self, position: int, reason: str, source: str = "") -> None:
+        where = f"{source} at offset {position}" if source else f"offset {position}"
+        super().__init__(f"invalid CommitLog record in {where}: {reason}")
+        self.position = position
+        self.reason = reason
+        self.source = source
+
+
+# =====================================================================================================
+# Java semantics
+# =====================================================================================================
+
+
+def java_string_hash(s: str) -> int:
+    """Java ``String.hashCode()``: ``31*h + c`` over UTF-16 code units, as a signed 32-bit int."""
+    if s.isascii():
+        units: bytes | tuple[int, ...] = s.encode("ascii")
+    else:
+        raw = s.encode("utf-16-be", "surrogatepass")
+        units = struct.unpack(f">{len(raw) // 2}H", raw)
+    h = 0
+    if len(units) <= 256:
+        for c in units:
+            h = 31 * h + c
+        h &= 0xFFFFFFFF
+    else:
+        for c in units:
+            h = (31 * h + c) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def body_crc32(data: bytes | bytearray | memoryview) -> int:
+    """``UtilAll.crc32``: java.util.zip.CRC32 masked to 31 bits."""
+    return zlib.crc32(data) & 0x7FFFFFFF
+
+
+def tags_code(tags: str | None) -> int:
+    """ConsumeQueue tagsCode of a normal message: ``tags.hashCode()`` widened to long, 0 when empty."""
+    return java_string_hash(tags) if tags else 0
+
+
+def index_key_hash(key: str) -> int:
+    """IndexFile key hash: ``Math.abs(key.hashCode())``, 0 for Integer.MIN_VALUE (abs stays negative)."""
+    h = java_string_hash(key)
+    return 0 if h == -0x80000000 else abs(h)
+
+
+def index_key(topic: str, key: str) -> str:
+    """``IndexService.buildKey``."""
+    return f"{topic}#{key}"
+
+
+def transaction_type(sys_flag: int) -> int:
+    return sys_flag & TRANSACTION_ROLLBACK_TYPE
+
+
+def parse_delay_levels(levels: str = DEFAULT_DELAY_LEVELS) -> list[int]:
+    """``ScheduleMessageService.parseDelayLevel``: level n (1-based) -> milliseconds at index n-1."""
+    units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    return [int(tok[:-1]) * units[tok[-1]] for tok in levels.split()]
+
+
+_DELAY_MILLIS = parse_delay_levels()
+
+
+def delay_deliver_timestamp(level: int, store_timestamp: int, delay_millis: list[int] = _DELAY_MILLIS) -> int:
+    """``computeDeliverTimestamp``: the tagsCode of a SCHEDULE_TOPIC_XXXX unit."""
+    level = min(level, len(delay_millis))
+    if level >= 1:
+        return store_timestamp + delay_millis[level - 1]
+    return store_timestamp + 1000
+
+
+# =====================================================================================================
+# Properties string
+# =====================================================================================================
+
+
+def encode_properties(props: Mapping[str, str | None]) -> bytes:
+    """``messageProperties2String``: ``name 0x01 value 0x02`` per entry, null values skipped."""
+    return "".join(
+        f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items() if v is not None
+    ).encode("utf-8")
+
+
+def decode_properties(data: bytes | bytearray | memoryview | str) -> dict[str, str]:
+    """``string2messageProperties``, with its quirks: segments under 3 chars and empty values dropped."""
+    text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
+    out: dict[str, str] = {}
+    for seg in text.split(PROPERTY_SEPARATOR):
+        if len(seg) < 3:
+            continue
+        sep = seg.find(NAME_VALUE_SEPARATOR)
+        if 0 < sep < len(seg) - 1:
+            out[seg[:sep]] = seg[sep + 1 :]
+    return out
+
+
+def split_keys(keys: str | None) -> list[str]:
+    return [k for k in keys.split(KEY_SEPARATOR) if k] if keys else []
+
+
+# =====================================================================================================
+# Hosts and message ids
+# =====================================================================================================
+
+Host = tuple[str, int]
+
+
+def is_ipv6(ip: str) -> bool:
+    return ":" in ip
+
+
+def host_sys_flags(born_host: Host, store_host: Host) -> int:
+    return (BORNHOST_V6_FLAG if is_ipv6(born_host[0]) else 0) | (
+        STOREHOSTADDRESS_V6_FLAG if is_ipv6(store_host[0]) else 0
+    )
+
+
+def encode_host(host: Host) -> bytes:
+    """Socket address as stored: 4 (or 16) address bytes + 4-byte port."""
+    ip, port = host
+    return ipaddress.ip_address(ip).packed + _INT.pack(port)
+
+
+def _decode_addr(raw: bytes) -> str:
+    return str(ipaddress.ip_address(raw))
+
+
+def create_offset_msg_id(store_host: Host, physical_offset: int) -> str:
+    """``MessageDecoder.createMessageId``: upper-case hex of store ip + port + physical offset."""
+    return (encode_host(store_host) + _LONG.pack(physical_offset)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[Host, int]:
+    """``decodeMessageId``: 32 hex characters are IPv4, 56 are IPv6."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError as e:
+        raise ValueError(f"message id {msg_id!r} is not hex") from e
+    if len(raw) not in (16, 28):
+        raise ValueError(f"message id {msg_id!r} has {len(msg_id)} hex characters, expected 32 or 56")
+    n = len(raw) - 12
+    return (_decode_addr(raw[:n]), _INT.unpack_from(raw, n)[0]), _LONG.unpack_from(raw, n + 4)[0]
+
+
+def _start_of_month_ms(now_ms: int) -> int:
+    d = datetime.fromtimestamp(now_ms / 1000).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return int(d.timestamp() * 1000)
+
+
+def _local_ip_bytes() -> bytes:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # UDP connect sends nothing; it picks the outbound address
+            return socket.inet_aton(s.getsockname()[0])
+    except OSError:
+        return _INT.pack(int(time.time()) & 0x7FFFFFFF)
+
+
+class UniqKeyGenerator:
+    """``MessageClientIDSetter``: ip + pid(short) + loader hash(int) + ms since month start + counter."""
+
+    def __init__(self, ip: bytes | None = None, pid: int | None = None, salt: int | None = None) -> None:
+        ip = ip if ip is not None else _local_ip_bytes()
+        pid = (os.getpid() if pid is None else pid) & 0xFFFF
+        salt = random.getrandbits(32) if salt is None else salt & 0xFFFFFFFF
+        self._prefix = (ip + struct.pack(">HI", pid, salt)).hex().upper()
+        self._counter = itertools.count(random.getrandbits(16))
+        self._lock = threading.Lock()
+        self._month_start = 0
+        self._next_month = 0
+
+    def next(self, now_ms: int | None = None) -> str:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        with self._lock:
+            if now >= self._next_month or now < self._month_start:
+                self._month_start = _start_of_month_ms(now)
+                self._next_month = _start_of_month_ms(self._month_start + 32 * 86_400_000)
+            diff = now - self._month_start
+            count = next(self._counter) & 0xFFFF
+        diff = 0 if -1_000_000 < diff < 0 else diff
+        return self._prefix + struct.pack(">iH", diff & 0x7FFFFFFF, count).hex().upper()
+
+
+# =====================================================================================================
+# CommitLog record
+# =====================================================================================================
+
+
+@dataclass(slots=True)
+class MessageRecord:
+    """One CommitLog record. ``properties`` is the raw 0x01/0x02 string as stored."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: bytes = b""
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: Host = ("127.0.0.1", 0)
+    store_timestamp: int = 0
+    store_host: Host = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    queue_offset: int = 0
+    physical_offset: int = 0
+    body_crc: int | None = None  # computed from the body when None
+    magic: int | None = None  # V2 chosen for topics over 127 bytes when None
+    total_size: int = 0
+    _props: dict[str, str] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def property_map(self) -> dict[str, str]:
+        if self._props is None:
+            self._props = decode_properties(self.properties)
+        return self._props
+
+    @property
+    def tags(self) -> str | None:
+        return self.property_map.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.property_map.get(PROPERTY_KEYS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.property_map.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+    @property
+    def offset_msg_id(self) -> str:
+        return create_offset_msg_id(self.store_host, self.physical_offset)
+
+
+def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int, magic: int = MESSAGE_MAGIC_V1) -> int:
+    """``calMsgLength``: the TOTALSIZE a record with these field lengths must have."""
+    born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    store = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    topic_len_size = 2 if magic == MESSAGE_MAGIC_V2 else 1
+    return (
+        4
+        + 4
+        + 4
+        + 4
+        + 4
+        + 8
+        + 8
+        + 4
+        + 8
+        + born
+        + 8
+        + store
+        + 4
+        + 8
+        + 4
+        + body_len
+        + topic_len_size
+        + topic_len
+        + 2
+        + props_len
+    )
+
+
+def store_timestamp_position(sys_flag: int) -> int:
+    return BORN_HOST_POS + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
+
+
+def magic_for_topic(topic_bytes: bytes) -> int:
+    """``autoMessageVersionOnTopicLen``: V2 only when the topic does not fit a signed byte."""
+    return MESSAGE_MAGIC_V2 if len(topic_bytes) > MAX_TOPIC_LENGTH_V1 else MESSAGE_MAGIC_V1
+
+
+def encode_record(rec: MessageRecord) -> bytearray:
+    """Encode a full record. ``rec.sys_flag`` host bits are derived from the hosts."""
+    topic = rec.topic.encode("utf-8")
+    magic = rec.magic if rec.magic is not None else magic_for_topic(topic)
+    if magic == MESSAGE_MAGIC_V1 and len(topic) > MAX_TOPIC_LENGTH_V1:
+        raise ValueError(f"topic of {len(topic)} bytes needs the V2 record format")
+    if len(topic) > 0x7FFF:
+        raise ValueError(f"topic of {len(topic)} bytes is too long")
+    props = rec.properties
+    if len(props) > MAX_PROPERTIES_LENGTH:
+        raise ValueError(f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_LENGTH}")
+    sys_flag = (rec.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)) | host_sys_flags(
+        rec.born_host, rec.store_host
+    )
+    body = rec.body
+    total = record_length(sys_flag, len(body), len(topic), len(props), magic)
+    crc = rec.body_crc if rec.body_crc is not None else body_crc32(body)
+    born_ip = ipaddress.ip_address(rec.born_host[0]).packed
+    store_ip = ipaddress.ip_address(rec.store_host[0]).packed
+    hdr = _HEADERS[(len(born_ip) == 16, len(store_ip) == 16)]
+    buf = bytearray(total)
+    hdr.pack_into(
+        buf, 0, total, magic, crc, rec.queue_id, rec.flag, rec.queue_offset, rec.physical_offset, sys_flag,
+        rec.born_timestamp, born_ip, rec.born_host[1], rec.store_timestamp, store_ip, rec.store_host[1],
+        rec.reconsume_times, rec.prepared_transaction_offset, len(body),
+    )  # fmt: skip
+    pos = hdr.size
+    buf[pos : pos + len(body)] = body
+    pos += len(body)
+    if magic == MESSAGE_MAGIC_V2:
+        struct.pack_into(">h", buf, pos, len(topic))
+        pos += 2
+    else:
+        buf[pos] = len(topic)
+        pos += 1
+    buf[pos : pos + len(topic)] = topic
+    pos += len(topic)
+    struct.pack_into(">h", buf, pos, len(props))
+    buf[pos + 2 :] = props
+    return buf
+
+
+def patch_record(
+    buf: bytearray | memoryview, pos: int, queue_offset: int, physical_offset: int, store_timestamp: int
+) -> None:
+    """Back-fill what is only known inside the put lock (``doAppend``)."""
+    _LONG.pack_into(buf, pos + QUEUE_OFFSET_POS, queue_offset)
+    _LONG.pack_into(buf, pos + PHYSICAL_OFFSET_POS, physical_offset)
+    sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POS)[0]
+    _LONG.pack_into(buf, pos + store_timestamp_position(sys_flag), store_timestamp)
+
+
+def encode_blank(remaining: int) -> bytes:
+    """End-of-file filler: TOTALSIZE = every byte left in the file, then BLANK magic."""
+    return _SIZE_MAGIC.pack(remaining, BLANK_MAGIC)
+
+
+def peek_size_magic(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
+    return _SIZE_MAGIC.unpack_from(buf, pos)
+
+
+def decode_record(
+    buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False, source: str = ""
+) -> MessageRecord:
+    """Decode the record at ``pos``; raise :class:`RecordError` naming ``source`` and the offset."""
+    end = len(buf)
+    if end - pos < _PREFIX.size:
+        raise RecordError(pos, f"truncated: {end - pos} bytes left, a record header needs {_PREFIX.size}", source)
+    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    if magic not in (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2):
+        raise RecordError(pos, f"bad magic 0x{magic & 0xFFFFFFFF:08X}", source)
+    if total < _PREFIX.size or total > end - pos:
+        raise RecordError(pos, f"size {total} does not fit the {end - pos} bytes left", source)
+    sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POS)[0]
+    hdr = _HEADERS[(bool(sys_flag & BORNHOST_V6_FLAG), bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))]
+    if total < hdr.size:
+        raise RecordError(pos, f"size {total} is shorter than the fixed header", source)
+    (
+        _, _, crc, queue_id, flag, queue_offset, phys, _, born_ts, born_ip, born_port,
+        store_ts, store_ip, store_port, reconsume, prepared, body_len,
+    ) = hdr.unpack_from(buf, pos)  # fmt: skip
+    p = pos + hdr.size
+    limit = pos + total
+    if body_len < 0 or p + body_len > limit:
+        raise RecordError(pos, f"body length {body_len} overruns the record of {total} bytes", source)
+    body = bytes(buf[p : p + body_len])
+    p += body_len
+    if magic == MESSAGE_MAGIC_V2:
+        if p + 2 > limit:
+            raise RecordError(pos, "truncated before the topic length", source)
+        topic_len = struct.unpack_from(">h", buf, p)[0]
+        p += 2
+    else:
+        if p + 1 > limit:
+            raise RecordError(pos, "truncated before the topic length", source)
+        topic_len = struct.unpack_from(">b", buf, p)[0]
+        p += 1
+    if topic_len < 0 or p + topic_len + 2 > limit:
+        raise RecordError(pos, f"topic length {topic_len} overruns the record", source)
+    topic = bytes(buf[p : p + topic_len]).decode("utf-8", "replace")
+    p += topic_len
+    props_len = struct.unpack_from(">h", buf, p)[0]
+    p += 2
+    if props_len < 0 or p + props_len > limit:
+        raise RecordError(pos, f"properties length {props_len} overruns the record", source)
+    props = bytes(buf[p : p + props_len])
+    expected = record_length(sys_flag, body_len, topic_len, props_len, magic)
+    if expected != total:
+        raise RecordError(pos, f"size {total} differs from the {expected} its fields add up to", source)
+    if check_crc and body_len > 0 and body_crc32(body) != crc:
+        raise RecordError(pos, f"body CRC {body_crc32(body)} differs from the stored {crc}", source)
+    return MessageRecord(
+        topic=topic, queue_id=queue_id, body=body, properties=props, flag=flag, sys_flag=sys_flag,
+        born_timestamp=born_ts, born_host=(_decode_addr(born_ip), born_port), store_timestamp=store_ts,
+        store_host=(_decode_addr(store_ip), store_port), reconsume_times=reconsume,
+        prepared_transaction_offset=prepared, queue_offset=queue_offset, physical_offset=phys,
+        body_crc=crc, magic=magic, total_size=total,
+    )  # fmt: skip
+
+
+@dataclass(slots=True)
+class DispatchRequest:
+    """What the reput service needs from a record to build ConsumeQueue and IndexFile entries."""
+
+    topic: str
+    queue_id: int
+    commitlog_offset: int
+    msg_size: int
+    tags_code: int
+    store_timestamp: int
+    queue_offset: int
+    keys: str | None
+    uniq_key: str | None
+    sys_flag: int
+    prepared_transaction_offset: int
+
+
+@dataclass(slots=True)
+class CheckResult:
+    """``checkMessageAndReturnSize``: size > 0 a record, size 0 with ``blank`` end of file, else invalid."""
+
+    ok: bool
+    size: int
+    request: DispatchRequest | None = None
+    blank: bool = False
+    reason: str = ""
+
+
+def check_record(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    *,
+    check_crc: bool = True,
+    delay_millis: list[int] = _DELAY_MILLIS,
+) -> CheckResult:
+    """Validate the record at ``pos`` and extract its dispatch request (RocketMQ's recovery check)."""
+    if len(buf) - pos < 8:
+        return CheckResult(False, -1, reason="fewer than 8 bytes left")
+    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC:
+        return CheckResult(True, 0, blank=True)
+    if total == 0 and magic == 0:
+        return CheckResult(False, 0, reason="end of data (zeros)")
+    try:
+        rec = decode_record(buf, pos, check_crc=check_crc)
+    except RecordError as e:
+        return CheckResult(False, -1, reason=e.reason)
+    props = rec.property_map
+    tags = props.get(PROPERTY_TAGS)
+    code = tags_code(tags)
+    if rec.topic == SCHEDULE_TOPIC:
+        level = props.get(PROPERTY_DELAY_TIME_LEVEL)
+        if level is not None:
+            with contextlib.suppress(ValueError):
+                code = delay_deliver_timestamp(int(level), rec.store_timestamp, delay_millis)
+    return CheckResult(
+        True,
+        total,
+        DispatchRequest(
+            topic=rec.topic,
+            queue_id=rec.queue_id,
+            commitlog_offset=rec.physical_offset,
+            msg_size=total,
+            tags_code=code,
+            store_timestamp=rec.store_timestamp,
+            queue_offset=rec.queue_offset,
+            keys=props.get(PROPERTY_KEYS),
+            uniq_key=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+            sys_flag=rec.sys_flag,
+            prepared_transaction_offset=rec.prepared_transaction_offset,
+        ),
+    )
+
+
+def read_store_timestamp(buf: bytes | bytearray | memoryview, pos: int) -> int:
+    """STORETIMESTAMP of the record at ``pos`` without decoding the rest."""
+    sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POS)[0]
+    return _LONG.unpack_from(buf, pos + store_timestamp_position(sys_flag))[0]
+
+
+def read_physical_offset(buf: bytes | bytearray | memoryview, pos: int) -> int:
+    return _LONG.unpack_from(buf, pos + PHYSICAL_OFFSET_POS)[0]
+
+
+# =====================================================================================================
+# ConsumeQueue unit
+# =====================================================================================================
+
+
+def encode_cq_unit(commitlog_offset: int, size: int, tags_code: int) -> bytes:
+    return _CQ_UNIT.pack(commitlog_offset, size, tags_code)
+
+
+def pack_cq_unit_into(buf: bytearray | memoryview, pos: int, commitlog_offset: int, size: int, tags_code: int) -> None:
+    _CQ_UNIT.pack_into(buf, pos, commitlog_offset, size, tags_code)
+
+
+def decode_cq_unit(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int, int]:
+    """(commitLogOffset, size, tagsCode)."""
+    return _CQ_UNIT.unpack_from(buf, pos)
+
+
+def iter_cq_units(buf: bytes | bytearray | memoryview):
+    return _CQ_UNIT.iter_unpack(buf)
+
+
+# =====================================================================================================
+# IndexFile
+# =====================================================================================================
+
+
+@dataclass(slots=True)
+class IndexHeader:
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+    begin_phy_offset: int = 0
+    end_phy_offset: int = 0
+    hash_slot_count: int = 0
+    index_count: int = 1  # entry 0 is never used
+
+
+def encode_index_header(h: IndexHeader) -> bytes:
+    return _INDEX_HEADER.pack(
+        h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count, h.index_count
+    )
+
+
+def decode_index_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> IndexHeader:
+    h = IndexHeader(*_INDEX_HEADER.unpack_from(buf, pos))
+    if h.index_count <= 0:
+        h.index_count = 1
+    return h
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    return INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+
+
+def index_slot_position(slot: int) -> int:
+    return INDEX_HEADER_SIZE + slot * INDEX_SLOT_SIZE
+
+
+def index_entry_position(hash_slot_num: int, entry_no: int) -> int:
+    return INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT_SIZE + entry_no * INDEX_ENTRY_SIZE
+
+
+def read_index_slot(buf: bytes | bytearray | memoryview, slot: int) -> int:
+    return _INT.unpack_from(buf, index_slot_position(slot))[0]
+
+
+def write_index_slot(buf: bytearray | memoryview, slot: int, entry_no: int) -> None:
+    _INT.pack_into(buf, index_slot_position(slot), entry_no)
+
+
+def encode_index_entry(key_hash: int, phy_offset: int, time_diff: int, prev_index: int) -> bytes:
+    return _INDEX_ENTRY.pack(key_hash, phy_offset, time_diff, prev_index)
+
+
+def pack_index_entry_into(
+    buf: bytearray | memoryview, hash_slot_num: int, entry_no: int, key_hash: int, phy_offset: int,
+    time_diff: int, prev_index: int,
+) -> None:  # fmt: skip
+    _INDEX_ENTRY.pack_into(
+        buf, index_entry_position(hash_slot_num, entry_no), key_hash, phy_offset, time_diff, prev_index
+    )
+
+
+def read_index_entry(
+    buf: bytes | bytearray | memoryview, hash_slot_num: int, entry_no: int
+) -> tuple[int, int, int, int]:
+    """(keyHash, phyOffset, timeDiff seconds, prevIndex)."""
+    return _INDEX_ENTRY.unpack_from(buf, index_entry_position(hash_slot_num, entry_no))
+
+
+def index_file_name(timestamp_ms: int) -> str:
+    """``UtilAll.timeMillisToHumanString``: yyyyMMddHHmmssSSS in local time."""
+    t = datetime.fromtimestamp(timestamp_ms / 1000)
+    return t.strftime("%Y%m%d%H%M%S") + f"{timestamp_ms % 1000:03d}"
+
+
+# =====================================================================================================
+# Checkpoint and segment names
+# =====================================================================================================
+
+
+def encode_checkpoint(physic_msg_timestamp: int, logics_msg_timestamp: int, index_msg_timestamp: int) -> bytes:
+    return _CHECKPOINT.pack(physic_msg_timestamp, logics_msg_timestamp, index_msg_timestamp)
+
+
+def decode_checkpoint(buf: bytes | bytearray | memoryview) -> tuple[int, int, int]:
+    """(physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp)."""
+    return _CHECKPOINT.unpack_from(buf, 0)
+
+
+def offset_to_file_name(offset: int) -> str:
+    """``UtilAll.offset2FileName``: 20-digit zero-padded decimal."""
+    return f"{offset:020d}"

@@ -1,0 +1,223 @@
+"""IndexFile: hash slots and chained entries from ``topic#key`` to CommitLog offsets (``IndexService``)."""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+import time
+from pathlib import Path
+
+from store import format as fmt
+from store.mapped_file import StoreFileError
+
+log = logging.getLogger(__name__)
+MAX_MSGS_NUM_BATCH = 64
+
+
+class IndexFile:
+    def __init__(self, path: Path, hash_slot_num: int, index_num: int, *, create: bool = False) -> None:
+        self.path = path
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        size = fmt.index_file_size(hash_slot_num, index_num)
+        if create:
+            # Sparse on purpose, as RocketMQ's RandomAccessFile.setLength: slots are touched at random.
+            with open(path, "xb") as f:
+                f.truncate(size)
+        actual = path.stat().st_size
+        if actual != size:
+            raise StoreFileError(f"{path}: size {actual} does not match maxHashSlotNum/maxIndexNum ({size})")
+        self._fd = os.open(path, os.O_RDWR)
+        self.mm = mmap.mmap(self._fd, size)
+        self.header = fmt.decode_index_header(self.mm)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def is_full(self) -> bool:
+        return self.header.index_count >= self.index_num
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """``IndexFile.putKey``; False when the file is full."""
+        h = self.header
+        if h.index_count >= self.index_num:
+            return False
+        key_hash = fmt.index_key_hash(key)
+        slot = key_hash % self.hash_slot_num
+        slot_value = fmt.read_index_slot(self.mm, slot)
+        if slot_value <= 0 or slot_value > h.index_count:
+            slot_value = 0
+        if h.begin_timestamp <= 0:
+            time_diff = 0
+        else:
+            time_diff = min(max((store_timestamp - h.begin_timestamp) // 1000, 0), 0x7FFFFFFF)
+        fmt.pack_index_entry_into(
+            self.mm, self.hash_slot_num, h.index_count, key_hash, phy_offset, time_diff, slot_value
+        )
+        fmt.write_index_slot(self.mm, slot, h.index_count)
+        if h.index_count <= 1:
+            h.begin_phy_offset = phy_offset
+            h.begin_timestamp = store_timestamp
+        if slot_value == 0:
+            h.hash_slot_count += 1
+        h.index_count += 1
+        h.end_phy_offset = phy_offset
+        h.end_timestamp = store_timestamp
+        self.mm[: fmt.INDEX_HEADER_SIZE] = fmt.encode_index_header(h)
+        return True
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        b, e = self.header.begin_timestamp, self.header.end_timestamp
+        return (begin < b and end > e) or b <= begin <= e or b <= end <= e
+
+    def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int, out: list[int]) -> None:
+        """``selectPhyOffset``: walk the chain of the key's slot, newest first."""
+        h = self.header
+        key_hash = fmt.index_key_hash(key)
+        slot_value = fmt.read_index_slot(self.mm, key_hash % self.hash_slot_num)
+        if slot_value <= 0 or slot_value > h.index_count or h.index_count <= 1:
+            return
+        nxt = slot_value
+        while len(out) < max_num:
+            entry_hash, phy, time_diff, prev = fmt.read_index_entry(self.mm, self.hash_slot_num, nxt)
+            if time_diff < 0:
+                break
+            time_read = h.begin_timestamp + time_diff * 1000
+            if entry_hash == key_hash and begin <= time_read <= end:
+                out.append(phy)
+            if prev <= 0 or prev > h.index_count or prev == nxt or time_read < begin:
+                break
+            nxt = prev
+
+    def flush(self) -> None:
+        os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        if not self.mm.closed:
+            self.mm.close()
+            os.close(self._fd)
+
+    def destroy(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+
+class IndexService:
+    def __init__(self, directory: Path, hash_slot_num: int, index_num: int, on_file_flushed=None) -> None:
+        self.directory = directory
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.files: list[IndexFile] = []
+        self.lock = threading.RLock()
+        self._on_file_flushed = on_file_flushed  # called with a full file's endTimestamp once durable
+
+    def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
+        """Load every index file; after a crash, files newer than the checkpoint are rebuilt from the log."""
+        if not self.directory.exists():
+            return
+        for p in sorted(self.directory.iterdir()):
+            if p.name.endswith(".tmp"):
+                continue
+            f = IndexFile(p, self.hash_slot_num, self.index_num)
+            if not last_exit_ok and f.header.end_timestamp > index_msg_timestamp:
+                log.info("destroying index file %s: newer than the checkpoint", p)
+                f.destroy()
+                continue
+            self.files.append(f)
+
+    @property
+    def end_phy_offset(self) -> int:
+        return self.files[-1].header.end_phy_offset if self.files else 0
+
+    def _writable_file(self, phy_offset: int, store_timestamp: int) -> IndexFile:
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_full():
+            return last
+        self.directory.mkdir(parents=True, exist_ok=True)
+        now = time.time_ns() // 1_000_000  # named by wall clock, as RocketMQ does
+        name = fmt.index_file_name(now)
+        while (self.directory / name).exists() or (self.files and name <= self.files[-1].name):
+            now += 1
+            name = fmt.index_file_name(now)
+        f = IndexFile(self.directory / name, self.hash_slot_num, self.index_num, create=True)
+        if last is not None:
+            # A new file starts where the last one ended (IndexService.getAndCreateLastIndexFile).
+            h = f.header
+            h.begin_phy_offset = h.end_phy_offset = last.header.end_phy_offset
+            h.begin_timestamp = h.end_timestamp = last.header.end_timestamp
+            f.mm[: fmt.INDEX_HEADER_SIZE] = fmt.encode_index_header(h)
+            threading.Thread(target=self._flush_full, args=(last,), name="index-flush", daemon=True).start()
+        self.files.append(f)
+        return f
+
+    def _flush_full(self, f: IndexFile) -> None:
+        try:
+            f.flush()
+        except (OSError, ValueError):
+            return
+        if self._on_file_flushed is not None:
+            self._on_file_flushed(f.header.end_timestamp)
+
+    def build_index(self, req: fmt.DispatchRequest) -> None:
+        """``IndexService.buildIndex``: UNIQ_KEY and each KEYS entry, rollbacks and repeats skipped."""
+        if req.sys_flag & fmt.TRANSACTION_ROLLBACK_TYPE == fmt.TRANSACTION_ROLLBACK_TYPE:
+            return
+        keys = []
+        if req.uniq_key:
+            keys.append(req.uniq_key)
+        keys.extend(fmt.split_keys(req.keys))
+        if not keys:
+            return
+        with self.lock:
+            if self.files and req.commitlog_offset < self.files[-1].header.end_phy_offset:
+                return  # already indexed
+            for k in keys:
+                full = fmt.index_key(req.topic, k)
+                f = self._writable_file(req.commitlog_offset, req.store_timestamp)
+                if not f.put_key(full, req.commitlog_offset, req.store_timestamp):
+                    f = self._writable_file(req.commitlog_offset, req.store_timestamp)
+                    f.put_key(full, req.commitlog_offset, req.store_timestamp)
+
+    def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> tuple[list[int], int, int]:
+        """``queryOffset``: (phy offsets, indexLastUpdateTimestamp, indexLastUpdatePhyoffset)."""
+        max_num = min(max_num, MAX_MSGS_NUM_BATCH)
+        out: list[int] = []
+        full = fmt.index_key(topic, key)
+        with self.lock:
+            if not self.files:
+                return out, 0, 0
+            last = self.files[-1].header
+            for f in reversed(self.files):
+                if f.is_time_matched(begin, end):
+                    f.select_phy_offsets(full, max_num, begin, end, out)
+                if f.header.begin_timestamp < begin or len(out) >= max_num:
+                    break
+            return out, last.end_timestamp, last.end_phy_offset
+
+    def delete_expired(self, commitlog_min_offset: int) -> int:
+        """Delete index files whose every entry lies below the CommitLog minimum (never the last)."""
+        deleted = 0
+        with self.lock:
+            while len(self.files) > 1 and self.files[0].header.end_phy_offset < commitlog_min_offset:
+                self.files.pop(0).destroy()
+                deleted += 1
+        return deleted
+
+    def flush(self) -> None:
+        with self.lock:
+            for f in self.files[-1:]:
+                f.flush()
+
+    def close(self) -> None:
+        with self.lock:
+            for f in self.files:
+                f.close()
+
+    def destroy(self) -> None:
+        with self.lock:
+            for f in self.files:
+                f.destroy()
+            self.files = []

@@ -1,0 +1,269 @@
+"""Fixed-size, memory-mapped segment files named by their 20-digit start offset (``MappedFileQueue``)."""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import threading
+from pathlib import Path
+
+from store.format import offset_to_file_name
+
+_FILL_CHUNK = bytes(1 << 20)
+PAGE_SIZE = 4096
+
+
+class StoreFileError(Exception):
+    """A store file that cannot be used as it is; the message names the file."""
+
+
+def preallocate(path: Path, size: int) -> None:
+    """Create ``path`` filled with zeros, atomically.
+
+    Written with plain ``write()`` calls rather than left sparse: first touch of a pre-written file is
+    an order of magnitude faster than of a sparse or fallocated one, and the append path must not wait
+    on block allocation.  The temp-then-rename means a crash never leaves a short segment behind.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        left = size
+        while left > 0:
+            n = min(left, len(_FILL_CHUNK))
+            f.write(_FILL_CHUNK[:n])
+            left -= n
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class MappedFile:
+    """One segment: the whole file mapped; ``wrote``/``flushed`` are positions inside it."""
+
+    def __init__(self, path: Path, file_size: int, *, create: bool = False) -> None:
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = int(path.name)
+        if create and not path.exists():
+            preallocate(path, file_size)
+        actual = path.stat().st_size
+        if actual != file_size:
+            raise StoreFileError(f"{path}: size {actual} is not the configured segment size {file_size}")
+        self._fd = os.open(path, os.O_RDWR)
+        self.mm = mmap.mmap(self._fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.view = memoryview(self.mm)
+        self.wrote = 0
+        self.flushed = 0
+        self.last_store_timestamp = 0
+
+    @property
+    def end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    @property
+    def wrote_offset(self) -> int:
+        return self.file_from_offset + self.wrote
+
+    def is_full(self) -> bool:
+        return self.wrote >= self.file_size
+
+    def flush(self) -> int:
+        """Make everything written so far durable; returns the flushed position.
+
+        ``fdatasync`` on the file descriptor is what ``msync`` does on Linux and, unlike
+        ``mmap.flush``, it releases the GIL while the disk works.
+        """
+        target = self.wrote
+        if target > self.flushed:
+            os.fdatasync(self._fd)
+            self.flushed = target
+        return self.flushed
+
+    def close(self) -> None:
+        if self.mm.closed:
+            return
+        self.view.release()
+        # A reader may still hold a slice of the map; the kernel keeps it until that is dropped.
+        with contextlib.suppress(BufferError):
+            self.mm.close()
+        os.close(self._fd)
+
+    def destroy(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path.name}, wrote={self.wrote}, flushed={self.flushed})"
+
+
+class MappedFileQueue:
+    """The ordered segments of one log (the CommitLog, or one ConsumeQueue)."""
+
+    def __init__(self, directory: Path, file_size: int, *, preallocate_next: bool = False) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.files: list[MappedFile] = []
+        self._preallocate_next = preallocate_next
+        self._prealloc_thread: threading.Thread | None = None
+        self.lock = threading.RLock()  # guards the list, not the bytes
+
+    # --- loading ---------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """``doLoad``: every segment must be exactly the configured size; names must be offsets."""
+        if not self.directory.exists():
+            return
+        for tmp in self.directory.glob("*.tmp"):
+            tmp.unlink()  # an interrupted preallocation
+        names = sorted(p for p in self.directory.iterdir() if p.is_file())
+        for p in names:
+            if not (len(p.name) == 20 and p.name.isdigit()):
+                raise StoreFileError(f"{p}: not a segment (name must be a 20-digit start offset)")
+            if p.stat().st_size == 0 and p == names[-1]:
+                p.unlink()  # 5.x: a zero-length last file is an interrupted creation
+                continue
+            mf = MappedFile(p, self.file_size)
+            mf.wrote = mf.flushed = self.file_size  # recovery sets the real positions
+            self.files.append(mf)
+        for a, b in zip(self.files, self.files[1:], strict=False):
+            if b.file_from_offset != a.file_from_offset + self.file_size:
+                raise StoreFileError(
+                    f"{b.path}: starts at {b.file_from_offset}, expected {a.file_from_offset + self.file_size}"
+                )
+
+    # --- positions ---------------------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        with self.lock:
+            return self.files[0].file_from_offset if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """End of the written data (``getMaxOffset``)."""
+        with self.lock:
+            return self.files[-1].wrote_offset if self.files else 0
+
+    @property
+    def flushed_offset(self) -> int:
+        with self.lock:
+            for mf in reversed(self.files):
+                if mf.flushed > 0:
+                    return mf.file_from_offset + mf.flushed
+            return self.files[0].file_from_offset if self.files else 0
+
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The segment holding ``offset`` (segments are contiguous, so this is arithmetic)."""
+        with self.lock:
+            if not self.files:
+                return None
+            i = (offset - self.files[0].file_from_offset) // self.file_size
+            if 0 <= i < len(self.files):
+                return self.files[i]
+            return None
+
+    # --- growth ------------------------------------------------------------------------------------------
+    def new_file(self, start_offset: int) -> MappedFile:
+        """Map the segment starting at ``start_offset``, creating it if absent."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if self._prealloc_thread is not None:
+            self._prealloc_thread.join()
+        mf = MappedFile(self.directory / offset_to_file_name(start_offset), self.file_size, create=True)
+        with self.lock:
+            self.files.append(mf)
+        if self._preallocate_next:
+            nxt = self.directory / offset_to_file_name(start_offset + self.file_size)
+            # Like AllocateMappedFileService: the next segment is written while this one fills.
+            self._prealloc_thread = threading.Thread(
+                target=lambda: nxt.exists() or preallocate(nxt, self.file_size),
+                name="allocate-mapped-file",
+                daemon=True,
+            )
+            self._prealloc_thread.start()
+        return mf
+
+    def last_or_new(self, start_offset: int = 0) -> MappedFile:
+        last = self.last()
+        if last is None:
+            return self.new_file(start_offset - start_offset % self.file_size)
+        if last.is_full():
+            return self.new_file(last.end_offset)
+        return last
+
+    # --- flush -------------------------------------------------------------------------------------------
+    def flush(self) -> int:
+        """Flush every segment with unflushed bytes; returns the flushed offset."""
+        with self.lock:
+            files = [mf for mf in self.files if mf.wrote > mf.flushed]
+        for mf in files:
+            mf.flush()
+        return self.flushed_offset
+
+    def dirty_bytes(self) -> int:
+        with self.lock:
+            return sum(mf.wrote - mf.flushed for mf in self.files[-2:])
+
+    # --- truncation and deletion ----------------------------------------------------------------------------
+    def truncate_dirty_files(self, offset: int) -> None:
+        """``truncateDirtyFiles``: the segment holding ``offset`` ends there, later ones are destroyed.
+
+        Unlike RocketMQ we zero the stale bytes after the new end (up to the first all-zero page), so a
+        second crash can never resurrect a record from before the first one.
+        """
+        with self.lock:
+            keep: list[MappedFile] = []
+            for mf in self.files:
+                if mf.end_offset <= offset:
+                    keep.append(mf)
+                elif mf.file_from_offset <= offset:
+                    pos = offset - mf.file_from_offset
+                    zero_stale_tail(mf, pos)
+                    mf.wrote = mf.flushed = pos
+                    keep.append(mf)
+                else:
+                    mf.destroy()
+            self.files = keep
+
+    def delete_first(self) -> MappedFile | None:
+        with self.lock:
+            if not self.files:
+                return None
+            mf = self.files.pop(0)
+        mf.destroy()
+        return mf
+
+    def destroy(self) -> None:
+        with self.lock:
+            for mf in self.files:
+                mf.destroy()
+            self.files = []
+
+    def close(self) -> None:
+        if self._prealloc_thread is not None:
+            self._prealloc_thread.join()
+        with self.lock:
+            for mf in self.files:
+                mf.close()
+
+
+def zero_stale_tail(mf: MappedFile, pos: int) -> None:
+    zero = bytes(PAGE_SIZE)
+    p = pos
+    while p < mf.file_size:
+        end = min(mf.file_size, (p // PAGE_SIZE + 1) * PAGE_SIZE)
+        if mf.mm[p:end] == zero[: end - p]:
+            break
+        mf.mm[p:end] = zero[: end - p]
+        p = end
+    if p > pos:
+        os.fdatasync(mf._fd)

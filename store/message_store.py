@@ -1,0 +1,606 @@
+"""The facade the broker uses: put, get, query, offsets, start and shutdown (``DefaultMessageStore``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from enum import Enum
+
+from store import format as fmt
+from store.checkpoint import StoreCheckpoint, StoreLock, abort_file
+from store.commitlog import (
+    AppendResult,
+    AppendStatus,
+    CommitLog,
+    FlushRealTimeService,
+    GroupCommitService,
+)
+from store.config import ExpiredSegmentPolicy, FlushDiskType, MessageStoreConfig
+from store.consume_queue import ConsumeQueue
+from store.dispatch import ArrivalListener, ReputService
+from store.index import IndexService
+from store.recovery import RecoveryReport, recover
+from store.retention import SegmentManifest, SegmentState, disk_used_ratio, is_deletion_hour
+
+log = logging.getLogger(__name__)
+MAX_FILTER_UNITS = 16000 // fmt.CQ_UNIT_SIZE  # maxFilterMessageCount: CQ units scanned per pull at most
+MAX_TRANSFER_BYTES = 256 * 1024
+MAX_TRANSFER_COUNT = 32
+
+
+class PutMessageStatus(Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+@dataclass(slots=True)
+class PutMessageResult:
+    status: PutMessageStatus
+    append: AppendResult | None = None
+    msg_ids: list[str] = field(default_factory=list)  # offset message ids
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT)
+
+
+class GetMessageStatus(Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class GetMessageResult:
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[bytes] = field(default_factory=list)  # raw CommitLog records, byte-identical
+    queue_offsets: list[int] = field(default_factory=list)
+
+    @property
+    def buffer_total_size(self) -> int:
+        return sum(len(m) for m in self.messages)
+
+
+@dataclass(slots=True)
+class QueryMessageResult:
+    messages: list[bytes]
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int
+
+
+class StoreStateError(RuntimeError):
+    pass
+
+
+class MessageStore:
+    def __init__(self, config: MessageStoreConfig) -> None:
+        self.config = config
+        self.root = config.store_path_root_dir
+        self.delay_millis = fmt.parse_delay_levels(config.message_delay_level)
+        self.store_host = config.store_host_tuple
+        self._lock: StoreLock | None = None
+        self.commitlog = CommitLog(config.commitlog_dir, config.mapped_file_size_commit_log)
+        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._cq_lock = threading.Lock()
+        self.checkpoint: StoreCheckpoint | None = None
+        self.index = IndexService(
+            config.index_dir,
+            config.max_hash_slot_num,
+            config.max_index_num,
+            on_file_flushed=self._on_index_file_flushed,
+        )
+        self.manifest = SegmentManifest(self.root)
+        self.reput: ReputService | None = None
+        self._flush_service: FlushRealTimeService | GroupCommitService | None = None
+        self._housekeeping: _Housekeeping | None = None
+        self._listeners: list[ArrivalListener] = []
+        self._running = False
+        self.last_exit_ok = True
+        self.recovery_report: RecoveryReport | None = None
+        self._last_dispatched_store_ts = 0
+        self._manual_delete = threading.Event()
+
+    # =================================================================================================
+    # lifecycle
+    # =================================================================================================
+    def start(self) -> MessageStore:
+        """Lock the store dir, load, recover, catch dispatch up, then start the background services."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = StoreLock(self.root)
+        try:
+            self._load_and_recover()
+        except BaseException:
+            self._close_files()
+            self._lock.release()
+            raise
+        abort_file(self.root).touch()
+        self._running = True
+        self.reput.start()
+        if self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
+            self._flush_service = GroupCommitService(self.commitlog, self._on_commitlog_flushed)
+        else:
+            self._flush_service = FlushRealTimeService(
+                self.commitlog,
+                self.config.flush_interval_commit_log,
+                self.config.flush_commit_log_least_pages,
+                self.config.flush_commit_log_thorough_interval,
+                self._on_commitlog_flushed,
+            )
+        self._flush_service.start()
+        self._housekeeping = _Housekeeping(self)
+        self._housekeeping.start()
+        return self
+
+    def _load_and_recover(self) -> None:
+        self.last_exit_ok = not abort_file(self.root).exists()
+        self.commitlog.queue.load()
+        self._load_consume_queues()
+        self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
+        self.index.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
+        self.recovery_report = recover(self, self.last_exit_ok)
+        self.reput = ReputService(self, self.recovery_report.dispatch_from)
+        # Dispatch everything already in the log before queue offsets are handed out again.
+        while self.reput.do_reput() > 0:
+            pass
+        self._recover_topic_queue_table()
+        self._sync_manifest()
+
+    def _load_consume_queues(self) -> None:
+        cq_root = self.config.consume_queue_dir
+        if not cq_root.exists():
+            return
+        for topic_dir in sorted(cq_root.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            for qdir in sorted(topic_dir.iterdir()):
+                if qdir.is_dir() and qdir.name.isdigit():
+                    cq = ConsumeQueue(
+                        cq_root, topic_dir.name, int(qdir.name), self.config.mapped_file_size_consume_queue
+                    )
+                    cq.load()
+                    self.consume_queues[(topic_dir.name, int(qdir.name))] = cq
+
+    def _recover_topic_queue_table(self) -> None:
+        table = {}
+        cl_min = self.commitlog.min_offset
+        for (topic, qid), cq in self.consume_queues.items():
+            table[f"{topic}-{qid}"] = cq.max_offset_in_queue
+            cq.correct_min_offset(cl_min)
+        self.commitlog.topic_queue_table = table
+
+    def shutdown(self) -> None:
+        """Stop services, wait for dispatch, flush everything, remove the abort marker."""
+        if not self._running:
+            return
+        self._running = False
+        if self._housekeeping is not None:
+            self._housekeeping.shutdown()
+        self.reput.shutdown()
+        while self.reput.do_reput() > 0:
+            pass
+        self._flush_service.shutdown()
+        self.commitlog.queue.flush()
+        self._on_commitlog_flushed()
+        self._flush_consume_queues(thorough=True)
+        self.index.flush()
+        fully_dispatched = self.reput.behind_bytes <= 0
+        self._sync_manifest()
+        self._close_files()
+        if fully_dispatched:
+            abort_file(self.root).unlink(missing_ok=True)
+        self._lock.release()
+
+    def _close_files(self) -> None:
+        self.commitlog.close()
+        for cq in self.consume_queues.values():
+            cq.close()
+        self.index.close()
+        if self.checkpoint is not None:
+            self.checkpoint.close()
+
+    def __enter__(self) -> MessageStore:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    # =================================================================================================
+    # put
+    # =================================================================================================
+    def _check(self, msg: fmt.MessageRecord) -> PutMessageResult | None:
+        if not self._running:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is not running")
+        topic_len = len(msg.topic.encode("utf-8"))
+        if topic_len == 0 or topic_len > 0x7FFF:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=f"topic length {topic_len} is invalid")
+        if len(msg.body) > self.config.max_message_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                error=f"body of {len(msg.body)} bytes exceeds maxMessageSize {self.config.max_message_size}",
+            )
+        if len(msg.properties) > fmt.MAX_PROPERTIES_LENGTH:
+            return PutMessageResult(
+                PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                error=f"properties of {len(msg.properties)} bytes exceed {fmt.MAX_PROPERTIES_LENGTH}",
+            )
+        return None
+
+    def put_message_nowait(self, msg: fmt.MessageRecord) -> tuple[PutMessageResult, Future | None]:
+        """Append one message; in SYNC_FLUSH also return the future of its group commit."""
+        return self.put_messages_nowait([msg])
+
+    def put_messages_nowait(self, msgs: list[fmt.MessageRecord]) -> tuple[PutMessageResult, Future | None]:
+        """Append messages of one topic-queue as consecutive records (a batch)."""
+        for m in msgs:
+            bad = self._check(m)
+            if bad is not None:
+                return bad, None
+        first = msgs[0]
+        records = []
+        for m in msgs:
+            m.store_host = self.store_host
+            records.append(fmt.encode_record(m))
+        try:
+            res = self.commitlog.append_batch(records, first.topic, first.queue_id, first.sys_flag)
+        except OSError as e:
+            log.error("append failed: %s", e)
+            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(e)), None
+        if res.status != AppendStatus.PUT_OK:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, res, error=res.status.value), None
+        self.reput.wake()
+        ids, off = [], res.wrote_offset
+        for r in records:
+            ids.append(fmt.create_offset_msg_id(self.store_host, off))
+            off += len(r)
+        result = PutMessageResult(PutMessageStatus.PUT_OK, res, ids)
+        if isinstance(self._flush_service, GroupCommitService) and _wants_wait(first):
+            return result, self._flush_service.submit(res.wrote_offset + res.wrote_bytes)
+        return result, None
+
+    def put_message(self, msg: fmt.MessageRecord) -> PutMessageResult:
+        """Append; in SYNC_FLUSH wait for the group commit (FLUSH_DISK_TIMEOUT after syncFlushTimeout)."""
+        return self.put_messages([msg])
+
+    def put_messages(self, msgs: list[fmt.MessageRecord]) -> PutMessageResult:
+        result, fut = self.put_messages_nowait(msgs)
+        if fut is not None:
+            try:
+                flushed = fut.result(timeout=self.config.sync_flush_timeout / 1000)
+            except FutureTimeout:
+                flushed = False
+            if not flushed:
+                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return result
+
+    # =================================================================================================
+    # dispatch
+    # =================================================================================================
+    def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
+        key = (topic, queue_id)
+        cq = self.consume_queues.get(key)
+        if cq is None and create:
+            with self._cq_lock:
+                cq = self.consume_queues.get(key)
+                if cq is None:
+                    cq = ConsumeQueue(
+                        self.config.consume_queue_dir, topic, queue_id, self.config.mapped_file_size_consume_queue
+                    )
+                    self.consume_queues[key] = cq
+        return cq
+
+    def all_consume_queues(self) -> list[ConsumeQueue]:
+        return list(self.consume_queues.values())
+
+    def dispatch(self, req: fmt.DispatchRequest) -> None:
+        tran = req.sys_flag & fmt.TRANSACTION_ROLLBACK_TYPE
+        if tran in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT_TYPE):
+            cq = self.find_consume_queue(req.topic, req.queue_id)
+            cq.put(req.commitlog_offset, req.msg_size, req.tags_code, req.queue_offset)
+            self._last_dispatched_store_ts = req.store_timestamp
+            for listener in self._listeners:
+                listener(req.topic, req.queue_id, req.queue_offset + 1, req.tags_code, req.store_timestamp)
+        if self.config.message_index_enable:
+            self.index.build_index(req)
+
+    def add_arrival_listener(self, listener: ArrivalListener) -> None:
+        """Called from the dispatch thread each time a message becomes readable."""
+        self._listeners.append(listener)
+
+    @property
+    def dispatch_behind_bytes(self) -> int:
+        return self.reput.behind_bytes if self.reput else 0
+
+    # =================================================================================================
+    # reads
+    # =================================================================================================
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        return cq.max_offset_in_queue if cq else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        return cq.min_offset_in_queue if cq else 0
+
+    def get_message(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int,
+        tag_codes: set[int] | None = None,
+        max_total_bytes: int = MAX_TRANSFER_BYTES,
+    ) -> GetMessageResult:
+        """``DefaultMessageStore.getMessage``: raw records from ``offset``; ``tag_codes`` None means ``*``."""
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
+        if hi == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
+        if offset < lo:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+        if offset == hi:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        if offset > hi:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
+        cl_min = self.commitlog.min_offset
+        max_nums = min(max_msg_nums, MAX_TRANSFER_COUNT) if max_msg_nums > 0 else MAX_TRANSFER_COUNT
+        next_offset = offset
+        total = 0
+        removing = False
+        for index, phy, size, tags in cq.iter_units(offset, MAX_FILTER_UNITS):
+            if len(result.messages) >= max_nums or (result.messages and total + size > max_total_bytes):
+                break
+            next_offset = index + 1
+            if size == 0x7FFFFFFF:
+                continue
+            if phy < cl_min:
+                removing = True
+                continue
+            if tag_codes is not None and _java_int(tags) not in tag_codes:
+                continue
+            data = self.commitlog.read(phy, size)
+            if data is None:
+                removing = True
+                continue
+            result.messages.append(data)
+            result.queue_offsets.append(index)
+            total += size
+        result.next_begin_offset = next_offset
+        if result.messages:
+            result.status = GetMessageStatus.FOUND
+        elif removing:
+            result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+        elif next_offset == offset:
+            result.status = GetMessageStatus.OFFSET_FOUND_NULL
+        return result
+
+    def look_message_by_offset(self, commitlog_offset: int) -> bytes | None:
+        """The raw record at a CommitLog offset, or None."""
+        return self.commitlog.read_record_at(commitlog_offset)
+
+    def view_message_by_id(self, offset_msg_id: str) -> bytes | None:
+        _host, off = fmt.decode_offset_msg_id(offset_msg_id)
+        return self.look_message_by_offset(off)
+
+    def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
+        """Messages indexed under ``topic#key`` stored in [begin, end]; newest index files first, ≤ 64."""
+        offsets, last_ts, last_phy = self.index.query_offsets(topic, key, max_num, begin, end)
+        msgs = []
+        for off in offsets:
+            data = self.look_message_by_offset(off)
+            if data is not None:
+                msgs.append(data)
+        return QueryMessageResult(msgs, last_ts, last_phy)
+
+    def _unit_store_time(self, cq: ConsumeQueue, index: int) -> int:
+        unit = cq.get_unit(index)
+        if unit is None:
+            return -1
+        return self.commitlog.pickup_store_timestamp(unit[0], unit[1])
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int, upper: bool = False) -> int:
+        """First offset stored at or after ``timestamp`` (5.x LOWER); with ``upper`` the last one at or before."""
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue - 1
+        if hi < lo:
+            return lo
+        while lo <= hi and self._unit_store_time(cq, lo) < 0:
+            lo += 1  # units pointing at deleted data
+        first, last = lo, hi
+        if first > last:
+            return cq.max_offset_in_queue
+        if upper:
+            ans = first
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                if self._unit_store_time(cq, mid) <= timestamp:
+                    ans, lo = mid, mid + 1
+                else:
+                    hi = mid - 1
+            return ans
+        ans = last + 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if self._unit_store_time(cq, mid) >= timestamp:
+                ans, hi = mid, mid - 1
+            else:
+                lo = mid + 1
+        return min(ans, last)
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        if cq is None:
+            return -1
+        return self._unit_store_time(cq, cq.min_offset_in_queue)
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        return -1 if cq is None else self._unit_store_time(cq, offset)
+
+    @property
+    def min_phy_offset(self) -> int:
+        return self.commitlog.min_offset
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.commitlog.max_offset
+
+    def runtime_info(self) -> dict[str, str]:
+        return {
+            "commitLogMinOffset": str(self.commitlog.min_offset),
+            "commitLogMaxOffset": str(self.commitlog.max_offset),
+            "dispatchBehindBytes": str(self.dispatch_behind_bytes),
+            "flushedOffset": str(self.commitlog.queue.flushed_offset),
+            "consumeQueueCount": str(len(self.consume_queues)),
+            "indexFileCount": str(len(self.index.files)),
+        }
+
+    # =================================================================================================
+    # flush bookkeeping and retention
+    # =================================================================================================
+    def _on_commitlog_flushed(self) -> None:
+        if self.checkpoint is not None and self.commitlog.last_store_timestamp:
+            self.checkpoint.physic_msg_timestamp = self.commitlog.last_store_timestamp
+
+    def _on_index_file_flushed(self, end_timestamp: int) -> None:
+        if self.checkpoint is not None:
+            self.checkpoint.index_msg_timestamp = end_timestamp
+            self.checkpoint.flush()
+
+    def _flush_consume_queues(self, thorough: bool) -> None:
+        logics_ts = self._last_dispatched_store_ts
+        least = 0 if thorough else self.config.flush_consume_queue_least_pages * 4096
+        for cq in self.all_consume_queues():
+            if cq.queue.dirty_bytes() >= max(least, 1):
+                cq.flush()
+        if thorough and self.checkpoint is not None:
+            if logics_ts:
+                self.checkpoint.logics_msg_timestamp = logics_ts
+            self.checkpoint.flush()
+
+    def _sync_manifest(self) -> None:
+        stats = {}
+        if self.reput is not None:
+            for base, s in list(self.reput.sealed_stats.items()):
+                stats[base] = (s.count, s.first_store_time, s.last_store_time)
+        files = [(mf.file_from_offset, mf.file_size) for mf in self.commitlog.queue.files]
+        self.manifest.sync_files(files, stats)
+        if self.reput is not None:
+            for base in stats:
+                self.reput.sealed_stats.pop(base, None)
+
+    def delete_expired_files_manually(self) -> None:
+        """Run a clean pass now regardless of the deletion hour (mqadmin deleteExpiredCommitLog)."""
+        self._manual_delete.set()
+        self.clean_expired_files()
+
+    def clean_expired_files(self) -> list[int]:
+        """One ``CleanCommitLogService`` pass; returns the base offsets of deleted segments."""
+        cfg = self.config
+        self._sync_manifest()
+        disk_full = disk_used_ratio(self.root) * 100 > cfg.disk_max_used_space_ratio
+        now_s = time.time()
+        entries = self.manifest.entries()
+        reserved_ms = cfg.file_reserved_time * 3600 * 1000
+        to_expire = [
+            e.base_offset
+            for e in entries
+            if e.state == SegmentState.SEALED
+            and (disk_full or (e.last_store_time or _mtime_ms(self, e.base_offset)) + reserved_ms <= now_s * 1000)
+        ]
+        if to_expire:
+            self.manifest.expire(to_expire)
+        manual = self._manual_delete.is_set()
+        self._manual_delete.clear()
+        if not (is_deletion_hour(cfg.delete_when) or disk_full or manual):
+            return []
+        deletable = {SegmentState.TIERED}
+        if cfg.expired_segment_policy == ExpiredSegmentPolicy.DELETE:
+            deletable |= {SegmentState.EXPIRED}
+        states = {e.base_offset: e.state for e in self.manifest.entries()}
+        deleted = []
+        files = self.commitlog.queue.files
+        while len(files) > 1 and len(deleted) < 10 and states.get(files[0].file_from_offset) in deletable:
+            base = files[0].file_from_offset
+            if base + files[0].file_size > self.reput.reput_from:
+                break  # never delete what is not dispatched yet
+            self.commitlog.queue.delete_first()
+            self.manifest.mark_deleted(base)
+            deleted.append(base)
+            files = self.commitlog.queue.files
+        if deleted:
+            cl_min = self.commitlog.min_offset
+            for cq in self.all_consume_queues():
+                cq.delete_expired(cl_min)
+            self.index.delete_expired(cl_min)
+            log.info("deleted CommitLog segments %s; new minimum offset %d", deleted, cl_min)
+        return deleted
+
+
+def _mtime_ms(store: MessageStore, base: int) -> int:
+    try:
+        return int((store.config.commitlog_dir / fmt.offset_to_file_name(base)).stat().st_mtime * 1000)
+    except FileNotFoundError:
+        return 0
+
+
+def _wants_wait(msg: fmt.MessageRecord) -> bool:
+    return b"WAIT\x01false\x02" not in msg.properties
+
+
+def _java_int(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - 0x100000000 if v & 0x80000000 else v
+
+
+class _Housekeeping(threading.Thread):
+    """ConsumeQueue flushing, checkpoint persistence and the retention pass."""
+
+    def __init__(self, store: MessageStore) -> None:
+        super().__init__(name="store-housekeeping", daemon=True)
+        self.store = store
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        cfg = self.store.config
+        interval = cfg.flush_interval_consume_queue / 1000
+        last_thorough = last_clean = time.monotonic()
+        while not self._stopped.wait(interval):
+            now = time.monotonic()
+            try:
+                thorough = now - last_thorough >= cfg.flush_consume_queue_thorough_interval / 1000
+                if thorough:
+                    last_thorough = now
+                self.store._flush_consume_queues(thorough)
+                if now - last_clean >= cfg.clean_resource_interval / 1000:
+                    last_clean = now
+                    self.store.clean_expired_files()
+            except Exception:
+                log.exception("store housekeeping failed")
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self.join()

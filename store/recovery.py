@@ -1,0 +1,205 @@
+"""Recovery at start-up, as RocketMQ's ``DefaultMessageStore.recover`` does it.
+
+Normal exit (no abort file): scan the CommitLog from the 3rd-last segment, truncate a torn tail, and
+re-dispatch from the highest offset any ConsumeQueue reached.  Abnormal exit: start from the newest
+segment whose first record is older than the checkpoint (minus 3 s) and re-dispatch everything from
+there; dispatch is idempotent, so ConsumeQueue and IndexFile end up complete.
+
+Two things we do beyond RocketMQ, because they lose data there: bytes cut off a torn tail are copied
+to ``<root>/quarantine/`` first, and a bad record in a segment that is *followed by valid segments* is
+an error naming the file and offset instead of a truncation that would discard every later segment.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from store import format as fmt
+from store.mapped_file import PAGE_SIZE, MappedFile
+
+if TYPE_CHECKING:
+    from store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+_CL_FIELDS = struct.Struct(">ii")  # TOTALSIZE, MAGIC
+
+
+class StoreCorruptError(RuntimeError):
+    """A record in the middle of the log is bad; truncating there would drop valid later segments."""
+
+
+@dataclass
+class RecoveryReport:
+    abnormal: bool
+    process_offset: int
+    dispatch_from: int
+    truncated_bytes: int = 0
+    quarantined_to: str | None = None
+    cq_units_dropped: int = 0
+
+
+def _scan_commitlog(store: MessageStore, start_index: int) -> int:
+    """Scan valid records from segment ``start_index``; return the end of the last valid one."""
+    files = store.commitlog.queue.files
+    check_crc = store.config.check_crc_on_recover
+    process = files[start_index].file_from_offset
+    for i in range(start_index, len(files)):
+        mf = files[i]
+        pos = 0
+        while True:
+            res = fmt.check_record(mf.view, pos, check_crc=check_crc, delay_millis=store.delay_millis)
+            if res.ok and res.size > 0:
+                pos += res.size
+                continue
+            if res.blank:
+                pos = mf.file_size
+            break
+        process = mf.file_from_offset + pos
+        if pos < mf.file_size:
+            # A short segment ends the log. If a later segment starts with a valid record, this is not a
+            # torn tail but damage in the middle: refuse rather than throw the later segments away.
+            if i + 1 < len(files) and fmt.check_record(files[i + 1].view, 0, check_crc=check_crc).size > 0:
+                res = fmt.check_record(mf.view, pos, check_crc=check_crc)
+                raise StoreCorruptError(
+                    f"{mf.path}: invalid record at position {pos} (CommitLog offset {process}): {res.reason}; "
+                    f"later segments hold valid data, so the store will not truncate here. "
+                    f"Inspect with `mqlake store dump --verify {store.config.store_path_root_dir}`."
+                )
+            break
+    return process
+
+
+def _first_record_time(mf: MappedFile, check_crc: bool) -> int | None:
+    res = fmt.check_record(mf.view, 0, check_crc=check_crc)
+    if not res.ok or res.size <= 0:
+        return None
+    return res.request.store_timestamp
+
+
+def _abnormal_start_index(store: MessageStore) -> int:
+    """Newest segment whose first record is valid and not newer than the checkpoint bound."""
+    files = store.commitlog.queue.files
+    cp = store.checkpoint
+    # Bounding by the index timestamp too (RocketMQ's messageIndexSafe) is what keeps queries complete:
+    # index files newer than it were just discarded and must be rebuilt from the log.
+    bound = cp.min_timestamp_index if store.config.message_index_enable else cp.min_timestamp
+    for i in range(len(files) - 1, -1, -1):
+        ts = _first_record_time(files[i], store.config.check_crc_on_recover)
+        if ts is not None and ts != 0 and ts <= bound:
+            return i
+    return 0
+
+
+def _quarantine_tail(store: MessageStore, offset: int) -> tuple[int, str | None]:
+    """Copy the non-zero bytes past ``offset`` (the part about to be truncated) to quarantine/."""
+    files = store.commitlog.queue.files
+    chunks: list[bytes] = []
+    for mf in files:
+        if mf.end_offset <= offset:
+            continue
+        pos = max(0, offset - mf.file_from_offset)
+        end = pos
+        while end < mf.file_size:
+            nxt = min(mf.file_size, (end // PAGE_SIZE + 1) * PAGE_SIZE)
+            if not any(mf.mm[end:nxt]):
+                break
+            end = nxt
+        if end > pos:
+            chunks.append(mf.mm[pos:end])
+    data = b"".join(chunks)
+    if not data:
+        return 0, None
+    qdir = store.config.store_path_root_dir / "quarantine"
+    qdir.mkdir(parents=True, exist_ok=True)
+    path = qdir / f"commitlog-{offset:020d}-{int(time.time() * 1000)}.bin"
+    path.write_bytes(data)
+    log.warning("CommitLog truncated at offset %d: %d bytes past it copied to %s", offset, len(data), path)
+    return len(data), str(path)
+
+
+def _verify_cq_tail(store: MessageStore, process: int) -> tuple[int, int]:
+    """Check the recovered ConsumeQueue units against the CommitLog; cut each queue at its first bad unit.
+
+    Returns (units dropped, lowest CommitLog offset that must be re-dispatched).
+    """
+    cl = store.commitlog
+    dropped = 0
+    redispatch_from = process
+    cl_min = cl.min_offset
+    for cq in store.all_consume_queues():
+        files = cq.queue.files
+        if not files:
+            continue
+        start_file = max(0, len(files) - 3)
+        good_end_units = None
+        last_good_phy_end = None
+        for mf in files[start_file:]:
+            for pos in range(0, mf.wrote, fmt.CQ_UNIT_SIZE):
+                phy, size, _tags = fmt.decode_cq_unit(mf.mm, pos)
+                if size == 0x7FFFFFFF or phy + size <= cl_min:
+                    continue  # filler, or data already deleted below the CommitLog minimum
+                index = (mf.file_from_offset + pos) // fmt.CQ_UNIT_SIZE
+                data = cl.read(phy, 28) if phy + size <= process else None
+                ok = data is not None
+                if ok:
+                    total, magic = _CL_FIELDS.unpack_from(data, 0)
+                    qid, _flag, qoff = struct.unpack_from(">iiq", data, 12)
+                    ok = (
+                        magic in (fmt.MESSAGE_MAGIC_V1, fmt.MESSAGE_MAGIC_V2)
+                        and total == size
+                        and qid == cq.queue_id
+                        and qoff == index
+                    )
+                if not ok:
+                    good_end_units = index
+                    break
+                last_good_phy_end = phy + size
+            if good_end_units is not None:
+                break
+        if good_end_units is None:
+            continue
+        n_before = cq.max_offset_in_queue
+        log.warning(
+            "%s-%d: ConsumeQueue unit %d does not match the CommitLog; rebuilding from there",
+            cq.topic, cq.queue_id, good_end_units,
+        )  # fmt: skip
+        cq.queue.truncate_dirty_files(good_end_units * fmt.CQ_UNIT_SIZE)
+        cq.max_physic_offset = last_good_phy_end if last_good_phy_end is not None else -1
+        dropped += n_before - cq.max_offset_in_queue
+        redispatch_from = min(redispatch_from, last_good_phy_end if last_good_phy_end is not None else cl_min)
+    return dropped, redispatch_from
+
+
+def recover(store: MessageStore, last_exit_ok: bool) -> RecoveryReport:
+    cl = store.commitlog
+    cqs = store.all_consume_queues()
+    for cq in cqs:
+        cq.recover()
+    max_cq_phy = max((cq.max_physic_offset for cq in cqs), default=-1)
+    files = cl.queue.files
+    if not files:
+        # The deleted-CommitLog case: queues pointing nowhere are useless.
+        for cq in cqs:
+            cq.destroy()
+        store.index.destroy()
+        return RecoveryReport(not last_exit_ok, 0, 0)
+
+    start = max(0, len(files) - 3) if last_exit_ok else _abnormal_start_index(store)
+    process = _scan_commitlog(store, start)
+    truncated, qpath = _quarantine_tail(store, process)
+    cl.queue.truncate_dirty_files(process)
+    if max_cq_phy >= process or not last_exit_ok:
+        for cq in cqs:
+            cq.truncate_dirty_logic_files(process)
+    dropped, redispatch_from = _verify_cq_tail(store, process)
+
+    if last_exit_ok:
+        dispatch_from = min(max(max_cq_phy, cl.min_offset), process, redispatch_from)
+    else:
+        dispatch_from = min(files[start].file_from_offset if files else 0, redispatch_from)
+    dispatch_from = max(dispatch_from, cl.min_offset)
+    return RecoveryReport(not last_exit_ok, process, dispatch_from, truncated, qpath, dropped)
