@@ -35,6 +35,32 @@ def up(
     console.print("(broker not implemented yet: nothing started)")
 
 
+@store_app.command("dump")
+def store_dump(
+    store_dir: Annotated[Path, typer.Argument(help="Store root (or its commitlog directory).")],
+    json_lines: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table.")] = False,
+    verify: Annotated[bool, typer.Option(help="Check CRC, offsets, lengths and ConsumeQueue units.")] = False,
+    consume_queue: Annotated[bool, typer.Option("--consume-queue", help="Print ConsumeQueue units.")] = False,
+    index: Annotated[bool, typer.Option("--index", help="Print IndexFile headers.")] = False,
+    topic: Annotated[str | None, typer.Option(help="Only this topic.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Print at most this many rows.")] = None,
+) -> None:
+    """Print a store's records (like kafka-dump-log); --verify exits 1 naming each bad file and position."""
+    from store.dump import run
+
+    raise typer.Exit(
+        run(
+            store_dir,
+            as_json=json_lines,
+            verify=verify,
+            consume_queue=consume_queue,
+            index=index,
+            topic=topic,
+            limit=limit,
+        )
+    )
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

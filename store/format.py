@@ -10,7 +10,6 @@ Layouts follow Apache RocketMQ 4.9.8 / 5.x (``MessageDecoder``, ``CommitLog.doAp
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import itertools
 import os
@@ -262,7 +261,8 @@ def decode_offset_msg_id(msg_id: str) -> tuple[Host, int]:
 
 def _start_of_month_ms(now_ms: int) -> int:
     d = datetime.fromtimestamp(now_ms / 1000).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    return int(d.timestamp() * 1000)
+    # Where local midnight happens twice or not at all, java.util.Calendar lands on the later instant.
+    return int(max(d.timestamp(), d.replace(fold=1).timestamp()) * 1000)
 
 
 def _local_ip_bytes() -> bytes:
@@ -296,7 +296,7 @@ class UniqKeyGenerator:
             diff = now - self._month_start
             count = next(self._counter) & 0xFFFF
         diff = 0 if -1_000_000 < diff < 0 else diff
-        return self._prefix + struct.pack(">iH", diff & 0x7FFFFFFF, count).hex().upper()
+        return self._prefix + struct.pack(">IH", diff & 0xFFFFFFFF, count).hex().upper()
 
 
 # =====================================================================================================
@@ -560,9 +560,10 @@ def check_record(
     code = tags_code(tags)
     if rec.topic == SCHEDULE_TOPIC:
         level = props.get(PROPERTY_DELAY_TIME_LEVEL)
-        if level is not None:
-            with contextlib.suppress(ValueError):
-                code = delay_deliver_timestamp(int(level), rec.store_timestamp, delay_millis)
+        # Java rejects the whole record on a non-numeric DELAY; we keep the tag hash rather than
+        # let recovery truncate the log at a message whose only fault is a bad property.
+        if level is not None and level.lstrip("-").isdigit() and int(level) > 0:
+            code = delay_deliver_timestamp(int(level), rec.store_timestamp, delay_millis)
     return CheckResult(
         True,
         total,

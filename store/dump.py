@@ -1,0 +1,237 @@
+"""``mqlake store dump``: print and verify a store's files, read-only, like ``kafka-dump-log``.
+
+Safe on the store of a running broker: files are mapped read-only and no lock is taken.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from store import format as fmt
+
+
+@dataclass(slots=True)
+class Problem:
+    file: str
+    position: int
+    offset: int
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.file} @ {self.position} (offset {self.offset}): {self.kind}: {self.detail}"
+
+
+def _segments(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.is_file() and len(p.name) == 20 and p.name.isdigit())
+
+
+def _map(path: Path) -> mmap.mmap | None:
+    if path.stat().st_size == 0:
+        return None
+    with open(path, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def commitlog_dir(store_dir: Path) -> Path:
+    return store_dir / "commitlog" if (store_dir / "commitlog").is_dir() else store_dir
+
+
+def iter_records(store_dir: Path, check_crc: bool = True) -> Iterator[dict | Problem]:
+    """Every record of every CommitLog segment as a dict, and every problem found on the way."""
+    for path in _segments(commitlog_dir(store_dir)):
+        base = int(path.name)
+        mm = _map(path)
+        if mm is None:
+            yield Problem(str(path), 0, base, "empty", "zero-length segment")
+            continue
+        try:
+            yield from _iter_segment(path, base, mm, check_crc)
+        finally:
+            mm.close()
+
+
+def _iter_segment(path: Path, base: int, mm: mmap.mmap, check_crc: bool) -> Iterator[dict | Problem]:
+    pos, size = 0, len(mm)
+    while pos + 8 <= size:
+        total, magic = fmt.peek_size_magic(mm, pos)
+        if magic == fmt.BLANK_MAGIC:
+            if pos + total != size:
+                yield Problem(str(path), pos, base + pos, "blank", f"BLANK of {total} bytes does not reach the end")
+            return
+        if total == 0 and magic == 0:
+            if any(mm[pos : min(size, pos + 4096)]):
+                yield Problem(str(path), pos, base + pos, "torn-tail", "non-zero bytes after the last record")
+            return  # the active tail: zeros from here on
+        try:
+            rec = fmt.decode_record(mm, pos, check_crc=False, source=str(path))
+        except fmt.RecordError as e:
+            yield Problem(str(path), pos, base + pos, "record", e.reason)
+            return
+        crc_ok = fmt.body_crc32(rec.body) == rec.body_crc
+        if check_crc and rec.body and not crc_ok:
+            detail = f"stored {rec.body_crc}, computed {fmt.body_crc32(rec.body)}"
+            yield Problem(str(path), pos, base + pos, "crc", detail)
+        if rec.physical_offset != base + pos:
+            yield Problem(
+                str(path), pos, base + pos, "offset", f"PHYSICALOFFSET field {rec.physical_offset} != {base + pos}"
+            )
+        yield {
+            "offset": base + pos,
+            "file": path.name,
+            "position": pos,
+            "topic": rec.topic,
+            "queue_id": rec.queue_id,
+            "queue_offset": rec.queue_offset,
+            "size": rec.total_size,
+            "store_timestamp": rec.store_timestamp,
+            "keys": rec.keys,
+            "tags": rec.tags,
+            "uniq_key": rec.uniq_key,
+            "sys_flag": rec.sys_flag,
+            "crc_ok": crc_ok,
+        }
+        pos += total
+
+
+def iter_cq_units(store_dir: Path) -> Iterator[dict]:
+    root = store_dir / "consumequeue"
+    if not root.is_dir():
+        return
+    for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for qdir in sorted((p for p in topic_dir.iterdir() if p.is_dir()), key=lambda p: int(p.name)):
+            for path in _segments(qdir):
+                mm = _map(path)
+                if mm is None:
+                    continue
+                with mm:
+                    base = int(path.name) // fmt.CQ_UNIT_SIZE
+                    for i, (phy, size, tags) in enumerate(fmt.iter_cq_units(mm[: len(mm) - len(mm) % 20])):
+                        if size <= 0 and phy == 0:
+                            break
+                        yield {
+                            "topic": topic_dir.name,
+                            "queue_id": int(qdir.name),
+                            "queue_offset": base + i,
+                            "commitlog_offset": phy,
+                            "size": size,
+                            "tags_code": tags,
+                            "file": str(path),
+                        }
+
+
+def iter_index_headers(store_dir: Path) -> Iterator[dict]:
+    root = store_dir / "index"
+    if not root.is_dir():
+        return
+    for path in sorted(root.iterdir()):
+        with open(path, "rb") as f:
+            h = fmt.decode_index_header(f.read(fmt.INDEX_HEADER_SIZE))
+        yield {"file": path.name, "size": path.stat().st_size, **{k: getattr(h, k) for k in h.__slots__}}
+
+
+def verify_consume_queues(store_dir: Path, records: dict[int, dict], unreadable: list[Problem]) -> Iterator[Problem]:
+    """Each unit must point at a record of its topic and queue, with its queue offset and size.
+
+    Units pointing past a CommitLog problem (where the scan had to stop) are counted per queue rather
+    than reported one by one: the CommitLog problem already names the place.
+    """
+    lowest = min(records, default=0)
+    seg = {}
+    for p in unreadable:
+        seg[int(Path(p.file).name)] = p.offset
+    blind: dict[tuple[str, int], list] = {}
+    for u in iter_cq_units(store_dir):
+        phy = u["commitlog_offset"]
+        if u["size"] == 0x7FFFFFFF or phy < lowest:
+            continue  # filler, or data deleted by retention
+        rec = records.get(phy)
+        want = (u["topic"], u["queue_id"], u["queue_offset"], u["size"])
+        got = rec and (rec["topic"], rec["queue_id"], rec["queue_offset"], rec["size"])
+        if got == want:
+            continue
+        cut = [start for base, start in seg.items() if base <= phy and start <= phy]
+        if rec is None and cut:
+            blind.setdefault((u["topic"], u["queue_id"]), []).append(u)
+            continue
+        pos = (u["queue_offset"] * fmt.CQ_UNIT_SIZE) % max(1, Path(u["file"]).stat().st_size)
+        yield Problem(u["file"], pos, phy, "consumequeue", f"unit {want} but CommitLog has {got}")
+    for (topic, qid), units in blind.items():
+        first = units[0]
+        yield Problem(
+            first["file"],
+            (first["queue_offset"] * fmt.CQ_UNIT_SIZE) % max(1, Path(first["file"]).stat().st_size),
+            first["commitlog_offset"],
+            "consumequeue",
+            f"{topic}-{qid}: {len(units)} unit(s) from queue offset {first['queue_offset']} point past an "
+            "unreadable CommitLog record",
+        )
+
+
+def run(
+    store_dir: Path,
+    *,
+    as_json: bool = False,
+    verify: bool = False,
+    consume_queue: bool = False,
+    index: bool = False,
+    topic: str | None = None,
+    limit: int | None = None,
+) -> int:
+    """Print what was asked for; with ``verify`` print only problems. Returns the exit code."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not store_dir.exists():
+        console.print(f"[red]no such store directory: {store_dir}[/red]")
+        return 2
+
+    def emit(rows: Iterator[dict], title: str, columns: list[str]) -> None:
+        if as_json:
+            for n, r in enumerate(rows):
+                if limit is not None and n >= limit:
+                    break
+                print(json.dumps(r, default=str))
+            return
+        table = Table(title=title)
+        for c in columns:
+            table.add_column(c)
+        for n, r in enumerate(rows):
+            if limit is not None and n >= limit:
+                break
+            table.add_row(*(str(r.get(c, "")) for c in columns))
+        console.print(table)
+
+    if verify:
+        problems: list[Problem] = []
+        records: dict[int, dict] = {}
+        for item in iter_records(store_dir):
+            if isinstance(item, Problem):
+                problems.append(item)
+            else:
+                records[item["offset"]] = item
+        problems.extend(verify_consume_queues(store_dir, records, list(problems)))
+        for p in problems:
+            print(json.dumps(asdict(p)) if as_json else str(p))
+        if not as_json:
+            console.print(f"{len(records)} records checked, {len(problems)} problem(s)")
+        return 1 if problems else 0
+
+    if consume_queue:
+        rows = (u for u in iter_cq_units(store_dir) if topic is None or u["topic"] == topic)
+        emit(rows, "ConsumeQueue", ["topic", "queue_id", "queue_offset", "commitlog_offset", "size", "tags_code"])
+    if index:
+        cols = ["file", "begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset"]
+        emit(iter_index_headers(store_dir), "IndexFile headers", cols + ["hash_slot_count", "index_count"])
+    if not consume_queue and not index:
+        rows = (r for r in iter_records(store_dir) if isinstance(r, dict) and (topic is None or r["topic"] == topic))
+        cols = ["offset", "topic", "queue_id", "queue_offset", "keys", "tags", "size", "crc_ok"]
+        emit(rows, "CommitLog", cols)
+    return 0
