@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from enum import Enum
@@ -36,10 +37,6 @@ class AppendResult:
     msg_num: int = 1
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class CommitLog:
     def __init__(self, directory: Path, file_size: int) -> None:
         self.queue = MappedFileQueue(directory, file_size, preallocate_next=True)
@@ -50,45 +47,51 @@ class CommitLog:
         self.last_store_timestamp = 0
 
     # --- append --------------------------------------------------------------------------------------
-    def append(self, record: bytearray, topic: str, queue_id: int, sys_flag: int) -> AppendResult:
+    def append(self, record: bytes, topic: str, queue_id: int, sys_flag: int) -> AppendResult:
         """Append one pre-encoded record, rolling to a new segment at end of file."""
-        return self.append_batch([record], topic, queue_id, sys_flag)
+        return self.append_batch((record,), topic, queue_id, sys_flag, len(record))
 
-    def append_batch(self, records: list[bytearray], topic: str, queue_id: int, sys_flag: int) -> AppendResult:
-        """Append consecutive records of one topic-queue; they never straddle two segments."""
-        total = sum(len(r) for r in records)
+    def append_batch(
+        self, records: Sequence[bytes], topic: str, queue_id: int, sys_flag: int, total: int | None = None
+    ) -> AppendResult:
+        """Append consecutive records of one topic-queue; they never straddle two segments.
+
+        The records are copied into the segment and only then back-filled with what is known inside the
+        lock (queue offset, physical offset, store time), as ``doAppend`` does.
+        """
+        if total is None:
+            total = sum(len(r) for r in records)
         if total + fmt.END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return AppendResult(AppendStatus.MESSAGE_SIZE_EXCEEDED)
         key = f"{topic}-{queue_id}"
         # Half and rollback records take queue offset 0 and do not advance the queue (doAppend).
-        tran = sys_flag & fmt.TRANSACTION_ROLLBACK_TYPE
-        advances = tran in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT_TYPE)
+        advances = sys_flag & fmt.TRANSACTION_ROLLBACK_TYPE in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT_TYPE)
+        patch = fmt.patch_record
         with self.put_lock:
-            store_ts = now_ms()
+            store_ts = time.time_ns() // 1_000_000
             self.begin_time_in_lock = store_ts
             mf = self.queue.last_or_new()
             if mf.file_size - mf.wrote < total + fmt.END_FILE_MIN_BLANK_LENGTH:
                 self._write_blank(mf)
                 mf = self.queue.last_or_new()
             queue_offset = self.topic_queue_table.get(key, 0) if advances else 0
-            pos = mf.wrote
-            wrote_offset = mf.file_from_offset + pos
+            pos = start = mf.wrote
+            base = mf.file_from_offset
             view = mf.view
             q = queue_offset
             for r in records:
-                fmt.patch_record(r, 0, q, mf.file_from_offset + pos, store_ts)
                 n = len(r)
                 view[pos : pos + n] = r
+                patch(view, pos, q, base + pos, store_ts)
                 pos += n
                 if advances:
                     q += 1
             mf.wrote = pos
-            mf.last_store_timestamp = store_ts
-            self.last_store_timestamp = store_ts
+            mf.last_store_timestamp = self.last_store_timestamp = store_ts
             if advances:
                 self.topic_queue_table[key] = q
             self.begin_time_in_lock = 0
-        return AppendResult(AppendStatus.PUT_OK, wrote_offset, total, store_ts, queue_offset, len(records))
+        return AppendResult(AppendStatus.PUT_OK, base + start, total, store_ts, queue_offset, len(records))
 
     def _write_blank(self, mf: MappedFile) -> None:
         remaining = mf.file_size - mf.wrote

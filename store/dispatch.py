@@ -34,7 +34,6 @@ class ReputService(threading.Thread):
         self.store = store
         self.reput_from = reput_from
         self._stopped = threading.Event()
-        self._wake = threading.Event()
         self.sealed_stats: dict[int, SegmentStats] = {}  # base offset -> stats of finished segments
         self._current: tuple[int, SegmentStats] | None = None
 
@@ -42,15 +41,11 @@ class ReputService(threading.Thread):
     def behind_bytes(self) -> int:
         return self.store.commitlog.max_offset - self.reput_from
 
-    def wake(self) -> None:
-        self._wake.set()
-
     def run(self) -> None:
         while not self._stopped.is_set():
             try:
                 if self.do_reput() == 0:
-                    self._wake.wait(0.001)
-                    self._wake.clear()
+                    self._stopped.wait(0.001)  # RocketMQ's reput also naps 1 ms when caught up
             except Exception:  # keep dispatching; a bug here must not silently stop consumers forever
                 log.exception("reput failed at offset %d", self.reput_from)
                 self._stopped.wait(1.0)
@@ -108,6 +103,5 @@ class ReputService(threading.Thread):
 
     def shutdown(self) -> None:
         self._stopped.set()
-        self._wake.set()
         if self.is_alive():
             self.join()

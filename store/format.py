@@ -10,6 +10,7 @@ Layouts follow Apache RocketMQ 4.9.8 / 5.x (``MessageDecoder``, ``CommitLog.doAp
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import itertools
 import os
@@ -154,10 +155,35 @@ def tags_code(tags: str | None) -> int:
     return java_string_hash(tags) if tags else 0
 
 
+_prefix_hash_cache: dict[str, int] = {}
+
+
+def _unsigned_hash(s: str) -> int:
+    return java_string_hash(s) & 0xFFFFFFFF
+
+
 def index_key_hash(key: str) -> int:
-    """IndexFile key hash: ``Math.abs(key.hashCode())``, 0 for Integer.MIN_VALUE (abs stays negative)."""
-    h = java_string_hash(key)
-    return 0 if h == -0x80000000 else abs(h)
+    """IndexFile key hash: ``Math.abs(key.hashCode())``, 0 for Integer.MIN_VALUE (abs stays negative).
+
+    Index keys share long prefixes (``topic#`` and a producer's UNIQ_KEY prefix), and
+    ``hash(a + b) = hash(a) * 31**len(b) + hash(b)``, so the prefix hash is cached and only the last
+    16 characters are hashed per key.
+    """
+    if len(key) > 16:
+        head, tail = key[:-16], key[-16:]
+        hh = _prefix_hash_cache.get(head)
+        if hh is None:
+            if len(_prefix_hash_cache) > 65_536:
+                _prefix_hash_cache.clear()
+            hh = _prefix_hash_cache[head] = _unsigned_hash(head)
+        # The multiplier counts UTF-16 units, which differ from characters only outside ASCII.
+        units = 16 if tail.isascii() else len(tail.encode("utf-16-be", "surrogatepass")) // 2
+        h = (hh * pow(31, units, 1 << 32) + _unsigned_hash(tail)) & 0xFFFFFFFF
+    else:
+        h = _unsigned_hash(key)
+    if h == 0x80000000:
+        return 0
+    return 0x100000000 - h if h & 0x80000000 else h
 
 
 def index_key(topic: str, key: str) -> str:
@@ -232,10 +258,20 @@ def host_sys_flags(born_host: Host, store_host: Host) -> int:
     )
 
 
+@functools.lru_cache(maxsize=4096)
+def pack_ip(ip: str) -> bytes:
+    return ipaddress.ip_address(ip).packed
+
+
 def encode_host(host: Host) -> bytes:
     """Socket address as stored: 4 (or 16) address bytes + 4-byte port."""
     ip, port = host
-    return ipaddress.ip_address(ip).packed + _INT.pack(port)
+    return pack_ip(ip) + _INT.pack(port)
+
+
+@functools.lru_cache(maxsize=256)
+def _host_hex(host: Host) -> str:
+    return encode_host(host).hex().upper()
 
 
 def _decode_addr(raw: bytes) -> str:
@@ -244,7 +280,7 @@ def _decode_addr(raw: bytes) -> str:
 
 def create_offset_msg_id(store_host: Host, physical_offset: int) -> str:
     """``MessageDecoder.createMessageId``: upper-case hex of store ip + port + physical offset."""
-    return (encode_host(store_host) + _LONG.pack(physical_offset)).hex().upper()
+    return f"{_host_hex(store_host)}{physical_offset & 0xFFFFFFFFFFFFFFFF:016X}"
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[Host, int]:
@@ -388,56 +424,52 @@ def magic_for_topic(topic_bytes: bytes) -> int:
     return MESSAGE_MAGIC_V2 if len(topic_bytes) > MAX_TOPIC_LENGTH_V1 else MESSAGE_MAGIC_V1
 
 
-def encode_record(rec: MessageRecord) -> bytearray:
+_SHORT = struct.Struct(">h")
+_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET
+
+
+def encode_record(rec: MessageRecord) -> bytes:
     """Encode a full record. ``rec.sys_flag`` host bits are derived from the hosts."""
     topic = rec.topic.encode("utf-8")
-    magic = rec.magic if rec.magic is not None else magic_for_topic(topic)
-    if magic == MESSAGE_MAGIC_V1 and len(topic) > MAX_TOPIC_LENGTH_V1:
-        raise ValueError(f"topic of {len(topic)} bytes needs the V2 record format")
-    if len(topic) > 0x7FFF:
-        raise ValueError(f"topic of {len(topic)} bytes is too long")
+    topic_len = len(topic)
+    magic = rec.magic
+    if magic is None:
+        magic = MESSAGE_MAGIC_V2 if topic_len > MAX_TOPIC_LENGTH_V1 else MESSAGE_MAGIC_V1
+    elif magic == MESSAGE_MAGIC_V1 and topic_len > MAX_TOPIC_LENGTH_V1:
+        raise ValueError(f"topic of {topic_len} bytes needs the V2 record format")
+    if topic_len > 0x7FFF:
+        raise ValueError(f"topic of {topic_len} bytes is too long")
     props = rec.properties
     if len(props) > MAX_PROPERTIES_LENGTH:
         raise ValueError(f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_LENGTH}")
-    sys_flag = (rec.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)) | host_sys_flags(
-        rec.born_host, rec.store_host
-    )
+    born_ip = pack_ip(rec.born_host[0])
+    store_ip = pack_ip(rec.store_host[0])
+    v6 = (len(born_ip) == 16, len(store_ip) == 16)
+    sys_flag = rec.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+    if v6[0]:
+        sys_flag |= BORNHOST_V6_FLAG
+    if v6[1]:
+        sys_flag |= STOREHOSTADDRESS_V6_FLAG
     body = rec.body
-    total = record_length(sys_flag, len(body), len(topic), len(props), magic)
-    crc = rec.body_crc if rec.body_crc is not None else body_crc32(body)
-    born_ip = ipaddress.ip_address(rec.born_host[0]).packed
-    store_ip = ipaddress.ip_address(rec.store_host[0]).packed
-    hdr = _HEADERS[(len(born_ip) == 16, len(store_ip) == 16)]
-    buf = bytearray(total)
-    hdr.pack_into(
-        buf, 0, total, magic, crc, rec.queue_id, rec.flag, rec.queue_offset, rec.physical_offset, sys_flag,
+    hdr = _HEADERS[v6]
+    topic_len_field = _SHORT.pack(topic_len) if magic == MESSAGE_MAGIC_V2 else bytes((topic_len,))
+    total = hdr.size + len(body) + len(topic_len_field) + topic_len + 2 + len(props)
+    crc = rec.body_crc if rec.body_crc is not None else zlib.crc32(body) & 0x7FFFFFFF
+    head = hdr.pack(
+        total, magic, crc, rec.queue_id, rec.flag, rec.queue_offset, rec.physical_offset, sys_flag,
         rec.born_timestamp, born_ip, rec.born_host[1], rec.store_timestamp, store_ip, rec.store_host[1],
         rec.reconsume_times, rec.prepared_transaction_offset, len(body),
     )  # fmt: skip
-    pos = hdr.size
-    buf[pos : pos + len(body)] = body
-    pos += len(body)
-    if magic == MESSAGE_MAGIC_V2:
-        struct.pack_into(">h", buf, pos, len(topic))
-        pos += 2
-    else:
-        buf[pos] = len(topic)
-        pos += 1
-    buf[pos : pos + len(topic)] = topic
-    pos += len(topic)
-    struct.pack_into(">h", buf, pos, len(props))
-    buf[pos + 2 :] = props
-    return buf
+    return b"".join((head, body, topic_len_field, topic, _SHORT.pack(len(props)), props))
 
 
 def patch_record(
     buf: bytearray | memoryview, pos: int, queue_offset: int, physical_offset: int, store_timestamp: int
 ) -> None:
     """Back-fill what is only known inside the put lock (``doAppend``)."""
-    _LONG.pack_into(buf, pos + QUEUE_OFFSET_POS, queue_offset)
-    _LONG.pack_into(buf, pos + PHYSICAL_OFFSET_POS, physical_offset)
-    sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POS)[0]
-    _LONG.pack_into(buf, pos + store_timestamp_position(sys_flag), store_timestamp)
+    _OFFSETS.pack_into(buf, pos + QUEUE_OFFSET_POS, queue_offset, physical_offset)  # adjacent fields
+    born_v6 = buf[pos + SYSFLAG_POS + 3] & BORNHOST_V6_FLAG
+    _LONG.pack_into(buf, pos + (68 if born_v6 else 56), store_timestamp)
 
 
 def encode_blank(remaining: int) -> bytes:
@@ -536,6 +568,20 @@ class CheckResult:
     reason: str = ""
 
 
+# Only the numbers dispatch needs, hosts skipped: (size, magic, crc, queueId, flag, queueOffset, physOffset,
+# sysFlag, bornTs, storeTs, reconsumeTimes, preparedTxOffset, bodyLength).
+_DISPATCH_HEADERS: dict[tuple[bool, bool], struct.Struct] = {
+    (b, s): struct.Struct(">iiiiiqqiq" + ("20x" if b else "8x") + "q" + ("20x" if s else "8x") + "iqi")
+    for b in (False, True)
+    for s in (False, True)
+}
+_TAGS_B = PROPERTY_TAGS.encode()
+_KEYS_B = PROPERTY_KEYS.encode()
+_UNIQ_B = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode()
+_DELAY_B = PROPERTY_DELAY_TIME_LEVEL.encode()
+_topic_cache: dict[bytes, str] = {}
+
+
 def check_record(
     buf: bytes | bytearray | memoryview,
     pos: int,
@@ -543,42 +589,94 @@ def check_record(
     check_crc: bool = True,
     delay_millis: list[int] = _DELAY_MILLIS,
 ) -> CheckResult:
-    """Validate the record at ``pos`` and extract its dispatch request (RocketMQ's recovery check)."""
-    if len(buf) - pos < 8:
+    """``checkMessageAndReturnSize``: validate the record at ``pos`` and extract its dispatch request.
+
+    This is the reput and recovery hot path, so it reads only what dispatch needs (no hosts, no body
+    copy) yet checks the same things as :func:`decode_record`: magic, every length, the size formula
+    and, with ``check_crc``, the body CRC.
+    """
+    end = len(buf)
+    if end - pos < 8:
         return CheckResult(False, -1, reason="fewer than 8 bytes left")
     total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
     if magic == BLANK_MAGIC:
         return CheckResult(True, 0, blank=True)
     if total == 0 and magic == 0:
         return CheckResult(False, 0, reason="end of data (zeros)")
-    try:
-        rec = decode_record(buf, pos, check_crc=check_crc)
-    except RecordError as e:
-        return CheckResult(False, -1, reason=e.reason)
-    props = rec.property_map
-    tags = props.get(PROPERTY_TAGS)
-    code = tags_code(tags)
-    if rec.topic == SCHEDULE_TOPIC:
-        level = props.get(PROPERTY_DELAY_TIME_LEVEL)
-        # Java rejects the whole record on a non-numeric DELAY; we keep the tag hash rather than
-        # let recovery truncate the log at a message whose only fault is a bad property.
-        if level is not None and level.lstrip("-").isdigit() and int(level) > 0:
-            code = delay_deliver_timestamp(int(level), rec.store_timestamp, delay_millis)
+    if magic != MESSAGE_MAGIC_V1 and magic != MESSAGE_MAGIC_V2:
+        return CheckResult(False, -1, reason=f"bad magic 0x{magic & 0xFFFFFFFF:08X}")
+    limit = pos + total
+    if total < _PREFIX.size or limit > end:
+        return CheckResult(False, -1, reason=f"size {total} does not fit the {end - pos} bytes left")
+    sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POS)[0]
+    hdr = _DISPATCH_HEADERS[(bool(sys_flag & BORNHOST_V6_FLAG), bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))]
+    if total < hdr.size:
+        return CheckResult(False, -1, reason=f"size {total} is shorter than the fixed header")
+    (_, _, crc, queue_id, _, queue_offset, phys, _, _, store_ts, _, prepared, body_len) = hdr.unpack_from(buf, pos)
+    p = pos + hdr.size
+    if body_len < 0 or p + body_len > limit:
+        return CheckResult(False, -1, reason=f"body length {body_len} overruns the record of {total} bytes")
+    body_at = p
+    p += body_len
+    if magic == MESSAGE_MAGIC_V2:
+        topic_len = struct.unpack_from(">h", buf, p)[0] if p + 2 <= limit else -1
+        p += 2
+    else:
+        topic_len = struct.unpack_from(">b", buf, p)[0] if p + 1 <= limit else -1
+        p += 1
+    if topic_len < 0 or p + topic_len + 2 > limit:
+        return CheckResult(False, -1, reason=f"topic length {topic_len} overruns the record")
+    raw_topic = bytes(buf[p : p + topic_len])
+    p += topic_len
+    props_len = struct.unpack_from(">h", buf, p)[0]
+    p += 2
+    if props_len < 0 or p + props_len > limit:
+        return CheckResult(False, -1, reason=f"properties length {props_len} overruns the record")
+    if record_length(sys_flag, body_len, topic_len, props_len, magic) != total:
+        return CheckResult(False, total, reason=f"size {total} differs from what its fields add up to")
+    if check_crc and body_len > 0:
+        actual = zlib.crc32(buf[body_at : body_at + body_len]) & 0x7FFFFFFF
+        if actual != crc:
+            return CheckResult(False, -1, reason=f"body CRC {actual} differs from the stored {crc}")
+    topic = _topic_cache.get(raw_topic)
+    if topic is None:
+        topic = raw_topic.decode("utf-8", "replace")
+        if len(_topic_cache) > 100_000:
+            _topic_cache.clear()
+        _topic_cache[raw_topic] = topic
+    tags = keys = uniq = delay = None
+    for seg in bytes(buf[p : p + props_len]).split(b"\x02"):
+        name, sep, value = seg.partition(b"\x01")
+        if not sep or not name or not value:
+            continue  # the parser's quirks: no separator, empty name or empty value
+        if name == _TAGS_B:
+            tags = value
+        elif name == _KEYS_B:
+            keys = value
+        elif name == _UNIQ_B:
+            uniq = value
+        elif name == _DELAY_B:
+            delay = value
+    code = tags_code(tags.decode("utf-8", "replace")) if tags else 0
+    if delay is not None and topic == SCHEDULE_TOPIC and delay.isdigit() and int(delay) > 0:
+        # Java rejects the whole record on a non-numeric DELAY; we keep the tag hash rather than let
+        # recovery truncate the log at a message whose only fault is a bad property.
+        code = delay_deliver_timestamp(int(delay), store_ts, delay_millis)
     return CheckResult(
         True,
         total,
         DispatchRequest(
-            topic=rec.topic,
-            queue_id=rec.queue_id,
-            commitlog_offset=rec.physical_offset,
-            msg_size=total,
-            tags_code=code,
-            store_timestamp=rec.store_timestamp,
-            queue_offset=rec.queue_offset,
-            keys=props.get(PROPERTY_KEYS),
-            uniq_key=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
-            sys_flag=rec.sys_flag,
-            prepared_transaction_offset=rec.prepared_transaction_offset,
+            topic,
+            queue_id,
+            phys,
+            total,
+            code,
+            store_ts,
+            queue_offset,
+            keys.decode("utf-8", "replace") if keys else None,
+            uniq.decode("utf-8", "replace") if uniq else None,
+            sys_flag,
+            prepared,
         ),
     )
 

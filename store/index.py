@@ -40,8 +40,8 @@ class IndexFile:
     def is_full(self) -> bool:
         return self.header.index_count >= self.index_num
 
-    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
-        """``IndexFile.putKey``; False when the file is full."""
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int, write_header: bool = True) -> bool:
+        """``IndexFile.putKey``; False when the file is full. Several keys may share one header write."""
         h = self.header
         if h.index_count >= self.index_num:
             return False
@@ -66,8 +66,12 @@ class IndexFile:
         h.index_count += 1
         h.end_phy_offset = phy_offset
         h.end_timestamp = store_timestamp
-        self.mm[: fmt.INDEX_HEADER_SIZE] = fmt.encode_index_header(h)
+        if write_header:
+            self.write_header()
         return True
+
+    def write_header(self) -> None:
+        self.mm[: fmt.INDEX_HEADER_SIZE] = fmt.encode_index_header(self.header)
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         b, e = self.header.begin_timestamp, self.header.end_timestamp
@@ -174,12 +178,14 @@ class IndexService:
         with self.lock:
             if self.files and req.commitlog_offset < self.files[-1].header.end_phy_offset:
                 return  # already indexed
+            f = self._writable_file(req.commitlog_offset, req.store_timestamp)
             for k in keys:
-                full = fmt.index_key(req.topic, k)
-                f = self._writable_file(req.commitlog_offset, req.store_timestamp)
-                if not f.put_key(full, req.commitlog_offset, req.store_timestamp):
+                full = f"{req.topic}#{k}"
+                if not f.put_key(full, req.commitlog_offset, req.store_timestamp, write_header=False):
+                    f.write_header()
                     f = self._writable_file(req.commitlog_offset, req.store_timestamp)
-                    f.put_key(full, req.commitlog_offset, req.store_timestamp)
+                    f.put_key(full, req.commitlog_offset, req.store_timestamp, write_header=False)
+            f.write_header()
 
     def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> tuple[list[int], int, int]:
         """``queryOffset``: (phy offsets, indexLastUpdateTimestamp, indexLastUpdatePhyoffset)."""

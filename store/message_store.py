@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -111,6 +112,7 @@ class MessageStore:
         self.manifest = SegmentManifest(self.root)
         self.reput: ReputService | None = None
         self._flush_service: FlushRealTimeService | GroupCommitService | None = None
+        self._group_commit: GroupCommitService | None = None
         self._housekeeping: _Housekeeping | None = None
         self._listeners: list[ArrivalListener] = []
         self._running = False
@@ -136,7 +138,7 @@ class MessageStore:
         self._running = True
         self.reput.start()
         if self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
-            self._flush_service = GroupCommitService(self.commitlog, self._on_commitlog_flushed)
+            self._flush_service = self._group_commit = GroupCommitService(self.commitlog, self._on_commitlog_flushed)
         else:
             self._flush_service = FlushRealTimeService(
                 self.commitlog,
@@ -229,9 +231,8 @@ class MessageStore:
     def _check(self, msg: fmt.MessageRecord) -> PutMessageResult | None:
         if not self._running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is not running")
-        topic_len = len(msg.topic.encode("utf-8"))
-        if topic_len == 0 or topic_len > 0x7FFF:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=f"topic length {topic_len} is invalid")
+        if not msg.topic or (len(msg.topic) > 127 and len(msg.topic.encode("utf-8")) > 0x7FFF):
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="topic is empty or too long")
         if len(msg.body) > self.config.max_message_size:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
@@ -246,19 +247,18 @@ class MessageStore:
 
     def put_message_nowait(self, msg: fmt.MessageRecord) -> tuple[PutMessageResult, Future | None]:
         """Append one message; in SYNC_FLUSH also return the future of its group commit."""
-        return self.put_messages_nowait([msg])
+        return self.put_messages_nowait((msg,))
 
-    def put_messages_nowait(self, msgs: list[fmt.MessageRecord]) -> tuple[PutMessageResult, Future | None]:
+    def put_messages_nowait(self, msgs: Sequence[fmt.MessageRecord]) -> tuple[PutMessageResult, Future | None]:
         """Append messages of one topic-queue as consecutive records (a batch)."""
+        records = []
         for m in msgs:
             bad = self._check(m)
             if bad is not None:
                 return bad, None
-        first = msgs[0]
-        records = []
-        for m in msgs:
             m.store_host = self.store_host
             records.append(fmt.encode_record(m))
+        first = msgs[0]
         try:
             res = self.commitlog.append_batch(records, first.topic, first.queue_id, first.sys_flag)
         except OSError as e:
@@ -266,14 +266,14 @@ class MessageStore:
             return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(e)), None
         if res.status != AppendStatus.PUT_OK:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, res, error=res.status.value), None
-        self.reput.wake()
-        ids, off = [], res.wrote_offset
+        off = res.wrote_offset
+        ids = []
         for r in records:
             ids.append(fmt.create_offset_msg_id(self.store_host, off))
             off += len(r)
         result = PutMessageResult(PutMessageStatus.PUT_OK, res, ids)
-        if isinstance(self._flush_service, GroupCommitService) and _wants_wait(first):
-            return result, self._flush_service.submit(res.wrote_offset + res.wrote_bytes)
+        if self._group_commit is not None and _wants_wait(first):
+            return result, self._group_commit.submit(off)
         return result, None
 
     def put_message(self, msg: fmt.MessageRecord) -> PutMessageResult:
