@@ -57,7 +57,10 @@ class CommitLog:
         """Append consecutive records of one topic-queue; they never straddle two segments.
 
         The records are copied into the segment and only then back-filled with what is known inside the
-        lock (queue offset, physical offset, store time), as ``doAppend`` does.
+        lock (queue offset, physical offset, store time).  Each record's first 8 bytes (TOTALSIZE, MAGIC)
+        are written last, the batch's first record last of all: until then the segment holds zeros there,
+        which recovery reads as the end of the log.  A process killed mid-append so leaves no record
+        behind, rather than a complete-looking one with queue offset 0 and physical offset 0.
         """
         if total is None:
             total = sum(len(r) for r in records)
@@ -81,11 +84,15 @@ class CommitLog:
             q = queue_offset
             for r in records:
                 n = len(r)
-                view[pos : pos + n] = r
+                view[pos + 8 : pos + n] = memoryview(r)[8:]
                 patch(view, pos, q, base + pos, store_ts)
                 pos += n
                 if advances:
                     q += 1
+            head = pos
+            for r in reversed(records):
+                head -= len(r)
+                view[head : head + 8] = r[:8]
             mf.wrote = pos
             mf.last_store_timestamp = self.last_store_timestamp = store_ts
             if advances:

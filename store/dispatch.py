@@ -36,6 +36,9 @@ class ReputService(threading.Thread):
         self._stopped = threading.Event()
         self.sealed_stats: dict[int, SegmentStats] = {}  # base offset -> stats of finished segments
         self._current: tuple[int, SegmentStats] | None = None
+        mf = store.commitlog.queue.find(reput_from)
+        if mf is not None and reput_from > mf.file_from_offset:
+            self._stats_for(mf.file_from_offset, reput_from - mf.file_from_offset)  # at start-up, not on a put
 
     @property
     def behind_bytes(self) -> int:
@@ -93,8 +96,30 @@ class ReputService(threading.Thread):
 
     def _stats_for(self, base: int, pos: int) -> SegmentStats:
         if self._current is None or self._current[0] != base:
-            self._current = (base, SegmentStats(complete=pos == 0))
+            stats = SegmentStats(complete=pos == 0)
+            if pos > 0:
+                self._count_prefix(base, pos, stats)
+            self._current = (base, stats)
         return self._current[1]
+
+    def _count_prefix(self, base: int, end: int, stats: SegmentStats) -> None:
+        """Dispatch starts mid-segment (after a clean restart): count the records before ``end`` from their
+        headers, so the segment still gets its figures when it is sealed."""
+        mf = self.store.commitlog.queue.find(base)
+        if mf is None:
+            return
+        buf, pos = mf.mm, 0
+        while pos < end:
+            size, magic = fmt.peek_size_magic(buf, pos)
+            if magic not in (fmt.MESSAGE_MAGIC_V1, fmt.MESSAGE_MAGIC_V2) or size <= 0:
+                return  # not a record boundary: leave the segment's figures unknown
+            ts = fmt.read_store_timestamp(buf, pos)
+            if stats.first_store_time is None:
+                stats.first_store_time = ts
+            stats.last_store_time = ts
+            stats.count += 1
+            pos += size
+        stats.complete = pos == end
 
     def _seal(self, base: int, stats: SegmentStats) -> None:
         if stats.complete:

@@ -24,8 +24,13 @@ class IndexFile:
         size = fmt.index_file_size(hash_slot_num, index_num)
         if create:
             # Sparse on purpose, as RocketMQ's RandomAccessFile.setLength: slots are touched at random.
-            with open(path, "xb") as f:
+            # Sized under a temp name and renamed, so a crash never leaves a short file behind.
+            if path.exists():
+                raise FileExistsError(path)
+            tmp = path.with_name(path.name + ".tmp")
+            with open(tmp, "wb") as f:
                 f.truncate(size)
+            os.replace(tmp, path)
         actual = path.stat().st_size
         if actual != size:
             raise StoreFileError(f"{path}: size {actual} does not match maxHashSlotNum/maxIndexNum ({size})")
@@ -122,8 +127,10 @@ class IndexService:
         """Load every index file; after a crash, files newer than the checkpoint are rebuilt from the log."""
         if not self.directory.exists():
             return
-        for p in sorted(self.directory.iterdir()):
-            if p.name.endswith(".tmp"):
+        paths = sorted(self.directory.iterdir())
+        for p in paths:
+            if p.name.endswith(".tmp") or (p == paths[-1] and p.stat().st_size == 0):
+                p.unlink()  # an interrupted creation (RocketMQ's map() would just grow an empty file)
                 continue
             f = IndexFile(p, self.hash_slot_num, self.index_num)
             if not last_exit_ok and f.header.end_timestamp > index_msg_timestamp:

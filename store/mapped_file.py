@@ -83,7 +83,7 @@ class MappedFile:
         ``mmap.flush``, it releases the GIL while the disk works.
         """
         target = self.wrote
-        if target > self.flushed:
+        if target > self.flushed and self._fd >= 0:
             os.fdatasync(self._fd)
             self.flushed = target
         return self.flushed
@@ -95,10 +95,18 @@ class MappedFile:
         # A reader may still hold a slice of the map; the kernel keeps it until that is dropped.
         with contextlib.suppress(BufferError):
             self.mm.close()
-        os.close(self._fd)
+        self._close_fd()
+
+    def _close_fd(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def destroy(self) -> None:
-        self.close()
+        """Delete the file. The mapping is not closed here: a reader that looked this segment up just
+        before (a pull, the reput thread) finishes its copy from it, and it is unmapped when the last
+        reference goes, which is what RocketMQ's reference-counted ``MappedFile.destroy`` gives."""
+        self._close_fd()
         self.path.unlink(missing_ok=True)
 
     def __repr__(self) -> str:

@@ -52,9 +52,10 @@ def _scan_commitlog(store: MessageStore, start_index: int) -> int:
         pos = 0
         while True:
             res = fmt.check_record(mf.view, pos, check_crc=check_crc, delay_millis=store.delay_millis)
-            if res.ok and res.size > 0:
+            if res.ok and res.size > 0 and res.request.commitlog_offset == mf.file_from_offset + pos:
                 pos += res.size
                 continue
+            # (A record whose PHYSICALOFFSET is not where it lies was never appended there: the log ends.)
             if res.blank:
                 pos = mf.file_size
             break

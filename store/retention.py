@@ -9,8 +9,10 @@ renamed, so each process sees whole states and a crash in either leaves the last
 Life of a segment::
 
     active -> sealed -> expired -> tiering -> tiered -> deleted
-                                     |  ^
-                                     v  |  (release, or the claimer died)
+                                     |  |
+                                     |  +-> sealed   (release: the store expires it again in its next pass)
+                                     |  +-> tiering  (the claimer died or its lease ran out: taken over)
+                                     v
                                   quarantined     (kept on disk, reported)
 
 With ``expiredSegmentPolicy=delete`` an expired segment goes straight to ``deleted``, as in RocketMQ.
@@ -193,8 +195,13 @@ class SegmentManifest:
         return self._finish(base_offset, owner, SegmentState.QUARANTINED, reason)
 
     def release(self, base_offset: int, owner: str) -> SegmentEntry:
-        """Give a claim back untouched (it becomes ``expired`` again)."""
-        return self._finish(base_offset, owner, SegmentState.EXPIRED, "released")
+        """Give a claim back untouched.
+
+        It becomes ``sealed``, not ``expired``: it may have been claimed early (``treat_sealed_as_expired``),
+        and under ``expiredSegmentPolicy=delete`` an expired segment is deleted.  The store's next clean
+        pass expires it again once its ``fileReservedTime`` has really passed.
+        """
+        return self._finish(base_offset, owner, SegmentState.SEALED, "released")
 
     # --- the store's side ------------------------------------------------------------------------------------
     def sync_files(self, files: list[tuple[int, int]], stats: dict[int, tuple[int, int | None, int | None]]) -> None:

@@ -1,0 +1,17 @@
+"""Shared fixtures; the helpers themselves live in tests/helpers.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import make_config
+
+
+@pytest.fixture
+def store_config(tmp_path):
+    """Factory: ``store_config(**overrides)`` -> MessageStoreConfig with small segment sizes under tmp_path."""
+
+    def factory(**overrides):
+        return make_config(tmp_path, **overrides)
+
+    return factory

@@ -1,0 +1,101 @@
+"""Shared test helpers: small-segment store configs, message builders and deadline polling.
+
+Import from here (``from tests.helpers import make_config, make_message, wait_until, wait_dispatched``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from store import format as fmt
+from store.config import MessageStoreConfig
+
+SMALL_COMMITLOG = 64 * 1024
+SMALL_CONSUME_QUEUE = 20 * 50  # 50 units per ConsumeQueue file
+SMALL_HASH_SLOTS = 64
+SMALL_INDEX_NUM = 256
+
+_uniq = fmt.UniqKeyGenerator(ip=b"\x7f\x00\x00\x01", pid=4242, salt=0x1234ABCD)
+_seq = itertools.count()
+
+
+def make_config(tmp_path: Path, **overrides) -> MessageStoreConfig:
+    """A MessageStoreConfig rooted at ``tmp_path/store`` with small files; overrides by snake or camelCase name."""
+    values: dict = {
+        "storePathRootDir": Path(tmp_path) / "store",
+        "mappedFileSizeCommitLog": SMALL_COMMITLOG,
+        "mappedFileSizeConsumeQueue": SMALL_CONSUME_QUEUE,
+        "maxHashSlotNum": SMALL_HASH_SLOTS,
+        "maxIndexNum": SMALL_INDEX_NUM,
+        # keep background passes quiet during tests; retention runs only when a test asks for it
+        "cleanResourceInterval": 3_600_000,
+    }
+    fields = MessageStoreConfig.model_fields
+    for key, value in overrides.items():
+        alias = fields[key].alias if key in fields and fields[key].alias else key
+        values[alias] = value
+    return MessageStoreConfig(**values)
+
+
+def make_message(
+    topic: str,
+    queue_id: int,
+    body: bytes | str,
+    tags: str | None = None,
+    keys: str | list[str] | None = None,
+    uniq_key: bool | str = True,
+    *,
+    sys_flag: int = 0,
+    born_timestamp: int | None = None,
+    **props: str,
+) -> fmt.MessageRecord:
+    """A MessageRecord with TAGS / KEYS / UNIQ_KEY properties (plus any extra ``props``).
+
+    ``uniq_key=True`` generates a client-style id, a string uses that id, False omits it.
+    ``keys`` may be a list (joined with spaces, as the Java client does).
+    """
+    p: dict[str, str] = {}
+    if tags is not None:
+        p[fmt.PROPERTY_TAGS] = tags
+    if keys is not None:
+        p[fmt.PROPERTY_KEYS] = keys if isinstance(keys, str) else fmt.KEY_SEPARATOR.join(keys)
+    if uniq_key is True:
+        p[fmt.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = _uniq.next()
+    elif isinstance(uniq_key, str):
+        p[fmt.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
+    p.update(props)
+    return fmt.MessageRecord(
+        topic=topic,
+        queue_id=queue_id,
+        body=body.encode("utf-8") if isinstance(body, str) else bytes(body),
+        properties=fmt.encode_properties(p),
+        sys_flag=sys_flag,
+        born_timestamp=int(time.time() * 1000) if born_timestamp is None else born_timestamp,
+        born_host=("127.0.0.1", 50000 + next(_seq) % 10000),
+    )
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "") -> object:
+    """Poll ``predicate`` until truthy; raise AssertionError naming ``what`` once ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what or predicate!r}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def wait_dispatched(store, timeout: float = 10.0) -> None:
+    """Wait until the reput service has dispatched everything in the CommitLog."""
+    wait_until(
+        lambda: store.dispatch_behind_bytes <= 0,
+        timeout,
+        what=f"dispatch to catch up (behind {store.dispatch_behind_bytes} bytes)",
+    )

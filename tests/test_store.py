@@ -1,0 +1,783 @@
+"""The native store through its facade: a real MessageStore on tmp_path with small segment sizes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from store import format as fmt
+from store.checkpoint import StoreLockedError
+from store.commitlog import GroupCommitService
+from store.message_store import GetMessageStatus, MessageStore, PutMessageStatus
+from store.retention import SegmentManifest
+from tests.helpers import make_config, make_message, wait_dispatched, wait_until
+
+SEG = 64 * 1024
+BLANK_MAGIC_BYTES = bytes.fromhex("CBD43194")
+MAGIC_V1_BYTES = bytes.fromhex("DAA320A7")
+TAG_A_HASH = 2598919  # "TagA".hashCode() in Java
+MIN_INT_TAG = "polygenelubricants"  # "polygenelubricants".hashCode() == Integer.MIN_VALUE in Java
+REPO = Path(__file__).resolve().parents[1]
+
+
+def java_hash(s: str) -> int:
+    """Java String.hashCode, written independently of store.format."""
+    h = 0
+    for (unit,) in struct.iter_unpack(">H", s.encode("utf-16-be")):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+@contextlib.contextmanager
+def running(config):
+    store = MessageStore(config).start()
+    try:
+        yield store
+    finally:
+        store.shutdown()
+
+
+def put_ok(store: MessageStore, msg: fmt.MessageRecord):
+    res = store.put_message(msg)
+    assert res.status == PutMessageStatus.PUT_OK, res
+    return res
+
+
+def cl_file_bytes(config, offset: int, size: int) -> bytes:
+    """Read a CommitLog range straight from the segment file on disk."""
+    base = offset - offset % config.mapped_file_size_commit_log
+    path = config.commitlog_dir / f"{base:020d}"
+    with open(path, "rb") as f:
+        f.seek(offset - base)
+        return f.read(size)
+
+
+def read_queue(store: MessageStore, topic: str, queue_id: int) -> list[tuple[int, fmt.MessageRecord]]:
+    """Every message of a queue via get_message, following next_begin_offset."""
+    out = []
+    offset = store.get_min_offset_in_queue(topic, queue_id)
+    while True:
+        r = store.get_message(topic, queue_id, offset, 32)
+        if r.status != GetMessageStatus.FOUND:
+            assert r.status in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE), r.status
+            return out
+        out.extend((q, fmt.decode_record(m)) for q, m in zip(r.queue_offsets, r.messages, strict=True))
+        assert r.next_begin_offset > offset
+        offset = r.next_begin_offset
+
+
+def body_len_for_total(total: int, topic: str, props_len: int) -> int:
+    return total - fmt.record_length(0, 0, len(topic.encode()), props_len)
+
+
+# =====================================================================================================
+# put / get
+# =====================================================================================================
+
+
+def test_put_get_round_trip(tmp_path):
+    cfg = make_config(tmp_path)
+    sent: dict[int, list[fmt.MessageRecord]] = {0: [], 1: []}
+    results = []
+    with running(cfg) as store:
+        for i in range(40):
+            q = i % 2
+            msg = make_message("RoundTrip", q, f"body-{i}-".encode() * (i + 1), tags=f"Tag{i % 3}", keys=[f"k{i}"])
+            sent[q].append(msg)
+            results.append((q, put_ok(store, msg)))
+        wait_dispatched(store)
+
+        # queue offsets consecutive per queue; physical offsets are where the records sit
+        for q in (0, 1):
+            offs = [r.append.queue_offset for qq, r in results if qq == q]
+            assert offs == list(range(20))
+        positions = [r.append.wrote_offset for _, r in results]
+        assert positions == sorted(positions)
+        for (_, a), (_, b) in zip(results, results[1:], strict=False):
+            if a.append.wrote_offset // SEG == b.append.wrote_offset // SEG:
+                assert b.append.wrote_offset == a.append.wrote_offset + a.append.wrote_bytes
+
+        for _q, res in results:
+            (host, port), phy = fmt.decode_offset_msg_id(res.msg_ids[0])
+            assert phy == res.append.wrote_offset
+            assert f"{host}:{port}" == cfg.store_host
+            assert len(res.msg_ids[0]) == 32 and res.msg_ids[0] == res.msg_ids[0].upper()
+
+        for q in (0, 1):
+            got = store.get_message("RoundTrip", q, 0, 32)
+            assert got.status == GetMessageStatus.FOUND
+            assert got.queue_offsets == list(range(20))
+            for i, raw in enumerate(got.messages):
+                rec = fmt.decode_record(raw, check_crc=True)
+                want = sent[q][i]
+                assert rec.topic == "RoundTrip" and rec.queue_id == q
+                assert rec.body == want.body
+                assert rec.tags == want.tags and rec.keys == want.keys and rec.uniq_key == want.uniq_key
+                assert rec.queue_offset == i
+                assert rec.born_timestamp == want.born_timestamp
+                assert rec.store_host == ("127.0.0.1", 10911)
+                # byte-identical to the CommitLog file
+                assert bytes(raw) == cl_file_bytes(cfg, rec.physical_offset, len(raw))
+                assert struct.unpack_from(">i", raw, 0)[0] == len(raw)
+                assert raw[4:8] == MAGIC_V1_BYTES
+            assert got.next_begin_offset == 20 and got.min_offset == 0 and got.max_offset == 20
+
+
+def test_roll_over_writes_blank_at_end_of_each_full_file(tmp_path):
+    cfg = make_config(tmp_path)
+    puts = []
+    with running(cfg) as store:
+        for i in range(260):  # ~ 520 KB: 8+ segments
+            body = bytes([i % 251]) * (1000 + (i * 37) % 2100)
+            res = put_ok(store, make_message("Roll", i % 4, body, tags="T"))
+            puts.append((res.append.wrote_offset, res.append.wrote_bytes, body))
+        wait_dispatched(store)
+        max_phy = store.max_phy_offset
+
+        # (a "<name>.tmp" is the next segment being preallocated in the background right now)
+        names = sorted(p.name for p in cfg.commitlog_dir.iterdir() if not p.name.endswith(".tmp"))
+        assert all(re.fullmatch(r"\d{20}", n) for n in names), names
+        assert names == [f"{n * SEG:020d}" for n in range(len(names))]
+        data_files = max_phy // SEG + 1
+        assert data_files >= 8 and len(names) >= data_files
+
+        starts = {off: (size, body) for off, size, body in puts}
+        seen = []
+        for n in range(data_files - 1):  # every full file
+            data = (cfg.commitlog_dir / names[n]).read_bytes()
+            assert len(data) == SEG
+            pos = 0
+            while True:
+                size, magic = struct.unpack_from(">ii", data, pos)
+                if data[pos + 4 : pos + 8] == BLANK_MAGIC_BYTES:
+                    assert size == SEG - pos, f"blank in {names[n]} at {pos}"
+                    break
+                assert data[pos + 4 : pos + 8] == MAGIC_V1_BYTES
+                phy = n * SEG + pos
+                assert phy in starts, f"record at {phy} was not written by a put"
+                assert size == starts[phy][0]
+                assert pos + size + 8 <= SEG  # never ends closer than 8 bytes to the end
+                assert struct.unpack_from(">q", data, pos + 28)[0] == phy  # PHYSICALOFFSET
+                seen.append(phy)
+                pos += size
+            # the blank is where the next put did not fit: the first record of the next file
+            nxt = (n + 1) * SEG
+            assert nxt in starts
+            assert starts[nxt][0] + 8 > SEG - pos
+        last_full_end = (data_files - 1) * SEG
+        assert seen == [off for off, _, _ in puts if off < last_full_end]
+        for off, size, _ in puts:
+            assert off // SEG == (off + size - 1) // SEG  # no record straddles two files
+
+        # every message is readable afterwards, in order
+        bodies = {}
+        for q in range(4):
+            for qoff, rec in read_queue(store, "Roll", q):
+                bodies[rec.physical_offset] = rec.body
+                assert rec.queue_offset == qoff
+        assert bodies == {off: body for off, _, body in puts}
+
+
+def test_record_of_exactly_file_size_minus_8_fills_a_fresh_segment(tmp_path):
+    cfg = make_config(tmp_path)
+    with running(cfg) as store:
+        put_ok(store, make_message("Edge", 0, b"small", uniq_key=False))
+        props_len = len(fmt.encode_properties({}))
+        big = make_message("Edge", 0, b"", uniq_key=False)
+        big.body = b"x" * body_len_for_total(SEG - 8, "Edge", props_len)
+        res = put_ok(store, big)
+        assert res.append.wrote_offset == SEG and res.append.wrote_bytes == SEG - 8
+        after = put_ok(store, make_message("Edge", 0, b"after", uniq_key=False))
+        assert after.append.wrote_offset == 2 * SEG
+        wait_dispatched(store)
+        seg1 = (cfg.commitlog_dir / f"{SEG:020d}").read_bytes()
+        assert struct.unpack_from(">i", seg1, 0)[0] == SEG - 8
+        assert seg1[SEG - 8 : SEG] == struct.pack(">i", 8) + BLANK_MAGIC_BYTES
+        assert [rec.body for _, rec in read_queue(store, "Edge", 0)] == [b"small", big.body, b"after"]
+
+
+def test_oversized_messages_are_rejected_and_nothing_is_appended(tmp_path):
+    cfg = make_config(tmp_path, max_message_size=8 * 1024)
+    with running(cfg) as store:
+        put_ok(store, make_message("Big", 0, b"first"))
+        before_phy = store.max_phy_offset
+        over_max = store.put_message(make_message("Big", 0, b"x" * (8 * 1024 + 1)))
+        assert over_max.status == PutMessageStatus.MESSAGE_ILLEGAL and not over_max.ok
+        assert over_max.msg_ids == [] and store.max_phy_offset == before_phy
+
+        at_max = store.put_message(make_message("Big", 0, b"x" * (8 * 1024)))
+        assert at_max.status == PutMessageStatus.PUT_OK
+        before_phy = store.max_phy_offset
+        huge_props = store.put_message(make_message("Big", 0, b"p", BIG="v" * 32800))
+        assert huge_props.status == PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+        assert store.max_phy_offset == before_phy
+        wait_dispatched(store)
+        assert [len(r.body) for _, r in read_queue(store, "Big", 0)] == [5, 8 * 1024]
+
+    # a body allowed by maxMessageSize that cannot fit any segment
+    cfg2 = make_config(tmp_path / "two")
+    with running(cfg2) as store:
+        put_ok(store, make_message("Big", 0, b"first"))
+        before_phy = store.max_phy_offset
+        too_big = store.put_message(make_message("Big", 0, b"y" * (SEG - 100)))
+        assert too_big.status == PutMessageStatus.MESSAGE_ILLEGAL
+        assert store.max_phy_offset == before_phy
+        after = put_ok(store, make_message("Big", 0, b"second"))
+        assert after.append.wrote_offset == before_phy and after.append.queue_offset == 1
+        wait_dispatched(store)
+        assert [r.body for _, r in read_queue(store, "Big", 0)] == [b"first", b"second"]
+
+
+# =====================================================================================================
+# flush
+# =====================================================================================================
+
+
+def test_group_commit_groups_concurrent_writers(tmp_path, monkeypatch):
+    cfg = make_config(tmp_path, flush_disk_type="SYNC_FLUSH", mapped_file_size_commit_log=1024 * 1024)
+    threads_n, per_thread = 16, 40
+    calls = []
+    real = os.fdatasync
+
+    def counting_fdatasync(fd):
+        calls.append(fd)
+        time.sleep(0.002)  # a disk that takes ~2 ms per flush, as a real one does
+        return real(fd)
+
+    with running(cfg) as store:
+        monkeypatch.setattr(os, "fdatasync", counting_fdatasync)
+        statuses: list[PutMessageStatus] = []
+        errors = []
+        start = threading.Barrier(threads_n)
+
+        def writer(t: int) -> None:
+            try:
+                start.wait()
+                for i in range(per_thread):
+                    res = store.put_message(make_message("Sync", t, f"{t}:{i}".encode(), tags="S"))
+                    statuses.append(res.status)
+            except Exception as e:  # surfaced below
+                errors.append(e)
+
+        ts = [threading.Thread(target=writer, args=(t,)) for t in range(threads_n)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        monkeypatch.setattr(os, "fdatasync", real)
+        assert not errors
+        total = threads_n * per_thread
+        assert len(statuses) == total and set(statuses) == {PutMessageStatus.PUT_OK}
+        assert store.commitlog.queue.flushed_offset >= store.max_phy_offset
+        assert 0 < len(calls) < total // 2, f"{len(calls)} fdatasync calls for {total} messages"
+
+        wait_dispatched(store)
+        for t in range(threads_n):
+            got = [r.body for _, r in read_queue(store, "Sync", t)]
+            assert got == [f"{t}:{i}".encode() for i in range(per_thread)]
+
+
+def test_flush_disk_timeout_keeps_the_message(tmp_path, monkeypatch):
+    cfg = make_config(tmp_path, flush_disk_type="SYNC_FLUSH", sync_flush_timeout=200)
+    release = threading.Event()
+    real_commit = GroupCommitService._commit
+
+    def slow_commit(self):
+        with self._lock:
+            pending = bool(self._requests)
+        if pending:
+            release.wait(30)  # the disk hangs until the test lets it go
+        real_commit(self)
+
+    monkeypatch.setattr(GroupCommitService, "_commit", slow_commit)
+    with running(cfg) as store:
+        try:
+            t0 = time.monotonic()
+            res = store.put_message(make_message("Slow", 0, b"late", tags="TagA"))
+            elapsed = time.monotonic() - t0
+            assert res.status == PutMessageStatus.FLUSH_DISK_TIMEOUT
+            assert res.ok  # stored, only not confirmed on disk
+            assert 0.15 <= elapsed < 5
+            wait_dispatched(store)
+            got = store.get_message("Slow", 0, 0, 32)
+            assert got.status == GetMessageStatus.FOUND
+            assert fmt.decode_record(got.messages[0]).body == b"late"
+
+            # a message that does not wait for the flush is not timed out
+            nowait = store.put_message(make_message("Slow", 0, b"nowait", WAIT="false"))
+            assert nowait.status == PutMessageStatus.PUT_OK
+        finally:
+            release.set()
+        ok = store.put_message(make_message("Slow", 0, b"after"))
+        assert ok.status == PutMessageStatus.PUT_OK
+        assert store.commitlog.queue.flushed_offset >= store.max_phy_offset
+
+
+# =====================================================================================================
+# reads
+# =====================================================================================================
+
+
+def test_tag_filtering(tmp_path):
+    cfg = make_config(tmp_path)
+    tags = ["TagA", "TagB", "TagC"]
+    assert java_hash("TagA") == TAG_A_HASH
+    with running(cfg) as store:
+        for i in range(30):
+            put_ok(store, make_message("Tags", 0, f"m{i}", tags=tags[i % 3]))
+        wait_dispatched(store)
+
+        r = store.get_message("Tags", 0, 0, 32, tag_codes={TAG_A_HASH})
+        assert r.status == GetMessageStatus.FOUND
+        assert r.queue_offsets == list(range(0, 30, 3))
+        assert [fmt.decode_record(m).tags for m in r.messages] == ["TagA"] * 10
+        assert r.next_begin_offset == 30
+
+        # the batch ends at max_msg_nums; the next begin is the first unit not looked at
+        r = store.get_message("Tags", 0, 1, 3, tag_codes={TAG_A_HASH})
+        assert r.queue_offsets == [3, 6, 9] and r.next_begin_offset == 10
+
+        r = store.get_message("Tags", 0, 0, 32, tag_codes={java_hash("TagB"), java_hash("TagC")})
+        assert r.queue_offsets == [i for i in range(30) if i % 3]
+
+        r = store.get_message("Tags", 0, 4, 32, tag_codes={java_hash("TagZ")})
+        assert r.status == GetMessageStatus.NO_MATCHED_MESSAGE
+        assert r.messages == [] and r.next_begin_offset == 30
+
+
+def test_read_statuses(tmp_path):
+    cfg = make_config(tmp_path)
+    with running(cfg) as store:
+        r = store.get_message("Nope", 0, 0, 32)
+        assert r.status == GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+        store.find_consume_queue("Empty", 3)  # an existing queue with nothing in it
+        r = store.get_message("Empty", 3, 0, 32)
+        assert r.status == GetMessageStatus.NO_MESSAGE_IN_QUEUE and r.next_begin_offset == 0
+
+        for i in range(12):
+            put_ok(store, make_message("St", 0, f"s{i}"))
+        wait_dispatched(store)
+        r = store.get_message("St", 0, 12, 32)
+        assert r.status == GetMessageStatus.OFFSET_OVERFLOW_ONE and r.next_begin_offset == 12
+        r = store.get_message("St", 0, 50, 32)
+        assert r.status == GetMessageStatus.OFFSET_OVERFLOW_BADLY and r.next_begin_offset == 12
+        assert (r.min_offset, r.max_offset) == (0, 12)
+        r = store.get_message("St", 0, 2, 5)
+        assert r.status == GetMessageStatus.FOUND and r.queue_offsets == [2, 3, 4, 5, 6]
+        assert r.next_begin_offset == 7
+        r = store.get_message("St", 0, 0, 32, max_total_bytes=1)
+        assert len(r.messages) == 1  # the first message always goes, the byte limit stops the rest
+
+
+def test_offset_too_small_after_head_segments_are_deleted(tmp_path):
+    cfg = make_config(tmp_path)
+    with running(cfg) as store:
+        for i in range(200):
+            put_ok(store, make_message("Ret", 0, bytes([i]) * 1500, tags="R"))
+        wait_dispatched(store)
+        assert store.get_max_offset_in_queue("Ret", 0) == 200
+        store.clean_expired_files()  # records the sealed segments in the manifest
+
+        manifest = SegmentManifest(cfg.store_path_root_dir)
+        claimed = manifest.claim("test-tierer", treat_sealed_as_expired=True)
+        assert claimed, "sealed segments must be claimable"
+        for e in claimed:
+            manifest.mark_tiered(e.base_offset, "test-tierer")
+        store.delete_expired_files_manually()
+
+        cl_min = store.min_phy_offset
+        assert cl_min > 0 and cl_min % SEG == 0
+        assert not (cfg.commitlog_dir / f"{0:020d}").exists()
+        lo = store.get_min_offset_in_queue("Ret", 0)
+        assert lo > 0
+
+        r = store.get_message("Ret", 0, 0, 32)
+        assert r.status == GetMessageStatus.OFFSET_TOO_SMALL
+        assert r.next_begin_offset == lo == r.min_offset
+        r = store.get_message("Ret", 0, lo, 32)
+        assert r.status == GetMessageStatus.FOUND and r.queue_offsets[0] == lo
+        first = fmt.decode_record(r.messages[0])
+        assert first.physical_offset >= cl_min and first.body == bytes([lo]) * 1500
+        # the unit just below the minimum pointed into the deleted segment
+        prev = store.find_consume_queue("Ret", 0, create=False).get_unit(lo - 1)
+        assert prev is None or prev[0] < cl_min
+
+
+# =====================================================================================================
+# index
+# =====================================================================================================
+
+
+def test_query_by_key_across_index_files(tmp_path):
+    cfg = make_config(tmp_path)
+    n = 400
+    with running(cfg) as store:
+        first_ts_floor = int(time.time() * 1000)
+        res = []
+        msgs = []
+        for i in range(n):
+            keys = [f"k{i}", "shared"] if i < 70 else [f"k{i}"]
+            m = make_message("Idx", i % 2, f"q{i}", keys=keys)
+            msgs.append(m)
+            res.append(put_ok(store, m))
+        wait_dispatched(store)
+        now = int(time.time() * 1000) + 1000
+        phys = [r.append.wrote_offset for r in res]
+
+        idx_files = sorted(cfg.index_dir.iterdir())
+        names = [p.name for p in idx_files]
+        assert len(names) >= 4
+        assert all(re.fullmatch(r"\d{17}", x) for x in names)
+        size = 40 + 64 * 4 + 256 * 20
+        headers = []
+        for p in idx_files:
+            data = p.read_bytes()
+            assert len(data) == size
+            headers.append(fmt.decode_index_header(data))
+            entry0 = 40 + 64 * 4
+            assert data[entry0 : entry0 + 20] == bytes(20)  # indexCount starts at 1: entry 0 is never used
+        total_entries = sum(h.index_count - 1 for h in headers)
+        assert total_entries == 2 * n + 70  # UNIQ_KEY + each KEYS entry
+        assert all(2 <= h.index_count <= 256 for h in headers)
+        assert all(h.index_count == 256 for h in headers[:-1])  # only the newest is not full
+        assert headers[0].begin_phy_offset == phys[0]
+        assert headers[-1].end_phy_offset == phys[-1]
+        for a, b in zip(headers, headers[1:], strict=False):
+            assert a.begin_phy_offset <= a.end_phy_offset <= b.begin_phy_offset <= b.end_phy_offset
+            assert a.begin_timestamp <= b.begin_timestamp
+        assert all(h.hash_slot_count <= 64 for h in headers)
+
+        def query(key, begin=0, end=now, max_num=64):
+            q = store.query_message("Idx", key, max_num, begin, end)
+            return [fmt.decode_record(m) for m in q.messages], q
+
+        old, q = query("k5")
+        assert [r.body for r in old] == [b"q5"] and old[0].physical_offset == phys[5]
+        assert q.index_last_update_phyoffset == phys[-1]
+        newest, _ = query(f"k{n - 1}")
+        assert [r.body for r in newest] == [f"q{n - 1}".encode()]
+        uniq, _ = query(msgs[200].uniq_key)
+        assert [r.body for r in uniq] == [b"q200"]
+
+        shared, _ = query("shared", max_num=1000)
+        assert len(shared) == 64
+        assert {r.body for r in shared} == {f"q{i}".encode() for i in range(70 - 64, 70)}  # newest first
+
+        assert query("k5", begin=0, end=first_ts_floor - 10_000)[0] == []
+        assert query(f"k{n - 1}", begin=now + 10_000, end=now + 20_000)[0] == []
+        assert query("no-such-key")[0] == []
+        assert store.query_message("Other", "k5", 64, 0, now).messages == []
+
+
+def test_offsets_by_time_and_lookups(tmp_path):
+    cfg = make_config(tmp_path)
+    with running(cfg) as store:
+        assert store.get_earliest_message_time("T", 0) == -1
+        batches = []
+        for b in range(3):
+            rs = [put_ok(store, make_message("T", 0, f"b{b}m{i}")) for i in range(5)]
+            batches.append(rs)
+            last = rs[-1].append.store_timestamp
+            wait_until(lambda last=last: time.time_ns() // 1_000_000 > last + 5, 2, "the clock to move on")
+        wait_dispatched(store)
+        ts = [[r.append.store_timestamp for r in rs] for rs in batches]
+
+        assert store.get_earliest_message_time("T", 0) == ts[0][0]
+        assert store.get_offset_in_queue_by_time("T", 0, 0) == 0
+        assert store.get_offset_in_queue_by_time("T", 0, ts[1][0]) == batches[1][0].append.queue_offset == 5
+        between = ts[1][-1] + 1  # after batch 1, before batch 2
+        assert store.get_offset_in_queue_by_time("T", 0, between) == 10
+        assert store.get_offset_in_queue_by_time("T", 0, between, upper=True) == 9
+        assert store.get_offset_in_queue_by_time("T", 0, ts[2][-1] + 100_000) == 14  # clamps to the last
+        assert store.get_offset_in_queue_by_time("Nope", 0, 0) == 0
+        assert store.get_message_store_timestamp("T", 0, 7) == ts[1][2]
+
+        for rs in batches:
+            for r in rs:
+                raw = store.look_message_by_offset(r.append.wrote_offset)
+                assert raw is not None and len(raw) == r.append.wrote_bytes
+                assert bytes(raw) == cl_file_bytes(cfg, r.append.wrote_offset, len(raw))
+                assert bytes(store.view_message_by_id(r.msg_ids[0])) == bytes(raw)
+        assert store.look_message_by_offset(store.max_phy_offset) is None
+        assert store.look_message_by_offset(batches[0][0].append.wrote_offset + 3) is None
+
+
+# =====================================================================================================
+# transactions, ConsumeQueue files
+# =====================================================================================================
+
+
+def test_transaction_records_per_type(tmp_path):
+    cfg = make_config(tmp_path)
+    with running(cfg) as store:
+        put_ok(store, make_message("Tx", 0, b"n0", keys="normal0"))
+        put_ok(store, make_message("Tx", 0, b"n1", keys="normal1"))
+        prepared = put_ok(store, make_message("Tx", 0, b"half", keys="halfkey", sys_flag=fmt.TRANSACTION_PREPARED_TYPE))
+        rollback = put_ok(store, make_message("Tx", 0, b"rb", keys="rbkey", sys_flag=fmt.TRANSACTION_ROLLBACK_TYPE))
+        commit = put_ok(store, make_message("Tx", 0, b"commit", keys="commitkey", sys_flag=fmt.TRANSACTION_COMMIT_TYPE))
+        wait_dispatched(store)
+
+        assert prepared.append.queue_offset == 0 and rollback.append.queue_offset == 0
+        assert commit.append.queue_offset == 2
+        for res in (prepared, rollback):
+            rec = fmt.decode_record(cl_file_bytes(cfg, res.append.wrote_offset, res.append.wrote_bytes))
+            assert rec.queue_offset == 0
+        assert fmt.decode_record(store.look_message_by_offset(prepared.append.wrote_offset)).sys_flag & 0xC == 0x4
+
+        assert store.get_max_offset_in_queue("Tx", 0) == 3
+        got = read_queue(store, "Tx", 0)
+        assert [(q, r.body) for q, r in got] == [(0, b"n0"), (1, b"n1"), (2, b"commit")]
+
+        now = int(time.time() * 1000) + 1000
+        assert [fmt.decode_record(m).body for m in store.query_message("Tx", "halfkey", 64, 0, now).messages] == [
+            b"half"
+        ]
+        assert store.query_message("Tx", "rbkey", 64, 0, now).messages == []
+        assert len(store.query_message("Tx", "commitkey", 64, 0, now).messages) == 1
+
+
+def test_consume_queue_files_on_disk(tmp_path):
+    cfg = make_config(tmp_path)
+    with running(cfg) as store:
+        res = []
+        for i in range(60):
+            tag = MIN_INT_TAG if i == 7 else ("TagA" if i % 2 == 0 else None)
+            res.append((tag, put_ok(store, make_message("CqT", 3, f"c{i}", tags=tag))))
+        wait_dispatched(store)
+        store.find_consume_queue("CqT", 3).flush()
+
+        qdir = cfg.store_path_root_dir / "consumequeue" / "CqT" / "3"
+        assert sorted(p.name for p in qdir.iterdir()) == [f"{0:020d}", f"{1000:020d}"]
+        raw = (qdir / f"{0:020d}").read_bytes() + (qdir / f"{1000:020d}").read_bytes()
+        assert len(raw) == 2000
+        for i, (tag, r) in enumerate(res):
+            phy, size, tags_code = struct.unpack_from(">qiq", raw, i * 20)
+            assert phy == r.append.wrote_offset and size == r.append.wrote_bytes
+            assert tags_code == (java_hash(tag) if tag else 0)
+        assert java_hash(MIN_INT_TAG) == -(2**31)
+        assert raw[7 * 20 + 12 : 7 * 20 + 20] == bytes.fromhex("FFFFFFFF80000000")  # sign-extended
+        assert raw[60 * 20 :] == bytes(len(raw) - 60 * 20)
+        r = store.get_message("CqT", 3, 0, 32, tag_codes={-(2**31)})
+        assert r.queue_offsets == [7]
+        r = store.get_message("CqT", 3, 45, 32)  # a read starting in the first file
+        assert r.queue_offsets[0] == 45 and r.status == GetMessageStatus.FOUND
+
+
+# =====================================================================================================
+# lifecycle
+# =====================================================================================================
+
+
+def test_second_store_on_same_dir_is_refused(tmp_path):
+    cfg = make_config(tmp_path)
+    root = str(cfg.store_path_root_dir)
+    with running(cfg) as store:
+        put_ok(store, make_message("L", 0, b"x"))
+        with pytest.raises(StoreLockedError, match=re.escape(root)):
+            MessageStore(make_config(tmp_path)).start()
+
+        code = (
+            "import sys; from pathlib import Path\n"
+            "from store.config import MessageStoreConfig\n"
+            "from store.message_store import MessageStore\n"
+            "cfg = MessageStoreConfig(storePathRootDir=Path(sys.argv[1]), mappedFileSizeCommitLog=65536)\n"
+            "MessageStore(cfg).start()\n"
+        )
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-c", code, root], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0
+        assert "StoreLockedError" in proc.stderr and root in proc.stderr
+        assert time.monotonic() - t0 < 30  # fails at once rather than waiting for the lock
+        # the running store is unaffected
+        put_ok(store, make_message("L", 0, b"y"))
+    # released at shutdown
+    with running(make_config(tmp_path)) as again:
+        assert again.get_max_offset_in_queue("L", 0) == 2
+
+
+def test_dispatch_lag_and_runtime_info(tmp_path, monkeypatch):
+    cfg = make_config(tmp_path)
+    with running(cfg) as store:
+        gate = threading.Event()
+        real_dispatch = store.dispatch
+
+        def gated(req):
+            gate.wait(30)  # the dispatcher is held up until the test lets it go
+            real_dispatch(req)
+
+        monkeypatch.setattr(store, "dispatch", gated)
+        try:
+            puts = [put_ok(store, make_message("Lag", 0, b"z" * 500)) for _ in range(50)]
+            total = sum(r.append.wrote_bytes for r in puts)
+            assert store.dispatch_behind_bytes == total
+            info = store.runtime_info()
+            assert info["dispatchBehindBytes"] == str(total)
+            assert store.get_max_offset_in_queue("Lag", 0) == 0  # not readable yet
+        finally:
+            gate.set()
+        wait_dispatched(store)
+        assert store.dispatch_behind_bytes == 0
+        assert store.get_max_offset_in_queue("Lag", 0) == 50
+        info = store.runtime_info()
+        for key in (
+            "commitLogMinOffset",
+            "commitLogMaxOffset",
+            "dispatchBehindBytes",
+            "flushedOffset",
+            "consumeQueueCount",
+            "indexFileCount",
+        ):
+            assert key in info
+        assert info["commitLogMinOffset"] == "0"
+        assert info["commitLogMaxOffset"] == str(store.max_phy_offset) == str(total)
+        assert info["dispatchBehindBytes"] == "0"
+        assert info["consumeQueueCount"] == "1"
+        assert info["indexFileCount"] == "1"
+
+
+def test_normal_restart(tmp_path):
+    cfg = make_config(tmp_path)
+    with running(cfg) as store:
+        first = [put_ok(store, make_message("Re", q, f"a{q}-{i}", keys=f"ka{i}")) for i in range(40) for q in (0, 1)]
+    assert not (cfg.store_path_root_dir / "abort").exists()
+    assert (cfg.store_path_root_dir / "checkpoint").stat().st_size == 4096
+
+    with running(make_config(tmp_path)) as store:
+        assert store.recovery_report.abnormal is False
+        assert store.recovery_report.truncated_bytes == 0
+        assert (cfg.store_path_root_dir / "abort").exists()
+        assert store.get_max_offset_in_queue("Re", 0) == 40
+        more = put_ok(store, make_message("Re", 0, "b0"))
+        assert more.append.queue_offset == 40
+        assert more.append.wrote_offset == first[-1].append.wrote_offset + first[-1].append.wrote_bytes
+        wait_dispatched(store)
+        got = read_queue(store, "Re", 0)
+        assert [r.body for _, r in got] == [f"a0-{i}".encode() for i in range(40)] + [b"b0"]
+        assert [q for q, _ in got] == list(range(41))
+        assert len(read_queue(store, "Re", 1)) == 40
+        hits = store.query_message("Re", "ka3", 64, 0, int(time.time() * 1000) + 1000).messages
+        assert sorted(fmt.decode_record(m).body for m in hits) == [b"a0-3", b"a1-3"]
+
+
+def test_arrival_listener(tmp_path):
+    cfg = make_config(tmp_path)
+    seen = []
+    with running(cfg) as store:
+        store.add_arrival_listener(lambda *args: seen.append(args))
+        res = [put_ok(store, make_message("Arr", i % 2, f"x{i}", tags="TagA")) for i in range(6)]
+        put_ok(store, make_message("Arr", 0, "half", sys_flag=fmt.TRANSACTION_PREPARED_TYPE))
+        wait_until(lambda: len(seen) >= 6, 10, "6 arrival notifications")
+        wait_dispatched(store)
+    assert len(seen) == 6  # the prepared record is not readable, so no notification
+    for i, ((topic, qid, nxt, tags_code, store_ts), r) in enumerate(zip(seen, res, strict=True)):
+        assert topic == "Arr" and qid == i % 2
+        assert nxt == r.append.queue_offset + 1
+        assert tags_code == TAG_A_HASH
+        assert store_ts == r.append.store_timestamp
+    assert [(s[1], s[2]) for s in seen] == [(0, 1), (1, 1), (0, 2), (1, 2), (0, 3), (1, 3)]
+
+
+def test_reads_racing_retention_do_not_fail(tmp_path, monkeypatch):
+    """A file deleted between a reader's lookup and its copy: the read still completes.
+
+    The interleaving is forced: retention runs inside the reader's file lookup.
+    """
+    cfg = make_config(tmp_path)
+    with running(cfg) as store:
+        puts = [put_ok(store, make_message("Race", 0, bytes([i]) * 1500)) for i in range(200)]
+        wait_dispatched(store)
+        store.clean_expired_files()
+        manifest = SegmentManifest(cfg.store_path_root_dir)
+
+        def tier_oldest():
+            (e,) = manifest.claim("racer", limit=1, treat_sealed_as_expired=True)
+            manifest.mark_tiered(e.base_offset, "racer")
+            return e.base_offset
+
+        def retention_inside(queue, base):
+            real_find = queue.find
+            fired = []
+
+            def find(offset):
+                mf = real_find(offset)
+                if mf is not None and mf.file_from_offset == base and not fired:
+                    fired.append(offset)
+                    store.delete_expired_files_manually()  # deletes files while this reader holds one
+                return mf
+
+            monkeypatch.setattr(queue, "find", find)
+            return fired
+
+        # 1. a CommitLog segment deleted under get_message
+        assert tier_oldest() == 0
+        fired = retention_inside(store.commitlog.queue, 0)
+        r = store.get_message("Race", 0, 0, 4)
+        assert fired and store.min_phy_offset == SEG
+        assert not (cfg.commitlog_dir / f"{0:020d}").exists()
+        # the reader that already held the segment gets its bytes (RocketMQ's reference-counted MappedFile)
+        # and the rest of the batch skips what was deleted, as RocketMQ's getMessage does
+        lo = store.get_min_offset_in_queue("Race", 0)
+        assert r.status == GetMessageStatus.FOUND
+        assert r.queue_offsets == [0, lo, lo + 1, lo + 2]
+        assert [fmt.decode_record(m).body for m in r.messages] == [bytes([i]) * 1500 for i in r.queue_offsets]
+        monkeypatch.undo()
+        r = store.get_message("Race", 0, 0, 4)  # later readers see the deletion
+        assert r.status == GetMessageStatus.OFFSET_TOO_SMALL
+        assert store.look_message_by_offset(puts[0].append.wrote_offset) is None
+
+        # 2. a ConsumeQueue file deleted under get_message (its units all point below the new minimum)
+        assert 0 < lo < 50
+        assert tier_oldest() == SEG
+        cq = store.find_consume_queue("Race", 0, create=False)
+        fired = retention_inside(cq.queue, 0)
+        r = store.get_message("Race", 0, lo, 4)
+        assert fired and store.min_phy_offset == 2 * SEG
+        assert not (cfg.consume_queue_dir / "Race" / "0" / f"{0:020d}").exists()
+        assert r.status == GetMessageStatus.MESSAGE_WAS_REMOVING and r.messages == []
+        monkeypatch.undo()
+
+        # 3. a segment deleted under look_message_by_offset
+        off = puts[store.get_min_offset_in_queue("Race", 0)].append.wrote_offset
+        assert off // SEG == 2
+        assert tier_oldest() == 2 * SEG
+        fired = retention_inside(store.commitlog.queue, 2 * SEG)
+        raw = store.look_message_by_offset(off)
+        assert fired and store.min_phy_offset == 3 * SEG
+        assert raw is not None and fmt.decode_record(raw).physical_offset == off
+
+
+def test_long_topic_ipv6_store_host_and_batches(tmp_path):
+    cfg = make_config(tmp_path, store_host="[::1]:10912")
+    long_topic = "L" * 200  # over 127 bytes: the V2 record with a 2-byte topic length
+    with running(cfg) as store:
+        res = put_ok(store, make_message(long_topic, 0, b"v2", tags="TagA"))
+        batch = store.put_messages([make_message("Batch", 1, f"b{i}") for i in range(5)])
+        assert batch.status == PutMessageStatus.PUT_OK and len(batch.msg_ids) == 5
+        assert batch.append.queue_offset == 0 and batch.append.msg_num == 5
+        wait_dispatched(store)
+
+        raw = bytes(store.get_message(long_topic, 0, 0, 1).messages[0])
+        assert raw[4:8] == bytes.fromhex("DAA320AB")
+        rec = fmt.decode_record(raw)
+        assert rec.topic == long_topic and rec.store_host == ("::1", 10912)
+        assert rec.sys_flag & fmt.STOREHOSTADDRESS_V6_FLAG
+        assert len(res.msg_ids[0]) == 56
+        assert fmt.decode_offset_msg_id(res.msg_ids[0]) == (("::1", 10912), res.append.wrote_offset)
+        assert bytes(store.view_message_by_id(res.msg_ids[0])) == raw
+        assert (cfg.consume_queue_dir / long_topic / "0" / f"{0:020d}").exists()
+
+        got = read_queue(store, "Batch", 1)
+        assert [(q, r.body) for q, r in got] == [(i, f"b{i}".encode()) for i in range(5)]
+        off = batch.append.wrote_offset
+        for msg_id, (_, r) in zip(batch.msg_ids, got, strict=True):
+            assert fmt.decode_offset_msg_id(msg_id)[1] == r.physical_offset == off
+            off += r.total_size
