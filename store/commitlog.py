@@ -145,6 +145,14 @@ class CommitLog:
         data = self.read(offset, size)
         return fmt.read_store_timestamp(data, 0) if data else -1
 
+    def flush(self) -> tuple[int, int]:
+        """Flush everything appended so far: (flushed offset, store time of the newest flushed record).
+
+        The time is read before the flush, so the checkpoint never claims a record that was not durable.
+        """
+        ts = self.last_store_timestamp
+        return self.queue.flush(), ts
+
     def close(self) -> None:
         self.queue.close()
 
@@ -182,8 +190,8 @@ class GroupCommitService(threading.Thread):
         if not reqs:
             return
         try:
-            flushed = self.commitlog.queue.flush()
-            self.on_flushed()
+            flushed, ts = self.commitlog.flush()
+            self.on_flushed(ts)
         except OSError as e:  # a failed fsync acknowledges nothing
             log.error("group commit flush failed: %s", e)
             for _, fut in reqs:
@@ -223,8 +231,7 @@ class FlushRealTimeService(threading.Thread):
 
     def _flush(self) -> None:
         try:
-            self.commitlog.queue.flush()
-            self.on_flushed()
+            self.on_flushed(self.commitlog.flush()[1])
         except OSError as e:
             log.error("commitlog flush failed: %s", e)
 

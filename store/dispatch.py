@@ -28,6 +28,27 @@ class SegmentStats:
     complete: bool = False
 
 
+def count_records(buf, end: int) -> SegmentStats:
+    """Walk record headers from the start of a segment up to ``end`` (or its BLANK)."""
+    stats = SegmentStats()
+    pos = 0
+    while pos < end:
+        size, magic = fmt.peek_size_magic(buf, pos)
+        if magic == fmt.BLANK_MAGIC:
+            pos = end
+            break
+        if magic not in (fmt.MESSAGE_MAGIC_V1, fmt.MESSAGE_MAGIC_V2) or size <= 0:
+            return stats  # not a record boundary: the figures stay incomplete
+        ts = fmt.read_store_timestamp(buf, pos)
+        if stats.first_store_time is None:
+            stats.first_store_time = ts
+        stats.last_store_time = ts
+        stats.count += 1
+        pos += size
+    stats.complete = pos == end
+    return stats
+
+
 class ReputService(threading.Thread):
     def __init__(self, store: MessageStore, reput_from: int) -> None:
         super().__init__(name="reput", daemon=True)
@@ -97,29 +118,13 @@ class ReputService(threading.Thread):
     def _stats_for(self, base: int, pos: int) -> SegmentStats:
         if self._current is None or self._current[0] != base:
             stats = SegmentStats(complete=pos == 0)
-            if pos > 0:
-                self._count_prefix(base, pos, stats)
+            mf = self.store.commitlog.queue.find(base)
+            if pos > 0 and mf is not None:
+                # Dispatch starts mid-segment (after a restart): count what lies before from the headers,
+                # so the segment still gets its figures when it is sealed.
+                stats = count_records(mf.mm, pos)
             self._current = (base, stats)
         return self._current[1]
-
-    def _count_prefix(self, base: int, end: int, stats: SegmentStats) -> None:
-        """Dispatch starts mid-segment (after a clean restart): count the records before ``end`` from their
-        headers, so the segment still gets its figures when it is sealed."""
-        mf = self.store.commitlog.queue.find(base)
-        if mf is None:
-            return
-        buf, pos = mf.mm, 0
-        while pos < end:
-            size, magic = fmt.peek_size_magic(buf, pos)
-            if magic not in (fmt.MESSAGE_MAGIC_V1, fmt.MESSAGE_MAGIC_V2) or size <= 0:
-                return  # not a record boundary: leave the segment's figures unknown
-            ts = fmt.read_store_timestamp(buf, pos)
-            if stats.first_store_time is None:
-                stats.first_store_time = ts
-            stats.last_store_time = ts
-            stats.count += 1
-            pos += size
-        stats.complete = pos == end
 
     def _seal(self, base: int, stats: SegmentStats) -> None:
         if stats.complete:

@@ -22,7 +22,7 @@ from store.commitlog import (
 )
 from store.config import ExpiredSegmentPolicy, FlushDiskType, MessageStoreConfig
 from store.consume_queue import ConsumeQueue
-from store.dispatch import ArrivalListener, ReputService
+from store.dispatch import ArrivalListener, ReputService, count_records
 from store.index import IndexService
 from store.recovery import RecoveryReport, recover
 from store.retention import SegmentManifest, SegmentState, disk_used_ratio, is_deletion_hour
@@ -120,6 +120,7 @@ class MessageStore:
         self.recovery_report: RecoveryReport | None = None
         self._last_dispatched_store_ts = 0
         self._manual_delete = threading.Event()
+        self._clean_lock = threading.Lock()
 
     # =================================================================================================
     # lifecycle
@@ -200,8 +201,7 @@ class MessageStore:
         while self.reput.do_reput() > 0:
             pass
         self._flush_service.shutdown()
-        self.commitlog.queue.flush()
-        self._on_commitlog_flushed()
+        self._on_commitlog_flushed(self.commitlog.flush()[1])
         self._flush_consume_queues(thorough=True)
         self.index.flush()
         fully_dispatched = self.reput.behind_bytes <= 0
@@ -481,9 +481,9 @@ class MessageStore:
     # =================================================================================================
     # flush bookkeeping and retention
     # =================================================================================================
-    def _on_commitlog_flushed(self) -> None:
-        if self.checkpoint is not None and self.commitlog.last_store_timestamp:
-            self.checkpoint.physic_msg_timestamp = self.commitlog.last_store_timestamp
+    def _on_commitlog_flushed(self, store_timestamp: int) -> None:
+        if self.checkpoint is not None and store_timestamp:
+            self.checkpoint.physic_msg_timestamp = store_timestamp
 
     def _on_index_file_flushed(self, end_timestamp: int) -> None:
         if self.checkpoint is not None:
@@ -506,7 +506,15 @@ class MessageStore:
         if self.reput is not None:
             for base, s in list(self.reput.sealed_stats.items()):
                 stats[base] = (s.count, s.first_store_time, s.last_store_time)
-        files = [(mf.file_from_offset, mf.file_size) for mf in self.commitlog.queue.files]
+        mfs = list(self.commitlog.queue.files)
+        files = [(mf.file_from_offset, mf.file_size) for mf in mfs]
+        counted = {e.base_offset for e in self.manifest.entries() if e.message_count is not None}
+        for mf in mfs[:-1]:
+            if mf.file_from_offset not in counted and mf.file_from_offset not in stats:
+                # Sealed before a crash, and before where recovery re-dispatched from: count it here.
+                c = count_records(mf.mm, mf.file_size)
+                if c.complete:
+                    stats[mf.file_from_offset] = (c.count, c.first_store_time, c.last_store_time)
         self.manifest.sync_files(files, stats)
         if self.reput is not None:
             for base in stats:
@@ -519,6 +527,10 @@ class MessageStore:
 
     def clean_expired_files(self) -> list[int]:
         """One ``CleanCommitLogService`` pass; returns the base offsets of deleted segments."""
+        with self._clean_lock:  # the background pass and a manual one must not delete side by side
+            return self._clean_expired_files()
+
+    def _clean_expired_files(self) -> list[int]:
         cfg = self.config
         self._sync_manifest()
         disk_full = disk_used_ratio(self.root) * 100 > cfg.disk_max_used_space_ratio

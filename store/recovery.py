@@ -88,6 +88,11 @@ def _abnormal_start_index(store: MessageStore) -> int:
     # Bounding by the index timestamp too (RocketMQ's messageIndexSafe) is what keeps queries complete:
     # index files newer than it were just discarded and must be rebuilt from the log.
     bound = cp.min_timestamp_index if store.config.message_index_enable else cp.min_timestamp
+    if bound > time.time() * 1000:
+        # A checkpoint from the future was not written by a flush; trusting it would skip re-dispatch of
+        # everything before the last segment. Re-dispatch from the first segment instead.
+        log.warning("checkpoint %s holds timestamps in the future; recovering from the first segment", cp.path)
+        return 0
     for i in range(len(files) - 1, -1, -1):
         ts = _first_record_time(files[i], store.config.check_crc_on_recover)
         if ts is not None and ts != 0 and ts <= bound:

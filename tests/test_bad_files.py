@@ -374,15 +374,7 @@ def test_corrupted_checkpoint_still_recovers_everything(tmp_path, variant):
     "variant",
     [
         "random",
-        pytest.param(
-            "far-future",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="store/recovery.py trusts an impossible checkpoint (timestamps after every record): "
-                "abnormal recovery re-dispatches from the last segment only, so ConsumeQueue units lost in "
-                "the crash are never rebuilt and later units land at the wrong queue offsets",
-            ),
-        ),
+        "far-future",
     ],
 )
 def test_corrupted_checkpoint_after_crash_that_lost_consume_queue_tail(tmp_path, variant):
