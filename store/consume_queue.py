@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from store import format as fmt
-from store.mapped_file import MappedFileQueue, StoreFileError, zero_stale_tail
+from store.mapped_file import MappedFileQueue, zero_stale_tail
 
 log = logging.getLogger(__name__)
 UNIT = fmt.CQ_UNIT_SIZE
@@ -192,8 +192,3 @@ class ConsumeQueue:
         self.queue.destroy()
         self.max_physic_offset = -1
         self.min_logic_offset = 0
-
-
-def check_cq_file_name(path: Path) -> None:
-    if not (len(path.name) == 20 and path.name.isdigit()):
-        raise StoreFileError(f"{path}: not a ConsumeQueue segment")
