@@ -55,6 +55,7 @@ class ReputService(threading.Thread):
         self.store = store
         self.reput_from = reput_from
         self._stopped = threading.Event()
+        self._reput_lock = threading.Lock()
         self.sealed_stats: dict[int, SegmentStats] = {}  # base offset -> stats of finished segments
         self._current: tuple[int, SegmentStats] | None = None
         mf = store.commitlog.queue.find(reput_from)
@@ -76,6 +77,10 @@ class ReputService(threading.Thread):
 
     def do_reput(self, limit: int | None = None) -> int:
         """Dispatch what is available now; returns the number of records dispatched."""
+        with self._reput_lock:  # start-up, shutdown and the thread itself may all call this
+            return self._do_reput(limit)
+
+    def _do_reput(self, limit: int | None) -> int:
         cl = self.store.commitlog
         done = 0
         while self.reput_from < cl.max_offset and (limit is None or done < limit):

@@ -572,6 +572,7 @@ _KEYS_B = PROPERTY_KEYS.encode()
 _UNIQ_B = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode()
 _DELAY_B = PROPERTY_DELAY_TIME_LEVEL.encode()
 _topic_cache: dict[bytes, str] = {}
+_tags_code_cache: dict[bytes, int] = {}  # a topic uses few distinct tags; hashing each message's anew is waste
 
 
 def check_record(
@@ -650,7 +651,13 @@ def check_record(
             uniq = value
         elif name == _DELAY_B:
             delay = value
-    code = tags_code(tags.decode("utf-8", "replace")) if tags else 0
+    code = 0
+    if tags:
+        code = _tags_code_cache.get(tags)
+        if code is None:
+            if len(_tags_code_cache) > 100_000:
+                _tags_code_cache.clear()
+            code = _tags_code_cache[tags] = tags_code(tags.decode("utf-8", "replace"))
     if delay is not None and topic == SCHEDULE_TOPIC and delay.isdigit() and int(delay) > 0:
         # Java rejects the whole record on a non-numeric DELAY; we keep the tag hash rather than let
         # recovery truncate the log at a message whose only fault is a bad property.
