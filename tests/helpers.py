@@ -99,3 +99,19 @@ def wait_dispatched(store, timeout: float = 10.0) -> None:
         timeout,
         what=f"dispatch to catch up (behind {store.dispatch_behind_bytes} bytes)",
     )
+
+
+def read_queue(store, topic: str, queue_id: int) -> list[tuple[int, fmt.MessageRecord]]:
+    """Every message of a queue via get_message, following next_begin_offset, CRC-checked."""
+    from store.message_store import GetMessageStatus
+
+    out = []
+    offset = store.get_min_offset_in_queue(topic, queue_id)
+    while True:
+        r = store.get_message(topic, queue_id, offset, 32)
+        if r.status != GetMessageStatus.FOUND:
+            assert r.status in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE), r.status
+            return out
+        out.extend((q, fmt.decode_record(m, check_crc=True)) for q, m in zip(r.queue_offsets, r.messages, strict=True))
+        assert r.next_begin_offset > offset
+        offset = r.next_begin_offset

@@ -18,7 +18,7 @@ from store import format as fmt
 from store.mapped_file import StoreFileError
 from store.message_store import GetMessageStatus, MessageStore, PutMessageStatus
 from store.recovery import StoreCorruptError
-from tests.helpers import make_config, make_message, wait_dispatched
+from tests.helpers import make_config, make_message, read_queue, wait_dispatched
 
 SEG = 64 * 1024
 
@@ -84,23 +84,11 @@ def crash_marker(cfg) -> None:
     (cfg.store_path_root_dir / "abort").touch()
 
 
-def read_all(store: MessageStore, topic: str, queue_id: int) -> list[tuple[int, fmt.MessageRecord]]:
-    out = []
-    offset = store.get_min_offset_in_queue(topic, queue_id)
-    while True:
-        r = store.get_message(topic, queue_id, offset, 32)
-        if r.status != GetMessageStatus.FOUND:
-            assert r.status == GetMessageStatus.OFFSET_OVERFLOW_ONE, r.status
-            return out
-        out.extend((q, fmt.decode_record(m, check_crc=True)) for q, m in zip(r.queue_offsets, r.messages, strict=True))
-        offset = r.next_begin_offset
-
-
 def assert_serves(store: MessageStore, sent: list[Sent], topic: str = "Bad") -> None:
     """Every message in ``sent`` is served at its queue offset, in order, and nothing else is."""
     for q in sorted({s.queue_id for s in sent}):
         want = [s for s in sent if s.queue_id == q]
-        got = read_all(store, topic, q)
+        got = read_queue(store, topic, q)
         assert [qo for qo, _ in got] == [s.queue_offset for s in want]
         assert [r.body for _, r in got] == [s.body for s in want]
         assert [r.physical_offset for _, r in got] == [s.phy for s in want]

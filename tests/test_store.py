@@ -19,7 +19,7 @@ from store.checkpoint import StoreLockedError
 from store.commitlog import GroupCommitService
 from store.message_store import GetMessageStatus, MessageStore, PutMessageStatus
 from store.retention import SegmentManifest
-from tests.helpers import make_config, make_message, wait_dispatched, wait_until
+from tests.helpers import make_config, make_message, read_queue, wait_dispatched, wait_until
 
 SEG = 64 * 1024
 BLANK_MAGIC_BYTES = bytes.fromhex("CBD43194")
@@ -59,20 +59,6 @@ def cl_file_bytes(config, offset: int, size: int) -> bytes:
     with open(path, "rb") as f:
         f.seek(offset - base)
         return f.read(size)
-
-
-def read_queue(store: MessageStore, topic: str, queue_id: int) -> list[tuple[int, fmt.MessageRecord]]:
-    """Every message of a queue via get_message, following next_begin_offset."""
-    out = []
-    offset = store.get_min_offset_in_queue(topic, queue_id)
-    while True:
-        r = store.get_message(topic, queue_id, offset, 32)
-        if r.status != GetMessageStatus.FOUND:
-            assert r.status in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE), r.status
-            return out
-        out.extend((q, fmt.decode_record(m)) for q, m in zip(r.queue_offsets, r.messages, strict=True))
-        assert r.next_begin_offset > offset
-        offset = r.next_begin_offset
 
 
 def body_len_for_total(total: int, topic: str, props_len: int) -> int:
