@@ -25,6 +25,7 @@ class AppendStatus(Enum):
     PUT_OK = "PUT_OK"
     END_OF_FILE = "END_OF_FILE"
     MESSAGE_SIZE_EXCEEDED = "MESSAGE_SIZE_EXCEEDED"
+    NOT_WRITABLE = "NOT_WRITABLE"
 
 
 @dataclass(slots=True)
@@ -45,6 +46,7 @@ class CommitLog:
         self.topic_queue_table: dict[str, int] = {}  # "topic-queueId" -> next queue offset
         self.begin_time_in_lock = 0  # 0 when not in the lock; the broker reads it for OS_PAGE_CACHE_BUSY
         self.last_store_timestamp = 0
+        self.writable = True  # cleared under put_lock at shutdown, so no append races the unmapping
 
     # --- append --------------------------------------------------------------------------------------
     def append(self, record: bytes, topic: str, queue_id: int, sys_flag: int) -> AppendResult:
@@ -71,6 +73,8 @@ class CommitLog:
         advances = sys_flag & fmt.TRANSACTION_ROLLBACK_TYPE in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT_TYPE)
         patch = fmt.patch_record
         with self.put_lock:
+            if not self.writable:
+                return AppendResult(AppendStatus.NOT_WRITABLE)
             store_ts = time.time_ns() // 1_000_000
             self.begin_time_in_lock = store_ts
             mf = self.queue.last_or_new()
@@ -154,6 +158,8 @@ class CommitLog:
         return self.queue.flush(), ts
 
     def close(self) -> None:
+        with self.put_lock:
+            self.writable = False
         self.queue.close()
 
 

@@ -195,6 +195,8 @@ class MessageStore:
         if not self._running:
             return
         self._running = False
+        with self.commitlog.put_lock:
+            self.commitlog.writable = False  # appends already past the running check stop here
         if self._housekeeping is not None:
             self._housekeeping.shutdown()
         self.reput.shutdown()
@@ -264,6 +266,8 @@ class MessageStore:
         except OSError as e:
             log.error("append failed: %s", e)
             return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(e)), None
+        if res.status == AppendStatus.NOT_WRITABLE:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is shutting down"), None
         if res.status != AppendStatus.PUT_OK:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, res, error=res.status.value), None
         off = res.wrote_offset
