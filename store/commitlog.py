@@ -181,6 +181,8 @@ class GroupCommitService(threading.Thread):
         with self._lock:
             self._requests.append((next_offset, fut))
         self._work.set()
+        if self._stopped.is_set():
+            self._commit()  # the thread may have made its last commit already
         return fut
 
     def run(self) -> None:
