@@ -2,8 +2,8 @@
 
 The expected values come from the JVM, not from our codec: ``tests/vectors/java_vectors.json`` is the
 output of ``tests/vectors/Vectors.java`` (JDK only: String.hashCode, Math.abs, java.util.zip.CRC32,
-java.nio.ByteBuffer, Calendar, plus a few routines copied verbatim from Apache RocketMQ; see the
-comment at the top of the .java file).  Java is NOT needed to run these tests.  To regenerate the
+java.nio.ByteBuffer, Calendar, plus RocketMQ's string rules written there in plain JDK code from the
+reference; see the comment at the top of the .java file).  Java is NOT needed to run these tests.  To regenerate the
 vectors (JDK 17+)::
 
     cd tests/vectors && javac -d /tmp/mqlake-vectors Vectors.java \\

@@ -11,19 +11,14 @@
  * /work/shared/reference/rocketmq-store-and-protocol.md section 1.1; TOTALSIZE is taken from the
  * buffer position after the last field, not from a length formula.
  *
- * The methods marked "verbatim" are copied from Apache RocketMQ (Apache License 2.0,
- * develop @ 8fc57f1468d1; identical logic in rocketmq-all-4.9.8) so the vectors reflect the real
- * Java behaviour of those routines:
- *   MessageDecoder.string2messageProperties / messageProperties2String,
- *   MessageClientIDSetter.setStartTime + createUniqID (time and counter part),
- *   UtilAll.timeMillisToHumanString / offset2FileName / bytes2string / writeInt / writeShort,
- *   DefaultMessageStore.parseDelayLevel / computeDeliverTimestamp,
- *   IndexFile.indexKeyHashMethod, MessageExtBrokerInner.tagsString2tagsCode.
+ * RocketMQ's rules that are not plain JDK calls (the properties string, the UNIQ_KEY time field, file
+ * names, delay levels, the index key hash, tagsCode) are written here from the behaviour the
+ * reference describes, in plain JDK code, so the vectors carry the JVM's own hashing, CRC, calendar
+ * and byte-order semantics.
  */
 import java.net.InetAddress;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
-import java.text.NumberFormat;
 import java.util.ArrayList;
 import java.util.Calendar;
 import java.util.HashMap;
@@ -41,7 +36,6 @@ public class Vectors {
     static final int STOREHOSTADDRESS_V6_FLAG = 0x1 << 5;
     static final char NAME_VALUE_SEPARATOR = 1;
     static final char PROPERTY_SEPARATOR = 2;
-    static final char[] HEX_ARRAY = "0123456789ABCDEF".toCharArray();
 
     // ------------------------------------------------------------------ tiny JSON writer
     static String q(String s) {
@@ -108,160 +102,102 @@ public class Vectors {
         return InetAddress.getByName(literal).getAddress();  // literal addresses: no DNS lookup
     }
 
-    // ------------------------------------------------------------------ verbatim RocketMQ routines
-    /** IndexFile.indexKeyHashMethod (verbatim). */
+    // ------------------------------------------------------------------ RocketMQ rules, written from the reference
+    // Each follows the behaviour described in shared/reference/rocketmq-store-and-protocol.md, using only the
+    // JDK, so the JVM (String.hashCode, Calendar, CRC32, ByteBuffer) supplies the values.
+
+    /** Index key hash (reference 4.2): |hashCode|, and 0 where abs() stays negative (Integer.MIN_VALUE). */
     static int indexKeyHashMethod(final String key) {
-        int keyHash = key.hashCode();
-        int keyHashPositive = Math.abs(keyHash);
-        if (keyHashPositive < 0) {
-            keyHashPositive = 0;
-        }
-        return keyHashPositive;
+        int h = Math.abs(key.hashCode());
+        return h < 0 ? 0 : h;
     }
 
-    /** MessageExtBrokerInner.tagsString2tagsCode (verbatim, filter type ignored there too). */
+    /** tagsCode (reference 3.2): the tag's hashCode widened to long; 0 for a missing or empty tag. */
     static long tagsString2tagsCode(final String tags) {
-        if (null == tags || tags.length() == 0) {
-            return 0;
-        }
-        return tags.hashCode();
+        return (tags == null || tags.isEmpty()) ? 0L : (long) tags.hashCode();
     }
 
-    /** UtilAll.bytes2string (verbatim). */
+    /** Upper-case hex of bytes (reference 2.1). */
     static String bytes2string(byte[] src) {
-        char[] hexChars = new char[src.length * 2];
-        for (int j = 0; j < src.length; j++) {
-            int v = src[j] & 0xFF;
-            hexChars[j * 2] = HEX_ARRAY[v >>> 4];
-            hexChars[j * 2 + 1] = HEX_ARRAY[v & 0x0F];
+        StringBuilder out = new StringBuilder(src.length * 2);
+        for (byte b : src) {
+            out.append(String.format("%02X", b & 0xFF));
         }
-        return new String(hexChars);
+        return out.toString();
     }
 
-    /** UtilAll.writeInt (verbatim). */
-    static void writeInt(char[] buffer, int pos, int value) {
-        for (int moveBits = 28; moveBits >= 0; moveBits -= 4) {
-            buffer[pos++] = HEX_ARRAY[(value >>> moveBits) & 0x0F];
-        }
-    }
-
-    /** UtilAll.writeShort (verbatim). */
-    static void writeShort(char[] buffer, int pos, int value) {
-        for (int moveBits = 12; moveBits >= 0; moveBits -= 4) {
-            buffer[pos++] = HEX_ARRAY[(value >>> moveBits) & 0x0F];
-        }
-    }
-
-    /** UtilAll.timeMillisToHumanString (verbatim). */
+    /** yyyyMMddHHmmssSSS in the JVM's local time zone (reference 4.4). */
     static String timeMillisToHumanString(final long t) {
-        Calendar cal = Calendar.getInstance();
-        cal.setTimeInMillis(t);
-        return String.format("%04d%02d%02d%02d%02d%02d%03d", cal.get(Calendar.YEAR), cal.get(Calendar.MONTH) + 1,
-            cal.get(Calendar.DAY_OF_MONTH), cal.get(Calendar.HOUR_OF_DAY), cal.get(Calendar.MINUTE), cal.get(Calendar.SECOND),
-            cal.get(Calendar.MILLISECOND));
+        return new java.text.SimpleDateFormat("yyyyMMddHHmmssSSS").format(new java.util.Date(t));
     }
 
-    /** UtilAll.offset2FileName (verbatim). */
+    /** 20-digit zero-padded decimal (reference 1.5). */
     static String offset2FileName(final long offset) {
-        final NumberFormat nf = NumberFormat.getInstance();
-        nf.setMinimumIntegerDigits(20);
-        nf.setMaximumFractionDigits(0);
-        nf.setGroupingUsed(false);
-        return nf.format(offset);
+        return String.format("%020d", offset);
     }
 
-    /** MessageClientIDSetter.setStartTime (verbatim, but returning instead of assigning statics). */
+    /** Local midnight on day 1 of the month of ``millis``, and of the next month, by java.util.Calendar
+     *  (reference 2.2, part 4). */
     static long[] setStartTime(long millis) {
-        Calendar cal = Calendar.getInstance();
-        cal.setTimeInMillis(millis);
-        cal.set(Calendar.DAY_OF_MONTH, 1);
-        cal.set(Calendar.HOUR_OF_DAY, 0);
-        cal.set(Calendar.MINUTE, 0);
-        cal.set(Calendar.SECOND, 0);
-        cal.set(Calendar.MILLISECOND, 0);
-        long startTime = cal.getTimeInMillis();
-        cal.add(Calendar.MONTH, 1);
-        long nextStartTime = cal.getTimeInMillis();
-        return new long[] {startTime, nextStartTime};
+        Calendar c = Calendar.getInstance();
+        c.setTimeInMillis(millis);
+        c.set(c.get(Calendar.YEAR), c.get(Calendar.MONTH), 1, 0, 0, 0);
+        c.set(Calendar.MILLISECOND, 0);
+        long thisMonth = c.getTimeInMillis();
+        c.add(Calendar.MONTH, 1);
+        return new long[] {thisMonth, c.getTimeInMillis()};
     }
 
-    /** The time+counter tail of MessageClientIDSetter.createUniqID (verbatim arithmetic). */
+    /** Parts 4 and 5 of UNIQ_KEY (reference 2.2): (int)(now - monthStart), values in (-1,000,000, 0) clamped
+     *  to 0, as 8 hex characters; then the counter's low 16 bits as 4. */
     static String uniqTail(long current, long startTime, int counter) {
-        char[] sb = new char[12];
-        int diff = (int) (current - startTime);
-        if (diff < 0 && diff > -1000_000) {
-            // may cause by NTP
-            diff = 0;
+        int elapsed = (int) (current - startTime);
+        if (elapsed > -1_000_000 && elapsed < 0) {
+            elapsed = 0;
         }
-        writeInt(sb, 0, diff);
-        writeShort(sb, 8, counter);
-        return new String(sb);
+        return String.format("%08X%04X", elapsed, counter & 0xFFFF);
     }
 
-    /** MessageDecoder.string2messageProperties (verbatim). */
+    /** The properties parser (reference 1.4): split on 0x02; a part counts only if it is at least 3 characters
+     *  long and its first 0x01 is neither its first nor its last character. */
     static Map<String, String> string2messageProperties(final String properties) {
-        Map<String, String> map = new HashMap<>(128);
-        if (properties != null) {
-            int len = properties.length();
-            int index = 0;
-            while (index < len) {
-                int newIndex = properties.indexOf(PROPERTY_SEPARATOR, index);
-                if (newIndex < 0) {
-                    newIndex = len;
-                }
-                if (newIndex - index >= 3) {
-                    int kvSepIndex = properties.indexOf(NAME_VALUE_SEPARATOR, index);
-                    if (kvSepIndex > index && kvSepIndex < newIndex - 1) {
-                        String k = properties.substring(index, kvSepIndex);
-                        String v = properties.substring(kvSepIndex + 1, newIndex);
-                        map.put(k, v);
-                    }
-                }
-                index = newIndex + 1;
+        Map<String, String> map = new HashMap<>();
+        if (properties == null) {
+            return map;
+        }
+        for (String part : properties.split(String.valueOf(PROPERTY_SEPARATOR), -1)) {
+            int sep = part.indexOf(NAME_VALUE_SEPARATOR);
+            if (part.length() >= 3 && sep > 0 && sep < part.length() - 1) {
+                map.put(part.substring(0, sep), part.substring(sep + 1));
             }
         }
         return map;
     }
 
-    /** MessageDecoder.messageProperties2String (verbatim). */
+    /** The properties writer (reference 1.4): name 0x01 value 0x02 per entry, null values skipped. */
     static String messageProperties2String(Map<String, String> properties) {
-        if (properties == null) {
-            return "";
+        StringBuilder out = new StringBuilder();
+        if (properties != null) {
+            properties.forEach((name, value) -> {
+                if (value != null) {
+                    out.append(name).append(NAME_VALUE_SEPARATOR).append(value).append(PROPERTY_SEPARATOR);
+                }
+            });
         }
-        StringBuilder sb = new StringBuilder();
-        for (final Map.Entry<String, String> entry : properties.entrySet()) {
-            final String name = entry.getKey();
-            final String value = entry.getValue();
-            if (value == null) {
-                continue;
-            }
-            sb.append(name);
-            sb.append(NAME_VALUE_SEPARATOR);
-            sb.append(value);
-            sb.append(PROPERTY_SEPARATOR);
-        }
-        return sb.toString();
+        return out.toString();
     }
 
-    /** DefaultMessageStore.parseDelayLevel (verbatim loop body). */
+    /** Delay levels (reference 8.1): space-separated "<n><unit>", units s/m/h/d, level numbers from 1. */
     static Map<Integer, Long> parseDelayLevel(String levelString) {
-        HashMap<String, Long> timeUnitTable = new HashMap<>();
-        timeUnitTable.put("s", 1000L);
-        timeUnitTable.put("m", 1000L * 60);
-        timeUnitTable.put("h", 1000L * 60 * 60);
-        timeUnitTable.put("d", 1000L * 60 * 60 * 24);
-        Map<Integer, Long> delayLevelTable = new LinkedHashMap<>();
-        String[] levelArray = levelString.split(" ");
-        for (int i = 0; i < levelArray.length; i++) {
-            String value = levelArray[i];
-            String ch = value.substring(value.length() - 1);
-            Long tu = timeUnitTable.get(ch);
-            int level = i + 1;
-            long num = Long.parseLong(value.substring(0, value.length() - 1));
-            long delayTimeMillis = tu * num;
-            delayLevelTable.put(level, delayTimeMillis);
+        Map<Character, Long> unitMillis = Map.of('s', 1000L, 'm', 60_000L, 'h', 3_600_000L, 'd', 86_400_000L);
+        Map<Integer, Long> levels = new LinkedHashMap<>();
+        String[] tokens = levelString.split(" ");
+        for (int level = 1; level <= tokens.length; level++) {
+            String tok = tokens[level - 1];
+            long amount = Long.parseLong(tok.substring(0, tok.length() - 1));
+            levels.put(level, amount * unitMillis.get(tok.charAt(tok.length() - 1)));
         }
-        return delayLevelTable;
+        return levels;
     }
 
     // ------------------------------------------------------------------ CommitLog record, field by field
