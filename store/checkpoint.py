@@ -33,9 +33,8 @@ class StoreCheckpoint:
         return min(self.min_timestamp, self.index_msg_timestamp)
 
     def flush(self) -> None:
-        self.mm[:24] = fmt.encode_checkpoint(
-            self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp
-        )
+        data = fmt.encode_checkpoint(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp)
+        self.mm[: len(data)] = data
         os.fdatasync(self._fd)
 
     def close(self) -> None:

@@ -72,6 +72,7 @@ class CommitLog:
         # Half and rollback records take queue offset 0 and do not advance the queue (doAppend).
         advances = sys_flag & fmt.TRANSACTION_ROLLBACK_TYPE in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT_TYPE)
         patch = fmt.patch_record
+        head_len = fmt.SIZE_MAGIC_LENGTH
         with self.put_lock:
             if not self.writable:
                 return AppendResult(AppendStatus.NOT_WRITABLE)
@@ -88,7 +89,7 @@ class CommitLog:
             q = queue_offset
             for r in records:
                 n = len(r)
-                view[pos + 8 : pos + n] = memoryview(r)[8:]
+                view[pos + head_len : pos + n] = memoryview(r)[head_len:]
                 patch(view, pos, q, base + pos, store_ts)
                 pos += n
                 if advances:
@@ -96,7 +97,7 @@ class CommitLog:
             head = pos
             for r in reversed(records):
                 head -= len(r)
-                view[head : head + 8] = r[:8]
+                view[head : head + head_len] = r[:head_len]
             mf.wrote = pos
             mf.last_store_timestamp = self.last_store_timestamp = store_ts
             if advances:

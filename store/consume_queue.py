@@ -42,7 +42,7 @@ class ConsumeQueue:
                 off, size, _tags = fmt.decode_cq_unit(mf.mm, pos)
                 if off >= 0 and size > 0:
                     pos += UNIT
-                    if size != 0x7FFFFFFF:  # fillPreBlank units point nowhere
+                    if size != fmt.CQ_FILL_SIZE:  # fillPreBlank units point nowhere
                         self.max_physic_offset = off + size
                 else:
                     break
@@ -70,9 +70,9 @@ class ConsumeQueue:
                 off, size, _ = fmt.decode_cq_unit(mf.mm, pos)
                 if size <= 0 or off < 0:
                     break
-                if size != 0x7FFFFFFF and off + size > phy_offset:
+                if size != fmt.CQ_FILL_SIZE and off + size > phy_offset:
                     break
-                if size != 0x7FFFFFFF:
+                if size != fmt.CQ_FILL_SIZE:
                     self.max_physic_offset = off + size
                 kept_first = True
                 pos += UNIT
@@ -177,7 +177,7 @@ class ConsumeQueue:
         for mf in self.queue.files:
             for pos in range(0, mf.wrote, UNIT):
                 phy, size, _ = fmt.decode_cq_unit(mf.mm, pos)
-                if size != 0x7FFFFFFF and phy >= commitlog_min_offset:
+                if size != fmt.CQ_FILL_SIZE and phy >= commitlog_min_offset:
                     self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + pos)
                     return
             self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + mf.wrote)

@@ -149,7 +149,7 @@ def verify_consume_queues(store_dir: Path, records: dict[int, dict], unreadable:
     blind: dict[tuple[str, int], list] = {}
     for u in iter_cq_units(store_dir):
         phy = u["commitlog_offset"]
-        if u["size"] == 0x7FFFFFFF or phy < lowest:
+        if u["size"] == fmt.CQ_FILL_SIZE or phy < lowest:
             continue  # filler, or data deleted by retention
         rec = records.get(phy)
         want = (u["topic"], u["queue_id"], u["queue_offset"], u["size"])

@@ -29,6 +29,7 @@ MESSAGE_MAGIC_V1 = -626843481  # 0xDAA320A7
 MESSAGE_MAGIC_V2 = -626843477  # 0xDAA320AB, 2-byte topic length (RocketMQ 5.1+)
 BLANK_MAGIC = -875286124  # 0xCBD43194, end-of-file filler
 END_FILE_MIN_BLANK_LENGTH = 8
+SIZE_MAGIC_LENGTH = 8  # TOTALSIZE + MAGICCODE open every record; a reader sees zeros there until both are written
 
 # --- sysflag bits (MessageSysFlag) -------------------------------------------------------------------
 COMPRESSED_FLAG = 0x1
@@ -68,7 +69,8 @@ DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 
 # --- ConsumeQueue ------------------------------------------------------------------------------------
 CQ_UNIT_SIZE = 20
 _CQ_UNIT = struct.Struct(">qiq")
-CQ_FILL_UNIT = (0, 0x7FFFFFFF, 0)  # fillPreBlank filler: offset 0, Integer.MAX_VALUE, tagsCode 0
+CQ_FILL_SIZE = 0x7FFFFFFF  # the size of a fillPreBlank unit (Integer.MAX_VALUE): it points nowhere
+CQ_FILL_UNIT = (0, CQ_FILL_SIZE, 0)
 
 # --- IndexFile -----------------------------------------------------------------------------------------
 INDEX_HEADER_SIZE = 40
@@ -685,6 +687,17 @@ def read_store_timestamp(buf: bytes | bytearray | memoryview, pos: int) -> int:
     """STORETIMESTAMP of the record at ``pos`` without decoding the rest."""
     sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POS)[0]
     return _LONG.unpack_from(buf, pos + store_timestamp_position(sys_flag))[0]
+
+
+_PLACEMENT = struct.Struct(">iiiiiq")  # TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET
+PLACEMENT_SIZE = _PLACEMENT.size
+
+
+def read_record_placement(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int, int, int]:
+    """(TOTALSIZE, MAGIC, QUEUEID, QUEUEOFFSET) of the record at ``pos``: what tells whether a ConsumeQueue
+    unit really points at it. Needs ``PLACEMENT_SIZE`` bytes."""
+    total, magic, _crc, queue_id, _flag, queue_offset = _PLACEMENT.unpack_from(buf, pos)
+    return total, magic, queue_id, queue_offset
 
 
 def read_physical_offset(buf: bytes | bytearray | memoryview, pos: int) -> int:

@@ -376,7 +376,7 @@ class MessageStore:
             if len(result.messages) >= max_nums or (result.messages and total + size > max_total_bytes):
                 break
             next_offset = index + 1
-            if size == 0x7FFFFFFF:
+            if size == fmt.CQ_FILL_SIZE:
                 continue
             if phy < cl_min:
                 removing = True

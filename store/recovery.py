@@ -13,7 +13,6 @@ an error naming the file and offset instead of a truncation that would discard e
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,7 +24,6 @@ if TYPE_CHECKING:
     from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
-_CL_FIELDS = struct.Struct(">ii")  # TOTALSIZE, MAGIC
 
 
 class StoreCorruptError(RuntimeError):
@@ -146,14 +144,13 @@ def _verify_cq_tail(store: MessageStore, process: int) -> tuple[int, int]:
         for mf in files[start_file:]:
             for pos in range(0, mf.wrote, fmt.CQ_UNIT_SIZE):
                 phy, size, _tags = fmt.decode_cq_unit(mf.mm, pos)
-                if size == 0x7FFFFFFF or phy + size <= cl_min:
+                if size == fmt.CQ_FILL_SIZE or phy + size <= cl_min:
                     continue  # filler, or data already deleted below the CommitLog minimum
                 index = (mf.file_from_offset + pos) // fmt.CQ_UNIT_SIZE
-                data = cl.read(phy, 28) if phy + size <= process else None
+                data = cl.read(phy, fmt.PLACEMENT_SIZE) if phy + size <= process else None
                 ok = data is not None
                 if ok:
-                    total, magic = _CL_FIELDS.unpack_from(data, 0)
-                    qid, _flag, qoff = struct.unpack_from(">iiq", data, 12)
+                    total, magic, qid, qoff = fmt.read_record_placement(data)
                     ok = (
                         magic in (fmt.MESSAGE_MAGIC_V1, fmt.MESSAGE_MAGIC_V2)
                         and total == size
