@@ -70,7 +70,7 @@ class CommitLog:
             return AppendResult(AppendStatus.MESSAGE_SIZE_EXCEEDED)
         key = f"{topic}-{queue_id}"
         # Half and rollback records take queue offset 0 and do not advance the queue (doAppend).
-        advances = sys_flag & fmt.TRANSACTION_ROLLBACK_TYPE in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT_TYPE)
+        advances = fmt.is_consumable(sys_flag)
         patch = fmt.patch_record
         head_len = fmt.SIZE_MAGIC_LENGTH
         with self.put_lock:

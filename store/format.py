@@ -197,6 +197,11 @@ def transaction_type(sys_flag: int) -> int:
     return sys_flag & TRANSACTION_ROLLBACK_TYPE
 
 
+def is_consumable(sys_flag: int) -> bool:
+    """Normal and committed records get a queue offset and a ConsumeQueue unit; half and rollback ones do not."""
+    return sys_flag & TRANSACTION_ROLLBACK_TYPE in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+
+
 def parse_delay_levels(levels: str = DEFAULT_DELAY_LEVELS) -> list[int]:
     """``ScheduleMessageService.parseDelayLevel``: level n (1-based) -> milliseconds at index n-1."""
     units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

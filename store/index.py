@@ -143,7 +143,7 @@ class IndexService:
     def end_phy_offset(self) -> int:
         return self.files[-1].header.end_phy_offset if self.files else 0
 
-    def _writable_file(self, phy_offset: int, store_timestamp: int) -> IndexFile:
+    def _writable_file(self) -> IndexFile:
         last = self.files[-1] if self.files else None
         if last is not None and not last.is_full():
             return last
@@ -185,12 +185,12 @@ class IndexService:
         with self.lock:
             if self.files and req.commitlog_offset < self.files[-1].header.end_phy_offset:
                 return  # already indexed
-            f = self._writable_file(req.commitlog_offset, req.store_timestamp)
+            f = self._writable_file()
             for k in keys:
                 full = f"{req.topic}#{k}"
                 if not f.put_key(full, req.commitlog_offset, req.store_timestamp, write_header=False):
                     f.write_header()
-                    f = self._writable_file(req.commitlog_offset, req.store_timestamp)
+                    f = self._writable_file()
                     f.put_key(full, req.commitlog_offset, req.store_timestamp, write_header=False)
             f.write_header()
 

@@ -176,11 +176,7 @@ class MessageStore:
                 continue
             for qdir in sorted(topic_dir.iterdir()):
                 if qdir.is_dir() and qdir.name.isdigit():
-                    cq = ConsumeQueue(
-                        cq_root, topic_dir.name, int(qdir.name), self.config.mapped_file_size_consume_queue
-                    )
-                    cq.load()
-                    self.consume_queues[(topic_dir.name, int(qdir.name))] = cq
+                    self.find_consume_queue(topic_dir.name, int(qdir.name)).load()
 
     def _recover_topic_queue_table(self) -> None:
         table = {}
@@ -315,8 +311,7 @@ class MessageStore:
         return list(self.consume_queues.values())
 
     def dispatch(self, req: fmt.DispatchRequest) -> None:
-        tran = req.sys_flag & fmt.TRANSACTION_ROLLBACK_TYPE
-        if tran in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT_TYPE):
+        if fmt.is_consumable(req.sys_flag):
             cq = self.find_consume_queue(req.topic, req.queue_id)
             cq.put(req.commitlog_offset, req.msg_size, req.tags_code, req.queue_offset)
             self._last_dispatched_store_ts = req.store_timestamp

@@ -8,6 +8,7 @@ acknowledgement log and an independent scan of the files with ``store.format``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
@@ -15,6 +16,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -256,6 +258,17 @@ def reopen(cfg: MessageStoreConfig) -> MessageStore:
     return store
 
 
+@contextlib.contextmanager
+def clean_restart(cfg: MessageStoreConfig) -> Iterator[MessageStore]:
+    """Start the store after a clean shutdown: it must take the normal recovery path."""
+    store = MessageStore(cfg).start()
+    try:
+        assert store.recovery_report.abnormal is False and store.last_exit_ok is True
+        yield store
+    finally:
+        store.shutdown()
+
+
 def crash_config(tmp_path: Path, flush: FlushDiskType, **overrides) -> MessageStoreConfig:
     return make_config(tmp_path, flush_disk_type=flush, **overrides)
 
@@ -359,12 +372,8 @@ def test_torn_tail_is_cut_and_quarantined(tmp_path, writer_factory, garbage):
     finally:
         store.shutdown()
     # and a clean restart on top of the repaired store takes the normal path
-    store = MessageStore(cfg).start()
-    try:
-        assert store.recovery_report.abnormal is False
+    with clean_restart(cfg) as store:
         assert_store_consistent(store)
-    finally:
-        store.shutdown()
 
 
 def test_async_flush_crash_keeps_everything_flushed(tmp_path, writer_factory):
@@ -531,13 +540,9 @@ def test_index_files_newer_than_checkpoint_are_rebuilt(tmp_path, writer_factory)
     finally:
         store.shutdown()
     # the rebuilt index is durable like the rest: a clean restart keeps it
-    store = MessageStore(cfg).start()
-    try:
-        assert store.recovery_report.abnormal is False
+    with clean_restart(cfg) as store:
         for key, offs in log.queries.items():
             assert query_offsets(store, TOPIC, key) == offs
-    finally:
-        store.shutdown()
 
 
 def test_clean_restart_takes_normal_path_and_dispatches_nothing_twice(tmp_path):
@@ -559,11 +564,9 @@ def test_clean_restart_takes_normal_path_and_dispatches_nothing_twice(tmp_path):
     assert len(idx_bytes) >= 2
 
     for round_no in range(2):
-        store = MessageStore(cfg).start()
-        try:
+        with clean_restart(cfg) as store:
             assert abort_file(root).exists(), "a running store holds an abort file"
             report = store.recovery_report
-            assert report.abnormal is False and store.last_exit_ok is True
             assert report.dispatch_from == store.max_phy_offset, "nothing is left to dispatch after a clean exit"
             for q, n in counts.items():
                 assert store.get_max_offset_in_queue(TOPIC, q) == n
@@ -572,6 +575,4 @@ def test_clean_restart_takes_normal_path_and_dispatches_nothing_twice(tmp_path):
                 assert now == cq_bytes[q], f"queue {q} changed across a clean restart (round {round_no})"
             assert {p.name: p.read_bytes() for p in cfg.index_dir.iterdir()} == idx_bytes
             assert_store_consistent(store)
-        finally:
-            store.shutdown()
         assert not abort_file(root).exists()
