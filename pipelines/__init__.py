@@ -1,1 +1,1 @@
-"""Offline Spark pipelines over mqlake's native store files: tiering to Delta, index rebuild, replay."""
+"""Spark pipelines over the native store: tiering to Delta, index verification, replay."""

@@ -6,6 +6,8 @@ import pytest
 
 from tests.helpers import make_config
 
+pytest_plugins = ["tests.fixtures_spark", "tests.fixtures_broker"]
+
 
 @pytest.fixture
 def store_config(tmp_path):
