@@ -1,0 +1,272 @@
+"""The name server's state: which brokers are alive and which queues each serves per topic (RouteInfoManager).
+
+Pure data, no I/O: the controller calls it from the event loop only, so it needs no lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.namesrv.register_body import TopicConf
+
+log = logging.getLogger(__name__)
+
+MASTER_ID = 0
+
+
+@dataclass
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        # topicSynFlag is the 4.0-4.8 spelling of the same field: old clients read that one.
+        return {
+            "brokerName": self.broker_name,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicSynFlag": self.topic_sys_flag,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+
+@dataclass
+class BrokerData:
+    cluster: str
+    broker_name: str
+    broker_addrs: dict[int, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        # brokerAddrs keeps int keys: the route encoder decides whether they are written quoted.
+        return {
+            "brokerAddrs": dict(sorted(self.broker_addrs.items())),
+            "brokerName": self.broker_name,
+            "cluster": self.cluster,
+            "enableActingMaster": False,
+        }
+
+
+@dataclass
+class BrokerLive:
+    last_update: float
+    timeout: float
+    data_version: dict[str, Any]
+    ha_server_addr: str
+    conn: object | None = None
+
+
+@dataclass
+class RegisterResult:
+    ha_server_addr: str | None = None
+    master_addr: str | None = None
+
+
+def _same_version(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """DataVersion.equals: timestamp and counter (and 5.x stateVersion) match."""
+    if a is None or b is None:
+        return False
+
+    def key(v: dict[str, Any]) -> tuple[int, int, int]:
+        counter = v.get("counter", 0)
+        if isinstance(counter, dict):  # fastjson writes AtomicLong as a number, but be lenient
+            counter = counter.get("value", 0)
+        return int(v.get("timestamp", 0)), int(counter or 0), int(v.get("stateVersion", 0))
+
+    try:
+        return key(a) == key(b)
+    except (TypeError, ValueError):
+        return False
+
+
+class RouteTable:
+    """Topic -> queues per broker, broker name -> addresses, cluster -> broker names, broker liveness."""
+
+    def __init__(self, clock=time.monotonic) -> None:
+        self._clock = clock
+        self.topic_queues: dict[str, dict[str, QueueData]] = {}
+        self.brokers: dict[str, BrokerData] = {}
+        self.clusters: dict[str, set[str]] = {}
+        self.live: dict[str, BrokerLive] = {}
+        self.filter_servers: dict[str, list[str]] = {}
+
+    # --- registration ------------------------------------------------------------------------------------------
+
+    def register_broker(
+        self,
+        cluster: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str,
+        data_version: dict[str, Any] | None,
+        topics: dict[str, TopicConf] | None,
+        filter_servers: list[str],
+        timeout: float,
+        conn: object | None = None,
+    ) -> RegisterResult:
+        self.clusters.setdefault(cluster, set()).add(broker_name)
+        broker = self.brokers.get(broker_name)
+        first = broker is None
+        if broker is None:
+            broker = self.brokers[broker_name] = BrokerData(cluster, broker_name)
+        # A slave promoted to master (or the reverse) keeps its address under a new id: drop the old entry.
+        for bid in [bid for bid, addr in broker.broker_addrs.items() if addr == broker_addr and bid != broker_id]:
+            del broker.broker_addrs[bid]
+        first = broker.broker_addrs.get(broker_id) != broker_addr or first
+        broker.broker_addrs[broker_id] = broker_addr
+        broker.cluster = cluster
+
+        if topics is not None and broker_id == MASTER_ID:
+            previous = self.live.get(broker_addr)
+            if first or previous is None or not _same_version(previous.data_version, data_version):
+                self._replace_topics(broker_name, topics)
+
+        self.live[broker_addr] = BrokerLive(self._clock(), timeout, dict(data_version or {}), ha_server_addr, conn)
+        if filter_servers:
+            self.filter_servers[broker_addr] = list(filter_servers)
+        else:
+            self.filter_servers.pop(broker_addr, None)
+
+        result = RegisterResult()
+        if broker_id != MASTER_ID:
+            master = broker.broker_addrs.get(MASTER_ID)
+            if master is not None:
+                master_live = self.live.get(master)
+                result.master_addr = master
+                result.ha_server_addr = master_live.ha_server_addr if master_live else None
+        log.info("registered broker %s id=%d %s (cluster %s, %d topics)", broker_name, broker_id, broker_addr,
+                 cluster, len(topics or {}))
+        return result
+
+    def _replace_topics(self, broker_name: str, topics: dict[str, TopicConf]) -> None:
+        for name, conf in topics.items():
+            self.topic_queues.setdefault(name, {})[broker_name] = QueueData(
+                broker_name, conf.read_queue_nums, conf.write_queue_nums, conf.perm, conf.topic_sys_flag
+            )
+        # A full registration is the broker's whole table: topics it no longer has lose its queues (as 5.x does).
+        for name in [t for t, queues in self.topic_queues.items() if broker_name in queues and t not in topics]:
+            self._remove_queue(name, broker_name)
+
+    def _remove_queue(self, topic: str, broker_name: str) -> None:
+        queues = self.topic_queues.get(topic)
+        if queues is not None:
+            queues.pop(broker_name, None)
+            if not queues:
+                del self.topic_queues[topic]
+
+    def unregister_broker(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int) -> None:
+        self.live.pop(broker_addr, None)
+        self.filter_servers.pop(broker_addr, None)
+        broker = self.brokers.get(broker_name)
+        if broker is not None and broker.broker_addrs.get(broker_id) == broker_addr:
+            del broker.broker_addrs[broker_id]
+        self._forget_if_empty(broker_name, cluster)
+        log.info("unregistered broker %s id=%d %s", broker_name, broker_id, broker_addr)
+
+    def _forget_if_empty(self, broker_name: str, cluster: str | None = None) -> None:
+        broker = self.brokers.get(broker_name)
+        if broker is not None and broker.broker_addrs:
+            return
+        if broker is not None:
+            del self.brokers[broker_name]
+            cluster = broker.cluster
+        for name in [cluster] if cluster is not None else list(self.clusters):
+            names = self.clusters.get(name)
+            if names is not None:
+                names.discard(broker_name)
+                if not names:
+                    del self.clusters[name]
+        for topic in [t for t, queues in self.topic_queues.items() if broker_name in queues]:
+            self._remove_queue(topic, broker_name)
+
+    def _remove_addr(self, broker_addr: str) -> None:
+        """Forget every trace of a broker address (channel closed or expired): RouteInfoManager.onChannelDestroy."""
+        self.live.pop(broker_addr, None)
+        self.filter_servers.pop(broker_addr, None)
+        for name, broker in list(self.brokers.items()):
+            for bid in [bid for bid, addr in broker.broker_addrs.items() if addr == broker_addr]:
+                del broker.broker_addrs[bid]
+            if not broker.broker_addrs:
+                self._forget_if_empty(name)
+
+    def remove_by_connection(self, conn: object) -> list[str]:
+        """The channel a broker registered on closed: drop that broker."""
+        gone = [addr for addr, live in self.live.items() if live.conn is conn]
+        for addr in gone:
+            log.info("broker %s channel closed: removing it", addr)
+            self._remove_addr(addr)
+        return gone
+
+    def expire(self) -> list[BrokerLive]:
+        """Drop brokers silent for longer than their timeout; returns their live entries (to close channels)."""
+        now = self._clock()
+        expired = [(addr, live) for addr, live in self.live.items() if now - live.last_update > live.timeout]
+        for addr, live in expired:
+            log.warning("broker %s expired: no registration for %.1fs", addr, now - live.last_update)
+            self._remove_addr(addr)
+        return [live for _, live in expired]
+
+    # --- data version ------------------------------------------------------------------------------------------
+
+    def data_version_changed(self, broker_addr: str, data_version: dict[str, Any] | None) -> bool:
+        live = self.live.get(broker_addr)
+        return live is None or not _same_version(live.data_version, data_version)
+
+    def data_version(self, broker_addr: str) -> dict[str, Any] | None:
+        live = self.live.get(broker_addr)
+        return None if live is None else live.data_version
+
+    def touch(self, broker_addr: str) -> bool:
+        live = self.live.get(broker_addr)
+        if live is not None:
+            live.last_update = self._clock()
+        return live is not None
+
+    # --- queries -----------------------------------------------------------------------------------------------
+
+    def route(self, topic: str) -> dict[str, Any] | None:
+        """TopicRouteData as a dict (brokerAddrs with int keys), or None when no broker serves the topic."""
+        queues = self.topic_queues.get(topic)
+        if not queues:
+            return None
+        brokers = [self.brokers[name] for name in sorted(queues) if name in self.brokers]
+        if not brokers:
+            return None
+        filters = {
+            addr: self.filter_servers[addr]
+            for b in brokers
+            for addr in b.broker_addrs.values()
+            if addr in self.filter_servers
+        }
+        return {
+            "brokerDatas": [b.to_json() for b in brokers],
+            "filterServerTable": filters,
+            "queueDatas": [queues[name].to_json() for name in sorted(queues)],
+        }
+
+    def cluster_info(self) -> dict[str, Any]:
+        return {
+            "brokerAddrTable": {name: b.to_json() for name, b in sorted(self.brokers.items())},
+            "clusterAddrTable": {c: sorted(names) for c, names in sorted(self.clusters.items())},
+        }
+
+    def topics(self) -> list[str]:
+        return sorted(self.topic_queues)
+
+    def topics_of_cluster(self, cluster: str) -> list[str]:
+        names = self.clusters.get(cluster, set())
+        return sorted(t for t, queues in self.topic_queues.items() if names & queues.keys())
+
+    def delete_topic(self, topic: str, cluster: str | None = None) -> None:
+        if cluster is None:
+            self.topic_queues.pop(topic, None)
+            return
+        for broker_name in self.clusters.get(cluster, set()):
+            self._remove_queue(topic, broker_name)

@@ -1,0 +1,40 @@
+"""Event loop choice: uvloop when importable (about 2x asyncio's throughput on loopback), else asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def _uvloop() -> Any:
+    if os.environ.get("MQLAKE_NO_UVLOOP"):
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop
+
+
+def install_event_loop_policy() -> bool:
+    """Make new event loops uvloop loops; returns whether uvloop is in use."""
+    uvloop = _uvloop()
+    if uvloop is None:
+        return False
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    uvloop = _uvloop()
+    return uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on a uvloop loop when available (MQLAKE_NO_UVLOOP=1 forces plain asyncio)."""
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(coro)
