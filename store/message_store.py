@@ -209,6 +209,14 @@ class MessageStore:
             abort_file(self.root).unlink(missing_ok=True)
         self._lock.release()
 
+    def prepare_segment(self) -> None:
+        """Create the active CommitLog segment now if there is none (blocking; call it off the event loop).
+
+        Otherwise the first put pre-fills a whole segment (1 GiB by default) inside the put lock.
+        """
+        if self.commitlog.queue.last() is None:
+            self.commitlog.queue.last_or_new(self.commitlog.max_offset)
+
     def _close_files(self) -> None:
         self.commitlog.close()
         for cq in self.consume_queues.values():

@@ -1,1 +1,203 @@
-"""Broker fixtures: a real NameServer + Broker on loopback ports (owned by the broker work)."""
+"""Broker fixtures: a real ``mqlake up`` (NameServer + Broker) as a subprocess on free loopback ports.
+
+Fixtures (registered as a pytest plugin by tests/conftest.py):
+
+- ``mqlake_server`` (session scope): one running server shared by every test that asks for it. Use unique
+  topic and group names per test; do not stop or restart it.
+- ``mqlake_server_factory`` (function scope): ``mqlake_server_factory(**conf)`` starts a fresh server with
+  its own store; ``conf`` adds or overrides broker.conf keys (RocketMQ names, e.g.
+  ``flushDiskType="SYNC_FLUSH"``). Every server it started is stopped when the test ends.
+
+Both yield :class:`MqlakeServer` objects:
+
+- ``namesrv_addr`` / ``broker_addr`` ("127.0.0.1:port"), ``store_dir`` (Path), ``conf_path``, ``log_path``;
+- ``process`` (the ``subprocess.Popen``), ``stop()`` (SIGTERM, waits for the graceful exit and returns
+  the exit code), ``kill()`` (SIGKILL), ``restart(graceful=True)`` (same ports and store), ``log_text()``.
+
+``remoting_call(addr, code, header, body)`` sends one request with mqlake's RemotingClient and returns the
+response, for asserting on a server's state from outside (offsets, consumer lists, routes).
+
+Readiness is the server's own "Broker ready at" log line (printed after the broker has registered with
+its NameServer), polled with a deadline; a server that exits early raises with its log attached. A server
+gets SIGTERM when the test process dies (PR_SET_PDEATHSIG), so a killed test run leaves no server behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from broker.remoting.client import RemotingClient
+from broker.remoting.command import RemotingCommand
+from broker.remoting.headers import Header
+from tests.helpers import wait_until
+
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 60.0
+
+# Small files keep a test store cheap: the store pre-fills each next CommitLog segment on disk.
+TEST_CONF = {
+    "brokerClusterName": "DefaultCluster",
+    "brokerName": "broker-a",
+    "brokerIP1": "127.0.0.1",
+    "mappedFileSizeCommitLog": str(8 * 1024 * 1024),
+    "mappedFileSizeConsumeQueue": str(20 * 10_000),
+    "maxHashSlotNum": "10000",
+    "maxIndexNum": "40000",
+    "flushDiskType": "ASYNC_FLUSH",
+}
+
+
+def remoting_call(addr: str, code: int, header: Header | None = None, body: bytes = b"") -> RemotingCommand:
+    """One request over mqlake's own remoting client, to observe a server's state from outside a test."""
+
+    async def call() -> RemotingCommand:
+        client = RemotingClient()
+        try:
+            return await client.invoke(addr, RemotingCommand.request(code, header, body), 10)
+        finally:
+            await client.close()
+
+    return asyncio.run(call())
+
+
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: a test run that is killed outright (SIGKILL, a CI timeout)
+    # must not leave servers holding ports; the child gets SIGTERM when the test process dies.
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MqlakeServer:
+    """One ``mqlake up`` process; its ports and store survive ``restart``."""
+
+    def __init__(self, work_dir: Path, **conf: str) -> None:
+        self.work_dir = Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.namesrv_port = free_port()
+        self.broker_port = free_port()
+        while self.broker_port == self.namesrv_port:
+            self.broker_port = free_port()
+        self.namesrv_addr = f"127.0.0.1:{self.namesrv_port}"
+        self.broker_addr = f"127.0.0.1:{self.broker_port}"
+        self.store_dir = self.work_dir / "store"
+        self.conf_path = self.work_dir / "broker.conf"
+        self.log_path = self.work_dir / "mqlake.log"
+        values = {
+            **TEST_CONF,
+            "storePathRootDir": str(self.store_dir),
+            "listenPort": str(self.broker_port),
+            "namesrvAddr": self.namesrv_addr,
+            **{k: str(v) for k, v in conf.items()},
+        }
+        self.conf_path.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="latin-1")
+        self.process: subprocess.Popen | None = None
+        self._log_offset = 0
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def start(self) -> MqlakeServer:
+        assert self.process is None or self.process.poll() is not None, "already running"
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        cmd = [
+            # -P: the work dir (the cwd) holds a "store" directory that must not shadow the store package
+            sys.executable, "-P", "-c", "from broker.cli import main; main()", "up",
+            "-c", str(self.conf_path), "--namesrv-port", str(self.namesrv_port), "--log-level", "INFO",
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.work_dir, env=env, start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        wait_until(self._ready, START_TIMEOUT, what=f"mqlake up on {self.broker_addr} to be ready")
+        return self
+
+    def _ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"mqlake up exited with {self.process.returncode}:\n{self.log_text()[-4000:]}")
+        text = self.log_text()[self._log_offset :]
+        return "Broker ready at" in text
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> int | None:
+        """SIGTERM and wait for the graceful shutdown; returns the exit code (None if it was not running)."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+                raise AssertionError(
+                    f"mqlake up ignored SIGTERM for {STOP_TIMEOUT}s:\n{self.log_text()[-4000:]}"
+                ) from None
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown at all, as after a crash."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def restart(self, graceful: bool = True) -> MqlakeServer:
+        if graceful:
+            self.stop()
+        else:
+            self.kill()
+        return self.start()
+
+
+@pytest.fixture(scope="session")
+def mqlake_server(tmp_path_factory):
+    """A shared running ``mqlake up`` (session scope)."""
+    server = MqlakeServer(tmp_path_factory.mktemp("mqlake-session")).start()
+    yield server
+    with contextlib.suppress(AssertionError):
+        server.stop()
+    server.kill()
+
+
+@pytest.fixture
+def mqlake_server_factory(tmp_path):
+    """``factory(**conf)`` -> a fresh started ``mqlake up`` with its own store; all stopped at test end."""
+    servers: list[MqlakeServer] = []
+
+    def factory(**conf: str) -> MqlakeServer:
+        server = MqlakeServer(tmp_path / f"mqlake-{len(servers)}", **conf)
+        servers.append(server)
+        return server.start()
+
+    yield factory
+    for server in servers:
+        with contextlib.suppress(AssertionError):
+            server.stop()
+        server.kill()

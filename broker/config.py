@@ -1,0 +1,193 @@
+"""``broker.conf``: Java properties with RocketMQ's key names -> (BrokerConfig, MessageStoreConfig).
+
+One file configures both the broker (``BrokerConfig``) and its store (``MessageStoreConfig``), as in
+RocketMQ; each key goes to whichever model knows it. Unknown keys are logged and ignored (RocketMQ
+ignores them silently, which hides typos); a value that does not fit its key is an error naming both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from store.config import MessageStoreConfig, _camel
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STORE_DIR = Path(".mqlake/store")  # mqlake's default; RocketMQ's is ~/store
+
+# Spellings RocketMQ 4.x used before the "maped" typo was fixed.
+_LEGACY_KEYS = {
+    "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
+    "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
+}
+
+
+class BrokerConfigError(ValueError):
+    """A broker.conf that cannot be used; the message names the file and the key."""
+
+
+class BrokerConfig(BaseModel):
+    """The ``BrokerConfig`` settings mqlake acts on (RocketMQ names as aliases)."""
+
+    model_config = ConfigDict(alias_generator=_camel, populate_by_name=True, extra="forbid", validate_assignment=True)
+
+    broker_cluster_name: str = Field("DefaultCluster", min_length=1)
+    broker_name: str = Field("broker-a", min_length=1)
+    broker_id: int = Field(0, ge=0)
+    broker_ip1: str = Field("127.0.0.1", alias="brokerIP1", min_length=1)
+    listen_port: int = Field(10911, ge=0, le=65535)
+    namesrv_addr: str | None = None  # ';'-separated host:port list
+    broker_permission: int = Field(6, ge=0, le=15)
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = Field(8, ge=1, le=1024)
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = Field(1000, ge=1)
+    flush_consumer_offset_interval: int = Field(5000, ge=10)
+    register_name_server_period: int = Field(30_000, ge=1000)
+    channel_expired_timeout: int = Field(120_000, ge=1000)  # a client silent this long is dropped
+    notify_consumer_ids_changed_enable: bool = True
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in (self.namesrv_addr or "").split(";") if a.strip()]
+
+
+# =====================================================================================================
+# Java properties
+# =====================================================================================================
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(s: str, source: str, line_no: int) -> str:
+    out = []
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c != "\\" or i + 1 >= len(s):
+            out.append(c)
+            i += 1
+            continue
+        nxt = s[i + 1]
+        if nxt == "u":
+            digits = s[i + 2 : i + 6]
+            if len(digits) != 4 or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                raise BrokerConfigError(f"{source}:{line_no}: malformed \\uxxxx escape {s[i : i + 6]!r}")
+            out.append(chr(int(digits, 16)))
+            i += 6
+        else:
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+    return "".join(out)
+
+
+def _logical_lines(text: str):
+    """(first physical line number, logical line) with continuations joined, comments and blanks dropped."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        start = i
+        line = lines[i].lstrip(" \t\f")
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        # An odd number of trailing backslashes continues the line; leading blanks of the next are dropped.
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1:
+            line = line[:-1]
+            if i >= len(lines):
+                break
+            line += lines[i].lstrip(" \t\f")
+            i += 1
+        yield start + 1, line
+
+
+def parse_properties(text: str, source: str = "<string>") -> dict[str, str]:
+    """``java.util.Properties.load``: ``key=value``, ``key: value`` or ``key value``; later keys win."""
+    props: dict[str, str] = {}
+    for line_no, line in _logical_lines(text):
+        i = 0
+        while i < len(line):
+            c = line[i]
+            if c == "\\":
+                i += 2
+                continue
+            if c in "=: \t\f":
+                break
+            i += 1
+        key = line[:i]
+        # After the key: blanks, at most one '=' or ':', blanks; the rest is the value.
+        rest = line[i:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        props[_unescape(key, source, line_no)] = _unescape(rest, source, line_no)
+    return props
+
+
+# =====================================================================================================
+# broker.conf
+# =====================================================================================================
+
+
+def _aliases(model: type[BaseModel]) -> set[str]:
+    return {f.alias or name for name, f in model.model_fields.items()}
+
+
+def _error(source: str, err: ValidationError, values: dict[str, str]) -> BrokerConfigError:
+    problems = []
+    for e in err.errors():
+        key = str(e["loc"][0]) if e["loc"] else "?"
+        shown = values.get(key, "")
+        problems.append(f"{key}={shown!r}: {e['msg']}")
+    return BrokerConfigError(f"{source}: invalid value for " + "; ".join(problems))
+
+
+def build_configs(values: dict[str, str], source: str = "<broker.conf>") -> tuple[BrokerConfig, MessageStoreConfig]:
+    """Split RocketMQ-named settings between the broker and the store; warn on keys neither knows."""
+    broker_keys, store_keys = _aliases(BrokerConfig), _aliases(MessageStoreConfig) - {"storeHost"}
+    broker_values: dict[str, str] = {}
+    store_values: dict[str, str] = {}
+    for raw_key, value in values.items():
+        key = _LEGACY_KEYS.get(raw_key, raw_key)
+        if key in broker_keys:
+            broker_values[key] = value
+        elif key in store_keys:
+            store_values[key] = value
+        else:
+            log.warning("%s: unknown key %r ignored", source, raw_key)
+    try:
+        broker = BrokerConfig(**broker_values)
+    except ValidationError as e:
+        raise _error(source, e, broker_values) from None
+    store_values.setdefault("storePathRootDir", str(DEFAULT_STORE_DIR))
+    # Every record carries the broker's address; it is the offset message id's prefix too.
+    store_values["storeHost"] = broker.broker_addr
+    try:
+        store = MessageStoreConfig(**store_values)
+    except ValidationError as e:
+        raise _error(source, e, store_values) from None
+    return broker, store
+
+
+def load_broker_conf(path: str | os.PathLike[str] | None) -> tuple[BrokerConfig, MessageStoreConfig]:
+    """Read a broker.conf (None: all defaults) into (BrokerConfig, MessageStoreConfig)."""
+    if path is None:
+        return build_configs({})
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="latin-1")  # Properties.load(InputStream) reads ISO-8859-1
+    except OSError as e:
+        raise BrokerConfigError(f"{p}: cannot read broker config: {e.strerror or e}") from None
+    return build_configs(parse_properties(text, str(p)), str(p))

@@ -1,0 +1,66 @@
+"""Running the servers in one process: ``mqlake broker`` (a Broker) and ``mqlake up`` (NameServer + Broker).
+
+Each server logs one ``... ready at host:port`` line once it accepts requests; SIGTERM and SIGINT shut
+down gracefully (the broker unregisters, answers parked pulls, persists offsets and closes its store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from broker.config import BrokerConfig
+from broker.remoting.loop import run
+from broker.server.controller import BrokerController
+from store.config import MessageStoreConfig
+
+log = logging.getLogger("mqlake")
+
+
+async def _wait_for_signal() -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+async def serve(
+    broker_config: BrokerConfig,
+    store_config: MessageStoreConfig,
+    *,
+    namesrv_host: str | None = None,
+    namesrv_port: int | None = None,
+    broker_host: str | None = None,
+) -> None:
+    """Run until SIGTERM/SIGINT: a NameServer first when ``namesrv_port`` is given, then the Broker."""
+    namesrv = None
+    if namesrv_port is not None:
+        from broker.namesrv import NamesrvController
+
+        namesrv = NamesrvController(namesrv_host or "127.0.0.1", namesrv_port)
+        await namesrv.start()
+        addr = f"{namesrv_host or '127.0.0.1'}:{namesrv.port}"
+        log.info("NameServer ready at %s", addr)
+        if not broker_config.namesrv_addrs:
+            broker_config.namesrv_addr = addr
+    broker = BrokerController(broker_config, store_config, host=broker_host)
+    try:
+        await broker.start()
+        log.info("Broker ready at %s (store %s)", broker.addr, store_config.store_path_root_dir)
+        await _wait_for_signal()
+        log.info("shutting down")
+    finally:
+        await broker.shutdown()
+        if namesrv is not None:
+            await namesrv.stop()
+
+
+def run_servers(broker_config: BrokerConfig, store_config: MessageStoreConfig, **kwargs) -> None:
+    """Blocking entry point for the CLI (uvloop when available)."""
+    run(serve(broker_config, store_config, **kwargs))

@@ -1,0 +1,340 @@
+"""BrokerController: the store, the managers, the request processors and the broker's timers, wired together.
+
+Start: bind the port (so ``listenPort=0`` works and records carry the real address), open and recover the
+store off the event loop, load the config files, then take requests and register with the NameServers.
+Shutdown is the reverse and graceful: unregister, answer every parked pull, let in-flight requests finish
+and stop accepting, persist consumer offsets, then shut the store down (which removes the abort marker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from broker.config import BrokerConfig
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.command import RemotingCommand
+from broker.remoting.errors import RemotingError
+from broker.remoting.headers import NotifyConsumerIdsChangedRequestHeader
+from broker.remoting.server import Connection, RemotingServer
+from broker.server import topics as tp
+from broker.server.admin import AdminProcessor
+from broker.server.client_manage import ClientManageProcessor
+from broker.server.clients import ConsumerManager, ProducerManager
+from broker.server.groups import SubscriptionGroupManager
+from broker.server.long_polling import PullRequestHoldService
+from broker.server.offsets import ConsumerOffsetManager
+from broker.server.pull import PullProcessor
+from broker.server.query import QueryProcessor
+from broker.server.queue_locks import RebalanceLockManager
+from broker.server.queue_offsets import OffsetProcessor
+from broker.server.registration import NamesrvRegistrar
+from broker.server.send import SendProcessor
+from store import format as fmt
+from store.config import MessageStoreConfig
+from store.message_store import MessageStore, PutMessageResult, PutMessageStatus
+
+log = logging.getLogger(__name__)
+
+BROKER_VERSION = 409  # MQVersion V4_9_8: the protocol generation this broker answers as
+CLIENT_SCAN_INTERVAL = 10.0
+Handler = Callable[[RemotingCommand, Any], Awaitable[RemotingCommand | None]]
+
+
+class BrokerStats:
+    """Counters for GET_BROKER_RUNTIME_INFO."""
+
+    def __init__(self) -> None:
+        self.boot_timestamp = int(time.time() * 1000)
+        self.put_total = 0
+        self.get_total = 0
+
+    def put(self, n: int) -> None:
+        self.put_total += n
+
+    def got(self, n: int) -> None:
+        self.get_total += n
+
+
+class BrokerController:
+    def __init__(self, broker_config: BrokerConfig, store_config: MessageStoreConfig, host: str | None = None) -> None:
+        self.config = broker_config
+        self.store_config = store_config
+        self.host = host or broker_config.broker_ip1
+        self.store: MessageStore | None = None
+        config_dir = store_config.config_dir
+        self.topics = tp.TopicConfigManager(
+            config_dir,
+            cluster_name=broker_config.broker_cluster_name,
+            broker_name=broker_config.broker_name,
+            auto_create_topic_enable=broker_config.auto_create_topic_enable,
+            default_topic_queue_nums=broker_config.default_topic_queue_nums,
+            cluster_topic_enable=broker_config.cluster_topic_enable,
+            broker_topic_enable=broker_config.broker_topic_enable,
+        )
+        self.offsets = ConsumerOffsetManager(config_dir)
+        self.groups = SubscriptionGroupManager(config_dir, broker_config.auto_create_subscription_group)
+        self.consumers = ConsumerManager(on_group_changed=self._consumer_ids_changed)
+        self.producers = ProducerManager()
+        self.locks = RebalanceLockManager()
+        check = 5.0 if broker_config.long_polling_enable else broker_config.short_polling_time_mills / 1000
+        self.hold = PullRequestHoldService(self._max_offset, check)
+        self.stats = BrokerStats()
+        self.registrar = NamesrvRegistrar(self)
+        self.server = RemotingServer(self.host, broker_config.listen_port, name="broker")
+        self.stopping = False
+        self._ready = False
+        self._tasks: set[asyncio.Task] = set()
+        self._timers: list[asyncio.Task] = []
+        self._topics_task: asyncio.Future | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def addr(self) -> str:
+        return self.config.broker_addr
+
+    async def start(self) -> None:
+        self._register_handlers()
+        self.server.add_close_listener(self._channel_closed)
+        await self.server.start()  # requests before the store is ready are answered SERVICE_NOT_AVAILABLE
+        try:
+            if self.config.listen_port == 0:
+                self.config.listen_port = self.server.port
+            self.store_config.store_host = self.config.broker_addr
+            self.store = MessageStore(self.store_config)
+            await asyncio.to_thread(self.store.start)
+            await asyncio.to_thread(self.store.prepare_segment)
+            await asyncio.to_thread(self._load_config_files)
+        except BaseException:
+            await self.server.stop(grace=0)
+            if self.store is not None:
+                await asyncio.to_thread(self.store.shutdown)
+            raise
+        self.hold.start()
+        self.store.add_arrival_listener(self.hold.on_arrival)
+        self.topics.on_change = self._topics_changed
+        self.groups.on_change = self._groups_changed
+        self._ready = True
+        await self.registrar.register_all()
+        self._timers = [
+            asyncio.create_task(self._every(self.config.flush_consumer_offset_interval / 1000, self._persist_offsets)),
+            asyncio.create_task(self._every(self._client_scan_interval, self._scan_clients)),
+            asyncio.create_task(
+                self._every(self.config.register_name_server_period / 1000, self.registrar.register_all)
+            ),
+        ]
+        log.info("broker %s (%s) serving on %s, store %s", self.config.broker_name, self.config.broker_cluster_name,
+                 self.addr, self.store_config.store_path_root_dir)  # fmt: skip
+
+    @property
+    def _client_scan_interval(self) -> float:
+        # Every 10 s as RocketMQ, but often enough that a short channelExpiredTimeout is honoured too.
+        return min(CLIENT_SCAN_INTERVAL, self.config.channel_expired_timeout / 4000)
+
+    def _load_config_files(self) -> None:
+        self.topics.load()
+        self.offsets.load()
+        self.groups.load()
+
+    async def shutdown(self) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        for t in self._timers:
+            t.cancel()
+        for t in self._timers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        if self._ready:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    await self.registrar.unregister_all()
+        await self.hold.stop()  # parked pulls re-read and answer now
+        await self.server.stop(grace=5.0)
+        if self._tasks:  # config persists and notifications still under way
+            await asyncio.wait(list(self._tasks), timeout=10)
+        if self._ready:
+            snap = self.offsets.snapshot()
+            if snap is not None:
+                await asyncio.to_thread(self.offsets.write, snap)
+            await asyncio.to_thread(self.topics.persist)
+            await asyncio.to_thread(self.groups.persist)
+        self._ready = False
+        if self.store is not None:
+            await asyncio.to_thread(self.store.shutdown)
+        await self.registrar.close()
+        log.info("broker %s stopped", self.config.broker_name)
+
+    async def _every(self, interval: float, fn: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                result = fn()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                log.exception("periodic %s failed", getattr(fn, "__name__", fn))
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Future:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # --- timers ----------------------------------------------------------------------------------------------
+    async def _persist_offsets(self) -> None:
+        snap = self.offsets.snapshot()
+        if snap is not None:
+            await asyncio.to_thread(self.offsets.write, snap)
+
+    def _scan_clients(self) -> None:
+        timeout = self.config.channel_expired_timeout
+        for conn in self.consumers.scan_expired(timeout) + self.producers.scan_expired(timeout):
+            log.info("closing %s: no heartbeat for %d ms", getattr(conn, "remote_addr", conn), timeout)
+            conn.close()
+
+    def _topics_changed(self) -> None:
+        self._topics_task = self._spawn(self._after_topics_changed())
+
+    async def topics_persisted(self) -> None:
+        """Wait until the latest topic change is on disk (and re-registered with the NameServers)."""
+        if self._topics_task is not None:
+            await asyncio.shield(self._topics_task)
+
+    async def _after_topics_changed(self) -> None:
+        # The fsync runs in a worker thread: on a busy disk it can take seconds, and the loop serves everyone.
+        # Registration does not wait for it: clients can route a new topic only once the NameServers know it.
+        persisted = asyncio.ensure_future(asyncio.to_thread(self.topics.persist))
+        if self._ready and not self.stopping:
+            await self.registrar.register_all()
+        await persisted
+
+    def _groups_changed(self) -> None:
+        self._spawn(asyncio.to_thread(self.groups.persist))
+
+    # --- client events ---------------------------------------------------------------------------------------
+    def _channel_closed(self, conn: Connection) -> None:
+        self.consumers.channel_closed(conn)
+        self.producers.channel_closed(conn)
+
+    def _consumer_ids_changed(self, group: str, conns: list[Any]) -> None:
+        """Tell every consumer of ``group`` to rebalance now instead of at its next 20 s round."""
+        if not self.config.notify_consumer_ids_changed_enable or self.stopping:
+            return
+        cfg = self.groups.find(group, create=False)
+        if cfg is not None and not cfg.get("notifyConsumerIdsChangedEnable", True):
+            return
+        header = NotifyConsumerIdsChangedRequestHeader(consumer_group=group)
+        for conn in conns:
+            self._spawn(self._notify(conn, RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, header,
+                                                                   oneway=True)))  # fmt: skip
+
+    @staticmethod
+    async def _notify(conn: Any, cmd: RemotingCommand) -> None:
+        cmd.language = "JAVA"
+        cmd.version = BROKER_VERSION
+        try:
+            await conn.send_oneway(cmd)
+        except RemotingError as e:
+            log.debug("notify %s failed: %s", getattr(conn, "remote_addr", conn), e)
+
+    # --- shared by processors --------------------------------------------------------------------------------
+    def _max_offset(self, topic: str, queue_id: int) -> int:
+        return self.store.get_max_offset_in_queue(topic, queue_id) if self.store is not None else 0
+
+    async def put(self, records: list[fmt.MessageRecord]) -> PutMessageResult:
+        """Append; in SYNC_FLUSH wait (without blocking the loop) for the group commit that makes it durable."""
+        result, fut = self.store.put_messages_nowait(records)
+        if fut is not None:
+            try:
+                async with asyncio.timeout(self.store_config.sync_flush_timeout / 1000):
+                    flushed = await asyncio.wrap_future(fut)
+            except TimeoutError:
+                flushed = False
+            if not flushed and result.status == PutMessageStatus.PUT_OK:
+                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        if result.ok:
+            self.stats.put(len(records))
+        return result
+
+    def create_retry_topic(self, group: str, queue_nums: int = 1) -> tp.TopicConfig:
+        return self.topics.create_system_topic(tp.retry_topic(group), queue_nums, tp.PERM_READ | tp.PERM_WRITE)
+
+    def create_dlq_topic(self, group: str) -> tp.TopicConfig:
+        return self.topics.create_system_topic(tp.dlq_topic(group), tp.DLQ_NUMS_PER_GROUP, tp.PERM_READ | tp.PERM_WRITE)
+
+    def runtime_info(self) -> dict[str, str]:
+        info = dict(self.store.runtime_info())
+        now = int(time.time() * 1000)
+        info.update(
+            {
+                "brokerVersion": str(BROKER_VERSION),
+                "brokerVersionDesc": "V4_9_8",
+                "bootTimestamp": str(self.stats.boot_timestamp),
+                "runtime": f"{(now - self.stats.boot_timestamp) // 1000} seconds",
+                "msgPutTotalTodayNow": str(self.stats.put_total),
+                "msgGetTotalTodayNow": str(self.stats.get_total),
+                "parkedPullRequests": str(self.hold.parked_count),
+                "consumerGroups": str(len(self.consumers.groups)),
+                "producerGroups": str(len(self.producers.groups)),
+                "topicCount": str(len(self.topics.table)),
+            }
+        )
+        return info
+
+    # --- routing ---------------------------------------------------------------------------------------------
+    def _guard(self, handler: Handler) -> Handler:
+        async def guarded(cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+            # While stopping, requests are still served until the server stops reading: a consumer's last offset
+            # commit must not be refused. Only pulls no longer park.
+            if not self._ready:
+                state = "shutting down" if self.stopping else "starting"
+                return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, f"broker is {state}")
+            return await handler(cmd, conn)
+
+        return guarded
+
+    def _register_handlers(self) -> None:
+        send, pull = SendProcessor(self), PullProcessor(self)
+        offsets, clients = OffsetProcessor(self), ClientManageProcessor(self)
+        admin, query = AdminProcessor(self), QueryProcessor(self)
+        rc = RequestCode
+        routes: dict[int, Handler] = {
+            rc.SEND_MESSAGE: send.send,
+            rc.SEND_MESSAGE_V2: send.send,
+            rc.SEND_BATCH_MESSAGE: send.send,
+            rc.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
+            rc.PULL_MESSAGE: pull.pull_message,
+            rc.QUERY_CONSUMER_OFFSET: offsets.query_consumer_offset,
+            rc.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
+            rc.GET_MAX_OFFSET: offsets.get_max_offset,
+            rc.GET_MIN_OFFSET: offsets.get_min_offset,
+            rc.GET_EARLIEST_MSG_STORETIME: offsets.get_earliest_msg_storetime,
+            rc.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset_by_timestamp,
+            rc.HEART_BEAT: clients.heart_beat,
+            rc.UNREGISTER_CLIENT: clients.unregister_client,
+            rc.GET_CONSUMER_LIST_BY_GROUP: clients.get_consumer_list_by_group,
+            rc.LOCK_BATCH_MQ: clients.lock_batch_mq,
+            rc.UNLOCK_BATCH_MQ: clients.unlock_batch_mq,
+            rc.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
+            rc.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
+            rc.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
+            rc.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
+            rc.GET_CONSUME_STATS: admin.get_consume_stats,
+            rc.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
+            rc.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
+            rc.GET_CONSUMER_CONNECTION_LIST: admin.get_consumer_connection_list,
+            rc.GET_PRODUCER_CONNECTION_LIST: admin.get_producer_connection_list,
+            rc.QUERY_MESSAGE: query.query_message,
+            rc.VIEW_MESSAGE_BY_ID: query.view_message_by_id,
+        }
+        for code, handler in routes.items():
+            self.server.register(code, self._guard(handler))

@@ -1,0 +1,127 @@
+"""PULL_MESSAGE (11): read a queue from an offset, filtered by tags, with long polling (reference §7.7)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from broker.remoting.codes import ResponseCode
+from broker.remoting.command import RemotingCommand
+from broker.remoting.errors import HeaderError
+from broker.remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from broker.server import topics as tp
+from broker.server.clients import SubscriptionData
+from store.message_store import GetMessageResult, GetMessageStatus
+
+if TYPE_CHECKING:
+    from broker.server.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+# PullSysFlag
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+FLAG_CLASS_FILTER = 0x8
+
+_STATUS_CODES = {
+    GetMessageStatus.FOUND: ResponseCode.SUCCESS,
+    GetMessageStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetMessageStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+def pull_code(status: GetMessageStatus, queue_offset: int) -> int:
+    if status in (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE):
+        # An empty (or never written) queue asked from 0 is simply "nothing yet"; from elsewhere it moved.
+        return ResponseCode.PULL_NOT_FOUND if queue_offset == 0 else ResponseCode.PULL_OFFSET_MOVED
+    return _STATUS_CODES[status]
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+class PullProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def _subscription(self, h: PullMessageRequestHeader) -> SubscriptionData:
+        b = self.broker
+        if h.sys_flag & FLAG_SUBSCRIPTION:
+            if (h.expression_type or "TAG").upper() != "TAG":
+                raise _Refused(
+                    ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"expression type {h.expression_type} is not supported"
+                )
+            return SubscriptionData.from_expression(h.topic, h.subscription, h.sub_version)
+        info = b.consumers.groups.get(h.consumer_group)
+        if info is None:
+            raise _Refused(ResponseCode.SUBSCRIPTION_NOT_EXIST, f"no consumer of group {h.consumer_group} is online")
+        sub = info.subscriptions.get(h.topic)
+        if sub is None:
+            raise _Refused(ResponseCode.SUBSCRIPTION_NOT_EXIST, f"{h.consumer_group} has no subscription to {h.topic}")
+        if sub.sub_version < h.sub_version:
+            raise _Refused(ResponseCode.SUBSCRIPTION_NOT_LATEST, f"subscription of {h.consumer_group} is out of date")
+        return sub
+
+    def _check(self, h: PullMessageRequestHeader) -> SubscriptionData:
+        b = self.broker
+        if not tp.is_readable(b.config.broker_permission):
+            raise _Refused(ResponseCode.NO_PERMISSION, f"broker {b.config.broker_name} is not readable")
+        cfg = b.groups.find(h.consumer_group)
+        if cfg is None:
+            raise _Refused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"no subscription group {h.consumer_group}")
+        if not cfg.get("consumeEnable", True):
+            raise _Refused(ResponseCode.NO_PERMISSION, f"subscription group {h.consumer_group} may not consume")
+        tc = b.topics.get(h.topic)
+        if tc is None:
+            raise _Refused(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist")
+        if not tp.is_readable(tc.perm):
+            raise _Refused(ResponseCode.NO_PERMISSION, f"topic {h.topic} is not readable")
+        if h.queue_id < 0 or h.queue_id >= tc.read_queue_nums:
+            raise _Refused(
+                ResponseCode.SYSTEM_ERROR,
+                f"queue {h.queue_id} is out of range: topic {h.topic} has {tc.read_queue_nums} read queues",
+            )
+        return self._subscription(h)
+
+    def _read(self, h: PullMessageRequestHeader, sub: SubscriptionData) -> GetMessageResult:
+        limit = h.max_msg_nums if h.max_msg_nums > 0 else 32
+        kwargs = {"max_total_bytes": h.max_msg_bytes} if h.max_msg_bytes and h.max_msg_bytes > 0 else {}
+        return self.broker.store.get_message(h.topic, h.queue_id, h.queue_offset, limit, sub.tag_codes, **kwargs)
+
+    async def pull_message(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+        b = self.broker
+        try:
+            h = cmd.read_header(PullMessageRequestHeader)
+            sub = self._check(h)
+        except _Refused as e:
+            return cmd.response(e.code, e.remark)
+        except HeaderError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        result = self._read(h, sub)
+        code = pull_code(result.status, h.queue_offset)
+        if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
+            b.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND and not b.stopping:
+            timeout_ms = h.suspend_timeout_millis if b.config.long_polling_enable else b.config.short_polling_time_mills
+            await b.hold.wait(h.topic, h.queue_id, h.queue_offset, sub.tag_codes, timeout_ms / 1000)
+            result = self._read(h, sub)
+            code = pull_code(result.status, h.queue_offset)
+        if result.status == GetMessageStatus.FOUND:
+            b.stats.got(len(result.messages))
+        header = PullMessageResponseHeader(
+            suggest_which_broker_id=0,
+            next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset,
+            max_offset=result.max_offset,
+        )
+        body = b"".join(result.messages) if code == ResponseCode.SUCCESS else b""
+        return cmd.response(code, result.status.value, header, body)

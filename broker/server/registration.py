@@ -1,0 +1,80 @@
+"""Registering the broker with every configured NameServer: REGISTER_BROKER (103) and UNREGISTER_BROKER (104)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from broker.remoting.client import RemotingClient
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.command import RemotingCommand
+from broker.remoting.errors import RemotingError
+from broker.remoting.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
+from broker.server.client_manage import json_bytes
+from store import format as fmt
+
+if TYPE_CHECKING:
+    from broker.server.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+REGISTER_TIMEOUT = 6.0
+
+
+class NamesrvRegistrar:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.client = RemotingClient(language="JAVA")
+        self._lock = asyncio.Lock()  # one registration round at a time, so versions arrive in order
+
+    def _identity(self) -> dict:
+        c = self.broker.config
+        return {
+            "broker_name": c.broker_name,
+            "broker_addr": c.broker_addr,
+            "cluster_name": c.broker_cluster_name,
+            "broker_id": c.broker_id,
+        }
+
+    async def register_all(self) -> int:
+        """Register with every NameServer at once; returns how many accepted. Failures are logged, not raised."""
+        addrs = self.broker.config.namesrv_addrs
+        if not addrs:
+            return 0
+        async with self._lock:
+            wrapper = self.broker.topics.wrapper_json()
+            body = json_bytes({"filterServerList": [], "topicConfigSerializeWrapper": wrapper})
+            c = self.broker.config
+            header = RegisterBrokerRequestHeader(
+                **self._identity(),
+                ha_server_addr=f"{c.broker_ip1}:{c.listen_port + 1}",
+                compressed=False,
+                body_crc32=fmt.body_crc32(body),
+            )
+            results = await asyncio.gather(*(self._register(a, header, body) for a in addrs))
+        return sum(results)
+
+    async def _register(self, addr: str, header: RegisterBrokerRequestHeader, body: bytes) -> bool:
+        cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, header, body)
+        try:
+            resp = await self.client.invoke(addr, cmd, REGISTER_TIMEOUT)
+        except RemotingError as e:
+            log.warning("register broker to name server %s failed: %s", addr, e)
+            return False
+        if resp.code != ResponseCode.SUCCESS:
+            log.warning("name server %s refused registration: code %d %s", addr, resp.code, resp.remark)
+            return False
+        return True
+
+    async def unregister_all(self) -> None:
+        header = UnRegisterBrokerRequestHeader(**self._identity())
+        for addr in self.broker.config.namesrv_addrs:
+            cmd = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, header)
+            try:
+                await self.client.invoke(addr, cmd, 3.0)
+            except RemotingError as e:
+                log.warning("unregister broker from name server %s failed: %s", addr, e)
+
+    async def close(self) -> None:
+        await self.client.close()

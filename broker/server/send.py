@@ -1,0 +1,319 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and CONSUMER_SEND_MSG_BACK (36).
+
+Decisions where the store is not RocketMQ's yet:
+- Delay levels (``DELAY``) are not scheduled: the message is stored in its topic at once. Retries sent
+  back by consumers therefore go to ``%RETRY%<group>`` immediately instead of after 10 s, 30 s, ...
+- Transactional half messages (``TRAN_MSG=true``) are refused with NO_PERMISSION, as a Java broker with
+  ``rejectTransactionMessage=true`` does, rather than stored as ordinary messages.
+- Batch messages keep their own properties only (plus ``CLUSTER``): the batch wrapper's properties are not
+  appended to each inner message (RocketMQ <= 5.3.3 did, which gave every message the batch's UNIQ_KEY).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import random
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.command import RemotingCommand
+from broker.remoting.errors import HeaderError
+from broker.remoting.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageRequestHeaderV2,
+)
+from broker.server import topics as tp
+from store import format as fmt
+from store.config import FlushDiskType
+from store.message_store import PutMessageResult, PutMessageStatus
+
+if TYPE_CHECKING:
+    from broker.server.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+_NOT_SENDABLE = {tp.AUTO_CREATE_TOPIC_KEY_TOPIC, tp.SCHEDULE_TOPIC}
+
+_STATUS_CODES = {
+    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+}
+
+
+class SendRefused(Exception):
+    """A send answered with an error code before it reaches the store."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def host_of(conn: Any) -> tuple[str, int]:
+    """The peer of a connection as (ip, port), whatever shape the remoting layer reports it in."""
+    addr = getattr(conn, "remote_addr", None)
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        return str(addr[0]), int(addr[1])
+    if isinstance(addr, str) and ":" in addr:
+        return _split_addr(addr)
+    return "127.0.0.1", 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _split_addr(addr: str) -> tuple[str, int]:
+    # One parse per peer rather than per send.
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def read_send_header(cmd: RemotingCommand) -> SendMessageRequestHeader:
+    """V2 (one-letter keys) or V1 header, whichever the client sent; SEND_BATCH_MESSAGE may carry either."""
+    if "b" in cmd.ext_fields and "topic" not in cmd.ext_fields:
+        return SendMessageRequestHeaderV2.read_v1(cmd.ext_fields)
+    return cmd.read_header(SendMessageRequestHeader)
+
+
+def _is_batch(cmd: RemotingCommand, h: SendMessageRequestHeader) -> bool:
+    # The C++ client writes booleans as "1"/"0", which Boolean.parseBoolean (and the header parser) read as false;
+    # a batch taken for one message would store the encoded batch as a single body, so "1" counts here.
+    raw = cmd.ext_fields.get("batch", cmd.ext_fields.get("m", ""))
+    return h.batch or raw == "1" or cmd.code == RequestCode.SEND_BATCH_MESSAGE
+
+
+def _property(props: bytes, name: str) -> str | None:
+    """One property's value without decoding them all (this runs on every send)."""
+    key = name.encode() + b"\x01"
+    end = len(props)
+    while True:
+        i = props.rfind(key, 0, end)  # the last occurrence wins, as when Java fills its map
+        if i < 0:
+            return None
+        if i == 0 or props[i - 1] == 0x02:
+            j = props.find(b"\x02", i)
+            value = props[i + len(key) : j if j >= 0 else len(props)]
+            return value.decode("utf-8", "replace") if value else None  # an empty value is dropped
+        end = i
+
+
+def _with_property(props: bytes, name: str, value: str) -> bytes:
+    """Append ``name=value`` unless present; the client's bytes are kept as they came."""
+    if _property(props, name) is not None:
+        return props
+    return props + fmt.encode_properties({name: value})
+
+
+class SendProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    # --- checks shared by single and batch sends -----------------------------------------------------------
+    def _check(self, h: SendMessageRequestHeader) -> tp.TopicConfig:
+        b = self.broker
+        if not tp.is_writeable(b.config.broker_permission):
+            raise SendRefused(ResponseCode.NO_PERMISSION, f"broker {b.config.broker_name} is not writable")
+        bad = tp.topic_name_error(h.topic)
+        if bad is not None:
+            raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, bad)
+        if h.topic in _NOT_SENDABLE:
+            raise SendRefused(ResponseCode.NO_PERMISSION, f"topic {h.topic} is reserved for the broker")
+        tc = b.topics.get(h.topic)
+        if tc is None:
+            sys_flag = tp.FLAG_UNIT if h.unit_mode else 0
+            if h.topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX):
+                tc = b.create_retry_topic(h.topic[len(tp.RETRY_GROUP_TOPIC_PREFIX) :])
+            else:
+                tc = b.topics.create_in_send(h.topic, h.default_topic, h.default_topic_queue_nums, sys_flag)
+        if tc is None:
+            raise SendRefused(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist; auto-create refused")
+        if not tp.is_writeable(tc.perm):
+            raise SendRefused(ResponseCode.NO_PERMISSION, f"topic {h.topic} is not writable")
+        if h.queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
+            raise SendRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"queue {h.queue_id} is out of range: {tc.topic_name} has {tc.write_queue_nums} write queues",
+            )
+        return tc
+
+    def _check_body(self, body: bytes) -> None:
+        limit = self.broker.store_config.max_message_size
+        if len(body) > limit:
+            raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, f"body of {len(body)} bytes exceeds maxMessageSize {limit}")
+
+    def _record(self, h: SendMessageRequestHeader, tc: tp.TopicConfig, conn: Any, body: bytes, props: bytes,
+                flag: int) -> fmt.MessageRecord:  # fmt: skip
+        props = _with_property(props, fmt.PROPERTY_CLUSTER, self.broker.config.broker_cluster_name)
+        sys_flag = h.sys_flag
+        if tc.topic_filter_type == "MULTI_TAG":
+            sys_flag |= fmt.MULTI_TAGS_FLAG
+        return fmt.MessageRecord(
+            topic=h.topic,
+            queue_id=h.queue_id,
+            body=body,
+            properties=props,
+            flag=flag,
+            sys_flag=sys_flag,
+            born_timestamp=h.born_timestamp,
+            born_host=host_of(conn),
+            reconsume_times=h.reconsume_times or 0,
+        )
+
+    def _route_retry(self, h: SendMessageRequestHeader, tc: tp.TopicConfig) -> tp.TopicConfig:
+        """A ``%RETRY%`` send past its group's retry limit goes to the group's DLQ (``handleRetryAndDLQ``)."""
+        if not h.topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX):
+            return tc
+        group = h.topic[len(tp.RETRY_GROUP_TOPIC_PREFIX) :]
+        cfg = self.broker.groups.find(group)
+        if cfg is None:
+            raise SendRefused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {group} does not exist")
+        max_times = cfg.get("retryMaxTimes", 16)
+        if h.max_reconsume_times is not None and h.max_reconsume_times >= 0:
+            max_times = h.max_reconsume_times
+        # An orderly group (one holding queue locks) would block its queue on a retry: dead-letter it at once.
+        orderly = self.broker.locks.is_locked(group)
+        if (h.reconsume_times or 0) > max_times or orderly:
+            dlq = self.broker.create_dlq_topic(group)
+            h.topic, h.queue_id = dlq.topic_name, random.randrange(dlq.write_queue_nums)
+            return dlq
+        return tc
+
+    # --- handlers ------------------------------------------------------------------------------------------
+    async def send(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand:
+        """Codes 10, 310 and 320. As in a Java broker, the header's ``batch`` flag picks the batch path: the C++
+        client sends its batches as SEND_MESSAGE with ``batch=1``."""
+        response = self.send_inline(cmd, conn)
+        return response if isinstance(response, RemotingCommand) else await response
+
+    def send_inline(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """``send`` as a plain function, for a route that answers without a task per request: in ASYNC_FLUSH
+        nothing here waits and the response comes back at once; SYNC_FLUSH returns a coroutine that waits for
+        the group commit (the remoting layer's Handler contract accepts both)."""
+        try:
+            h = read_send_header(cmd)
+        except HeaderError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        try:
+            if _is_batch(cmd, h):
+                records, rec = self._batch_records(cmd, conn, h), None
+            else:
+                rec = self._one_record(cmd, conn, h)
+                records = [rec]
+        except SendRefused as e:
+            return cmd.response(e.code, e.remark)
+        if self.broker.store_config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
+            return self._put_and_wait(cmd, records, h.queue_id, rec)
+        result, _ = self.broker.store.put_messages_nowait(records)  # ASYNC_FLUSH: never a future to wait for
+        if result.ok:
+            self.broker.stats.put(len(records))
+        return self._reply(cmd, result, h.queue_id, rec)
+
+    async def _put_and_wait(
+        self, cmd: RemotingCommand, records: list[fmt.MessageRecord], queue_id: int, rec: fmt.MessageRecord | None
+    ) -> RemotingCommand:
+        result = await self.broker.put(records)
+        return self._reply(cmd, result, queue_id, rec)
+
+    def _one_record(self, cmd: RemotingCommand, conn: Any, h: SendMessageRequestHeader) -> fmt.MessageRecord:
+        tc = self._check(h)
+        self._check_body(cmd.body)
+        if h.queue_id < 0:
+            h.queue_id = random.randrange(tc.write_queue_nums)
+        props = (h.properties or "").encode("utf-8")
+        if _property(props, fmt.PROPERTY_TRANSACTION_PREPARED) == "true":
+            raise SendRefused(ResponseCode.NO_PERMISSION, "transaction messages are not supported by this broker")
+        tc = self._route_retry(h, tc)
+        return self._record(h, tc, conn, cmd.body, props, h.flag)
+
+    def _batch_records(self, cmd: RemotingCommand, conn: Any, h: SendMessageRequestHeader) -> list[fmt.MessageRecord]:
+        tc = self._check(h)
+        if h.topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX):
+            raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group topic")
+        if h.queue_id < 0:
+            h.queue_id = random.randrange(tc.write_queue_nums)
+        try:
+            items = fmt.decode_batch_body(cmd.body)
+        except ValueError as e:
+            raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}") from None
+        if not items:
+            raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
+        records = []
+        for it in items:
+            self._check_body(it.body)
+            records.append(self._record(h, tc, conn, it.body, it.properties, it.flag))
+        return records
+
+    def _reply(
+        self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int, rec: fmt.MessageRecord | None
+    ) -> RemotingCommand:
+        code = _STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
+        if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+            return cmd.response(code, result.error or result.status.value)
+        # SendMessageResponseHeader's extFields written directly (its to_ext would give the same keys in the
+        # same order): this runs on every send.
+        ext = {
+            "msgId": result.msg_ids[0] if len(result.msg_ids) == 1 else ",".join(result.msg_ids),
+            "queueId": str(queue_id),
+            "queueOffset": str(result.append.queue_offset),
+        }
+        if rec is not None:
+            txid = _property(rec.properties, fmt.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if txid is not None:
+                ext["transactionId"] = txid
+        c = self.broker.config
+        ext["MSG_REGION"] = c.region_id
+        ext["TRACE_ON"] = "true" if c.trace_on else "false"
+        return cmd.response(code, None, ext=ext)
+
+    # --- CONSUMER_SEND_MSG_BACK --------------------------------------------------------------------------
+    async def consumer_send_msg_back(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+        """Route a message a consumer failed on to ``%RETRY%<group>``, or ``%DLQ%<group>`` past the limit."""
+        b = self.broker
+        try:
+            h = cmd.read_header(ConsumerSendMsgBackRequestHeader)
+        except HeaderError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        cfg = b.groups.find(h.group)
+        if cfg is None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"no subscription group {h.group}")
+        raw = await asyncio.to_thread(b.store.look_message_by_offset, h.offset)
+        if raw is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")
+        try:
+            orig = fmt.decode_record(raw)
+        except fmt.RecordError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        props = dict(orig.property_map)
+        props.setdefault(PROPERTY_RETRY_TOPIC, orig.topic)
+        max_times = cfg.get("retryMaxTimes", 16)
+        if h.max_reconsume_times is not None and h.max_reconsume_times >= 0:
+            max_times = h.max_reconsume_times
+        if orig.reconsume_times >= max_times or h.delay_level < 0:
+            target = b.create_dlq_topic(h.group)
+        else:
+            target = b.create_retry_topic(h.group)
+        if not tp.is_writeable(target.perm):
+            return cmd.response(ResponseCode.NO_PERMISSION, f"topic {target.topic_name} is not writable")
+        props.setdefault(fmt.PROPERTY_ORIGIN_MESSAGE_ID, h.origin_msg_id or orig.uniq_key or orig.offset_msg_id)
+        props.pop(fmt.PROPERTY_DELAY_TIME_LEVEL, None)  # no delay levels yet: the retry is due now
+        rec = fmt.MessageRecord(
+            topic=target.topic_name,
+            queue_id=random.randrange(target.write_queue_nums),
+            body=orig.body,
+            properties=fmt.encode_properties(props),
+            flag=orig.flag,
+            sys_flag=orig.sys_flag,
+            born_timestamp=orig.born_timestamp,
+            born_host=orig.born_host,
+            reconsume_times=orig.reconsume_times + 1,
+        )
+        result = await b.put([rec])
+        if result.ok:
+            return cmd.response(ResponseCode.SUCCESS)
+        return cmd.response(_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR), result.error)

@@ -1,0 +1,104 @@
+"""``mqlake broker`` and ``mqlake up`` as processes: registration with NameServers, graceful SIGTERM, defaults,
+and start-up errors a user can act on."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from broker.remoting import headers as h
+from broker.remoting.codes import RequestCode, ResponseCode
+from store.checkpoint import abort_file
+from store.config_files import load_lenient_json
+from tests.fixtures_broker import TEST_CONF, free_port
+from tests.fixtures_broker import remoting_call as broker_call
+from tests.helpers import wait_until
+
+MQLAKE = [sys.executable, "-P", "-c", "from broker.cli import main; main()"]
+
+
+def _write_conf(path: Path, **values: str) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    return path
+
+
+def _cluster(namesrv_addr: str) -> dict:
+    r = broker_call(namesrv_addr, RequestCode.GET_BROKER_CLUSTER_INFO)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    return load_lenient_json(r.body.decode(), "cluster info")
+
+
+def _log(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def test_broker_registers_with_the_name_server_and_unregisters_on_sigterm(mqlake_server, tmp_path: Path) -> None:
+    port = free_port()
+    store = tmp_path / "b-store"
+    conf = _write_conf(
+        tmp_path / "broker.conf",
+        **{**TEST_CONF, "brokerName": "broker-b", "brokerClusterName": "OtherCluster", "listenPort": str(port),
+           "namesrvAddr": f"{mqlake_server.namesrv_addr};127.0.0.1:{free_port()}",  # one of two is down
+           "storePathRootDir": str(store)},
+    )  # fmt: skip
+    log = tmp_path / "broker.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*MQLAKE, "broker", "-c", str(conf)], stdout=out, stderr=subprocess.STDOUT,
+                                cwd=tmp_path)  # fmt: skip
+    try:
+        wait_until(lambda: "Broker ready at" in _log(log) or proc.poll() is not None, 60, what="mqlake broker")
+        assert proc.poll() is None, _log(log)
+        info = _cluster(mqlake_server.namesrv_addr)
+        assert info["clusterAddrTable"]["OtherCluster"] == ["broker-b"]
+        assert list(info["brokerAddrTable"]["broker-b"]["brokerAddrs"].values()) == [f"127.0.0.1:{port}"]
+        route = broker_call(mqlake_server.namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                            h.GetRouteInfoRequestHeader(topic="OtherCluster"))  # fmt: skip
+        assert route.code == ResponseCode.SUCCESS  # the cluster-name topic a broker creates for itself
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, _log(log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "broker-b" not in _cluster(mqlake_server.namesrv_addr)["brokerAddrTable"]
+    assert not abort_file(store).exists()  # a clean shutdown
+
+
+def test_up_defaults_to_a_store_under_the_working_directory(tmp_path: Path) -> None:
+    conf = _write_conf(tmp_path / "small.conf", **TEST_CONF)  # small files; no storePathRootDir
+    ns_port, b_port = free_port(), free_port()
+    log = tmp_path / "up.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [*MQLAKE, "up", "-c", str(conf), "--namesrv-port", str(ns_port), "--broker-port", str(b_port)],
+            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: "Broker ready at" in _log(log) or proc.poll() is not None, 60, what="mqlake up")
+        text = _log(log)
+        assert f"NameServer ready at 127.0.0.1:{ns_port}" in text and f"Broker ready at 127.0.0.1:{b_port}" in text
+        assert (tmp_path / ".mqlake" / "store" / "commitlog").is_dir()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0, _log(log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_bad_config_and_busy_port_fail_with_one_clear_line(tmp_path: Path) -> None:
+    bad = _write_conf(tmp_path / "bad.conf", listenPort="ten")
+    out = subprocess.run([*MQLAKE, "up", "-c", str(bad)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 2 and "listenPort" in out.stdout and "Traceback" not in out.stdout + out.stderr
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        conf = _write_conf(tmp_path / "ok.conf", **TEST_CONF, storePathRootDir=str(tmp_path / "s"))
+        out = subprocess.run([*MQLAKE, "up", "-c", str(conf), "--namesrv-port", str(port)], capture_output=True,
+                             text=True, timeout=60, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 1 and "address already in use" in out.stdout, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
