@@ -1,0 +1,537 @@
+"""Broker benchmarks through the protocol (issue 3): sends, batches and produce->consume latency on loopback,
+each next to a raw asyncio request/response baseline measured in the same run.
+
+Run: ``.venv/bin/python -m benchmarks bench_broker`` (or ``make bench``).
+
+Environment:
+  BENCH_SCALE    multiplies every message count and duration (default 1.0; 0.1 for a smoke run)
+  BENCH_JSON     a path: also write the JSON results there
+  BENCH_PROFILE  1: run the broker under cProfile during the 8-connection send phase and print its top functions
+
+What is measured, exactly:
+  * The broker is ``mqlake up`` in its own process (ASYNC_FLUSH, a temporary store, free ports); the load
+    generator (this process, uvloop) uses broker/client: ``Producer.send`` / ``send_batch`` coroutines kept
+    ``WINDOW`` in flight, spread over 1 or 8 connections (``connections_per_addr``).  1 KiB bodies with TAGS and
+    KEYS; topic ``BenchTopic`` with 8 queues, round-robin.
+  * Latency: a ``PushConsumer`` (long polling) in this process; messages are sent at a fixed rate (ticks of 1 ms)
+    and the latency of each is from just before ``send`` to its handler call.
+  * Baseline: an asyncio echo server in its own process answers every frame with a frame of the size the broker's
+    response has, writing all the answers to one read in one ``writelines`` (what the remoting layer does); a raw
+    protocol client keeps the same number of frames of the request's size in flight on the same connection count.
+    It is the ceiling of request/response over loopback in Python on this machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import pstats
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.bench_store import CpuMeter, machine
+from broker.client import Admin, Message, MessageExt, Producer, PullConsumer, PushConsumer
+from broker.client.message import ConsumeFromWhere
+from broker.remoting import headers as h
+from broker.remoting.codes import RequestCode
+from broker.remoting.command import RemotingCommand
+from broker.remoting.loop import run
+
+SCALE = float(os.environ.get("BENCH_SCALE", "1") or 1)
+BODY = 1024
+TOPIC = "BenchTopic"
+QUEUES = 8
+BATCH = 32
+WINDOW_1 = 128  # sends in flight on 1 connection
+WINDOW_8 = 256  # sends in flight over 8 connections
+BATCH_WINDOW = 16  # batches in flight
+SINGLE_COUNT = 40_000
+BATCH_COUNT = 320_000  # messages, in batches of BATCH
+LATENCY_RATE = 5_000
+LATENCY_LOW_RATE = 500  # well under what the broker sustains here: the latency without a backlog
+LATENCY_SECONDS = 6.0
+WARMUP = 2_000
+BASELINE_COUNT = 400_000  # the raw path is ~20x faster: more requests for a timing well above timer noise
+
+TARGET_SINGLE_8 = 30_000
+TARGET_BATCH = 200_000
+TARGET_P99_MS = 10.0
+
+READY_TIMEOUT = 60.0
+
+
+def _n(count: float) -> int:
+    return max(1, int(count * SCALE))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _mqlake() -> str:
+    exe = Path(sys.executable).with_name("mqlake")
+    return str(exe) if exe.exists() else shutil.which("mqlake") or "mqlake"
+
+
+class BrokerProcess:
+    """``mqlake up -c broker.conf`` in a subprocess on free ports, optionally under cProfile."""
+
+    def __init__(self, root: Path, profile_to: Path | None = None, flush: str = "ASYNC_FLUSH") -> None:
+        self.root = root
+        self.namesrv_port, self.broker_port = free_port(), free_port()
+        self.namesrv_addr = f"127.0.0.1:{self.namesrv_port}"
+        self.broker_addr = f"127.0.0.1:{self.broker_port}"
+        conf = root / "broker.conf"
+        conf.write_text(
+            "brokerClusterName=BenchCluster\nbrokerName=bench-a\nbrokerId=0\nbrokerIP1=127.0.0.1\n"
+            f"listenPort={self.broker_port}\nnamesrvAddr={self.namesrv_addr}\nstorePathRootDir={root / 'store'}\n"
+            f"flushDiskType={flush}\n"
+        )
+        cmd = [_mqlake(), "up", "-c", str(conf)]
+        if profile_to is not None:
+            cmd = [sys.executable, "-m", "cProfile", "-o", str(profile_to), *cmd]
+        self.log = open(root / "broker.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+
+    async def wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mqlake up exited with {self.process.returncode}: see {self.root / 'broker.log'}")
+            try:
+                async with Admin(self.namesrv_addr, timeout=1.0) as admin:
+                    if any(b.addr == self.broker_addr for b in await admin.cluster_list()):
+                        return
+            except Exception:  # not listening yet
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"broker not ready after {READY_TIMEOUT:.0f}s: see {self.root / 'broker.log'}")
+            await asyncio.sleep(0.1)
+
+    def cpu_seconds(self) -> float:
+        """user + system CPU the broker process has used so far (/proc/<pid>/stat)."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    @contextlib.contextmanager
+    def measured(self, out: dict):
+        """CpuMeter for this process and the machine, plus the broker's own cores, into ``out``."""
+        b0, t0 = self.cpu_seconds(), time.perf_counter()
+        with CpuMeter() as cpu:
+            yield
+        wall = time.perf_counter() - t0
+        broker = (self.cpu_seconds() - b0) / wall
+        out.update(cpu.as_dict(), broker_cpu_cores=broker, bg_cpu_cores=max(0.0, cpu.other_cores - broker))
+        if out.get("msgs_per_s"):
+            out["broker_us_per_msg"] = broker / out["msgs_per_s"] * 1e6
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+# -- the raw baseline ----------------------------------------------------------------------------------------------
+
+
+class _EchoServer(asyncio.Protocol):
+    def __init__(self, reply: bytes) -> None:
+        self.reply = reply
+        self.buf = bytearray()
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos, n = 0, 0
+        while len(buf) - pos >= 4:
+            size = int.from_bytes(buf[pos : pos + 4], "big")
+            if len(buf) - pos - 4 < size:
+                break
+            pos += 4 + size
+            n += 1
+        del buf[:pos]
+        if n:
+            self.transport.writelines([self.reply] * n)
+
+
+def echo_server_main() -> None:
+    """Child process: ``echo_server_main PORT REPLY_SIZE`` answers each frame with a REPLY_SIZE-byte frame."""
+    port, reply_size = int(sys.argv[1]), int(sys.argv[2])
+    reply = (reply_size - 4).to_bytes(4, "big") + b"r" * (reply_size - 4)
+
+    async def serve() -> None:
+        server = await asyncio.get_running_loop().create_server(lambda: _EchoServer(reply), "127.0.0.1", port)
+        async with server:
+            await server.serve_forever()
+
+    run(serve())
+
+
+class _EchoClient(asyncio.Protocol):
+    def __init__(self, request: bytes, reply_size: int, budget: itertools.count, total: int, done: asyncio.Future):
+        self.request, self.reply_size = request, reply_size
+        self.budget, self.total, self.done = budget, total, done
+        self.pending = 0
+        self.received = 0
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def send(self, n: int) -> None:
+        out = []
+        for _ in range(n):
+            if next(self.budget) >= self.total:
+                break
+            out.append(self.request)
+        self.pending += len(out)
+        if out:
+            self.transport.writelines(out)
+        elif self.pending == 0 and not self.done.done():
+            self.done.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        self.received += len(data)
+        n = self.received // self.reply_size
+        self.received -= n * self.reply_size
+        self.pending -= n
+        self.send(n)
+
+
+async def echo_rate(port: int, request_size: int, reply_size: int, conns: int, window: int, total: int) -> float:
+    loop = asyncio.get_running_loop()
+    request = (request_size - 4).to_bytes(4, "big") + b"q" * (request_size - 4)
+    budget = itertools.count()
+    clients = []
+    for _ in range(conns):
+        done = loop.create_future()
+        _, c = await loop.create_connection(
+            lambda d=done: _EchoClient(request, reply_size, budget, total, d), "127.0.0.1", port
+        )
+        clients.append(c)
+    t0 = time.perf_counter()
+    for c in clients:
+        c.send(window // conns)
+    await asyncio.gather(*(c.done for c in clients))
+    elapsed = time.perf_counter() - t0
+    for c in clients:
+        c.transport.close()
+    return total / elapsed
+
+
+# -- the broker path ------------------------------------------------------------------------------------------------
+
+
+def bench_message(i: int) -> Message:
+    return Message(TOPIC, b"x" * BODY, tags="TagA", keys=f"ORDER-{i:010d}")
+
+
+async def send_rate(producer: Producer, total: int, window: int) -> float:
+    budget = itertools.count()
+    msg = bench_message(0)
+
+    async def worker() -> None:
+        while next(budget) < total:
+            await producer.send(msg)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(window)))
+    return total / (time.perf_counter() - t0)
+
+
+async def batch_rate(producer: Producer, total: int, window: int) -> float:
+    batches = max(1, total // BATCH)
+    budget = itertools.count()
+    msgs = [bench_message(i) for i in range(BATCH)]
+
+    async def worker() -> None:
+        while next(budget) < batches:
+            await producer.send_batch(msgs)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(window)))
+    return batches * BATCH / (time.perf_counter() - t0)
+
+
+async def latency(namesrv: str, producer: Producer, rate: int, seconds: float, group: str) -> dict:
+    sent: dict[bytes, float] = {}
+    lat: list[float] = []
+    got = asyncio.Event()
+    total = int(rate * seconds)
+
+    async def handler(m: MessageExt) -> None:
+        t = sent.pop(m.body[:16], None)
+        if t is not None:
+            lat.append(time.perf_counter() - t)
+            if len(lat) >= total:
+                got.set()
+
+    # Start the group at the end of every queue: with no stored offset a broker may start a new group at 0
+    # (QUERY_CONSUMER_OFFSET's "offset 0 still in memory" rule), and the backlog would be timed too.
+    async with PullConsumer(group, namesrv) as pc:
+        for mq in await pc.fetch_queues(TOPIC):
+            await pc.update_offset(mq, await pc.max_offset(mq))
+    consumer = PushConsumer(group, namesrv, consume_from_where=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET)
+    consumer.subscribe(TOPIC, "*", handler)
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(consumer.assigned_queues) < QUEUES and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # let every queue's first pull park at the broker
+        loop = asyncio.get_running_loop()
+        pad = b"x" * (BODY - 16)
+        tasks = set()
+        t0 = loop.time()
+        for i in range(total):
+            due = t0 + i / rate
+            delay = due - loop.time()
+            if delay > 0.001:
+                await asyncio.sleep(delay)
+            key = f"{i:016d}".encode()
+            sent[key] = time.perf_counter()
+            task = loop.create_task(producer.send(Message(TOPIC, key + pad, tags="TagA")))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        achieved = total / (loop.time() - t0)
+        # A broker slower than the rate builds a backlog; give it time to drain, then report what arrived.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(60):
+                await got.wait()
+    finally:
+        await consumer.shutdown()
+    lat.sort()
+    ms = [v * 1000 for v in lat] or [float("nan")]
+    return {"rate": rate, "achieved_send_rate": achieved, "sent": total, "messages": len(lat),
+            "p50_ms": _pct(ms, 50), "p99_ms": _pct(ms, 99), "max_ms": ms[-1],
+            "mean_ms": statistics.fmean(ms)}  # fmt: skip
+
+
+async def wait_dispatched(namesrv: str, acked: int, timeout: float = 300.0) -> float:
+    """Seconds until the topic's ConsumeQueues hold ``acked`` messages (the broker's reput has caught up)."""
+    t0 = time.monotonic()
+    async with Admin(namesrv) as admin:
+        while sum(q.max_offset for q in await admin.topic_status(TOPIC)) < acked:
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"broker dispatched fewer than {acked} messages after {timeout:.0f}s")
+            await asyncio.sleep(0.05)
+    return time.monotonic() - t0
+
+
+def _pct(sorted_vals: list[float], p: float) -> float:
+    return sorted_vals[min(len(sorted_vals) - 1, int(len(sorted_vals) * p / 100))]
+
+
+def frame_sizes() -> dict[str, int]:
+    """Request/response frame sizes of one single send and one batch of BATCH, as our client/broker send them."""
+    props = "TAGS\x01TagA\x02KEYS\x01ORDER-0000000001\x02WAIT\x01true\x02UNIQ_KEY\x01" + "A" * 32 + "\x02"
+    header = h.SendMessageRequestHeaderV2(
+        a="bench_producer", b=TOPIC, c="TBW102", d=4, e=3, f=0, g=int(time.time() * 1000), h=0, i=props, j=0,
+        k=False, m=False, n="bench-a",
+    )  # fmt: skip
+    req = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header, b"x" * BODY)
+    resp_header = h.SendMessageResponseHeader(msg_id="7F00000100002A9F" + "0" * 16, queue_id=3, queue_offset=123456,
+                                              transaction_id="A" * 32)  # fmt: skip
+    ext = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+    resp = req.response(0, None, resp_header, ext=ext)
+    item = len(props) + BODY + 22
+    batch_req = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, header, b"x" * (item * BATCH))
+    batch_header = h.SendMessageResponseHeader(msg_id=",".join(["7F00000100002A9F" + "0" * 16] * BATCH), queue_id=3,
+                                               queue_offset=123456)  # fmt: skip
+    batch_resp = req.response(0, None, batch_header, ext=ext)
+    return {"single_request": len(req.encode()), "single_reply": len(resp.encode()),
+            "batch_request": len(batch_req.encode()), "batch_reply": len(batch_resp.encode())}  # fmt: skip
+
+
+async def broker_phase(b: BrokerProcess, profile_only: bool) -> dict:
+    await b.wait_ready()
+    async with Admin(b.namesrv_addr) as admin:
+        await admin.create_topic(TOPIC, broker_addr=b.broker_addr, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+    out: dict = {}
+    p1 = await Producer("bench_producer", b.namesrv_addr, connections_per_addr=1).start()
+    p8 = await Producer("bench_producer8", b.namesrv_addr, connections_per_addr=8).start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(await p1.publish_queues(TOPIC, refresh=True)) < QUEUES:
+            if time.monotonic() > deadline:
+                raise RuntimeError("BenchTopic route never showed 8 queues")
+            await asyncio.sleep(0.2)
+        await p8.publish_queues(TOPIC, refresh=True)
+        await send_rate(p1, _n(WARMUP), 32)  # connections, routes, the broker's first segment
+        await send_rate(p8, _n(WARMUP), 64)
+        if profile_only:
+            out["single_8"] = d = {}
+            with b.measured(d):
+                d["msgs_per_s"] = await send_rate(p8, _n(SINGLE_COUNT), WINDOW_8)
+            return out
+        for name, prod, window in (("single_1", p1, WINDOW_1), ("single_8", p8, WINDOW_8)):
+            print(f"  [{name}]", flush=True)
+            out[name] = d = {"window": window}
+            with b.measured(d):
+                d["msgs_per_s"] = await send_rate(prod, _n(SINGLE_COUNT), window)
+        print("  [batch_8]", flush=True)
+        await batch_rate(p8, _n(BATCH * 20), 4)
+        out["batch_8"] = d = {"window_batches": BATCH_WINDOW}
+        with b.measured(d):
+            d["msgs_per_s"] = await batch_rate(p8, _n(BATCH_COUNT), BATCH_WINDOW)
+        # Everything acknowledged so far must be dispatched (ConsumeQueue) before latency means anything.
+        acked = 2 * _n(WARMUP) + 2 * _n(SINGLE_COUNT) + (_n(BATCH * 20) // BATCH + _n(BATCH_COUNT) // BATCH) * BATCH
+        out["dispatch_catch_up_s"] = await wait_dispatched(b.namesrv_addr, acked)
+        print(f"  [dispatch caught up {out['dispatch_catch_up_s']:.1f} s after the batch phase]", flush=True)
+        for key, rate in (("latency_low", LATENCY_LOW_RATE), ("latency", LATENCY_RATE)):
+            print(f"  [{key} {rate}/s]", flush=True)
+            out[key] = d = {}
+            with b.measured(d):
+                d.update(await latency(b.namesrv_addr, p1, rate, LATENCY_SECONDS * SCALE, group=f"bench_{key}"))
+    finally:
+        await p1.shutdown()
+        await p8.shutdown()
+    return out
+
+
+def baseline_phase(sizes: dict[str, int]) -> dict:
+    out = {}
+    port = free_port()
+    cmd = [sys.executable, "-c", "from benchmarks.bench_broker import echo_server_main; echo_server_main()", str(port)]
+    runs = (
+        ("single_1", sizes["single_request"], sizes["single_reply"], 1, WINDOW_1, _n(BASELINE_COUNT)),
+        ("single_8", sizes["single_request"], sizes["single_reply"], 8, WINDOW_8, _n(BASELINE_COUNT)),
+        ("batch_8", sizes["batch_request"], sizes["batch_reply"], 8, BATCH_WINDOW, _n(BASELINE_COUNT) // BATCH * 4),
+    )
+    for name, req, reply, conns, window, total in runs:
+        proc = subprocess.Popen([*cmd, str(reply)], cwd=Path(__file__).resolve().parent.parent)
+        try:
+
+            async def go(req=req, reply=reply, conns=conns, window=window, total=total) -> tuple[float, CpuMeter]:
+                deadline = time.monotonic() + 20
+                while True:
+                    try:
+                        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                            break
+                    except OSError:
+                        if time.monotonic() > deadline:
+                            raise
+                        await asyncio.sleep(0.05)
+                await echo_rate(port, req, reply, conns, window, min(total, 2000))
+                with CpuMeter() as cpu:
+                    rate = await echo_rate(port, req, reply, conns, window, total)
+                return rate, cpu
+
+            rate, cpu = run(go())
+            per = BATCH if name.startswith("batch") else 1
+            out[name] = {"requests_per_s": rate, "msgs_per_s": rate * per, **cpu.as_dict()}
+        finally:
+            proc.terminate()
+            proc.wait()
+    return out
+
+
+def print_report(r: dict) -> None:
+    m = r["machine"]
+    print(f"machine: {m['nproc']} cores, {m['memory_gib']} GiB, {m['cpu']}, Python {m['python']}, {m['date']}")
+    s = r["frame_sizes"]
+    print(f"BENCH_SCALE={m['bench_scale']}; 1 KiB bodies, ASYNC_FLUSH, topic of {QUEUES} queues; frames: send "
+          f"{s['single_request']} B -> {s['single_reply']} B, batch of {BATCH} {s['batch_request']} B -> "
+          f"{s['batch_reply']} B")  # fmt: skip
+    print("gen / broker cpu = cores used by the load generator (this process) / the broker process; bg cpu = cores")
+    print("used by everything else on the machine meanwhile (other engineers' jobs); raw echo rows: gen = client\n")
+    print("broker us/msg = broker CPU per message (load-independent); 1-core ceiling = 10^6 / that\n")
+    hdr = (f"{'run':<34}{'msgs/s':>10}{'raw echo':>11}{'vs raw':>8}{'gen cpu':>9}{'broker cpu':>11}{'bg cpu':>8}"
+           f"{'broker us/msg':>15}{'1-core ceiling':>16}")  # fmt: skip
+    print(hdr)
+    print("-" * len(hdr))
+    labels = {"single_1": f"send, 1 connection, {WINDOW_1} in flight", "single_8": f"send, 8 connections, {WINDOW_8}"
+              " in flight", "batch_8": f"batch of {BATCH}, 8 conns, {BATCH_WINDOW} in flight"}  # fmt: skip
+    for k, label in labels.items():
+        d, base = r["broker"][k], r["baseline"][k]
+        print(f"{label:<34}{d['msgs_per_s']:>10,.0f}{base['msgs_per_s']:>11,.0f}"
+              f"{d['msgs_per_s'] / base['msgs_per_s']:>8.2f}{d['own_cpu_cores']:>9.2f}{d['broker_cpu_cores']:>11.2f}"
+              f"{d['bg_cpu_cores']:>8.2f}{d['broker_us_per_msg']:>15.1f}{1e6 / d['broker_us_per_msg']:>16,.0f}")
+    print()
+    for key in ("latency_low", "latency"):
+        lat = r["broker"][key]
+        print(f"produce->consume latency at {lat['rate']:,} msgs/s (achieved {lat['achieved_send_rate']:,.0f}), "
+              f"{lat['messages']:,} of {lat['sent']:,} received: p50 {lat['p50_ms']:.2f} ms, "
+              f"p99 {lat['p99_ms']:.2f} ms, max {lat['max_ms']:.2f} ms")
+        print(f"    gen cpu {lat['own_cpu_cores']:.2f}, broker cpu {lat['broker_cpu_cores']:.2f}, "
+              f"bg cpu {lat['bg_cpu_cores']:.2f}")
+    print("\ntargets")
+    for name, ok, got, want in r["targets"]:
+        print(f"  {name:<40} {'met' if ok else 'NOT met':<8} {got:,.1f} (target {want:,})")
+
+
+def profile_broker(tmp: Path) -> dict:
+    prof = tmp / "broker.prof"
+    b = BrokerProcess(tmp, profile_to=prof)
+    try:
+        out = run(broker_phase(b, profile_only=True))
+    finally:
+        b.stop()
+    print(f"8-connection sends under cProfile: {out['single_8']['msgs_per_s']:,.0f} msgs/s")
+    stats = pstats.Stats(str(prof))
+    # Coroutines waiting in the event loop show up as time in asyncio's run(); only mqlake's code is of interest.
+    stats.sort_stats("tottime").print_stats(r"(broker|store)/", 25)
+    stats.sort_stats("cumulative").print_stats(r"(broker|store)/", 40)
+    return out
+
+
+def main() -> dict:
+    with tempfile.TemporaryDirectory(prefix="mqlake-bench-broker-", dir="/tmp") as d:
+        tmp = Path(d)
+        if os.environ.get("BENCH_PROFILE", "") not in ("", "0"):
+            return profile_broker(tmp)
+        t0 = time.perf_counter()
+        results: dict = {"machine": machine(), "frame_sizes": frame_sizes()}
+        print("  [raw echo baseline]", flush=True)
+        results["baseline"] = baseline_phase(results["frame_sizes"])
+        b = BrokerProcess(tmp)
+        try:
+            results["broker"] = run(broker_phase(b, profile_only=False))
+        finally:
+            b.stop()
+        br = results["broker"]
+        results["targets"] = [
+            ("send, 8 connections (msgs/s)", br["single_8"]["msgs_per_s"] >= TARGET_SINGLE_8,
+             br["single_8"]["msgs_per_s"], TARGET_SINGLE_8),
+            ("batches of 32 (msgs/s)", br["batch_8"]["msgs_per_s"] >= TARGET_BATCH, br["batch_8"]["msgs_per_s"],
+             TARGET_BATCH),
+            ("latency p99 at 5,000 msgs/s (ms)", br["latency"]["p99_ms"] <= TARGET_P99_MS, br["latency"]["p99_ms"],
+             TARGET_P99_MS),
+        ]  # fmt: skip
+        results["wall_seconds"] = time.perf_counter() - t0
+    print()
+    print_report(results)
+    print(f"\n(bench_broker wall time {results['wall_seconds']:.1f} s)")
+    print("JSON " + json.dumps(results, sort_keys=True))
+    path = os.environ.get("BENCH_JSON")
+    if path:
+        Path(path).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    sys.stdout.flush()
+    return results
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        main()

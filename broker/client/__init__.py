@@ -1,0 +1,29 @@
+"""An asyncio RocketMQ client: ``Producer``, ``PullConsumer``, ``PushConsumer`` and ``Admin``.
+
+Speaks the remoting protocol through ``broker.remoting.client.RemotingClient`` and decodes every received message
+with store/format.py, so it reads exactly the bytes the broker stores.
+"""
+
+from broker.client.admin import Admin
+from broker.client.errors import MQBrokerError, MQClientError
+from broker.client.message import (
+    ConsumeFromWhere,
+    ConsumeResult,
+    Message,
+    MessageExt,
+    MessageModel,
+    MessageQueue,
+    PullResult,
+    PullStatus,
+    SendResult,
+    SendStatus,
+)
+from broker.client.producer import Producer
+from broker.client.pull_consumer import PullConsumer
+from broker.client.push_consumer import PushConsumer
+
+__all__ = [
+    "Admin", "ConsumeFromWhere", "ConsumeResult", "MQBrokerError", "MQClientError", "Message", "MessageExt",
+    "MessageModel", "MessageQueue", "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer",
+    "SendResult", "SendStatus",
+]  # fmt: skip

@@ -1,0 +1,335 @@
+"""``Admin`` (``DefaultMQAdminExt``, the calls ``mqadmin`` makes): topics, queries, consumer progress, clusters.
+
+Where a broker offers the aggregate call (GET_TOPIC_STATS_INFO 202, GET_CONSUME_STATS 208) it is used; a broker
+that answers REQUEST_CODE_NOT_SUPPORTED is asked queue by queue with the basic offset calls instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+
+from broker.client.errors import MQBrokerError, MQClientError
+from broker.client.instance import ClientInstance, check
+from broker.client.message import MessageExt, MessageQueue, decode_messages
+from broker.client.producer import check_topic
+from broker.client.route import AUTO_CREATE_TOPIC, PERM_READ, PERM_WRITE, TopicRouteData
+from broker.remoting import headers as h
+from broker.remoting.client import RemotingError
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.command import RemotingCommand
+from store import format as fmt
+from store.config_files import load_lenient_json
+
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+RETRY_PREFIX = "%RETRY%"
+# fastjson writes Map<MessageQueue, X> with the key object itself as the map key: {{"brokerName":..}:{..}}.
+_OBJECT_KEY = re.compile(r'([{,]\s*)(\{(?:[^{}"]|"(?:[^"\\]|\\.)*")*\})(\s*:)')
+
+
+def load_fastjson(text: str, source: str) -> object:
+    """JSON as fastjson writes it: bare integer keys and object keys (returned as JSON text) are accepted."""
+    quoted = _OBJECT_KEY.sub(lambda m: m.group(1) + json.dumps(m.group(2)) + m.group(3), text)
+    return load_lenient_json(quoted, source)
+
+
+def _mq_from_key(key: str, source: str) -> MessageQueue:
+    d = load_lenient_json(key, source) if key.lstrip().startswith("{") else None
+    if not isinstance(d, dict):
+        raise MQClientError(f"{source}: map key {key!r} is not a MessageQueue")
+    return MessageQueue(str(d["topic"]), str(d["brokerName"]), int(d["queueId"]))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    topic: str
+    broker_name: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueProgress:
+    topic: str
+    broker_name: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int
+
+    @property
+    def lag(self) -> int:
+        return max(self.broker_offset - self.consumer_offset, 0)
+
+    def to_json(self) -> dict[str, object]:
+        return {"topic": self.topic, "brokerName": self.broker_name, "queueId": self.queue_id,
+                "brokerOffset": self.broker_offset, "consumerOffset": self.consumer_offset, "lag": self.lag,
+                "lastTimestamp": self.last_timestamp}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    cluster: str
+    broker_name: str
+    broker_id: int
+    addr: str
+    runtime: dict[str, str]
+
+
+class Admin:
+    """Administration calls against the NameServer(s) and every broker they list."""
+
+    def __init__(self, namesrv_addr: str, *, timeout: float = 5.0) -> None:
+        self._client = ClientInstance(namesrv_addr, timeout=timeout)
+
+    async def start(self) -> Admin:
+        return self
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def __aenter__(self) -> Admin:
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def _invoke(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
+        return await self._client.remoting.invoke(addr, cmd, self._client.timeout)
+
+    async def topic_route(self, topic: str) -> TopicRouteData | None:
+        """The NameServer's current route of ``topic`` (None when it does not know the topic)."""
+        return await self._client.update_route(topic)
+
+    async def _route(self, topic: str) -> TopicRouteData:
+        route = await self._client.update_route(topic)
+        if route is None:
+            raise MQClientError(f"topic {topic!r} does not exist on the NameServer")
+        return route
+
+    # -- clusters ---------------------------------------------------------------------------------------------
+    async def cluster_info(self) -> dict:
+        return await self._client.cluster_info()
+
+    async def master_addrs(self, cluster: str) -> list[str]:
+        info = await self.cluster_info()
+        names = (info.get("clusterAddrTable") or {}).get(cluster)
+        if names is None:
+            raise MQClientError(f"cluster {cluster!r} not found; known: {sorted(info.get('clusterAddrTable') or {})}")
+        table = info.get("brokerAddrTable") or {}
+        addrs = []
+        for name in sorted(names):
+            master = ((table.get(name) or {}).get("brokerAddrs") or {}).get("0")
+            if master:
+                addrs.append(master)
+        return addrs
+
+    async def broker_runtime_info(self, addr: str) -> dict[str, str]:
+        resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+        check(resp, "broker runtime info", addr)
+        body = load_lenient_json(resp.body.decode("utf-8"), f"runtime info of {addr}") if resp.body else {}
+        return {str(k): str(v) for k, v in (body.get("table") or {}).items()}
+
+    async def cluster_list(self) -> list[BrokerInfo]:
+        """Every broker the NameServer knows, with its runtime figures (empty if it did not answer)."""
+        info = await self.cluster_info()
+        table = info.get("brokerAddrTable") or {}
+        out = []
+        for cluster, names in sorted((info.get("clusterAddrTable") or {}).items()):
+            for name in sorted(names):
+                addrs = (table.get(name) or {}).get("brokerAddrs") or {}
+                for bid, addr in sorted(addrs.items(), key=lambda kv: int(kv[0])):
+                    try:
+                        runtime = await self.broker_runtime_info(addr)
+                    except (RemotingError, MQClientError):
+                        runtime = {}
+                    out.append(BrokerInfo(cluster, name, int(bid), addr, runtime))
+        return out
+
+    # -- topics -------------------------------------------------------------------------------------------------
+    async def create_topic(
+        self,
+        topic: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        read_queue_nums: int = 8,
+        write_queue_nums: int = 8,
+        perm: int = PERM_READ | PERM_WRITE,
+        order: bool = False,
+    ) -> list[str]:
+        """UPDATE_AND_CREATE_TOPIC on one broker or on every master of a cluster; returns the addresses done."""
+        check_topic(topic)
+        if (cluster is None) == (broker_addr is None):
+            raise MQClientError("give exactly one of cluster or broker address")
+        addrs = [broker_addr] if broker_addr else await self.master_addrs(cluster or "")
+        if not addrs:
+            raise MQClientError(f"cluster {cluster!r} has no master broker")
+        header = h.CreateTopicRequestHeader(
+            topic=topic, default_topic=AUTO_CREATE_TOPIC, read_queue_nums=read_queue_nums,
+            write_queue_nums=write_queue_nums, perm=perm, topic_filter_type="SINGLE_TAG", topic_sys_flag=0,
+            order=order,
+        )  # fmt: skip
+        for addr in addrs:
+            resp = await self._invoke(addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header))
+            check(resp, f"create topic {topic}", addr)
+        return addrs
+
+    async def topic_list(self) -> list[str]:
+        cmd = RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        resp = await self._client.invoke_namesrv(cmd)
+        check(resp, "topic list")
+        body = load_lenient_json(resp.body.decode("utf-8"), "topic list") if resp.body else {}
+        return sorted(str(t) for t in body.get("topicList") or ())
+
+    async def topic_status(self, topic: str) -> list[QueueStatus]:
+        """Per queue min/max offset and the store time of the newest message."""
+        route = await self._route(topic)
+        out: list[QueueStatus] = []
+        for b in sorted(route.broker_datas, key=lambda b: b.broker_name):
+            addr = b.master_addr
+            if not addr:
+                continue
+            header = h.GetTopicStatsInfoRequestHeader(topic=topic)
+            resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_TOPIC_STATS_INFO, header))
+            if resp.code == ResponseCode.SUCCESS:
+                table = (load_fastjson(resp.body.decode("utf-8"), f"topic stats from {addr}") or {}).get("offsetTable")
+                for key, v in (table or {}).items():
+                    mq = _mq_from_key(key, f"topic stats from {addr}")
+                    out.append(QueueStatus(mq.topic, mq.broker_name, mq.queue_id, int(v.get("minOffset", 0)),
+                                           int(v.get("maxOffset", 0)), int(v.get("lastUpdateTimestamp", 0))))
+                continue
+            if resp.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                raise MQBrokerError(resp.code, resp.remark, addr, f"topic stats of {topic}")
+            for mq in route.subscribe_queues(topic):
+                if mq.broker_name == b.broker_name:
+                    out.append(await self._queue_status(mq))
+        return sorted(out, key=lambda s: (s.broker_name, s.queue_id))
+
+    async def _queue_status(self, mq: MessageQueue) -> QueueStatus:
+        lo, hi = await self._client.min_offset(mq), await self._client.max_offset(mq)
+        last = 0
+        if hi > lo:
+            header = h.PullMessageRequestHeader(
+                consumer_group="TOOLS_CONSUMER", topic=mq.topic, queue_id=mq.queue_id, queue_offset=hi - 1,
+                max_msg_nums=1, sys_flag=0x4, commit_offset=0, suspend_timeout_millis=0, subscription="*",
+                sub_version=0, expression_type="TAG",
+            )  # fmt: skip
+            _, resp = await self._client.invoke_broker(mq, RemotingCommand.request(RequestCode.PULL_MESSAGE, header))
+            if resp.code == ResponseCode.SUCCESS and resp.body:
+                last = decode_messages(resp.body, mq.broker_name)[-1].store_timestamp
+        return QueueStatus(mq.topic, mq.broker_name, mq.queue_id, lo, hi, last)
+
+    # -- messages -----------------------------------------------------------------------------------------------
+    async def _query(self, topic: str, key: str, max_num: int, begin: int, end: int, unique: bool) -> list[MessageExt]:
+        route = await self._route(topic)
+        header = h.QueryMessageRequestHeader(
+            topic=topic, key=key, max_num=max_num, begin_timestamp=begin, end_timestamp=end
+        )
+        ext = {UNIQUE_KEY_QUERY: "true"} if unique else None
+        found: dict[tuple[str, int], MessageExt] = {}
+        for b in route.broker_datas:
+            if not b.master_addr:
+                continue
+            cmd = RemotingCommand.request(RequestCode.QUERY_MESSAGE, header, ext=ext)
+            resp = await self._invoke(b.master_addr, cmd)
+            if resp.code == ResponseCode.QUERY_NOT_FOUND:
+                continue
+            check(resp, f"query {topic} key {key}", b.master_addr)
+            for m in decode_messages(resp.body, b.broker_name, f"query body from {b.master_addr}"):
+                # The index matches by hash: keep only real matches, as the Java admin does.
+                if m.topic == topic and (m.uniq_key == key if unique else key in m.key_list):
+                    found[(b.broker_name, m.commit_log_offset)] = m
+        return sorted(found.values(), key=lambda m: (m.store_timestamp, m.commit_log_offset))
+
+    async def query_msg_by_key(
+        self, topic: str, key: str, max_num: int = 64, begin: int = 0, end: int | None = None
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` carrying ``key`` in KEYS, stored between ``begin`` and ``end`` (ms)."""
+        return await self._query(topic, key, max_num, begin, end or int(time.time() * 1000) + 60_000, False)
+
+    async def query_msg_by_unique_key(self, topic: str, msg_id: str) -> list[MessageExt]:
+        return await self._query(topic, msg_id, 32, 0, int(time.time() * 1000) + 60_000, True)
+
+    async def view_message(self, offset_msg_id: str) -> MessageExt:
+        """VIEW_MESSAGE_BY_ID on the broker address the offset id encodes."""
+        (ip, port), offset = fmt.decode_offset_msg_id(offset_msg_id)
+        addr = f"{ip}:{port}"
+        resp = await self._invoke(
+            addr, RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, h.ViewMessageRequestHeader(offset=offset))
+        )
+        check(resp, f"view message {offset_msg_id}", addr)
+        msgs = decode_messages(resp.body, "", f"view body from {addr}")
+        if not msgs:
+            raise MQClientError(f"broker {addr} returned no record for {offset_msg_id}")
+        return msgs[0]
+
+    async def _known_broker_addrs(self) -> dict[str, str]:
+        info = await self.cluster_info()
+        out = {}
+        for name, b in (info.get("brokerAddrTable") or {}).items():
+            for addr in (b.get("brokerAddrs") or {}).values():
+                out[addr] = name
+        return out
+
+    async def query_msg_by_id(self, msg_id: str, topic: str | None = None) -> list[MessageExt]:
+        """A broker offset id is viewed directly; otherwise ``msg_id`` is taken as a UNIQ_KEY and looked up in
+        ``topic`` (or in every topic when none is given)."""
+        brokers = await self._known_broker_addrs()
+        try:
+            (ip, port), _ = fmt.decode_offset_msg_id(msg_id)
+            addr = f"{ip}:{port}"
+        except ValueError:
+            addr = None
+        # A UNIQ_KEY also has 32 hex digits; only an id naming a broker we know is an offset id.
+        if addr in brokers:
+            m = await self.view_message(msg_id)
+            m.broker_name = brokers[addr]
+            return [m]
+        topics = [topic] if topic else [t for t in await self.topic_list() if not t.startswith(RETRY_PREFIX)]
+        out: list[MessageExt] = []
+        for t in topics:
+            try:
+                out.extend(await self.query_msg_by_unique_key(t, msg_id))
+            except MQClientError:
+                continue  # a topic without a route or a broker that lost it: nothing to find there
+        return out
+
+    # -- consumers ----------------------------------------------------------------------------------------------
+    async def consumer_progress(self, group: str, topic: str | None = None) -> list[QueueProgress]:
+        """Per queue broker offset, consumer offset and lag of ``group`` (its retry topic included)."""
+        addrs = sorted(set((await self._known_broker_addrs()).keys()))
+        out: list[QueueProgress] = []
+        for addr in addrs:
+            header = h.GetConsumeStatsRequestHeader(consumer_group=group, topic=topic)
+            resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_CONSUME_STATS, header))
+            if resp.code == ResponseCode.SUCCESS:
+                data = load_fastjson(resp.body.decode("utf-8"), f"consume stats from {addr}") or {}
+                for key, v in (data.get("offsetTable") or {}).items():
+                    mq = _mq_from_key(key, f"consume stats from {addr}")
+                    out.append(QueueProgress(mq.topic, mq.broker_name, mq.queue_id, int(v.get("brokerOffset", 0)),
+                                             int(v.get("consumerOffset", 0)), int(v.get("lastTimestamp", 0))))
+            elif resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                out.extend(await self._progress_by_queue(group, topic))
+                break
+            elif resp.code not in (ResponseCode.CONSUMER_NOT_ONLINE, ResponseCode.SYSTEM_ERROR):
+                raise MQBrokerError(resp.code, resp.remark, addr, f"consume stats of {group}")
+        return sorted(out, key=lambda p: (p.topic, p.broker_name, p.queue_id))
+
+    async def _progress_by_queue(self, group: str, topic: str | None) -> list[QueueProgress]:
+        topics = [topic, RETRY_PREFIX + group] if topic else await self.topic_list()
+        out = []
+        for t in topics:
+            route = await self._client.update_route(t)
+            if route is None:
+                continue
+            for mq in route.subscribe_queues(t):
+                offset = await self._client.query_consumer_offset(group, mq)
+                if offset is None:
+                    continue
+                out.append(QueueProgress(t, mq.broker_name, mq.queue_id, await self._client.max_offset(mq), offset, 0))
+        return out

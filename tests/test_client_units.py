@@ -1,0 +1,134 @@
+"""The Python client's pure parts: queue allocation, route parsing (both JSON dialects), message decoding,
+subscription expressions, fastjson object-keyed maps and the admin tables.  No network."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from rich.console import Console
+
+from broker.admin_cli import consumer_progress_table, messages_table, topic_status_table
+from broker.client.admin import QueueProgress, QueueStatus, _mq_from_key, load_fastjson
+from broker.client.allocate import allocate_averagely
+from broker.client.message import Message, MessageExt, MessageQueue, decode_messages
+from broker.client.pull_consumer import Subscription
+from broker.client.route import RouteError, parse_route
+from store import format as fmt
+from tests.helpers import make_message
+
+
+@pytest.mark.parametrize("n_queues,n_cids", list(itertools.product(range(0, 10), range(1, 6))))
+def test_allocation_covers_every_queue_once(n_queues, n_cids):
+    queues = [MessageQueue("T", "b", i) for i in range(n_queues)]
+    cids = [f"10.0.0.{i}@{i}" for i in range(n_cids)]
+    parts = [allocate_averagely(c, list(reversed(cids)), list(reversed(queues))) for c in cids]
+    flat = [q for p in parts for q in p]
+    assert sorted(flat) == queues  # each exactly once
+    sizes = [len(p) for p in parts]
+    assert max(sizes) - min(sizes) <= 1
+    for p in parts:  # contiguous slices of the sorted queues, as AllocateMessageQueueAveragely gives
+        ids = [q.queue_id for q in p]
+        assert ids == list(range(ids[0], ids[0] + len(ids)) if ids else [])
+
+
+def test_allocation_matches_java_examples():
+    qs = [MessageQueue("T", "b", i) for i in range(8)]
+    # 8 queues over 3 consumers: 3, 3, 2 — the first `8 % 3` consumers get one more
+    assert [q.queue_id for q in allocate_averagely("a", ["c", "b", "a"], qs)] == [0, 1, 2]
+    assert [q.queue_id for q in allocate_averagely("b", ["a", "b", "c"], qs)] == [3, 4, 5]
+    assert [q.queue_id for q in allocate_averagely("c", ["a", "b", "c"], qs)] == [6, 7]
+    assert allocate_averagely("z", ["a", "b"], qs) == []  # not yet known to the broker: nothing
+
+
+OLD_ROUTE = (
+    '{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911",1:"127.0.0.1:10921"},"brokerName":"b1","cluster":"C"},'
+    '{"brokerAddrs":{1:"127.0.0.1:10931"},"brokerName":"b2","cluster":"C"}],"filterServerTable":{},'
+    '"queueDatas":[{"brokerName":"b1","perm":6,"readQueueNums":4,"topicSynFlag":0,"writeQueueNums":3},'
+    '{"brokerName":"b2","perm":6,"readQueueNums":2,"topicSynFlag":0,"writeQueueNums":2}]}'
+)
+
+
+def test_route_both_dialects_parse_the_same():
+    new = OLD_ROUTE.replace("{0:", '{"0":').replace(",1:", ',"1":').replace("{1:", '{"1":')
+    new = new.replace("topicSynFlag", "topicSysFlag")
+    a, b = parse_route(OLD_ROUTE.encode()), parse_route(new.encode())
+    assert a.queue_datas == b.queue_datas and a.broker_datas == b.broker_datas
+    assert a.master_addr("b1") == "127.0.0.1:10911"
+    assert a.broker_datas[0].broker_addrs == {0: "127.0.0.1:10911", 1: "127.0.0.1:10921"}
+    # b2 has no master: not writable; readable queues come from both brokers, sorted
+    assert a.publish_queues("T") == [MessageQueue("T", "b1", i) for i in range(3)]
+    assert a.publish_queues("T", max_write_queues=2) == [MessageQueue("T", "b1", i) for i in range(2)]
+    assert a.subscribe_queues("T") == [MessageQueue("T", "b1", i) for i in range(4)] + [
+        MessageQueue("T", "b2", i) for i in range(2)
+    ]
+
+
+def test_route_rejects_garbage_with_a_clear_error():
+    with pytest.raises(RouteError, match="malformed TopicRouteData"):
+        parse_route(b'{"queueDatas":[{"perm":6}],"brokerDatas":[]}')
+    with pytest.raises(ValueError, match="route"):
+        parse_route(b"{not json")
+
+
+def test_message_properties_as_the_java_client_sets_them():
+    m = Message("T", "hello", tags="TagA", keys=["k1", "k2"], properties={"color": "red"})
+    props = m.wire_properties("UNIQ")
+    assert props == {"color": "red", "TAGS": "TagA", "KEYS": "k1 k2", "WAIT": "true", "UNIQ_KEY": "UNIQ"}
+    with pytest.raises(ValueError, match="set by the client"):
+        Message("T", b"x", properties={"TAGS": "x"}).wire_properties(None)
+    with pytest.raises(ValueError, match="separators"):
+        Message("T", b"x", properties={"a": "b\x01c"}).wire_properties(None)
+
+
+def test_decode_messages_reads_raw_records_back_to_back():
+    recs = [make_message("T", 1, f"body-{i}", tags="A", keys=f"k{i}", color="red") for i in range(3)]
+    for i, r in enumerate(recs):
+        r.queue_offset, r.physical_offset, r.store_host = i, 1000 * i, ("10.1.2.3", 10911)
+    body = b"".join(fmt.encode_record(r) for r in recs)
+    msgs = decode_messages(body, "b1")
+    assert [m.body for m in msgs] == [b"body-0", b"body-1", b"body-2"]
+    m = msgs[2]
+    assert (m.topic, m.queue_id, m.queue_offset, m.commit_log_offset, m.broker_name) == ("T", 1, 2, 2000, "b1")
+    assert m.tags == "A" and m.keys == "k2" and m.user_properties == {"color": "red"}
+    assert m.msg_id == recs[2].uniq_key and m.offset_msg_id == fmt.create_offset_msg_id(("10.1.2.3", 10911), 2000)
+    with pytest.raises(fmt.RecordError, match="pull body at offset"):
+        decode_messages(body[:-3], source="pull body")
+
+
+def test_message_ext_json_marks_binary_bodies():
+    rec = make_message("T", 0, b"\xff\x00")
+    rec.store_host = ("127.0.0.1", 1)
+    j = MessageExt.from_record(fmt.decode_record(fmt.encode_record(rec))).to_json()
+    assert j["bodyEncoding"] == "hex" and j["body"] == "ff00"
+
+
+def test_subscription_expressions():
+    s = Subscription.parse("T", "TagA || TagB")
+    assert s.tags == {"TagA", "TagB"} and s.matches("TagB") and not s.matches("TagC") and not s.matches(None)
+    j = s.to_json()
+    assert j["tagsSet"] == ["TagA", "TagB"]
+    assert j["codeSet"] == [fmt.java_string_hash("TagA"), fmt.java_string_hash("TagB")]
+    assert Subscription.parse("T", "*").tags is None and Subscription.parse("T", None).matches(None)
+
+
+def test_fastjson_object_keyed_maps():
+    text = (
+        '{"consumeTps":0.0,"offsetTable":{{"brokerName":"b,{x}","queueId":0,"topic":"T"}:{"brokerOffset":5},'
+        '{"brokerName":"b","queueId":1,"topic":"T"}:{"brokerOffset":7}},"other":{0:1}}'
+    )
+    data = load_fastjson(text, "stats")
+    keys = sorted(data["offsetTable"])
+    assert [_mq_from_key(k, "stats") for k in keys] == [MessageQueue("T", "b", 1), MessageQueue("T", "b,{x}", 0)]
+    assert data["other"] == {"0": 1}
+
+
+def test_admin_tables_render():
+    console = Console(width=200, record=True)
+    console.print(topic_status_table([QueueStatus("T", "b1", 0, 0, 12, 1_700_000_000_000)]))
+    console.print(consumer_progress_table([QueueProgress("T", "b1", 0, 12, 5, 0)]))
+    rec = make_message("T", 0, "payload", tags="A", keys="K")
+    rec.store_host = ("127.0.0.1", 1)
+    console.print(messages_table([MessageExt.from_record(fmt.decode_record(fmt.encode_record(rec)))]))
+    out = console.export_text()
+    assert "b1" in out and "12" in out and "Diff Total: 7" in out and "payload" in out
