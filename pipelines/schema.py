@@ -44,3 +44,26 @@ def spark_schema(schema: pa.Schema = MESSAGE_SCHEMA):
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)
+
+
+# One row per CommitLog segment file: the ``segments`` view of the commitlog source and
+# ``pipelines.segments.scan_segment`` (positions are bytes inside the file, offsets are CommitLog offsets).
+SEGMENT_FACTS_FIELDS: list[pa.Field] = [
+    pa.field("segment", pa.string(), nullable=False),  # file name (20-digit base offset)
+    pa.field("path", pa.string(), nullable=False),
+    pa.field("base_offset", pa.int64(), nullable=False),
+    pa.field("file_size", pa.int64(), nullable=False),
+    pa.field("record_count", pa.int64(), nullable=False),
+    pa.field("valid_bytes", pa.int64(), nullable=False),  # where the last valid record ends
+    pa.field("ends_with_blank", pa.bool_(), nullable=False),
+    pa.field("torn_tail", pa.bool_(), nullable=False),  # bytes after the data that are not a whole record
+    pa.field("torn_tail_bytes", pa.int64(), nullable=False),
+    pa.field("crc_errors", pa.int64(), nullable=False),  # records whose body CRC does not match
+    pa.field("first_store_timestamp", pa.int64()),
+    pa.field("last_store_timestamp", pa.int64()),
+    pa.field("min_commitlog_offset", pa.int64()),
+    pa.field("max_commitlog_offset", pa.int64()),
+    pa.field("error", pa.string()),  # the first decode error, naming file and position
+]
+
+SEGMENT_FACTS_SCHEMA = pa.schema(SEGMENT_FACTS_FIELDS)

@@ -1,0 +1,359 @@
+"""CommitLog segments as a Spark source: ``spark.read.format("commitlog").load(path)``.
+
+``path`` is a store root, its ``commitlog`` directory, one segment file or a comma-separated list of
+segment files.  Options:
+
+- ``view``: ``messages`` (default; the canonical schema of ``pipelines/schema.py``) or ``segments``
+  (one row of :class:`SegmentFacts` per file).
+- ``segments``: comma-separated base offsets to read (others are skipped).
+- ``splitSize``: bytes; a segment larger than this is read by several tasks (default 1 GiB, RocketMQ's
+  segment size: on 2 cores one task per segment measured faster than 64/128 MiB splits, see
+  docs/benchmarks.md; smaller splits pay on clusters with idle cores).  A split
+  ``[a, b)`` owns the records that start in it; it finds its first record with
+  ``store.format.find_record_boundary`` (MAGICCODE + PHYSICALOFFSET equal to its own offset), so the
+  driver never reads the files.
+- ``onError``: what the ``messages`` view does at a record it cannot decode (bad magic, a size that
+  overruns the file, fields that do not add up to the size): ``fail`` (default) raises naming the file
+  and position; ``stop`` ends that split there, the rows before it stay, and the ``segments`` view
+  reports the error.  A flipped body byte is not an error: the row comes with ``crc_ok = false``.
+- ``batchRecords``: records per Arrow batch (default 8192).
+
+Zeros where a record would start end a segment quietly: that is the active segment's unwritten tail
+(the store writes TOTALSIZE + MAGICCODE last, so a concurrent append is either whole or invisible).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from pipelines.schema import MESSAGE_SCHEMA, SEGMENT_FACTS_SCHEMA, spark_schema
+from store import format as fmt
+
+DEFAULT_SPLIT_SIZE = 1024 * 1024 * 1024
+DEFAULT_BATCH_RECORDS = 8192
+_BATCH_BYTES = 16 * 1024 * 1024  # a batch also ends here, so large messages do not make huge batches
+_TAIL_WINDOW = 4 * 1024 * 1024 + 64 * 1024  # a torn append is at most one record (maxMessageSize 4 MiB)
+_SCAN_RECORDS = 65536
+
+
+def _is_segment_name(name: str) -> bool:
+    return len(name) == 20 and name.isdigit()
+
+
+def segment_files(path: str | Path | Sequence[str | Path]) -> list[Path]:
+    """The CommitLog segment files under ``path``, by base offset.
+
+    ``path``: a store root (has ``commitlog/``), a commitlog directory, a segment file, a
+    comma-separated string of those, or a list of them.  A named path that does not exist raises.
+    """
+    items = [p.strip() for p in path.split(",") if p.strip()] if isinstance(path, str) else (
+        [path] if isinstance(path, Path) else list(path)
+    )
+    found: dict[Path, None] = {}
+    for item in items:
+        p = Path(item)
+        if not p.exists():
+            raise FileNotFoundError(f"no CommitLog store, directory or segment at {p}")
+        if p.is_dir():
+            d = p / "commitlog" if (p / "commitlog").is_dir() else p
+            for f in d.iterdir():
+                if f.is_file() and _is_segment_name(f.name):
+                    found[f] = None
+        elif _is_segment_name(p.name):
+            found[p] = None
+        else:
+            raise ValueError(f"{p} is not a CommitLog segment (its name must be a 20-digit base offset)")
+    return sorted(found, key=lambda f: int(f.name))
+
+
+@dataclass(slots=True)
+class SegmentFacts:
+    """What one pass over a segment file finds; the columns of ``SEGMENT_FACTS_SCHEMA``."""
+
+    segment: str
+    path: str
+    base_offset: int
+    file_size: int
+    record_count: int = 0
+    valid_bytes: int = 0
+    ends_with_blank: bool = False
+    torn_tail: bool = False
+    torn_tail_bytes: int = 0
+    crc_errors: int = 0
+    first_store_timestamp: int | None = None
+    last_store_timestamp: int | None = None
+    min_commitlog_offset: int | None = None
+    max_commitlog_offset: int | None = None
+    error: str | None = None
+
+    def as_row(self) -> dict:
+        return asdict(self)
+
+
+assert [f.name for f in fields(SegmentFacts)] == SEGMENT_FACTS_SCHEMA.names
+
+
+def _map(path: Path) -> mmap.mmap | None:
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return None
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _close(mm: mmap.mmap | None) -> None:
+    if mm is None:
+        return
+    with contextlib.suppress(BufferError):  # a view still alive (e.g. held by a traceback): the GC unmaps it
+        mm.close()
+
+
+def _error_at(mm, pos: int, source: str) -> fmt.RecordError:
+    """The decode error of the bytes at ``pos``, worded by the scalar decoder."""
+    try:
+        fmt.decode_record(mm, pos, source=source)
+    except fmt.RecordError as e:
+        return e
+    return fmt.RecordError(pos, "not a record", source)
+
+
+def _nonzero_tail(mm, pos: int) -> int:
+    """How many bytes from ``pos`` up to the last non-zero byte within one record's reach (0: all zeros)."""
+    import numpy as np
+
+    window = np.frombuffer(mm, np.uint8, count=min(len(mm), pos + _TAIL_WINDOW) - pos, offset=pos)
+    nz = np.flatnonzero(window)
+    return int(nz[-1]) + 1 if len(nz) else 0
+
+
+def scan_segment(path: Path) -> SegmentFacts:
+    """Walk a whole segment file, checking every record's fields and body CRC (no Spark needed)."""
+    path = Path(path)
+    facts = SegmentFacts(path.name, str(path), int(path.name), path.stat().st_size)
+    mm = _map(path)
+    if mm is None:
+        return facts
+    try:
+        pos = 0
+        while True:
+            w = fmt.walk_records(mm, pos, max_records=_SCAN_RECORDS)
+            if w.positions:
+                layout = fmt.layout_records(mm, w.positions, source=str(path))
+                _count(facts, mm, layout)
+                if layout.error is not None:
+                    _bad_at(facts, mm, layout.error)
+                    return facts
+            if w.stop != fmt.WALK_LIMIT:
+                _end_of_data(facts, mm, w)
+                return facts
+            pos = w.end
+    finally:
+        _close(mm)
+
+
+def _count(facts: SegmentFacts, mm, layout: fmt.RecordLayout) -> None:
+    """Fold a run of checked records into the facts."""
+    import numpy as np
+
+    if not len(layout):
+        return
+    cols = fmt.read_columns(mm, layout, ("store_timestamp", "commitlog_offset"))
+    ts, off = cols["store_timestamp"], cols["commitlog_offset"]
+    if facts.first_store_timestamp is None:
+        facts.first_store_timestamp, facts.min_commitlog_offset = int(ts[0]), int(off.min())
+        facts.max_commitlog_offset = int(off.max())
+    facts.last_store_timestamp = int(ts[-1])
+    facts.min_commitlog_offset = min(facts.min_commitlog_offset, int(off.min()))
+    facts.max_commitlog_offset = max(facts.max_commitlog_offset, int(off.max()))
+    facts.record_count += len(layout)
+    facts.crc_errors += int(np.count_nonzero(~fmt.body_crc_ok(mm, layout)))
+    facts.valid_bytes = int(layout.pos[-1] + layout.total[-1])
+
+
+def _end_of_data(facts: SegmentFacts, mm, w: fmt.RecordWalk) -> None:
+    """What ends the records: a BLANK reaching the file's end, zeros (maybe after a torn append), bad bytes."""
+    facts.valid_bytes = w.end
+    size = facts.file_size
+    if w.stop == fmt.WALK_BLANK:
+        if w.end + w.blank_size == size:
+            facts.ends_with_blank = True
+        else:
+            reason = f"BLANK of {w.blank_size} bytes does not reach the end of the {size}-byte file"
+            facts.error = str(fmt.RecordError(w.end, reason, facts.path))
+    elif w.stop == fmt.WALK_ZEROS:
+        garbage = _nonzero_tail(mm, w.end)
+        if garbage:
+            nxt = fmt.find_record_boundary(mm, facts.base_offset, w.end + 1)
+            if nxt < size:
+                reason = f"zeros where a record should start, but a record follows at {nxt}"
+                facts.error = str(fmt.RecordError(w.end, reason, facts.path))
+            else:
+                facts.torn_tail, facts.torn_tail_bytes = True, garbage
+    elif w.stop == fmt.WALK_INVALID:
+        _bad_at(facts, mm, _error_at(mm, w.end, facts.path))
+
+
+def _bad_at(facts: SegmentFacts, mm, error: fmt.RecordError) -> None:
+    """Record a decode error; it is also a torn tail when no record follows it."""
+    facts.error = str(error)
+    facts.valid_bytes = error.position
+    if fmt.find_record_boundary(mm, facts.base_offset, error.position + 1) >= len(mm):
+        facts.torn_tail, facts.torn_tail_bytes = True, _nonzero_tail(mm, error.position)
+
+
+def read_segment(
+    path: Path,
+    start: int = 0,
+    stop: int | None = None,
+    *,
+    batch_records: int = DEFAULT_BATCH_RECORDS,
+    on_error: str = "fail",
+) -> Iterator[pa.RecordBatch]:
+    """The records that start in ``[start, stop)`` of a segment file as Arrow batches of ``MESSAGE_SCHEMA``.
+
+    ``on_error="fail"`` raises :class:`store.format.RecordError` (file and position) at an undecodable
+    record; ``"stop"`` ends there.
+    """
+    if on_error not in ("fail", "stop"):
+        raise ValueError(f"onError must be 'fail' or 'stop', not {on_error!r}")
+    path = Path(path)
+    base = int(path.name)
+    mm = _map(path)
+    if mm is None:
+        return
+    try:
+        stop = len(mm) if stop is None else min(stop, len(mm))
+        pos = fmt.find_record_boundary(mm, base, start, stop)
+        segment = pa.array([path.name])
+        while pos < stop:
+            chunk_stop = min(stop, pos + _BATCH_BYTES)
+            w = fmt.walk_records(mm, pos, chunk_stop, max_records=batch_records)
+            error = None
+            if w.positions:
+                layout = fmt.layout_records(mm, w.positions, source=str(path))
+                error = layout.error
+                if len(layout):
+                    yield _batch(fmt.decode_columns(mm, layout), segment)
+                del layout
+            if error is None and w.stop == fmt.WALK_INVALID:
+                error = _error_at(mm, w.end, str(path))
+            if error is not None:
+                if on_error == "fail":
+                    raise error
+                return
+            if w.stop != fmt.WALK_LIMIT:
+                return  # BLANK, zeros or the end of the file
+            pos = w.end
+    finally:
+        _close(mm)
+
+
+def _batch(columns: dict, segment: pa.Array) -> pa.RecordBatch:
+    import numpy as np
+
+    columns["segment"] = segment.take(np.zeros(len(columns["position"]), np.int32))  # the file name on every row
+    return pa.RecordBatch.from_arrays([columns[f.name] for f in MESSAGE_SCHEMA], schema=MESSAGE_SCHEMA)
+
+
+def facts_batch(facts: list[SegmentFacts]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([f.as_row() for f in facts], schema=SEGMENT_FACTS_SCHEMA)
+
+
+# =====================================================================================================
+# The Spark Python Data Source
+# =====================================================================================================
+
+
+class SegmentSplit(InputPartition):
+    """Bytes ``[start, stop)`` of one segment file (the whole file for the segments view)."""
+
+    def __init__(self, path: str, start: int, stop: int) -> None:
+        super().__init__((path, start, stop))
+        self.path, self.start, self.stop = path, start, stop
+
+
+def _positive_int(options: dict, name: str, default: int) -> int:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"commitlog option {name}={raw!r} is not an integer") from None
+    if value <= 0:
+        raise ValueError(f"commitlog option {name}={raw!r} must be positive")
+    return value
+
+
+class CommitLogDataSource(DataSource):
+    """``spark.read.format("commitlog")``; see the module docstring for options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "commitlog"
+
+    def _options(self) -> dict[str, str]:
+        return {k.lower(): v for k, v in self.options.items()}  # Spark option names are case-insensitive
+
+    def _view(self) -> str:
+        view = self._options().get("view", "messages")
+        if view not in ("messages", "segments"):
+            raise ValueError(f"commitlog option view={view!r}: use 'messages' or 'segments'")
+        return view
+
+    def schema(self):
+        return spark_schema(SEGMENT_FACTS_SCHEMA if self._view() == "segments" else MESSAGE_SCHEMA)
+
+    def reader(self, schema) -> DataSourceReader:
+        return CommitLogReader(self._options(), self._view())
+
+
+class CommitLogReader(DataSourceReader):
+    def __init__(self, options: dict, view: str) -> None:
+        path = options.get("path")
+        if not path:
+            raise ValueError('commitlog source needs a path: spark.read.format("commitlog").load(path)')
+        self.files = [str(f) for f in segment_files(path)]
+        wanted = options.get("segments")
+        if wanted:
+            try:
+                bases = {int(b) for b in wanted.split(",") if b.strip()}
+            except ValueError:
+                raise ValueError(f"commitlog option segments={wanted!r}: expected base offsets") from None
+            self.files = [f for f in self.files if int(Path(f).name) in bases]
+        self.view = view
+        self.split_size = _positive_int(options, "splitsize", DEFAULT_SPLIT_SIZE)
+        self.batch_records = _positive_int(options, "batchrecords", DEFAULT_BATCH_RECORDS)
+        self.on_error = options.get("onerror", "fail")
+        if self.on_error not in ("fail", "stop"):
+            raise ValueError(f"commitlog option onError={self.on_error!r}: use 'fail' or 'stop'")
+
+    def partitions(self) -> Sequence[InputPartition]:
+        splits: list[InputPartition] = []
+        for f in self.files:
+            size = os.stat(f).st_size
+            if self.view == "segments" or size <= self.split_size:
+                splits.append(SegmentSplit(f, 0, size))
+            else:
+                step = self.split_size
+                splits.extend(SegmentSplit(f, a, min(size, a + step)) for a in range(0, size, step))
+        # Spark needs at least one partition; an empty store reads as no rows.
+        return splits or [SegmentSplit("", 0, 0)]
+
+    def read(self, partition: SegmentSplit) -> Iterator[pa.RecordBatch]:
+        if not partition.path:
+            return
+        if self.view == "segments":
+            yield facts_batch([scan_segment(Path(partition.path))])
+            return
+        yield from read_segment(
+            Path(partition.path), partition.start, partition.stop, batch_records=self.batch_records,
+            on_error=self.on_error,
+        )  # fmt: skip
