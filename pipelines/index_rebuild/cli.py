@@ -1,0 +1,86 @@
+"""``mqlake verify-index`` and ``mqlake store adopt-index`` (also ``python -m pipelines.index_rebuild``).
+
+Only typer is imported here: pyspark, numpy and delta-rs load when a command runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipelines.spark import ConfOption, MasterOption, add_spark_options
+
+
+def verify_index_command(
+    store_dir: Annotated[Path, typer.Option("--store-dir", help="The broker's store root.")],
+    report: Annotated[Path | None, typer.Option("--report", help="Write the JSON report here.")] = None,
+    lake: Annotated[
+        Path | None, typer.Option("--lake", help="Lake root: append one row per queue / index file to "
+                                                 "the Delta table index_verification."),
+    ] = None,
+    repair: Annotated[bool, typer.Option("--repair", help="Write the rebuilt files (needs --out).")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Empty directory for the rebuilt files.")] = None,
+    master: MasterOption = None,
+    conf: ConfOption = None,
+    broker_conf: Annotated[
+        Path | None, typer.Option("--broker-conf", help="broker.conf of the store (file sizes, delay levels).")
+    ] = None,
+) -> None:
+    """Rebuild ConsumeQueue and IndexFile from the CommitLog with Spark and compare them with the live files.
+
+    Exit 0 when everything matches, 1 on any mismatch (each named by topic, queue, offsets and file),
+    2 when the store cannot be verified.
+    """
+    from rich.console import Console
+
+    from pipelines.index_rebuild.job import VerifyError, verify_index
+    from pipelines.index_rebuild.report import print_summary
+
+    console = Console()
+    if repair != (out is not None):
+        raise typer.BadParameter("--repair and --out go together", param_hint="--out")
+    spark_kwargs = add_spark_options(master, conf)
+    store_config = None
+    if broker_conf is not None:
+        from broker.config import BrokerConfigError, load_broker_conf
+
+        try:
+            store_config = load_broker_conf(broker_conf)[1]
+        except BrokerConfigError as e:
+            raise typer.BadParameter(str(e), param_hint="--broker-conf") from None
+        store_config.store_path_root_dir = store_dir
+    try:
+        result = verify_index(store_dir, report_path=report, lake=lake, repair_out=out, store_config=store_config,
+                              **spark_kwargs)  # fmt: skip
+    except VerifyError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    print_summary(result, console)
+    raise typer.Exit(0 if result["summary"]["ok"] else 1)
+
+
+def adopt_index_command(
+    store_dir: Annotated[Path, typer.Option("--store-dir", help="The stopped broker's store root.")],
+    from_dir: Annotated[Path, typer.Option("--from", help="The --out directory of `verify-index --repair`.")],
+) -> None:
+    """Install rebuilt ConsumeQueue/IndexFile files into a STOPPED broker's store; replaced files are backed up."""
+    from rich.console import Console
+
+    from pipelines.index_rebuild.adopt import AdoptError, adopt_index
+    from store.checkpoint import StoreLockedError
+
+    console = Console()
+    try:
+        res = adopt_index(store_dir, from_dir)
+    except (AdoptError, StoreLockedError, OSError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(1) from None
+    console.print(f"installed {len(res.queues)} ConsumeQueue(s) and {len(res.index_files)} IndexFile(s); "
+                  f"replaced files are in {res.backup}")  # fmt: skip
+
+
+def main() -> None:
+    """``python -m pipelines.index_rebuild``: the same command as ``mqlake verify-index``."""
+    typer.run(verify_index_command)

@@ -1,0 +1,203 @@
+"""``verify_index``: rebuild every ConsumeQueue and IndexFile from the CommitLog, compare, report, repair.
+
+Which CommitLog records are judged:
+- no process holds the store lock: every record in the local segments;
+- a broker holds it: the records that end at or below the dispatched bound, read *before* the scan: the
+  highest offset a ConsumeQueue unit reaches (``live.dispatched_bound``), lowered to the end of the last
+  record the IndexFile header says is complete (``live.indexed_bound``); live units and index entries
+  beyond it were written after we looked and are counted as ``not_judged``, not as errors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pipelines.index_rebuild import consume_queue as cqmod
+from pipelines.index_rebuild import index_file as idxmod
+from pipelines.index_rebuild.live import LiveIndexFile, broker_running, dispatched_bound, index_files, indexed_bound
+from store import format as fmt
+from store.config import MessageStoreConfig
+
+log = logging.getLogger(__name__)
+REPAIR_MANIFEST = "repair.json"
+
+
+class VerifyError(RuntimeError):
+    """The store cannot be verified as given (no CommitLog, an unreadable record, sizes that do not fit)."""
+
+
+def _name_ms(name: str) -> int:
+    """The creation time an index file name (yyyyMMddHHmmssSSS, local time) stands for."""
+    return int(datetime.strptime(name[:14], "%Y%m%d%H%M%S").timestamp() * 1000) + int(name[14:])
+
+
+def _index_names(pairs: list[tuple]) -> list[str | None]:
+    """Names for the rebuilt files: the live counterpart's, else the first store time; kept strictly rising
+    because the store orders its files by name."""
+    names: list[str | None] = []
+    prev = -1
+    for rf, lf in pairs:
+        if rf is None:
+            names.append(None)
+            continue
+        ms = _name_ms(lf.name) if lf is not None else rf.header.begin_timestamp
+        ms = max(ms, prev + 1)
+        prev = ms
+        names.append(fmt.index_file_name(ms))
+    return names
+
+
+def verify_index(
+    store_dir: Path,
+    *,
+    spark=None,
+    master: str | None = None,
+    conf: dict[str, str] | None = None,
+    report_path: Path | None = None,
+    lake: Path | None = None,
+    repair_out: Path | None = None,
+    store_config: MessageStoreConfig | None = None,
+) -> dict:
+    """Verify ``store_dir``'s ConsumeQueue and IndexFile files against the CommitLog; returns the report.
+
+    ``store_config`` gives the file sizes and delay levels (default: read off the files, as the tiering
+    job does).  With ``repair_out`` the rebuilt files are written there in the store's layout.
+    """
+    import numpy as np
+
+    from pipelines.compaction.deletion import infer_store_config
+    from pipelines.index_rebuild.scan import scan_dispatch
+    from pipelines.segments import segment_files
+
+    store_dir = Path(store_dir)
+    if not (store_dir / "commitlog").is_dir():
+        raise VerifyError(f"{store_dir} has no commitlog directory")
+    started = datetime.now(UTC)
+    t0 = time.perf_counter()
+    try:
+        cfg = store_config or infer_store_config(store_dir)
+    except ValueError as e:
+        raise VerifyError(str(e)) from None
+    running = broker_running(store_dir)
+    bound = None
+    if running:
+        # The prefix both files are complete for: a record's unit is written before its index entries.
+        bound = dispatched_bound(store_dir)
+        indexed = indexed_bound(store_dir) if cfg.message_index_enable else None
+        if indexed is not None:
+            bound = min(bound, indexed)
+    segments = segment_files(store_dir)
+    cl_min = int(segments[0].name) if segments else 0
+
+    if spark is None:
+        from pipelines.spark import get_spark
+
+        spark = get_spark(master, app_name="mqlake-verify-index", conf=conf)
+    try:
+        millis = fmt.parse_delay_levels(cfg.message_delay_level)
+        scan = scan_dispatch(spark, store_dir, bound=bound, delay_millis=millis)
+    except Exception as e:  # a RecordError raised in a Spark task arrives wrapped; keep its words
+        text = str(e)
+        where = next((ln.strip() for ln in text.splitlines() if "invalid CommitLog record" in ln), text.splitlines()[0])
+        raise VerifyError(f"cannot read the CommitLog: {where}") from None
+    t_scan = time.perf_counter()
+
+    cq_size = cfg.mapped_file_size_consume_queue
+    rebuilt_q = cqmod.rebuild_queues(scan.table)
+    queues = cqmod.compare_all(store_dir, rebuilt_q, file_size=cq_size, cl_min=cl_min, bound=bound)
+    t_cq = time.perf_counter()
+
+    slots, index_num = cfg.max_hash_slot_num, cfg.max_index_num
+    live_idx = [LiveIndexFile(p, slots, index_num) for p in index_files(store_dir)]
+    ent = idxmod.index_entries(scan.table, store_dir)
+    if not cfg.message_index_enable:
+        ent = ent.take(np.zeros(0, np.int64))
+    reindexed = idxmod.reindexed_records(ent, live_idx, cl_min)
+    ent = idxmod.repeat_records(ent, reindexed)
+    rebuilt_idx = idxmod.rebuild_index(ent, slots, index_num, live=live_idx, cl_min=cl_min)
+    pairs = idxmod.match_files(rebuilt_idx, live_idx)
+    # With a broker running, the live file holding the rebuild's last entry may have grown (or rolled) since.
+    last_rebuilt = rebuilt_idx[-1] if rebuilt_idx else None
+    indexes = [
+        idxmod.compare_file(rf, lf, ent, slots, bound=bound, last=rf is not None and rf is last_rebuilt)
+        for rf, lf in pairs
+    ]
+    names = _index_names(pairs)
+    for res, name in zip(indexes, names, strict=True):
+        res.rebuilt_file = name
+    t_idx = time.perf_counter()
+
+    repair = None
+    if repair_out is not None:
+        repair = _write_repair(Path(repair_out), store_dir, rebuilt_q, rebuilt_idx, pairs, names, cfg, scan, cl_min)
+    t_end = time.perf_counter()
+
+    q_ok = sum(1 for q in queues if q.ok)
+    i_ok = sum(1 for r in indexes if r.ok)
+    report = {
+        "run_id": uuid.uuid4().hex[:12],
+        "started_at": started.isoformat(),
+        "store_dir": str(store_dir.resolve()),
+        "broker_running": running,
+        "dispatched_bound": bound,
+        "abnormal_shutdown": not running and (store_dir / "abort").exists(),
+        "commitlog": {"segments": len(segments), "min_offset": cl_min, "scanned_records": scan.table.num_rows,
+                      "scanned_bytes": scan.bytes, "end_offset": scan.end_offset},
+        "settings": {"mappedFileSizeConsumeQueue": cq_size, "maxHashSlotNum": slots, "maxIndexNum": index_num,
+                     "messageIndexEnable": cfg.message_index_enable},
+        "summary": {"ok": q_ok == len(queues) and i_ok == len(indexes), "queues": len(queues), "queues_ok": q_ok,
+                    "index_files": len(indexes), "index_files_ok": i_ok,
+                    "cq_units_matched": sum(q.matched for q in queues),
+                    "index_entries_matched": sum(r.matched for r in indexes)},
+        "timings": {"scan_seconds": t_scan - t0, "consume_queue_seconds": t_cq - t_scan,
+                    "index_seconds": t_idx - t_cq, "repair_seconds": t_end - t_idx, "total_seconds": t_end - t0},
+        # records a restart indexed again (the store's and RocketMQ's re-dispatch does that), offset -> times
+        "reindexed_records": {str(k): v for k, v in sorted(reindexed.items())},
+        "consume_queues": [asdict(q) for q in queues],
+        "index_files": [asdict(r) for r in indexes],
+        "repair": repair,
+    }  # fmt: skip
+    if report_path is not None:
+        Path(report_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(report_path).write_text(json.dumps(report, indent=2) + "\n")
+    if lake is not None:
+        from pipelines.index_rebuild.report import append_to_lake
+
+        append_to_lake(Path(lake), report, started)
+    return report
+
+
+def _write_repair(out: Path, store_dir: Path, rebuilt_q, rebuilt_idx, pairs, names, cfg, scan, cl_min: int) -> dict:
+    """Rebuilt files under ``out`` in the store's layout, and ``repair.json`` saying what they cover."""
+    if (out / "consumequeue").exists() or (out / "index").exists():
+        raise VerifyError(f"{out} already holds rebuilt files; give an empty --out directory")
+    out.mkdir(parents=True, exist_ok=True)
+    queues = []
+    for q in rebuilt_q.values():
+        files = cqmod.write_queue(out, q, cfg.mapped_file_size_consume_queue)
+        queues.append({"topic": q.topic, "queue_id": q.queue_id, "files": [p.name for p in files]})
+    index_dir = out / "index"
+    index_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for (rf, _lf), name in zip(pairs, names, strict=True):
+        if rf is not None:
+            idxmod.write_index_file(index_dir / name, rf, cfg.max_hash_slot_num, cfg.max_index_num)
+            written.append(name)
+    manifest = {
+        "store_dir": str(store_dir.resolve()),
+        "commitlog_min_offset": cl_min,
+        "commitlog_end_offset": scan.end_offset,
+        "settings": {"mappedFileSizeConsumeQueue": cfg.mapped_file_size_consume_queue,
+                     "maxHashSlotNum": cfg.max_hash_slot_num, "maxIndexNum": cfg.max_index_num},
+        "consume_queues": queues,
+        "index_files": written,
+        "written_at": datetime.now(UTC).isoformat(),
+    }  # fmt: skip
+    (out / REPAIR_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return {"out": str(out), "queues": len(queues), "index_files": len(written)}

@@ -1,0 +1,170 @@
+"""What the verification reads of the live store besides the CommitLog: who holds it, how far dispatch got,
+and its ConsumeQueue and IndexFile files (read-only; nothing here writes or locks)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+import numpy as np
+
+from store import format as fmt
+
+# One ConsumeQueue unit as numpy sees the file.
+CQ_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+# One IndexFile entry.
+ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("tdiff", ">i4"), ("prev", ">i4")])
+
+
+def is_segment_name(name: str) -> bool:
+    return len(name) == 20 and name.isdigit()
+
+
+def broker_running(store_dir: Path) -> bool:
+    """True when a process holds the store lock (``StoreLock`` takes an exclusive ``flock``).
+
+    Probed with ``flock`` only: a POSIX ``lockf`` probe from a process that itself runs the store would
+    drop that process's own lock when the probe's descriptor closes.
+    """
+    path = Path(store_dir) / "lock"
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # also releases the probe's shared lock
+    return False
+
+
+def queue_dirs(store_dir: Path) -> dict[tuple[str, int], Path]:
+    """(topic, queueId) -> its ConsumeQueue directory."""
+    root = Path(store_dir) / "consumequeue"
+    out: dict[tuple[str, int], Path] = {}
+    if not root.is_dir():
+        return out
+    for topic_dir in root.iterdir():
+        if topic_dir.is_dir():
+            for qdir in topic_dir.iterdir():
+                if qdir.is_dir() and qdir.name.isdigit():
+                    out[(topic_dir.name, int(qdir.name))] = qdir
+    return out
+
+
+def cq_files(qdir: Path) -> list[Path]:
+    if not qdir.is_dir():
+        return []
+    return sorted((p for p in qdir.iterdir() if p.is_file() and is_segment_name(p.name)), key=lambda p: int(p.name))
+
+
+def read_units(path: Path) -> np.ndarray:
+    """Every whole unit of a ConsumeQueue file (a truncated file yields fewer)."""
+    raw = np.fromfile(path, np.uint8)
+    return raw[: len(raw) - len(raw) % fmt.CQ_UNIT_SIZE].view(CQ_DTYPE)
+
+
+def dispatched_bound(store_dir: Path) -> int:
+    """The highest CommitLog offset any ConsumeQueue unit reaches (the end of that record).
+
+    Dispatch goes through the CommitLog in order, so every record ending at or below it has been
+    dispatched to its queue and to the IndexFile; records after it may be mid-dispatch.
+    """
+    bound = 0
+    for qdir in queue_dirs(store_dir).values():
+        files = cq_files(qdir)
+        for path in reversed(files):  # the last non-empty file holds the queue's newest unit
+            units = read_units(path)
+            used = units[(units["size"] > 0) & (units["size"] != fmt.CQ_FILL_SIZE)]
+            if len(used):
+                bound = max(bound, int((used["phy"].astype(np.int64) + used["size"]).max()))
+                break
+    return bound
+
+
+def indexed_bound(store_dir: Path) -> int | None:
+    """Where the last record the IndexFile has finished ends (None: no index file yet).
+
+    Dispatch builds a record's ConsumeQueue unit *before* its index entries, and writes the index header
+    once all of a record's keys are in: the header's ``endPhyOffset`` names the last complete record.
+    """
+    from pipelines.segments import segment_files
+
+    files = index_files(store_dir)
+    if not files:
+        return None
+    with open(files[-1], "rb") as fh:
+        head = fh.read(fmt.INDEX_HEADER_SIZE)
+    if len(head) < fmt.INDEX_HEADER_SIZE:
+        return None
+    end = fmt.decode_index_header(head).end_phy_offset
+    seg = next((f for f in reversed(segment_files(store_dir)) if int(f.name) <= end), None)
+    if seg is None:
+        return None
+    with open(seg, "rb") as fh:
+        raw = os.pread(fh.fileno(), fmt.SIZE_MAGIC_LENGTH, end - int(seg.name))
+    size, magic = fmt.peek_size_magic(raw.ljust(fmt.SIZE_MAGIC_LENGTH, b"\0"))
+    return end + size if magic in (fmt.MESSAGE_MAGIC_V1, fmt.MESSAGE_MAGIC_V2) and size > 0 else None
+
+
+def index_files(store_dir: Path) -> list[Path]:
+    root = Path(store_dir) / "index"
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_file() and len(p.name) == 17 and p.name.isdigit())
+
+
+class LiveIndexFile:
+    """A live IndexFile mapped read-only, header decoded, slots and entries as numpy views."""
+
+    def __init__(self, path: Path, hash_slot_num: int, index_num: int) -> None:
+        self.path = path
+        self.name = path.name
+        self.size = path.stat().st_size
+        self.expected_size = fmt.index_file_size(hash_slot_num, index_num)
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.raw = np.memmap(path, np.uint8, mode="r") if self.size else np.zeros(0, np.uint8)
+        head = bytes(self.raw[: fmt.INDEX_HEADER_SIZE])
+        self.header = fmt.decode_index_header(head.ljust(fmt.INDEX_HEADER_SIZE, b"\0"))
+        slots_end = fmt.index_slot_position(hash_slot_num)
+        self.slots = self.raw[fmt.INDEX_HEADER_SIZE : min(slots_end, self.size)]
+        self.slots = self.slots[: len(self.slots) // 4 * 4].view(">i4")
+        body = self.raw[slots_end:] if self.size > slots_end else np.zeros(0, np.uint8)
+        self.entries = body[: len(body) // fmt.INDEX_ENTRY_SIZE * fmt.INDEX_ENTRY_SIZE].view(ENTRY_DTYPE)
+
+    @property
+    def count(self) -> int:
+        """Entries in use, per the header, clamped to what the file can hold (entry 0 is never used)."""
+        return max(1, min(self.header.index_count, len(self.entries)))
+
+    def slot(self, s: int) -> int:
+        return int(self.slots[s]) if s < len(self.slots) else 0
+
+    def entry(self, e: int) -> tuple[int, int, int, int] | None:
+        if not 0 < e < len(self.entries):
+            return None
+        r = self.entries[e]
+        return int(r["hash"]), int(r["phy"]), int(r["tdiff"]), int(r["prev"])
+
+    def chain(self, s: int) -> list[int]:
+        """Entry numbers reached from slot ``s`` under ``IndexFile.select_phy_offsets``'s rules, newest first."""
+        count = self.header.index_count
+        nxt = self.slot(s)
+        out: list[int] = []
+        if nxt <= 0 or nxt > count or count <= 1:
+            return out
+        seen = set()
+        while nxt not in seen:
+            e = self.entry(nxt)
+            if e is None or e[2] < 0:
+                break
+            seen.add(nxt)
+            out.append(nxt)
+            prev = e[3]
+            if prev <= 0 or prev > count or prev == nxt:
+                break
+            nxt = prev
+        return out

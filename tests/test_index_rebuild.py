@@ -1,0 +1,384 @@
+"""Issue 5: rebuild ConsumeQueue and IndexFile from the CommitLog with Spark and verify the live files.
+
+One store is written by the real MessageStore (many topics and queues, keys, UNIQ_KEYs, tags, delay-level
+and transactional messages; small segment, ConsumeQueue and IndexFile sizes).  Each test damages its
+own copy and asserts the report locates the damage: topic, queue, queue offset, file and position.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from store import format as fmt
+from store.dump import iter_records
+from tests.fixtures_spark import write_store
+from tests.helpers import SMALL_CONSUME_QUEUE, SMALL_HASH_SLOTS, make_config, make_message, read_queue
+
+PER_FILE = SMALL_CONSUME_QUEUE // fmt.CQ_UNIT_SIZE
+
+
+@pytest.fixture(scope="session")
+def base_store(tmp_path_factory) -> Path:
+    """The written store (its root); never modified by a test, copy it first."""
+    from store.message_store import MessageStore
+
+    root = tmp_path_factory.mktemp("rebuild")
+    written = write_store(root, 1600)
+    with MessageStore(make_config(root)) as store:
+        for i in range(600):
+            topic = ["Orders", "Invoices", "Refunds"][i % 3]
+            msg = make_message(topic, i % 5, f"extra {i}", tags=f"t{i % 4}", keys=[f"x{i}", "shared"])
+            assert store.put_message(msg).ok
+        for i in range(12):  # a delay-level message's unit carries its deliver time as tagsCode
+            msg = make_message(fmt.SCHEDULE_TOPIC, 2, f"delayed {i}", tags="d", keys=f"dk{i}", DELAY="3")
+            assert store.put_message(msg).ok
+        for i, flag in enumerate([fmt.TRANSACTION_PREPARED_TYPE, fmt.TRANSACTION_ROLLBACK_TYPE] * 5):
+            msg = make_message("Orders", 0, f"tx {i}", keys=f"tx{i}", sys_flag=flag)  # no unit; half ones indexed
+            assert store.put_message(msg).ok
+    return written.root
+
+
+def copy_store(src: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "store"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def verify(spark, store_dir: Path, **kw) -> dict:
+    from pipelines.index_rebuild.job import verify_index
+
+    return verify_index(store_dir, spark=spark, **kw)
+
+
+def queue(report: dict, topic: str, qid: int) -> dict:
+    return next(q for q in report["consume_queues"] if q["topic"] == topic and q["queue_id"] == qid)
+
+
+def bad_queues(report: dict) -> list[dict]:
+    return [q for q in report["consume_queues"] if q["status"] != "ok"]
+
+
+def bad_index(report: dict) -> list[dict]:
+    return [r for r in report["index_files"] if r["status"] != "ok"]
+
+
+def cq_file(store_dir: Path, topic: str, qid: int, n: int) -> Path:
+    return sorted((store_dir / "consumequeue" / topic / str(qid)).iterdir())[n]
+
+
+def consumable_by_queue(store_dir: Path) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    """(queue offset, CommitLog offset) per queue, straight from the CommitLog records."""
+    out: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for r in iter_records(store_dir):
+        assert isinstance(r, dict), r
+        if fmt.is_consumable(r["sys_flag"]):
+            out.setdefault((r["topic"], r["queue_id"]), []).append((r["queue_offset"], r["offset"]))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def index_headers(store_dir: Path) -> list[tuple[str, fmt.IndexHeader]]:
+    return [(p.name, fmt.decode_index_header(p.read_bytes())) for p in sorted((store_dir / "index").iterdir())]
+
+
+# =====================================================================================================
+
+
+def test_clean_store_verifies_through_the_cli_with_report_and_lake(spark, base_store, tmp_path):
+    from deltalake import DeltaTable
+    from typer.testing import CliRunner
+
+    from broker.cli import app
+
+    store_dir = copy_store(base_store, tmp_path)
+    report, lake = tmp_path / "report.json", tmp_path / "lake"
+    res = CliRunner().invoke(app, ["verify-index", "--store-dir", str(store_dir), "--report", str(report),
+                                   "--lake", str(lake), "--repair", "--out", str(tmp_path / "out")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "all match" in res.output
+    rep = json.loads(report.read_text())
+    expected = consumable_by_queue(store_dir)
+    assert rep["summary"]["ok"] and not rep["broker_running"]
+    assert {(q["topic"], q["queue_id"]) for q in rep["consume_queues"]} == set(expected)
+    assert len(expected) >= 12 and (fmt.SCHEDULE_TOPIC, 2) in expected
+    for q in rep["consume_queues"]:
+        assert q["matched"] == len(expected[(q["topic"], q["queue_id"])]) and q["files_identical"], q
+    n_index = len(index_headers(store_dir))
+    assert n_index > 10 and len(rep["index_files"]) == n_index
+    assert all(r["identical"] for r in rep["index_files"])
+    assert rep["summary"]["index_entries_matched"] == sum(h.index_count - 1 for _, h in index_headers(store_dir))
+
+    # The rebuilt files are the store's own, byte for byte (index files keep their names when matched).
+    out = tmp_path / "out"
+    for f in (store_dir / "consumequeue").rglob("*"):
+        if f.is_file():
+            assert (out / f.relative_to(store_dir)).read_bytes() == f.read_bytes(), f
+    assert sorted(p.name for p in (out / "index").iterdir()) == sorted(p.name for p in (store_dir / "index").iterdir())
+    for f in (store_dir / "index").iterdir():
+        assert (out / "index" / f.name).read_bytes() == f.read_bytes(), f
+
+    rows = DeltaTable(str(lake / "index_verification")).to_pyarrow_table().to_pylist()
+    assert len(rows) == len(expected) + n_index
+    assert {r["kind"] for r in rows} == {"consume_queue", "index_file"} and all(r["ok"] for r in rows)
+    assert {r["run_id"] for r in rows} == {rep["run_id"]}
+
+
+def test_python_module_entry_point_and_bad_input(base_store, tmp_path):
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "pipelines.index_rebuild", "--store-dir", str(tmp_path / "nothing")],
+                         capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=60)  # fmt: skip
+    assert res.returncode == 2 and "has no commitlog directory" in res.stdout + res.stderr
+
+
+def test_unreadable_commitlog_record_is_named(spark, base_store, tmp_path):
+    from pipelines.index_rebuild.job import VerifyError
+
+    store_dir = copy_store(base_store, tmp_path)
+    seg = sorted((store_dir / "commitlog").iterdir())[2]
+    with open(seg, "r+b") as f:
+        f.seek(fmt.MAGIC_POS)
+        f.write(b"\xde\xad\xbe\xef")  # the segment's first record: bad magic
+    with pytest.raises(VerifyError, match=seg.name):
+        verify(spark, store_dir)
+
+
+def test_deleted_consume_queue_file(spark, base_store, tmp_path):
+    store_dir = copy_store(base_store, tmp_path)
+    victim = cq_file(store_dir, "Orders", 0, 1)
+    victim.unlink()
+    rep = verify(spark, store_dir)
+    assert not rep["summary"]["ok"]
+    [q] = bad_queues(rep)
+    first = int(victim.name) // fmt.CQ_UNIT_SIZE
+    assert (q["topic"], q["queue_id"], q["status"]) == ("Orders", 0, "mismatch")
+    assert q["missing"] == PER_FILE and q["mismatched"] == q["extra"] == 0
+    assert q["first_bad_queue_offset"] == first and q["files_missing"] == [victim.name]
+    p = q["problems"][0]
+    assert (p["kind"], p["queue_offset"], p["file"], p["position"]) == ("missing", first, str(victim), 0)
+    assert not bad_index(rep)
+
+
+def test_flipped_bytes_in_one_unit(spark, base_store, tmp_path):
+    store_dir = copy_store(base_store, tmp_path)
+    victim = cq_file(store_dir, "Invoices", 3, 0)
+    unit = 17
+    data = bytearray(victim.read_bytes())
+    data[unit * 20 + 9] ^= 0x5A  # inside the size field
+    victim.write_bytes(bytes(data))
+    rep = verify(spark, store_dir)
+    [q] = bad_queues(rep)
+    assert (q["topic"], q["queue_id"], q["mismatched"], q["missing"], q["extra"]) == ("Invoices", 3, 1, 0, 0)
+    assert q["first_bad_queue_offset"] == unit and q["files_differing"] == [victim.name]
+    p = q["problems"][0]
+    assert (p["kind"], p["file"], p["position"], p["queue_offset"]) == ("mismatched", str(victim), unit * 20, unit)
+    assert p["expected"]["commitlog_offset"] == p["actual"]["commitlog_offset"]
+    assert p["expected"]["size"] != p["actual"]["size"]
+
+
+def test_truncated_consume_queue(spark, base_store, tmp_path):
+    store_dir = copy_store(base_store, tmp_path)
+    victim = cq_file(store_dir, "Payments", 1, -1)
+    keep_units = 7
+    total_units = len(consumable_by_queue(store_dir)[("Payments", 1)])
+    base = int(victim.name) // fmt.CQ_UNIT_SIZE
+    with open(victim, "r+b") as f:
+        f.truncate(keep_units * 20 + 10)  # a torn unit at the end, too
+    rep = verify(spark, store_dir)
+    [q] = bad_queues(rep)
+    assert (q["topic"], q["queue_id"]) == ("Payments", 1)
+    assert q["missing"] == total_units - base - keep_units and q["first_bad_queue_offset"] == base + keep_units
+    kinds = [p["kind"] for p in q["problems"]]
+    assert "file_size" in kinds and "missing" in kinds
+    size_problem = next(p for p in q["problems"] if p["kind"] == "file_size")
+    assert size_problem["file"] == str(victim)
+
+
+def test_removed_index_file(spark, base_store, tmp_path):
+    store_dir = copy_store(base_store, tmp_path)
+    name, header = index_headers(store_dir)[3]
+    (store_dir / "index" / name).unlink()
+    rep = verify(spark, store_dir)
+    assert not bad_queues(rep)
+    [r] = bad_index(rep)
+    assert r["status"] == "missing" and r["file"] is None
+    assert (r["begin_phy_offset"], r["end_phy_offset"]) == (header.begin_phy_offset, header.end_phy_offset)
+    assert r["missing"] == header.index_count - 1
+    assert r["problems"][0]["kind"] == "missing_file"
+    names = [n for n, _ in index_headers(store_dir)]
+    assert names[2] < r["rebuilt_file"] < names[3]  # a repair names it by its first store time, in order
+    assert sum(1 for x in rep["index_files"] if x["status"] == "ok") == len(rep["index_files"]) - 1
+
+
+def _index_entry(path: Path, e: int) -> tuple[int, int, int, int]:
+    return fmt.read_index_entry(path.read_bytes(), SMALL_HASH_SLOTS, e)
+
+
+def test_corrupted_slot(spark, base_store, tmp_path):
+    store_dir = copy_store(base_store, tmp_path)
+    name, header = index_headers(store_dir)[2]
+    path = store_dir / "index" / name
+    data = bytearray(path.read_bytes())
+    last_hash = _index_entry(path, header.index_count - 1)[0]
+    slot = last_hash % SMALL_HASH_SLOTS
+    fmt.write_index_slot(data, slot, 0)  # the slot forgets its chain
+    path.write_bytes(bytes(data))
+    rep = verify(spark, store_dir)
+    [r] = bad_index(rep)
+    assert r["file"] == name and r["unreachable"] >= 1 and r["missing"] == r["mismatched"] == 0
+    p = r["problems"][0]
+    assert p["kind"] == "unreachable" and p["slot"] == slot and p["file"] == str(path)
+    assert f"slot {slot} (byte {fmt.index_slot_position(slot)}) holds entry 0" in p["reason"]
+    assert p["key"] and p["topic"] and p["commitlog_offset"] > 0
+
+
+def test_broken_chain(spark, base_store, tmp_path):
+    store_dir = copy_store(base_store, tmp_path)
+    name, header = index_headers(store_dir)[5]
+    path = store_dir / "index" / name
+    data = bytearray(path.read_bytes())
+    # the newest entry whose chain continues: cut its link to older entries of the same slot
+    e = next(e for e in range(header.index_count - 1, 0, -1) if _index_entry(path, e)[3] > 0)
+    h, phy, tdiff, prev = _index_entry(path, e)
+    fmt.pack_index_entry_into(data, SMALL_HASH_SLOTS, e, h, phy, tdiff, 0)
+    path.write_bytes(bytes(data))
+    rep = verify(spark, store_dir)
+    [r] = bad_index(rep)
+    assert r["file"] == name and r["unreachable"] >= 1
+    lost = {p["entry"] for p in r["problems"] if p["kind"] == "unreachable"}
+    assert prev in lost
+    p = next(p for p in r["problems"] if p["entry"] == prev)
+    assert f"chain broken at entry {e} (byte {fmt.index_entry_position(SMALL_HASH_SLOTS, e) + 16})" in p["reason"]
+
+
+def test_repair_then_adopt_restores_a_store_that_serves_and_verifies(spark, base_store, tmp_path):
+    from typer.testing import CliRunner
+
+    from broker.cli import app
+    from pipelines.index_rebuild.adopt import adopt_index
+    from store.checkpoint import StoreLock, StoreLockedError
+    from store.message_store import MessageStore
+
+    store_dir = copy_store(base_store, tmp_path)
+    expected = consumable_by_queue(store_dir)
+    cq_file(store_dir, "Orders", 0, 0).unlink()  # loses the queue's head: the store cannot rebuild that itself
+    victim = cq_file(store_dir, "Refunds", 4, 0)
+    data = bytearray(victim.read_bytes())
+    data[3 * 20 : 3 * 20 + 8] = (10**9).to_bytes(8, "big")  # unit 3 points far away
+    victim.write_bytes(bytes(data))
+    names = [n for n, _ in index_headers(store_dir)]
+    (store_dir / "index" / names[1]).unlink()
+    out = tmp_path / "rebuilt"
+    rep = verify(spark, store_dir, repair_out=out)
+    assert {(q["topic"], q["queue_id"]) for q in bad_queues(rep)} == {("Orders", 0), ("Refunds", 4)}
+    assert len(bad_index(rep)) == 1
+
+    assert make_config(tmp_path).store_path_root_dir == store_dir
+    lock = StoreLock(store_dir)  # what a running broker holds: adoption refuses and changes nothing
+    try:
+        with pytest.raises(StoreLockedError):
+            adopt_index(store_dir, out)
+        res = CliRunner().invoke(app, ["store", "adopt-index", "--store-dir", str(store_dir), "--from", str(out)])
+        assert res.exit_code == 1 and "locked" in res.output, res.output
+    finally:
+        lock.release()
+    assert victim.read_bytes() == bytes(data) and not (tmp_path / "store" / "index-backup").exists()
+
+    result = adopt_index(store_dir, out)
+    assert (result.backup / "consumequeue" / "Refunds" / "4" / victim.name).read_bytes() == bytes(data)
+    assert sorted(p.name for p in (result.backup / "index").iterdir()) == sorted(set(names) - {names[1]})
+    installed = sorted(p.name for p in (store_dir / "index").iterdir())
+    assert len(installed) == len(names) and installed[0] == names[0] and installed[2:] == names[2:]
+    assert names[0] < installed[1] < names[2]
+
+    with MessageStore(make_config(tmp_path)) as store:
+        for (topic, qid), units in expected.items():
+            got = [(q, rec.physical_offset) for q, rec in read_queue(store, topic, qid)]
+            assert got == units, (topic, qid)
+        # the restored index answers key queries: every message of a key from the removed file's range
+        h = fmt.decode_index_header((store_dir / "index" / installed[1]).read_bytes())
+        rec = next(r for r in iter_records(store_dir) if isinstance(r, dict) and r["offset"] == h.end_phy_offset)
+        key = rec["keys"].split()[0]  # unique per message in this store
+        found = store.query_message(rec["topic"], key, 64, 0, 2**62).messages
+        assert rec["offset"] in {fmt.decode_record(m).physical_offset for m in found}
+    rep2 = verify(spark, store_dir)
+    assert rep2["summary"]["ok"], (bad_queues(rep2), bad_index(rep2))
+
+
+def test_tiered_store_verifies_from_the_local_minimum(spark, base_store, tmp_path):
+    from pipelines.compaction.deletion import delete_tiered
+    from store.retention import SegmentManifest
+
+    store_dir = copy_store(base_store, tmp_path)
+    manifest = SegmentManifest(store_dir)
+    claimed = manifest.claim("test:tier", treat_sealed_as_expired=True)
+    for seg in claimed[:5]:
+        manifest.mark_tiered(seg.base_offset, "test:tier")
+    for seg in claimed[5:]:
+        manifest.release(seg.base_offset, "test:tier")
+    deleted = delete_tiered(store_dir)  # the store's own deletion path
+    assert len(deleted) == 5
+    cl_min = min(int(p.name) for p in (store_dir / "commitlog").iterdir())
+    assert cl_min == claimed[5].base_offset
+    rep = verify(spark, store_dir)
+    assert rep["summary"]["ok"], (bad_queues(rep), bad_index(rep))
+    assert rep["commitlog"]["min_offset"] == cl_min
+    assert sum(q["expected_gone"] for q in rep["consume_queues"]) > 0  # units of tiered data, not errors
+    orders = queue(rep, "Orders", 0)
+    assert orders["verified_from"] > 0 and orders["matched"] > 0
+    first_index = rep["index_files"][0]
+    assert first_index["carried"] > 0 or first_index["begin_phy_offset"] >= cl_min
+
+
+def test_running_broker_is_verified_up_to_the_dispatched_offset(spark, base_store, tmp_path):
+    import threading
+
+    from store.message_store import MessageStore
+    from tests.helpers import wait_dispatched, wait_until
+
+    store_dir = copy_store(base_store, tmp_path)
+    stop = threading.Event()
+    written = []
+
+    def producer(store: MessageStore) -> None:  # keeps appending while the verification runs
+        i = 0
+        while not stop.is_set():
+            assert store.put_message(make_message("Orders", 1, f"live {i}", keys=f"live{i}")).ok
+            written.append(i)
+            i += 1
+            stop.wait(0.002)
+
+    with MessageStore(make_config(tmp_path)) as store:
+        t = threading.Thread(target=producer, args=(store,))
+        t.start()
+        try:
+            wait_until(lambda: len(written) > 20, what="the producer to start")
+            rep = verify(spark, store_dir)
+            wait_until(lambda: len(written) > 0 and store.max_phy_offset > rep["dispatched_bound"],
+                       what="appends after the bound")  # fmt: skip
+        finally:
+            stop.set()
+            t.join()
+        wait_dispatched(store)
+        final_max = store.max_phy_offset
+    assert rep["broker_running"] and 0 < rep["dispatched_bound"] < final_max
+    assert rep["summary"]["ok"], json.dumps([{k: r[k] for k in ("header", "problems", "identical", "matched",
+                                                                  "not_judged")} for r in bad_index(rep)])[:3000]
+    assert rep["commitlog"]["end_offset"] <= rep["dispatched_bound"]
+    assert queue(rep, "Orders", 1)["matched"] > 0
+    after = verify(spark, store_dir)  # stopped now: everything is judged, and it all matches
+    assert after["summary"]["ok"] and not after["broker_running"] and after["commitlog"]["end_offset"] == final_max
+
+
+def test_vectorised_index_key_hash_equals_the_java_hash():
+    import pyarrow as pa
+
+    keys = ["Orders#k1", "Long" + "x" * 300 + "#key", "Orders#é🙂", "polygenelubricants", "T#" + "z" * 40]
+    keys += [f"BenchTopic#ORDER-{i:010d}" for i in range(500)]
+    arr = pa.array(["pad"] + keys).slice(1)  # a sliced array: offsets not starting at 0
+    assert fmt.index_key_hash("polygenelubricants") == 0  # Java hash Integer.MIN_VALUE: abs stays negative -> 0
+    assert list(fmt.index_key_hashes(arr)) == [fmt.index_key_hash(k) for k in keys]
