@@ -188,7 +188,10 @@ class GroupCommitService(threading.Thread):
 
     def run(self) -> None:
         while not self._stopped.is_set():
-            self._work.wait(0.01)
+            # submit() and shutdown() set the event, so an idle SYNC_FLUSH broker need not poll every 10 ms; the
+            # timeout is only a safety net. A submit racing clear() is still served: its request is queued
+            # before the event is set, and _commit takes the queue after clear().
+            self._work.wait(1.0)
             self._work.clear()
             self._commit()
         self._commit()

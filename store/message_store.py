@@ -274,6 +274,8 @@ class MessageStore:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is shutting down"), None
         if res.status != AppendStatus.PUT_OK:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, res, error=res.status.value), None
+        if self.reput is not None:
+            self.reput.notify_appended()
         off = res.wrote_offset
         ids = []
         for r in records:

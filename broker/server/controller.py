@@ -18,6 +18,7 @@ from typing import Any
 from broker.config import BrokerConfig
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import Handler
 from broker.remoting.errors import RemotingError
 from broker.remoting.headers import NotifyConsumerIdsChangedRequestHeader
 from broker.remoting.server import Connection, RemotingServer
@@ -42,7 +43,6 @@ log = logging.getLogger(__name__)
 
 BROKER_VERSION = 409  # MQVersion V4_9_8: the protocol generation this broker answers as
 CLIENT_SCAN_INTERVAL = 10.0
-Handler = Callable[[RemotingCommand, Any], Awaitable[RemotingCommand | None]]
 
 
 class BrokerStats:
@@ -292,13 +292,15 @@ class BrokerController:
 
     # --- routing ---------------------------------------------------------------------------------------------
     def _guard(self, handler: Handler) -> Handler:
-        async def guarded(cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+        # A plain function, not a coroutine: the remoting layer then answers a handler that returns its response
+        # directly (an ASYNC_FLUSH send) without a task per request, and runs a returned coroutine as a task.
+        def guarded(cmd: RemotingCommand, conn: Any) -> RemotingCommand | Awaitable[RemotingCommand | None] | None:
             # While stopping, requests are still served until the server stops reading: a consumer's last offset
             # commit must not be refused. Only pulls no longer park.
             if not self._ready:
                 state = "shutting down" if self.stopping else "starting"
                 return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, f"broker is {state}")
-            return await handler(cmd, conn)
+            return handler(cmd, conn)
 
         return guarded
 
@@ -308,9 +310,9 @@ class BrokerController:
         admin, query = AdminProcessor(self), QueryProcessor(self)
         rc = RequestCode
         routes: dict[int, Handler] = {
-            rc.SEND_MESSAGE: send.send,
-            rc.SEND_MESSAGE_V2: send.send,
-            rc.SEND_BATCH_MESSAGE: send.send,
+            rc.SEND_MESSAGE: send.send_inline,
+            rc.SEND_MESSAGE_V2: send.send_inline,
+            rc.SEND_BATCH_MESSAGE: send.send_inline,
             rc.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
             rc.PULL_MESSAGE: pull.pull_message,
             rc.QUERY_CONSUMER_OFFSET: offsets.query_consumer_offset,

@@ -18,6 +18,11 @@ from dataclasses import dataclass
 log = logging.getLogger(__name__)
 
 
+def _expire(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(False)
+
+
 @dataclass(slots=True, eq=False)
 class _Parked:
     offset: int
@@ -63,16 +68,19 @@ class PullRequestHoldService:
         if self._closing or timeout <= 0:
             return False
         key = self.key(topic, queue_id)
-        parked = _Parked(offset, tag_codes, asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        parked = _Parked(offset, tag_codes, loop.create_future())
         self._parked.setdefault(key, []).append(parked)
+        # A timer resolving the future with False, rather than wait_for + shield: every delivered message
+        # re-parks a pull, and wait_for's extra futures and callbacks cost more than the pull itself.
+        timer = loop.call_later(timeout, _expire, parked.future)
         try:
             # A message may have been dispatched between the pull's read and this registration.
             if self._max_offset(topic, queue_id) > offset:
                 return True
-            return await asyncio.wait_for(asyncio.shield(parked.future), timeout)
-        except TimeoutError:
-            return False
+            return await parked.future
         finally:
+            timer.cancel()
             waiters = self._parked.get(key)
             if waiters is not None:
                 with contextlib.suppress(ValueError):

@@ -185,16 +185,11 @@ class SendProcessor:
         return tc
 
     # --- handlers ------------------------------------------------------------------------------------------
-    async def send(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand:
-        """Codes 10, 310 and 320. As in a Java broker, the header's ``batch`` flag picks the batch path: the C++
-        client sends its batches as SEND_MESSAGE with ``batch=1``."""
-        response = self.send_inline(cmd, conn)
-        return response if isinstance(response, RemotingCommand) else await response
-
     def send_inline(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | Awaitable[RemotingCommand]:
-        """``send`` as a plain function, for a route that answers without a task per request: in ASYNC_FLUSH
-        nothing here waits and the response comes back at once; SYNC_FLUSH returns a coroutine that waits for
-        the group commit (the remoting layer's Handler contract accepts both)."""
+        """Codes 10, 310 and 320, as a plain function so the remoting layer answers without a task per request:
+        in ASYNC_FLUSH nothing here waits and the response comes back at once; SYNC_FLUSH returns a coroutine
+        that waits for the group commit.  As in a Java broker, the header's ``batch`` flag picks the batch path:
+        the C++ client sends its batches as SEND_MESSAGE with ``batch=1``."""
         try:
             h = read_send_header(cmd)
         except HeaderError as e:

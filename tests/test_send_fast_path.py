@@ -1,0 +1,137 @@
+"""The send hot path's shortcuts give exactly what the generic code gives: the V2 header read straight into the
+V1 fields, the inline (task-free) ASYNC_FLUSH answer, the hand-written response extFields, and SYNC_FLUSH still
+answering only after the group commit."""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+import pytest
+
+from broker.remoting import headers as h
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.command import RemotingCommand
+from broker.remoting.errors import HeaderError
+from broker.server.send import SendProcessor
+from store import format as fmt
+from tests.test_broker_protocol import LiveBroker, records
+
+FULL_V2 = {
+    "a": "pg", "b": "Fast", "c": "TBW102", "d": "4", "e": "2", "f": "0", "g": "1795000000000", "h": "7",
+    "i": "KEYS\x01k1\x02UNIQ_KEY\x01ABC\x02", "j": "3", "k": "true", "l": "16", "m": "false", "n": "broker-a",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "ext",
+    [
+        FULL_V2,
+        {k: FULL_V2[k] for k in "abcdefgh"},  # only the required fields
+        {**FULL_V2, "k": "TRUE", "m": "1"},  # Boolean.parseBoolean: case-insensitive "true"; "1" is false
+        {**FULL_V2, "d": " 4", "e": "+2", "unknown": "x"},  # what Python's int accepts; unknown keys ignored
+    ],
+)
+def test_read_v1_equals_the_generic_parse(ext: dict[str, str]) -> None:
+    assert h.SendMessageRequestHeaderV2.read_v1(ext) == h.SendMessageRequestHeaderV2.from_ext(ext).to_v1()
+
+
+@pytest.mark.parametrize(
+    ("ext", "message"),
+    [
+        ({k: v for k, v in FULL_V2.items() if k != "d"}, "the custom field <d> is null"),
+        ({**FULL_V2, "e": "two"}, "the custom field <e> of SendMessageRequestHeaderV2 is not a valid int: 'two'"),
+        ({**FULL_V2, "j": ""}, "the custom field <j> of SendMessageRequestHeaderV2 is not a valid int: ''"),
+    ],
+)
+def test_read_v1_raises_the_generic_header_error(ext: dict[str, str], message: str) -> None:
+    with pytest.raises(HeaderError) as e:
+        h.SendMessageRequestHeaderV2.read_v1(ext)
+    assert str(e.value) == message
+
+
+class _Peer:
+    """What SendProcessor reads from a connection: the peer address (it becomes the record's born host)."""
+
+    remote_addr = "127.0.0.1:5555"
+
+
+def _request(topic: str, body: bytes, uniq: str) -> RemotingCommand:
+    v1 = h.SendMessageRequestHeader(
+        producer_group="pg", topic=topic, default_topic="TBW102", default_topic_queue_nums=4, queue_id=1,
+        sys_flag=0, born_timestamp=int(time.time() * 1000), flag=0,
+        properties=fmt.encode_properties({"UNIQ_KEY": uniq, "TAGS": "T"}).decode(),
+    )  # fmt: skip
+    cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, h.SendMessageRequestHeaderV2.from_v1(v1), body)
+    cmd.opaque = 42
+    return cmd
+
+
+@pytest.fixture
+def live(tmp_path):
+    made: list[LiveBroker] = []
+
+    def factory(**conf: str) -> LiveBroker:
+        made.append(LiveBroker(tmp_path / f"store{len(made)}", **conf).start())
+        return made[-1]
+
+    yield factory
+    for b in made:
+        b.close()
+
+
+def test_async_flush_send_is_answered_inline_with_the_stored_record(live) -> None:
+    b = live()
+    proc = SendProcessor(b.controller)
+
+    async def send_twice() -> list[object]:
+        return [proc.send_inline(_request("Inline", f"m{i}".encode(), f"UNIQ{i}"), _Peer()) for i in range(2)]
+
+    answers = b.run(send_twice())
+    for i, resp in enumerate(answers):
+        assert isinstance(resp, RemotingCommand), "ASYNC_FLUSH must answer without a coroutine"
+        assert resp.code == ResponseCode.SUCCESS and resp.opaque == 42 and resp.is_response
+        parsed = h.SendMessageResponseHeader.from_ext(resp.ext_fields)
+        assert (parsed.queue_id, parsed.queue_offset, parsed.transaction_id) == (1, i, f"UNIQ{i}")
+        assert list(resp.ext_fields) == ["msgId", "queueId", "queueOffset", "transactionId", "MSG_REGION", "TRACE_ON"]
+        raw = b.controller.store.look_message_by_offset(fmt.decode_offset_msg_id(parsed.msg_id)[1])
+        rec = fmt.decode_record(raw, check_crc=True)
+        assert (rec.topic, rec.body, rec.queue_offset, rec.born_host) == ("Inline", f"m{i}".encode(), i,
+                                                                          ("127.0.0.1", 5555))  # fmt: skip
+    # and over the wire, through the registered route, the same shape comes back
+    wire = b.send("Inline", b"m2", queue_id=1)
+    assert wire.code == ResponseCode.SUCCESS and wire.ext_fields["queueOffset"] == "2"
+    assert [r.body for r in records(b.pull("Inline", 1, 0).body)] == [b"m0", b"m1", b"m2"]
+
+
+def test_refusals_are_answered_inline_too(live) -> None:
+    b = live()
+    proc = SendProcessor(b.controller)
+    bad = _request("Refused", b"x", "U")
+    del bad.ext_fields["d"]
+
+    async def answers() -> list[object]:  # on the broker's loop, as the remoting layer calls it
+        too_big = _request("Refused", b"x" * (64 * 1024 + 1), "U")
+        return [proc.send_inline(bad, _Peer()), proc.send_inline(too_big, _Peer())]
+
+    resp, big = b.run(answers())
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "<d>" in resp.remark
+    assert big.code == ResponseCode.MESSAGE_ILLEGAL and "maxMessageSize" in big.remark
+    assert b.controller.store.commitlog.max_offset == 0  # nothing was stored
+
+
+def test_sync_flush_send_inline_waits_for_the_group_commit(live) -> None:
+    b = live(flushDiskType="SYNC_FLUSH")
+    proc = SendProcessor(b.controller)
+
+    async def send() -> tuple[bool, RemotingCommand, int]:
+        pending = proc.send_inline(_request("Durable", b"on disk", "U1"), _Peer())
+        is_awaitable = inspect.isawaitable(pending)
+        resp = await pending
+        return is_awaitable, resp, b.controller.store.commitlog.queue.flushed_offset
+
+    is_awaitable, resp, flushed = b.run(send())
+    assert is_awaitable, "SYNC_FLUSH must not answer before the group commit"
+    assert resp.code == ResponseCode.SUCCESS
+    offset = fmt.decode_offset_msg_id(resp.ext_fields["msgId"])[1]
+    assert flushed > offset  # the record's bytes were on disk when the answer was made
