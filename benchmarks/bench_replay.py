@@ -1,0 +1,157 @@
+"""Replay throughput (issue 6): ``pipelines.replay`` unthrottled, next to our client's raw produce rate measured
+against the same broker in the same run.
+
+Run: ``.venv/bin/python -m benchmarks bench_replay`` (or ``make bench``).
+
+Environment:
+  BENCH_SCALE    multiplies the message count (default 1.0; 0.1 for a smoke run)
+  BENCH_JSON     a path: also write the JSON results there
+
+What is measured, exactly:
+  * The broker is ``mqlake up`` in its own process (bench_broker.BrokerProcess: ASYNC_FLUSH, a temporary store,
+    free ports).  1 KiB bodies with TAGS and KEYS, topic ``BenchTopic`` of 8 queues.
+  * Raw produce: this process (uvloop) with broker/client ``Producer``, the two ways bench_broker measures it:
+    ``send`` with 256 in flight over 8 connections, and ``send_batch`` of 32 with 16 batches in flight.  Those
+    messages are the replay's source.
+  * Replay: ``pipelines.replay.job.replay`` from the live CommitLog (``--store-dir``; no tiered part, the tier's
+    read path is bench_tier's) into a new topic, ``--queue-map preserve``, no rate limit, on a ``local[*]`` Spark
+    session started before the clock (so JVM start-up is not counted).  Two figures: the *send* rate (messages
+    over the span from the first send to the last acknowledgement, across all tasks) and the *end-to-end* rate
+    (messages over the whole call: source scan and plan, target creation, progress rows, the send job, report).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.bench_broker import (
+    BATCH,
+    BATCH_WINDOW,
+    QUEUES,
+    TOPIC,
+    WINDOW_8,
+    BrokerProcess,
+    batch_rate,
+    send_rate,
+)
+from benchmarks.bench_store import CpuMeter, machine
+from broker.client import Admin, Producer
+from broker.remoting.loop import run
+
+SCALE = float(os.environ.get("BENCH_SCALE", "1") or 1)
+SINGLE_COUNT = 40_000
+BATCH_COUNT = 160_000
+TARGET = "BenchReplayTarget"
+TARGET_RATIO = 0.60  # replay send rate / raw batched produce rate
+
+
+def _n(count: float) -> int:
+    return max(BATCH, int(count * SCALE) // BATCH * BATCH)
+
+
+async def produce_phase(b: BrokerProcess) -> dict:
+    await b.wait_ready()
+    async with Admin(b.namesrv_addr) as admin:
+        await admin.create_topic(TOPIC, broker_addr=b.broker_addr, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+    out: dict = {}
+    p8 = await Producer("bench_replay_producer", b.namesrv_addr, connections_per_addr=8).start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(await p8.publish_queues(TOPIC, refresh=True)) < QUEUES:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{TOPIC} route never showed {QUEUES} queues")
+        await send_rate(p8, 2_000, 64)  # connections, routes, the broker's first segment
+        with CpuMeter() as cpu:
+            rate = await send_rate(p8, _n(SINGLE_COUNT), WINDOW_8)
+        out["single_8"] = {"msgs_per_s": rate, **cpu.as_dict()}
+        with CpuMeter() as cpu:
+            rate = await batch_rate(p8, _n(BATCH_COUNT), BATCH_WINDOW)
+        out["batch_8"] = {"msgs_per_s": rate, **cpu.as_dict()}
+    finally:
+        await p8.shutdown()
+    out["messages"] = 2_000 + _n(SINGLE_COUNT) + _n(BATCH_COUNT)
+    return out
+
+
+def replay_phase(b: BrokerProcess, work: Path) -> dict:
+    from pipelines.replay.job import replay
+    from pipelines.replay.spec import ReplaySpec
+    from pipelines.spark import get_spark
+
+    spark = get_spark(app_name="mqlake-bench-replay")
+    spark.range(1).count()  # the JVM and the first job's start-up are not replay costs
+    spec = ReplaySpec(lake=work / "lake", store_dir=work / "store", source_topics=(TOPIC,), target_topic=TARGET,
+                      namesrv=b.namesrv_addr, replay_id="bench")  # fmt: skip
+    t0 = time.perf_counter()
+    with CpuMeter() as cpu:
+        report = replay(spec, spark=spark)
+    wall = time.perf_counter() - t0
+    return {
+        "messages": report.sent, "send_seconds": report.send_seconds, "send_msgs_per_s": report.rate,
+        "wall_seconds": wall, "end_to_end_msgs_per_s": report.sent / wall, "tasks": report.tasks,
+        "phases_s": report.phases, **cpu.as_dict(),
+    }  # fmt: skip
+
+
+def print_report(r: dict) -> None:
+    m = r["machine"]
+    print(f"machine: {m['nproc']} cores, {m['memory_gib']} GiB, {m['cpu']}, Python {m['python']}, {m['date']}")
+    p, rp = r["produce"], r["replay"]
+    print(f"BENCH_SCALE={m['bench_scale']}; 1 KiB bodies, ASYNC_FLUSH, {TOPIC} of {QUEUES} queues, "
+          f"{rp['messages']:,} messages replayed by {rp['tasks']} Spark task(s)\n")  # fmt: skip
+    hdr = f"{'run':<48}{'msgs/s':>10}{'gen cpu':>9}{'other cpu':>10}"
+    print(hdr)
+    print("-" * len(hdr))
+    rows = (
+        (f"produce: send, 8 connections, {WINDOW_8} in flight", p["single_8"]),
+        (f"produce: batch of {BATCH}, 8 conns, {BATCH_WINDOW} in flight", p["batch_8"]),
+    )
+    for label, d in rows:
+        print(f"{label:<48}{d['msgs_per_s']:>10,.0f}{d['own_cpu_cores']:>9.2f}{d['other_cpu_cores']:>10.2f}")
+    print(f"{'replay: send span (first send -> last ack)':<48}{rp['send_msgs_per_s']:>10,.0f}{'':>9}{'':>10}")
+    print(f"{'replay: end to end (plan + sends + report)':<48}{rp['end_to_end_msgs_per_s']:>10,.0f}"
+          f"{rp['own_cpu_cores']:>9.2f}{rp['other_cpu_cores']:>10.2f}")  # fmt: skip
+    print("replay phases (s): " + json.dumps({k: round(v, 2) for k, v in rp["phases_s"].items()}))
+    print("\ntargets")
+    for name, ok, got, want in r["targets"]:
+        print(f"  {name:<52} {'met' if ok else 'NOT met':<8} {got:,.2f} (target {want:,})")
+
+
+def main() -> dict:
+    with tempfile.TemporaryDirectory(prefix="mqlake-bench-replay-", dir="/tmp") as d:
+        work = Path(d)
+        t0 = time.perf_counter()
+        results: dict = {"machine": machine()}
+        b = BrokerProcess(work)
+        try:
+            print("  [produce]", flush=True)
+            results["produce"] = run(produce_phase(b))
+            print("  [replay]", flush=True)
+            results["replay"] = replay_phase(b, work)
+        finally:
+            b.stop()
+        ratio = results["replay"]["send_msgs_per_s"] / results["produce"]["batch_8"]["msgs_per_s"]
+        results["targets"] = [
+            ("replay send rate / raw batched produce rate", ratio >= TARGET_RATIO, ratio, TARGET_RATIO),
+        ]
+        results["wall_seconds"] = time.perf_counter() - t0
+    print()
+    print_report(results)
+    print(f"\n(bench_replay wall time {results['wall_seconds']:.1f} s)")
+    print("JSON " + json.dumps(results, sort_keys=True, default=str))
+    path = os.environ.get("BENCH_JSON")
+    if path:
+        Path(path).write_text(json.dumps(results, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+    return results
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        main()

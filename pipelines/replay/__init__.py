@@ -1,0 +1,10 @@
+"""Replay history (the Delta ``messages`` table and the live CommitLog) into a new topic through the broker:
+ordered per source queue, rate limited, resumable without duplicates.  ``mqlake replay`` / ``python -m
+pipelines.replay``; the job is :func:`pipelines.replay.job.replay`.
+
+Imports here stay light (no pyspark), so the CLI starts fast.
+"""
+
+from pipelines.replay.spec import ReplaySpec, ReplaySpecError
+
+__all__ = ["ReplaySpec", "ReplaySpecError"]

@@ -1,0 +1,3 @@
+from pipelines.replay.cli import main
+
+main()

@@ -1,0 +1,358 @@
+"""The replay driver: plan, prepare the target and the progress rows, run the Spark tasks, report.
+
+One run::
+
+    select   lake ∪ live rows of the source topics, filtered (source.py)
+    plan     per source queue: rows, offsets, and the largest offset this run covers (later appends wait for
+             the next run under the same replay id)
+    target   create the topic when missing (enough queues for the mapping); note each target queue's end
+    progress a first row for every source queue new to this replay id (nothing sent, watermarks = the ends)
+    send     rows repartitioned so each Spark task holds a balanced set of whole source queues, sorted by queue
+             offset within it; each task runs a PartitionSender (sender.py) at rate / tasks
+    report   counts per queue, rate achieved, first/last offsets: printed by the CLI, stored as JSON under
+             LAKE/_reports and as a row of the ``replay_runs`` Delta table
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from pipelines.replay import progress as prog
+from pipelines.replay.progress import QueueKey, QueueProgress, TargetKey
+from pipelines.replay.sender import REPORT_SCHEMA, ReplayError, TaskPlan, send_partition
+from pipelines.replay.spec import ReplaySpec, ReplaySpecError
+
+log = logging.getLogger(__name__)
+
+ROUTE_TIMEOUT = 30.0
+REPORTS_DIR = "_reports"
+
+
+@dataclass
+class QueuePlan:
+    topic: str
+    queue_id: int
+    rows: int
+    min_offset: int
+    max_offset: int
+    already_done: int  # rows at or below the recorded progress
+    resume_after: int  # the recorded progress (-1: none)
+
+
+@dataclass
+class ReplayReport:
+    replay_id: str
+    run_id: str
+    dry_run: bool
+    target_topic: str
+    started_at: datetime
+    finished_at: datetime | None = None
+    target_queues: list[TargetKey] = field(default_factory=list)
+    queues: list[dict[str, Any]] = field(default_factory=list)  # one per source queue
+    sent: int = 0
+    send_seconds: float = 0.0
+    rate: float = 0.0
+    tasks: int = 0
+    report_path: str | None = None
+    selection: dict = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per step of the driver
+    task_spans: list[tuple[float, float]] = field(default_factory=list)  # per task: first send, last ack (epoch s)
+
+    def total(self, name: str) -> int:
+        return sum(q[name] or 0 for q in self.queues)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "replay_id": self.replay_id, "run_id": self.run_id, "dry_run": self.dry_run,
+            "target_topic": self.target_topic, "started_at": self.started_at.isoformat(),
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "target_queues": [f"{b}:{q}" for b, q in self.target_queues], "tasks": self.tasks,
+            "selected": self.total("selected"), "already_done": self.total("already_done"),
+            "found_in_target": self.total("found_in_target"), "sent": self.sent,
+            "send_seconds": round(self.send_seconds, 3), "rate_msgs_per_s": round(self.rate, 1),
+            "phases_s": {k: round(v, 3) for k, v in self.phases.items()}, "task_send_spans": self.task_spans,
+            "selection": self.selection,
+            "queues": self.queues,
+        }  # fmt: skip
+
+
+# --- target topic ----------------------------------------------------------------------------------------------
+
+
+async def _target_queues(namesrv: str, topic: str, create_with: int | None) -> tuple[list[TargetKey], dict]:
+    """The target's writable queues (created with ``create_with`` queues on every master when missing and
+    ``create_with`` is given) and each queue's max offset."""
+    from broker.client import Admin
+
+    async with Admin(namesrv) as admin:
+        route = await admin.topic_route(topic)
+        queues = route.publish_queues(topic) if route is not None else []
+        if not queues and route is not None and route.subscribe_queues(topic):
+            raise ReplayError(f"target topic {topic} exists but has no writable queue (perm); nothing was sent")
+        if not queues and create_with is not None:
+            clusters = (await admin.cluster_info()).get("clusterAddrTable") or {}
+            if not clusters:
+                raise ReplayError(f"no broker is registered with the NameServer {namesrv}")
+            for cluster in sorted(clusters):
+                await admin.create_topic(topic, cluster=cluster, read_queue_nums=create_with,
+                                         write_queue_nums=create_with)  # fmt: skip
+            deadline = time.monotonic() + ROUTE_TIMEOUT
+            while not queues:
+                if time.monotonic() > deadline:
+                    raise ReplayError(f"created topic {topic} but the NameServer shows no route for it")
+                await asyncio.sleep(0.1)  # waiting on the broker's re-registration, not on time itself
+                route = await admin.topic_route(topic)
+                queues = route.publish_queues(topic) if route is not None else []
+        ends = {}
+        if queues:
+            ends = {(s.broker_name, s.queue_id): s.max_offset for s in await admin.topic_status(topic)}
+    return sorted({(q.broker_name, q.queue_id) for q in queues}), ends
+
+
+# --- planning -------------------------------------------------------------------------------------------------
+
+
+def _plan(spark, df, recorded: dict[QueueKey, QueueProgress]) -> list[QueuePlan]:
+    from pyspark.sql import functions as F
+
+    done = spark.createDataFrame(
+        [(t, q, p.last_offset) for (t, q), p in recorded.items()] or [("", -1, -1)],
+        "topic string, queue_id int, done bigint",
+    )
+    rows = (
+        df.select("topic", "queue_id", "queue_offset")
+        .join(F.broadcast(done), ["topic", "queue_id"], "left")
+        .groupBy("topic", "queue_id")
+        .agg(
+            F.count_distinct("queue_offset").alias("rows"),
+            F.min("queue_offset").alias("lo"),
+            F.max("queue_offset").alias("hi"),
+            F.count_distinct(F.when(F.col("queue_offset") <= F.col("done"), F.col("queue_offset"))).alias("done"),
+        )
+        .collect()
+    )
+    return sorted(
+        (QueuePlan(r["topic"], r["queue_id"], r["rows"], r["lo"], r["hi"], r["done"],
+                   recorded[(r["topic"], r["queue_id"])].last_offset if (r["topic"], r["queue_id"]) in recorded
+                   else -1) for r in rows),
+        key=lambda p: (p.topic, p.queue_id),
+    )  # fmt: skip
+
+
+def _assign(plans: list[QueuePlan], tasks: int) -> dict[int, list[QueueKey]]:
+    """Whole source queues to ``tasks`` partitions, largest first onto the least loaded (balanced sends)."""
+    load = [0] * tasks
+    out: dict[int, list[QueueKey]] = {i: [] for i in range(tasks)}
+    for p in sorted(plans, key=lambda p: (-(p.rows - p.already_done), p.topic, p.queue_id)):
+        i = min(range(tasks), key=lambda j: (load[j], j))
+        out[i].append((p.topic, p.queue_id))
+        load[i] += p.rows - p.already_done
+    return out
+
+
+def _partition_keys(spark, tasks: int) -> list[int]:
+    """For each partition i, a bigint whose Spark hash lands in partition i of ``repartition(tasks, col)``
+    (HashPartitioning is pmod(murmur3(col), n), the same function as SQL ``hash``): an exact queue->task
+    placement through the DataFrame API, with no Python-side RDD shuffle."""
+    from pyspark.sql import functions as F
+
+    found: dict[int, int] = {}
+    rows = (
+        spark.range(0, 64 * tasks + 64)
+        .select("id", F.expr(f"pmod(hash(id), {tasks})").alias("p"))
+        .groupBy("p")
+        .agg(F.min("id").alias("id"))
+        .collect()
+    )
+    for r in rows:
+        found[r["p"]] = r["id"]
+    missing = [i for i in range(tasks) if i not in found]
+    if missing:
+        raise ReplayError(f"no partition key found for partitions {missing}")
+    return [found[i] for i in range(tasks)]
+
+
+# --- the run ----------------------------------------------------------------------------------------------------
+
+
+def replay(
+    spec: ReplaySpec, *, spark=None, master: str | None = None, conf: dict[str, str] | None = None
+) -> ReplayReport:
+    """Run (or with ``spec.dry_run`` only plan) one replay; raises ReplaySpecError for bad options and
+    ReplayError when the replay cannot go on (progress already recorded stays valid for a rerun)."""
+    from pipelines.replay.source import source_frame
+
+    started = datetime.now(UTC)
+    run_id = started.strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+    report = ReplayReport(spec.replay_id, run_id, spec.dry_run, spec.target_topic, started,
+                          selection=spec.selection())  # fmt: skip
+    if spark is None:
+        from pipelines.spark import get_spark
+
+        spark = get_spark(master, app_name="mqlake-replay", conf=conf)
+    fingerprint = spec.fingerprint()
+    recorded = prog.read_progress(spec.lake, spec.replay_id)
+    other = sorted({p.spec_hash for p in recorded.values()} - {fingerprint})
+    if other:
+        raise ReplaySpecError(
+            f"replay id {spec.replay_id} was started with other selection options (fingerprint {other[0]}, now "
+            f"{fingerprint}); resume with the same --source-topic/--from/--to/--where/--tags/--keys/--queue-map/"
+            f"--preserve-timestamps, or use a new --replay-id"
+        )
+    clock = time.monotonic()
+
+    def phase(name: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        report.phases[name] = now - clock
+        clock = now
+
+    from pyspark import StorageLevel
+
+    # Read the sources once: the plan and the sends see the same rows (a snapshot of the live log as of the
+    # plan), and the send job does not decode the CommitLog a second time.
+    df = source_frame(spark, spec).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        return _run(spark, spec, df, recorded, report, phase, fingerprint)
+    finally:
+        df.unpersist()
+
+
+def _run(spark, spec: ReplaySpec, df, recorded, report: ReplayReport, phase, fingerprint: str) -> ReplayReport:
+    from pyspark.sql import functions as F
+
+    from broker.remoting.loop import run
+    from pipelines.schema import spark_schema
+
+    run_id = report.run_id
+    plans = _plan(spark, df, recorded)
+    phase("plan")
+    max_queue = max((p.queue_id for p in plans), default=0)
+    need = max(max_queue + 1, 1)
+    if spec.dry_run:
+        targets, _ = run(_target_queues(spec.namesrv, spec.target_topic, None)) if spec.namesrv else ([], {})
+        report.target_queues = targets
+        shown = targets or [("(new)", i) for i in range(need)]  # what a real run would create
+        report.queues = [_queue_row(p, _mapping(spec, p, shown)) for p in plans]
+        report.finished_at = datetime.now(UTC)
+        return report
+    if not plans:  # nothing selected: no topic to create, nothing to record but the report
+        report.finished_at = datetime.now(UTC)
+        _store_report(spec, report)
+        return report
+
+    targets, ends = run(_target_queues(spec.namesrv, spec.target_topic, need))
+    report.target_queues = targets
+    new = {(p.topic, p.queue_id): QueueProgress(-1, dict(ends), fingerprint) for p in plans
+           if (p.topic, p.queue_id) not in recorded}  # fmt: skip
+    if new:
+        prog.append_progress(spec.lake, spec.replay_id, run_id, f"mqlake-replay:{spec.replay_id}:{run_id}:driver",
+                             {k: (v, 0) for k, v in new.items()})  # fmt: skip
+    phase("target_and_progress")
+
+    todo = [p for p in plans if p.rows > p.already_done]
+    results: list[dict] = []
+    if todo:
+        parallelism = spec.parallelism or spark.sparkContext.defaultParallelism
+        tasks = max(1, min(len(todo), parallelism))
+        report.tasks = tasks
+        assignment = _assign(todo, tasks)
+        keys = _partition_keys(spark, tasks)
+        placement = spark.createDataFrame(
+            [(t, q, keys[i], prog_done) for i, qs in assignment.items() for (t, q) in qs
+             for prog_done in [recorded[(t, q)].last_offset if (t, q) in recorded else -1]],
+            "topic string, queue_id int, __task bigint, __done bigint",
+        )  # fmt: skip
+        plan = TaskPlan(
+            namesrv=spec.namesrv, lake=str(Path(spec.lake).absolute()), replay_id=spec.replay_id, run_id=run_id,
+            spec_hash=fingerprint, target_topic=spec.target_topic, target_queues=targets, queue_map=spec.queue_map,
+            preserve_timestamps=spec.preserve_timestamps,
+            bounds={(p.topic, p.queue_id): p.max_offset for p in todo}, assignment=assignment,
+            rate_per_task=spec.rate / tasks if spec.rate else None, batch_size=spec.batch_size,
+            commit_every=spec.commit_every, commit_seconds=spec.commit_seconds,
+        )  # fmt: skip
+        rows = (
+            df.join(F.broadcast(placement), ["topic", "queue_id"])
+            .where(F.col("queue_offset") > F.col("__done"))  # done before: not even shipped to the task
+            .repartition(tasks, "__task")
+            .sortWithinPartitions("queue_offset", "topic", "queue_id")
+            .drop("__task", "__done")
+        )
+        try:
+            sent = rows.mapInArrow(partial(send_partition, plan), spark_schema(REPORT_SCHEMA))
+            phase("partitioning")
+            results = [r.asDict() for r in sent.collect()]
+            phase("send_job")
+        except Exception as e:
+            raise ReplayError(f"replay {spec.replay_id} stopped: {_root_cause(e)} (acknowledged sends are recorded; "
+                              f"rerun with --replay-id {spec.replay_id} to continue)") from e  # fmt: skip
+
+    by_key = {(r["source_topic"], r["source_queue"]): r for r in results}
+    for p in plans:
+        r = by_key.get((p.topic, p.queue_id), {})
+        row = _queue_row(p, r.get("target_queues") or _mapping(spec, p, targets))
+        row.update({k: r[k] for k in ("sent", "found_in_target", "first_offset", "last_offset") if k in r})
+        report.queues.append(row)
+    report.sent = report.total("sent")
+    # every queue row of a task carries the task's span; tasks may start apart (scheduling, shuffle reads)
+    report.task_spans = sorted({(r["send_started"], r["send_finished"]) for r in results if r["send_started"]})
+    starts = [r["send_started"] for r in results if r["send_started"]]
+    ends_t = [r["send_finished"] for r in results if r["send_finished"]]
+    report.send_seconds = (max(ends_t) - min(starts)) if starts and ends_t else 0.0
+    report.rate = report.sent / report.send_seconds if report.send_seconds > 0 else 0.0
+    report.finished_at = datetime.now(UTC)
+    _store_report(spec, report)
+    phase("report")
+    return report
+
+
+def _mapping(spec: ReplaySpec, p: QueuePlan, targets: list[TargetKey]) -> str:
+    if not targets:
+        return ""
+    if spec.queue_map == "hash":
+        return "by key hash over " + ",".join(str(q) for _, q in targets)
+    return str(targets[p.queue_id % len(targets)][1])
+
+
+def _queue_row(p: QueuePlan, target: str) -> dict[str, Any]:
+    return {
+        "source_topic": p.topic, "source_queue": p.queue_id, "target_queues": target, "selected": p.rows,
+        "min_offset": p.min_offset, "max_offset": p.max_offset, "already_done": p.already_done,
+        "resume_after": p.resume_after, "found_in_target": 0, "sent": 0, "first_offset": None, "last_offset": None,
+    }  # fmt: skip
+
+
+def _root_cause(e: BaseException) -> str:
+    """The Python error inside a failed Spark task, not the JVM's wrapping of it."""
+    text = str(e)
+    for marker in ("ReplayError: ", "MQBrokerError: ", "MQClientError: ", "RecordError: ", "FileNotFoundError: "):
+        i = text.rfind(marker)
+        if i >= 0:
+            return text[i:].splitlines()[0]
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _store_report(spec: ReplaySpec, report: ReplayReport) -> None:
+    path = Path(spec.lake) / REPORTS_DIR / f"replay-{report.replay_id}-{report.run_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    report.report_path = str(path)
+    path.write_text(json.dumps(report.to_json(), indent=2, default=str) + "\n", encoding="utf-8")
+    prog.append_run(spec.lake, {
+        "replay_id": report.replay_id, "run_id": report.run_id, "started_at": report.started_at,
+        "finished_at": report.finished_at, "dry_run": report.dry_run, "target_topic": report.target_topic,
+        "selection": json.dumps(report.selection, sort_keys=True), "sent": report.sent,
+        "send_seconds": report.send_seconds, "rate_msgs_per_s": report.rate,
+        "queues": [{k: q[k] for k in ("source_topic", "source_queue", "target_queues", "selected", "already_done",
+                                      "found_in_target", "sent", "first_offset", "last_offset")}
+                   for q in report.queues],
+        "report_path": report.report_path,
+    })  # fmt: skip

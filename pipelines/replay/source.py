@@ -1,0 +1,129 @@
+"""The rows a replay sends: the Delta ``messages`` table UNION the live CommitLog, filtered.
+
+No row twice.  A message can be in both sources while its segment is tiered but not yet deleted from the
+store.  Live segments the manifest lists as ``tiered`` or ``deleted`` are not read at all, and whatever
+overlap remains (a segment tiered between the manifest read and the lake snapshot) is dropped by the
+sender, which walks each source queue in queue-offset order and skips any offset it has seen (a
+(topic, queue_id, queue_offset) dedupe that needs no extra shuffle).  Deduping on the offset rather than
+"live rows above the lake's max offset" keeps a quarantined (never tiered) segment's rows, which sit below
+later tiered ones.
+
+Pushdown: the lake side filters on its partition columns (topic, store_date) and on store_timestamp (parquet
+row-group skipping); whole files are not pruned because lake.read_table takes no partition filter (it joins
+partition values to rows by file name).  The live side skips whole segments whose store times (from the
+segment manifest) fall outside --from/--to.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pipelines.replay.spec import ReplaySpec, ReplaySpecError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+# What the sender needs of the canonical schema (pipelines/schema.py).
+COLUMNS = [
+    "topic", "queue_id", "queue_offset", "msg_id", "uniq_key", "tags", "keys", "properties", "body",
+    "born_timestamp", "store_timestamp", "flag", "sys_flag",
+]  # fmt: skip
+
+
+def live_segments(store_dir: Path, from_ms: int | None, to_ms: int | None) -> list[int]:
+    """Base offsets of the CommitLog segments still to read live: not tiered, and overlapping the time range."""
+    from pipelines.segments import segment_files
+    from store.retention import SegmentManifest, SegmentState
+
+    entries = {e.base_offset: e for e in SegmentManifest(store_dir).entries()}
+    out = []
+    for f in segment_files(store_dir):
+        base = int(f.name)
+        e = entries.get(base)
+        if e is not None:
+            if e.state in (SegmentState.TIERED, SegmentState.DELETED):
+                continue
+            if from_ms is not None and e.last_store_time is not None and e.last_store_time < from_ms:
+                continue
+            if to_ms is not None and e.first_store_time is not None and e.first_store_time >= to_ms:
+                continue
+        out.append(base)
+    return out
+
+
+def _utc_date(ms: int):
+    return datetime.fromtimestamp(ms / 1000, UTC).date()
+
+
+def _time_range(spec: ReplaySpec) -> Column | None:
+    from pyspark.sql import functions as F
+
+    cond = None
+    if spec.from_ms is not None:
+        cond = F.col("store_timestamp") >= F.lit(spec.from_ms)
+    if spec.to_ms is not None:
+        upper = F.col("store_timestamp") < F.lit(spec.to_ms)
+        cond = upper if cond is None else cond & upper
+    return cond
+
+
+def _lake_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame | None:
+    from pyspark.sql import functions as F
+
+    from pipelines import lake as lk
+    from pipelines.compaction import tables
+
+    uri = tables.table_uri(spec.lake, tables.MESSAGES)
+    if not lk.is_table(uri):
+        return None
+    df = lk.read_table(spark, uri).where(F.col("topic").isin(list(spec.source_topics)))
+    if spec.from_ms is not None:
+        df = df.where(F.col(tables.STORE_DATE) >= F.lit(_utc_date(spec.from_ms)))
+    if spec.to_ms is not None:
+        df = df.where(F.col(tables.STORE_DATE) <= F.lit(_utc_date(spec.to_ms - 1)))
+    return df.select(*COLUMNS)
+
+
+def _live_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame | None:
+    from pyspark.sql import functions as F
+
+    if spec.store_dir is None:
+        return None
+    bases = live_segments(Path(spec.store_dir), spec.from_ms, spec.to_ms)
+    if not bases:
+        return None
+    df = spark.read.format("commitlog").option("segments", ",".join(map(str, bases))).load(str(spec.store_dir))
+    return df.where(F.col("topic").isin(list(spec.source_topics))).select(*COLUMNS)
+
+
+def source_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame:
+    """Every selected row of both sources (duplicates between them still possible, see the module docstring)."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
+
+    from pipelines.schema import MESSAGE_SCHEMA, spark_schema
+
+    frames = [f for f in (_lake_frame(spark, spec), _live_frame(spark, spec)) if f is not None]
+    if frames:
+        df = frames[0]
+        for f in frames[1:]:
+            df = df.unionByName(f)
+    else:
+        df = spark.createDataFrame([], spark_schema(MESSAGE_SCHEMA)).select(*COLUMNS)
+    cond = _time_range(spec)
+    if cond is not None:
+        df = df.where(cond)
+    if spec.tags:
+        df = df.where(F.col("tags").isin(list(spec.tags)))
+    if spec.keys:
+        keys = F.split(F.coalesce(F.col("keys"), F.lit("")), " ")
+        df = df.where(F.arrays_overlap(keys, F.array(*(F.lit(k) for k in spec.keys))))
+    if spec.where:
+        try:
+            df = df.where(F.expr(spec.where))
+            df.schema  # noqa: B018 - analysis happens here: a bad column fails now, not inside a task
+        except PySparkException as e:
+            raise ReplaySpecError(f"--where {spec.where!r} is not a valid predicate over {COLUMNS}: {e}") from None
+    return df

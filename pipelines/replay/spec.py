@@ -1,0 +1,132 @@
+"""What a replay is asked to do: the parsed, validated options and their fingerprint.
+
+No pyspark here: the CLI validates its input before a Spark session exists, so a typo fails in
+milliseconds rather than after the JVM has started.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+QUEUE_MAPS = ("preserve", "hash")
+_REPLAY_ID = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+_EPOCH_MS = re.compile(r"^\d{10,}$")
+
+
+class ReplaySpecError(ValueError):
+    """Options that cannot describe a replay; the message names the option."""
+
+
+def parse_time(text: str | None, option: str) -> int | None:
+    """``--from`` / ``--to``: epoch milliseconds, or ISO-8601 (a date, or date and time; no zone means UTC)."""
+    if text is None or not text.strip():
+        return None
+    text = text.strip()
+    if _EPOCH_MS.match(text):
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ReplaySpecError(
+            f"{option} {text!r}: use epoch milliseconds or ISO-8601 such as 2026-11-22T06:00:00Z"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
+def parse_tags(text: str | None) -> list[str] | None:
+    """A RocketMQ tag expression ``A||B``; None or ``*`` selects every tag."""
+    if text is None or text.strip() in ("", "*"):
+        return None
+    tags = sorted({t.strip() for t in text.split("||") if t.strip()})
+    if not tags:
+        raise ReplaySpecError(f"--tags {text!r} names no tag")
+    return tags
+
+
+def parse_list(text: str | None, option: str) -> list[str] | None:
+    if text is None or not text.strip():
+        return None
+    items = sorted({t.strip() for t in text.split(",") if t.strip()})
+    if not items:
+        raise ReplaySpecError(f"{option} {text!r} names nothing")
+    return items
+
+
+def new_replay_id() -> str:
+    return "replay-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """One replay.  The fields above ``rate`` select and shape the messages; a resumed replay (same
+    ``replay_id``) must repeat them exactly (see :meth:`fingerprint`).  ``rate`` and the rest may change."""
+
+    lake: Path
+    source_topics: tuple[str, ...]
+    target_topic: str
+    store_dir: Path | None = None
+    from_ms: int | None = None  # store_timestamp >= from_ms
+    to_ms: int | None = None  # store_timestamp < to_ms
+    where: str | None = None
+    tags: tuple[str, ...] | None = None
+    keys: tuple[str, ...] | None = None
+    queue_map: str = "preserve"
+    preserve_timestamps: bool = False
+    rate: float | None = None  # messages per second over the whole job; None: unthrottled
+    namesrv: str = ""
+    dry_run: bool = False
+    replay_id: str = field(default_factory=new_replay_id)
+    batch_size: int = 128  # messages per SEND_BATCH_MESSAGE
+    commit_every: int = 5000  # progress commit after this many acknowledged messages per task ...
+    commit_seconds: float = 2.0  # ... or this many seconds, whichever comes first
+    parallelism: int | None = None  # Spark tasks sending at once (default: the session's default parallelism)
+
+    def __post_init__(self) -> None:
+        if not self.source_topics:
+            raise ReplaySpecError("--source-topic names no topic")
+        if self.target_topic in self.source_topics:
+            raise ReplaySpecError(f"--target-topic {self.target_topic} is also a source topic: it would replay itself")
+        if self.queue_map not in QUEUE_MAPS:
+            raise ReplaySpecError(f"--queue-map {self.queue_map!r}: use one of {', '.join(QUEUE_MAPS)}")
+        if self.from_ms is not None and self.to_ms is not None and self.from_ms >= self.to_ms:
+            raise ReplaySpecError(f"--from ({self.from_ms}) must be before --to ({self.to_ms})")
+        if self.rate is not None and self.rate <= 0:
+            raise ReplaySpecError(f"--rate {self.rate} must be positive")
+        if not _REPLAY_ID.match(self.replay_id):
+            raise ReplaySpecError(f"--replay-id {self.replay_id!r}: 1-100 characters of [A-Za-z0-9_-]")
+        if not self.dry_run and not self.namesrv:
+            raise ReplaySpecError("--namesrv is required unless --dry-run")
+        if self.store_dir is None and not (Path(self.lake) / "messages").exists():
+            raise ReplaySpecError(f"nothing to read: {self.lake} has no messages table and no --store-dir was given")
+        if self.store_dir is not None and not (Path(self.store_dir) / "commitlog").is_dir():
+            raise ReplaySpecError(f"--store-dir {self.store_dir} has no commitlog directory")
+        if self.batch_size < 1 or self.commit_every < 1 or self.commit_seconds <= 0:
+            raise ReplaySpecError("batch size, commit interval and commit seconds must be positive")
+
+    def selection(self) -> dict:
+        """The options that decide which messages go where, in a stable JSON-able form."""
+        return {
+            "source_topics": sorted(self.source_topics), "target_topic": self.target_topic, "from_ms": self.from_ms,
+            "to_ms": self.to_ms, "where": self.where, "tags": list(self.tags) if self.tags else None,
+            "keys": list(self.keys) if self.keys else None, "queue_map": self.queue_map,
+            "preserve_timestamps": self.preserve_timestamps,
+        }  # fmt: skip
+
+    def fingerprint(self) -> str:
+        """Progress recorded under a replay id is only valid for the same selection: a resumed run with other
+        filters would skip (or re-send) by offsets that meant something else."""
+        text = json.dumps(self.selection(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["lake"], d["store_dir"] = str(self.lake), str(self.store_dir) if self.store_dir else None
+        return d
