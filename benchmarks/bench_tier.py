@@ -1,0 +1,161 @@
+"""Tiering benchmark (issue 4): a >= 1 GiB CommitLog of 1 KiB messages tiered into Delta, end to end.
+
+Run: ``.venv/bin/python -m benchmarks bench_tier`` (or ``make bench``).
+
+Environment:
+  BENCH_SCALE    multiplies the CommitLog size (default 1.0 = four sealed 256 MiB segments, 1 GiB;
+                 0.1 for a smoke run)
+  BENCH_JSON     a path: also write the JSON results there
+  BENCH_MASTER   Spark master (default local[*])
+
+What is timed, exactly:
+  * The store is written first (MessageStore.put_message of 1 KiB bodies, 4 queues, properties as the
+    Java producer sends them; bench_store's messages) and closed; that is not timed.
+  * Baseline, in the same run and the same Spark session: the same segments read by the commitlog
+    source and written as plain parquet (no partitioning, no validation, no Delta), i.e. the cost of
+    decode + write alone.
+  * Tier: ``pipelines.compaction.job.tier(..., file_reserved_time=0)`` end to end — claim, scan, stage
+    (decode + partitioned parquet write), validate (Great Expectations, 14 rules), commit (delta-rs),
+    verify (read back + match), segments table, delete (the store's deletion path).  Per-phase times
+    come from the job's own report.
+  * MB/s counts CommitLog file bytes of the tiered segments (MB = 10^6 bytes).
+  * Both runs read the segments from the page cache (the baseline runs first; 24 GiB of RAM).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.bench_store import SCALE, STORE_HOST, build_messages, machine
+from store.config import MessageStoreConfig
+from store.message_store import MessageStore
+from store.retention import SegmentManifest, SegmentState
+
+SEGMENT = max(4 << 20, int(256 * 1024 * 1024 * SCALE) // 4096 * 4096)
+SEALED = 4
+BODY = 1024
+CHUNK = 2_000
+TARGET_RATIO = 0.5
+TARGET_SECONDS_PER_GIB = 90.0
+
+
+def write_store(root: Path) -> dict:
+    """Put 1 KiB messages until SEALED segments are full; returns the store facts."""
+    t0 = time.perf_counter()
+    n = 0
+    config = MessageStoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=SEGMENT, store_host=STORE_HOST)
+    with MessageStore(config) as store:
+        while store.max_phy_offset <= SEALED * SEGMENT:  # SEALED full segments, then a few into the next
+            for m in build_messages(BODY, CHUNK, start=n):
+                res = store.put_message(m)
+                assert res.ok, res
+            n += CHUNK
+        while store.dispatch_behind_bytes > 0:
+            store.reput.do_reput()
+    # the store's housekeeping may already have expired some (disk pressure on a shared machine)
+    sealed = [e for e in SegmentManifest(root).entries() if e.state in (SegmentState.SEALED, SegmentState.EXPIRED)]
+    return {
+        "messages": n,
+        "segment_bytes": SEGMENT,
+        "sealed_segments": len(sealed),
+        "sealed_bases": [e.base_offset for e in sealed],
+        "sealed_bytes": sum(e.size for e in sealed),
+        "sealed_messages": sum(e.message_count or 0 for e in sealed),
+        "write_seconds": time.perf_counter() - t0,
+    }
+
+
+def _loadavg() -> float:
+    return os.getloadavg()[0]
+
+
+def bench_baseline(spark, root: Path, out: Path, bases: list[int]) -> float:
+    df = spark.read.format("commitlog").option("segments", ",".join(map(str, bases))).load(str(root))
+    t0 = time.perf_counter()
+    df.write.mode("overwrite").parquet(str(out))
+    return time.perf_counter() - t0
+
+
+def run(tmp: Path) -> dict:
+    from pipelines.compaction.job import tier
+    from pipelines.spark import get_spark
+
+    root = tmp / "store"
+    results: dict = {"machine": machine(), "loadavg_before": _loadavg()}
+    results["store"] = write_store(root)
+    sealed_bytes = results["store"]["sealed_bytes"]
+    bases = results["store"]["sealed_bases"]
+
+    t0 = time.perf_counter()
+    spark = get_spark(os.environ.get("BENCH_MASTER"), app_name="bench-tier")
+    results["spark_start_seconds"] = time.perf_counter() - t0
+    # warm the session (Python workers, the source's imports) on a small job, as any real session is
+    spark.range(4).count()
+    bench_baseline(spark, root, tmp / "warm", bases[:1])
+
+    base_s = bench_baseline(spark, root, tmp / "plain", bases)
+    results["baseline"] = {"seconds": base_s, "mb_per_s": sealed_bytes / base_s / 1e6}
+    shutil.rmtree(tmp / "plain", ignore_errors=True)
+    shutil.rmtree(tmp / "warm", ignore_errors=True)
+
+    t0 = time.perf_counter()
+    report = tier(root, tmp / "lake", spark=spark, file_reserved_time=0)
+    tier_s = time.perf_counter() - t0
+    tiered = report.by_state("tiered")
+    assert [s.base_offset for s in tiered] == bases, (bases, report.to_json())
+    assert sorted(report.deleted or []) == sorted(bases), report.deleted
+    results["tier"] = {
+        "seconds": tier_s,
+        "mb_per_s": sealed_bytes / tier_s / 1e6,
+        "rows": sum(s.rows or 0 for s in tiered),
+        "phases_seconds": report.phases,
+        "seconds_per_gib": tier_s / (sealed_bytes / 2**30),
+    }
+    results["ratio_vs_plain_parquet"] = results["tier"]["mb_per_s"] / results["baseline"]["mb_per_s"]
+    results["targets"] = {
+        "ratio_vs_plain_parquet": TARGET_RATIO,
+        "seconds_per_gib": TARGET_SECONDS_PER_GIB,
+        "met": results["ratio_vs_plain_parquet"] >= TARGET_RATIO
+        and results["tier"]["seconds_per_gib"] <= TARGET_SECONDS_PER_GIB,
+    }
+    results["loadavg_after"] = _loadavg()
+    return results
+
+
+def print_report(r: dict) -> None:
+    s, b, t = r["store"], r["baseline"], r["tier"]
+    print(f"CommitLog: {s['sealed_segments']} sealed segments x {s['segment_bytes'] / 2**20:.0f} MiB "
+          f"= {s['sealed_bytes'] / 2**30:.2f} GiB, {s['sealed_messages']:,} messages of {BODY} B")  # fmt: skip
+    print(f"plain parquet (decode + write):   {b['seconds']:7.1f} s  {b['mb_per_s']:7.1f} MB/s")
+    print(f"tier end to end:                  {t['seconds']:7.1f} s  {t['mb_per_s']:7.1f} MB/s  "
+          f"({t['seconds_per_gib']:.1f} s/GiB; target <= {TARGET_SECONDS_PER_GIB:.0f})")  # fmt: skip
+    print(f"ratio tier / plain parquet:       {r['ratio_vs_plain_parquet']:7.2f}   (target >= {TARGET_RATIO})")
+    for k, v in t["phases_seconds"].items():
+        print(f"  {k:16} {v:7.2f} s")
+    print(f"load average before/after: {r['loadavg_before']:.2f} / {r['loadavg_after']:.2f}")
+
+
+def main() -> dict:
+    with tempfile.TemporaryDirectory(prefix="mqlake-bench-tier-", dir="/tmp") as d:
+        t0 = time.perf_counter()
+        results = run(Path(d))
+        results["wall_seconds"] = time.perf_counter() - t0
+    print()
+    print_report(results)
+    print(f"\n(bench_tier wall time {results['wall_seconds']:.1f} s)")
+    print("JSON " + json.dumps(results, sort_keys=True, default=str))
+    path = os.environ.get("BENCH_JSON")
+    if path:
+        Path(path).write_text(json.dumps(results, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""``python -m pipelines.compaction``: the same command as ``mqlake tier``."""
+
+from pipelines.compaction.cli import main
+
+main()

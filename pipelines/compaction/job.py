@@ -1,0 +1,476 @@
+"""The tiering job: expired CommitLog segments -> Delta ``messages`` + ``segments``, verified before deletion.
+
+One run::
+
+    claim (manifest: expired -> tiering)
+    scan each file on the driver                     (record count, BLANK, torn tail)
+    skip what the tier already committed             (txn version of this store, see below)
+    stage:   Spark decodes the segments and writes parquet under messages/tier-<run>/ (not yet visible)
+    validate the staged rows (expectations/)         -> quality_results; failures quarantined, kept
+    commit:  ONE delta-rs commit adds the passing segments' files, with txn (app id, version)
+    verify:  read the committed snapshot back, match it against the validated rows
+    segments table row per verified segment (same txn id, so it is written once)
+    mark_tiered; then delete tiered segments through the store (when no broker holds it)
+
+Idempotency.  The app id is ``mqlake-tier:<store id>`` and the version is the largest base offset in the
+commit.  Segments are claimed oldest first and committed in base-offset order, so every segment with a
+base offset at or below the recorded version is already in the table: a re-run never stages it again,
+it only verifies it.  A segment that failed its checks is quarantined before the commit, so a later
+commit never skips over a segment that still has to be tiered.  lake.commit_files checks the recorded
+version again just before committing; delta-rs refuses a concurrent commit with the same app id.
+
+Crash safety.  Nothing is deleted until a segment is ``tiered``, and ``tiered`` is set only after the
+committed rows were read back and matched.  Files staged by a run that died before its commit are in
+its own ``tier-<run>`` directory, never in the log (vacuum removes them); a claim held by a dead
+process is taken over by the next run.  ``MQLAKE_TIER_CRASH_AT=before_commit|after_commit|after_verify``
+SIGKILLs the job at that step (for the tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from expectations.rules import checked_messages
+from expectations.runner import QualityReport, validate, write_report
+from pipelines.compaction import checks, tables
+from pipelines.compaction.checks import QueueRange, RowsDigest, TieredSegment
+from pipelines.compaction.deletion import delete_tiered
+from store.config import MessageStoreConfig
+from store.retention import SegmentEntry, SegmentManifest, SegmentState, claimer_id
+
+log = logging.getLogger(__name__)
+
+CRASH_ENV = "MQLAKE_TIER_CRASH_AT"
+CRASH_POINTS = ("before_commit", "after_commit", "after_verify")
+STORE_ID_FILE = "mqlake-store-id"
+
+
+def _crash_point(step: str) -> None:
+    if os.environ.get(CRASH_ENV) == step:
+        log.warning("%s=%s: killing the tiering job", CRASH_ENV, step)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def store_id(store_dir: Path) -> str:
+    """A stable identity for the store, kept in the store dir: the tier's Delta txn app id derives from it,
+    so two stores tiered into one lake never share (or skip) each other's commits."""
+    path = Path(store_dir) / STORE_ID_FILE
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        pass
+    sid = uuid.uuid4().hex
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(sid + "\n", encoding="utf-8")
+    try:
+        os.link(tmp, path)  # first writer wins; a concurrent run reads the winner's id
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path.read_text(encoding="utf-8").strip()
+
+
+@dataclass
+class SegmentOutcome:
+    segment: str
+    base_offset: int
+    state: str  # tiered | quarantined | pending (claim kept for the next run)
+    reason: str = ""
+    messages_version: int | None = None
+    rows: int | None = None
+
+
+@dataclass
+class TierReport:
+    run_id: str
+    store_id: str
+    started_at: datetime
+    segments: list[SegmentOutcome] = field(default_factory=list)
+    messages_version: int | None = None
+    deleted: list[int] | None = None  # None: a broker holds the store; it deletes in its clean pass
+    delete_error: str | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+    quality: QualityReport | None = None
+    report_path: str | None = None
+
+    def by_state(self, state: str) -> list[SegmentOutcome]:
+        return [s for s in self.segments if s.state == state]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "store_id": self.store_id,
+            "started_at": self.started_at.isoformat(),
+            "messages_version": self.messages_version,
+            "segments": [vars(s) for s in self.segments],
+            "deleted": self.deleted,
+            "delete_error": self.delete_error,
+            "phases_s": {k: round(v, 3) for k, v in self.phases.items()},
+            "quality": self.quality.to_json() if self.quality else None,
+        }
+
+
+def _phase_timer(out: dict[str, float]):
+    @contextlib.contextmanager
+    def phase(name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            out[name] = out.get(name, 0.0) + time.perf_counter() - t0
+
+    return phase
+
+
+def _new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:8]
+
+
+def _claim(manifest: SegmentManifest, owner: str, file_reserved_time: float | None, limit: int | None):
+    if file_reserved_time is not None and file_reserved_time > 0:
+        # The store expires by its own fileReservedTime; a shorter one given to the job expires more now.
+        cutoff_ms = (time.time() - file_reserved_time * 3600) * 1000
+        old = [
+            e.base_offset
+            for e in manifest.entries()
+            if e.state == SegmentState.SEALED and e.last_store_time is not None and e.last_store_time <= cutoff_ms
+        ]
+        if old:
+            manifest.expire(old)
+    return manifest.claim(owner, treat_sealed_as_expired=file_reserved_time == 0, limit=limit)
+
+
+def _tiered_history(segments_uri: str, sid: str) -> list[TieredSegment]:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        dt = DeltaTable(segments_uri)
+    except TableNotFoundError:
+        return []
+    rows = dt.to_pyarrow_table(columns=["store_id", "base_offset", "file_size", "queue_ranges"]).to_pylist()
+    return [
+        TieredSegment(
+            r["base_offset"],
+            r["file_size"],
+            {(q["topic"], q["queue_id"]): QueueRange(q["first_offset"], q["last_offset"], q["count"])
+             for q in r["queue_ranges"] or []},
+        )  # fmt: skip
+        for r in rows
+        if r["store_id"] == sid
+    ]
+
+
+def _commit_version_of(messages_uri: str, segment: str) -> int | None:
+    """The table version whose commit added ``segment`` (from the commit metadata the job writes)."""
+    from deltalake import DeltaTable
+
+    for commit in DeltaTable(messages_uri).history():
+        if segment in str(commit.get("mqlake.tier.segments", "")).split(","):
+            return commit["version"]
+    return None
+
+
+class TierJob:
+    def __init__(
+        self,
+        store_dir: Path,
+        lake: Path,
+        *,
+        spark=None,
+        master: str | None = None,
+        conf: dict[str, str] | None = None,
+        file_reserved_time: float | None = None,
+        max_segments: int | None = None,
+        report: Path | None = None,
+        run_id: str | None = None,
+        store_config: MessageStoreConfig | None = None,
+    ) -> None:
+        self.store_dir = Path(store_dir)
+        self.lake = Path(lake)
+        self._spark = spark
+        self.master, self.conf = master, conf
+        self.file_reserved_time = file_reserved_time
+        self.max_segments = max_segments
+        self.store_config = store_config
+        self.run_id = run_id or _new_run_id()
+        self.report_path = Path(report) if report else self.lake / tables.REPORTS_DIR / f"tier-{self.run_id}.json"
+        self.owner = claimer_id(self.run_id)
+        self.manifest = SegmentManifest(self.store_dir)
+        self.store_id = store_id(self.store_dir)
+        self.app_id = f"mqlake-tier:{self.store_id}"
+        self.messages_uri = tables.table_uri(self.lake, tables.MESSAGES)
+        self.segments_uri = tables.table_uri(self.lake, tables.SEGMENTS)
+        self.quality_uri = tables.table_uri(self.lake, tables.QUALITY_RESULTS)
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            from pipelines.spark import get_spark
+
+            self._spark = get_spark(self.master, app_name="mqlake-tier", conf=self.conf)
+        return self._spark
+
+    # =================================================================================================
+    def run(self) -> TierReport:
+        report = TierReport(self.run_id, self.store_id, datetime.now(UTC))
+        phase = _phase_timer(report.phases)
+        self.lake.mkdir(parents=True, exist_ok=True)
+        with phase("claim"):
+            claimed = _claim(self.manifest, self.owner, self.file_reserved_time, self.max_segments)
+        entries = {e.base_offset: e for e in claimed}
+        outcomes: dict[int, SegmentOutcome] = {}
+        if claimed:
+            log.info("run %s claimed %d segments: %s", self.run_id, len(claimed), [e.file_name for e in claimed])
+            # Great Expectations takes seconds to import; do it while Spark stages (the driver thread mostly
+            # waits on the JVM then).  Python's import lock makes the later import wait for this one.
+            threading.Thread(target=importlib.import_module, args=("great_expectations",), daemon=True).start()
+            try:
+                self._tier_claimed(claimed, entries, outcomes, report, phase)
+            except Exception:
+                # Give back what is not finished; a committed one is only verified when claimed again,
+                # because its base offset is at or below the recorded txn version.
+                for e in claimed:
+                    if e.base_offset not in outcomes or outcomes[e.base_offset].state == "pending":
+                        self.manifest.release(e.base_offset, self.owner)
+                raise
+        report.segments = [outcomes[b] for b in sorted(outcomes)]
+        with phase("delete"):
+            try:
+                report.deleted = delete_tiered(self.store_dir, self.store_config)
+            except Exception as e:  # the tier is complete either way; the store's own clean pass retries
+                log.error("deleting tiered segments failed: %s", e)
+                report.delete_error = f"{type(e).__name__}: {e}"
+        report.report_path = str(write_report(self.report_path, report.to_json()))
+        return report
+
+    def _tier_claimed(self, claimed, entries, outcomes, report, phase) -> None:
+        from pipelines import lake as lk
+        from pipelines.segments import scan_segment
+
+        with phase("scan"):
+            facts = {}
+            for e in claimed:
+                path = self.store_dir / "commitlog" / e.file_name
+                if not path.exists():
+                    outcomes[e.base_offset] = self._quarantine(e, f"{path} is missing")
+                    continue
+                facts[e.base_offset] = scan_segment(path)
+        recorded = lk.transaction_version(self.messages_uri, self.app_id)
+        recorded = -1 if recorded is None else recorded
+        committed_earlier = [b for b in facts if b <= recorded]
+        todo = sorted(b for b in facts if b > recorded)
+        expected: dict[str, RowsDigest] = {}
+        committed_version = None
+        if todo:
+            committed_version = self._stage_validate_commit(
+                [facts[b] for b in todo], entries, outcomes, expected, report, phase
+            )
+        _crash_point("after_commit")
+        with phase("verify"):
+            verify = [b for b in committed_earlier + todo if b not in outcomes]
+            verified = self._verify(verify, facts, entries, expected, committed_version, outcomes)
+        with phase("segments_table"):
+            self._write_segments_rows(verified, facts, outcomes, expected)
+        _crash_point("after_verify")
+        for b in verified:
+            self.manifest.mark_tiered(b, self.owner, note=f"run {self.run_id}")
+            outcomes[b].state = "tiered"
+
+    # =================================================================================================
+    def _quarantine(self, e: SegmentEntry, reason: str) -> SegmentOutcome:
+        log.error("quarantining segment %s: %s", e.file_name, reason)
+        self.manifest.mark_quarantined(e.base_offset, self.owner, reason)
+        return SegmentOutcome(e.file_name, e.base_offset, "quarantined", reason)
+
+    def _source(self, bases: list[int]):
+        """The segments' records, decoded by the commitlog Spark source."""
+        return (
+            self.spark.read.format("commitlog")
+            .option("segments", ",".join(str(b) for b in bases))
+            .load(str(self.store_dir))
+        )
+
+    def _stage(self, bases: list[int], attempt: str):
+        """Decode ``bases`` with Spark and write them as parquet under the messages table root, invisible
+        to readers until committed; returns (staging dir, DataFrame over exactly the staged files)."""
+        from pyspark.sql import functions as F
+
+        from pipelines.schema import spark_schema
+
+        stage_dir = Path(self.messages_uri) / f"tier-{self.run_id}-{attempt}"
+        src = self._source(bases)
+        # UTC day from the millis, independent of the session time zone
+        day = F.date_from_unix_date(F.floor(F.col("store_timestamp") / 86_400_000).cast("int"))
+        (
+            src.withColumn(tables.STORE_DATE, day)
+            .sortWithinPartitions(*tables.MESSAGES_PARTITION_BY, "commitlog_offset")
+            .write.mode("errorifexists")
+            .partitionBy(*tables.MESSAGES_PARTITION_BY)
+            .parquet(str(stage_dir))
+        )
+        staged = (
+            self.spark.read.schema(spark_schema(tables.MESSAGES_SCHEMA))
+            .option("basePath", str(stage_dir))
+            .parquet(str(stage_dir))
+            .select(*tables.MESSAGES_SCHEMA.names)
+        )
+        return stage_dir, staged
+
+    def _stage_validate_commit(self, batch, entries, outcomes, expected, report, phase) -> int | None:
+        from pipelines import lake as lk
+        from pipelines.schema import spark_schema
+
+        bases = [f.base_offset for f in batch]
+        clean = [f.base_offset for f in batch if checks.is_clean(f)]
+        with phase("stage"):
+            stage_dir, staged = self._stage(clean, "a") if clean else (None, None)
+        with phase("validate"):
+            if staged is None:
+                staged = self.spark.createDataFrame([], spark_schema(tables.MESSAGES_SCHEMA))
+            # Two reads of the staged files, no cache: the digests read only the narrow columns (parquet
+            # prunes the bodies), and every record rule is one flag column of a single pass over the rows.
+            digests = checks.rows_digest(staged)
+            history = _tiered_history(self.segments_uri, self.store_id)
+            frames = checks.expectation_frames(
+                self.spark,
+                checked_messages(staged),
+                checks.segment_check_table(batch, entries, digests),
+                checks.queue_check_table(batch, digests, history),
+            )
+            quality = validate(self.spark, frames, [f.segment for f in batch], self.run_id)
+            report.quality = quality
+            # results are data even if this run dies later: append them before anything is committed
+            tables.append_arrow(
+                self.quality_uri, quality.to_arrow(), app_id=f"mqlake-quality:{self.store_id}",
+                version=time.time_ns() // 1000,
+            )  # fmt: skip
+        failures = quality.failures()
+        passing = [b for b in bases if entries[b].file_name not in failures]
+        for b in bases:
+            if b not in passing:
+                names = ", ".join(failures[entries[b].file_name])
+                outcomes[b] = self._quarantine(entries[b], f"failed expectations: {names} (run {self.run_id})")
+        if not passing:
+            return None
+        if passing != clean:
+            # Staged files mix segments only per task, so re-stage the passing ones alone rather than
+            # pick files apart; rare (a segment failed), and the verify step still checks the result.
+            with phase("stage"):
+                stage_dir, staged = self._stage(passing, "b")
+                digests = checks.rows_digest(staged)
+        expected.update({entries[b].file_name: digests[entries[b].file_name] for b in passing})
+        _crash_point("before_commit")
+        with phase("commit"):
+            files = [p for p in stage_dir.rglob("*.parquet") if not any(x.startswith(("_", ".")) for x in p.parts)]
+            adds = lk.add_actions(self.messages_uri, files, tables.MESSAGES_PARTITION_BY)
+            version = lk.commit_files(
+                self.messages_uri,
+                adds,
+                schema=tables.MESSAGES_SCHEMA,
+                partition_by=tables.MESSAGES_PARTITION_BY,
+                app_id=self.app_id,
+                version=max(passing),
+                metadata={
+                    "mqlake.tier.run": self.run_id,
+                    "mqlake.tier.segments": ",".join(entries[b].file_name for b in passing),
+                },
+            )
+        report.messages_version = version
+        return version
+
+    def _verify(self, bases, facts, entries, expected, committed_version, outcomes) -> list[int]:
+        """Match the committed snapshot's rows of each segment against what was validated; returns the
+        base offsets that match."""
+        from pyspark.sql import functions as F
+
+        from pipelines import lake as lk
+
+        if not bases:
+            return []
+        names = [entries[b].file_name for b in bases]
+        snapshot = lk.read_table(self.spark, self.messages_uri)
+        lo = min(bases)
+        hi = max(facts[b].base_offset + facts[b].file_size for b in bases)
+        rows = snapshot.where(F.col("commitlog_offset").between(lo, hi - 1) & F.col("segment").isin(names))
+        found = checks.rows_digest(rows)
+        resumed = [b for b in bases if entries[b].file_name not in expected]
+        if resumed:
+            # Committed by a run that died before verifying: decode the files again as the reference.
+            expected.update(checks.rows_digest(self._source(resumed)))
+        verified = []
+        for b in bases:
+            name = entries[b].file_name
+            problems = checks.mismatches(expected.get(name) or RowsDigest(0, 0, 0, None, None, {}), found.get(name))
+            if problems:
+                outcomes[b] = self._quarantine(entries[b], f"committed rows do not match: {'; '.join(problems)}")
+                continue
+            version = _commit_version_of(self.messages_uri, name) if b in resumed else committed_version
+            outcomes[b] = SegmentOutcome(name, b, "pending", "", version, found[name].count)
+            verified.append(b)
+        return verified
+
+    def _write_segments_rows(self, verified: list[int], facts, outcomes, digests: dict[str, RowsDigest]) -> None:
+        from pipelines import lake as lk
+
+        recorded = lk.transaction_version(self.segments_uri, self.app_id)
+        todo = [b for b in verified if recorded is None or b > recorded]
+        if not todo:
+            return
+        now = datetime.now(UTC)
+        rows = []
+        for b in todo:
+            f, o = facts[b], outcomes[b]
+            digest = digests[f.segment]
+            queues = digest.queues
+            rows.append(
+                {
+                    "store_id": self.store_id,
+                    "segment": f.segment,
+                    "base_offset": b,
+                    "file_size": f.file_size,
+                    "record_count": f.record_count,
+                    "valid_bytes": f.valid_bytes,
+                    "min_commitlog_offset": f.min_commitlog_offset,
+                    "max_commitlog_offset": f.max_commitlog_offset,
+                    "min_queue_offset": min((q.first_offset for q in queues.values()), default=None),
+                    "max_queue_offset": max((q.last_offset for q in queues.values()), default=None),
+                    "min_store_timestamp": f.first_store_timestamp,
+                    "max_store_timestamp": f.last_store_timestamp,
+                    "file_crc32c": checks.file_crc32c(Path(f.path)),
+                    "body_crc_sum": digest.crc_sum,
+                    "queue_ranges": [
+                        {"topic": t, "queue_id": q, "first_offset": r.first_offset, "last_offset": r.last_offset,
+                         "count": r.count}
+                        for (t, q), r in sorted(queues.items())
+                    ],  # fmt: skip
+                    "run_id": self.run_id,
+                    "messages_version": o.messages_version if o.messages_version is not None else -1,
+                    "tiered_at": now,
+                }
+            )
+        tables.append_arrow(
+            self.segments_uri,
+            pa.Table.from_pylist(rows, schema=tables.SEGMENTS_SCHEMA),
+            app_id=self.app_id,
+            version=max(todo),
+        )
+
+
+def tier(store_dir: Path, lake: Path, **kwargs) -> TierReport:
+    """Run the tiering job once (see :class:`TierJob` for the keyword arguments)."""
+    return TierJob(store_dir, lake, **kwargs).run()

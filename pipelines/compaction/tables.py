@@ -1,0 +1,78 @@
+"""The tier's Delta tables under ``--lake``: names, schemas, and appends of small driver-side tables.
+
+Table properties (log / deleted-file retention, checkpoints, txn ids never expiring) are lake.py's
+``TABLE_PROPERTIES``, set when a table is created.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.schema import MESSAGE_FIELDS
+
+MESSAGES = "messages"
+SEGMENTS = "segments"
+QUALITY_RESULTS = "quality_results"
+REPORTS_DIR = "_reports"
+
+STORE_DATE = "store_date"  # UTC date of store_timestamp: partitions close at UTC midnight
+MESSAGES_PARTITION_BY = ["topic", STORE_DATE]
+MESSAGES_SCHEMA = pa.schema([*MESSAGE_FIELDS, pa.field(STORE_DATE, pa.date32(), nullable=False)])
+
+QUEUE_RANGE = pa.struct(
+    [
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("queue_id", pa.int32(), nullable=False),
+        pa.field("first_offset", pa.int64(), nullable=False),
+        pa.field("last_offset", pa.int64(), nullable=False),
+        pa.field("count", pa.int64(), nullable=False),
+    ]
+)
+
+SEGMENTS_SCHEMA = pa.schema(
+    [
+        pa.field("store_id", pa.string(), nullable=False),
+        pa.field("segment", pa.string(), nullable=False),
+        pa.field("base_offset", pa.int64(), nullable=False),
+        pa.field("file_size", pa.int64(), nullable=False),
+        pa.field("record_count", pa.int64(), nullable=False),
+        pa.field("valid_bytes", pa.int64(), nullable=False),
+        pa.field("min_commitlog_offset", pa.int64()),
+        pa.field("max_commitlog_offset", pa.int64()),
+        pa.field("min_queue_offset", pa.int64()),
+        pa.field("max_queue_offset", pa.int64()),
+        pa.field("min_store_timestamp", pa.int64()),
+        pa.field("max_store_timestamp", pa.int64()),
+        pa.field("file_crc32c", pa.int64(), nullable=False),
+        pa.field("body_crc_sum", pa.int64(), nullable=False),
+        pa.field("queue_ranges", pa.list_(QUEUE_RANGE)),
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("messages_version", pa.int64(), nullable=False),
+        pa.field("tiered_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+def table_uri(lake: Path, name: str) -> str:
+    return str(Path(lake).absolute() / name)
+
+
+def append_arrow(table_uri: str, table: pa.Table, *, app_id: str, version: int) -> int | None:
+    """Append a small driver-side table as one parquet file, committed through lake.commit_files (so the
+    same txn check, table properties and commit path as the Spark-written data)."""
+    from pipelines import lake
+
+    root = Path(table_uri)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"part-{uuid.uuid4().hex}.parquet"
+    pq.write_table(table, path)
+    committed = lake.commit_files(
+        table_uri, lake.add_actions(table_uri, [path]), schema=table.schema, partition_by=[],
+        app_id=app_id, version=version,
+    )  # fmt: skip
+    if committed is None:
+        path.unlink(missing_ok=True)  # already committed by an earlier attempt: this copy is not needed
+    return committed

@@ -1,0 +1,44 @@
+"""Table upkeep for the tier (``mqlake tier --compact``): compact small files, vacuum old ones.
+
+Only CLOSED partitions of ``messages`` are compacted — ``store_date`` before today (UTC) — because a
+tiering run may still be adding files to today's; rewriting a partition while it grows would only be
+redone tomorrow.  Vacuum deletes files that left the table longer ago than the table's
+``delta.deletedFileRetentionDuration`` (lake.py sets 7 days: far longer than any query or tiering run
+holds a snapshot), plus files never committed (``full``): the staged files of runs that died before
+their commit.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from pipelines.compaction import tables
+
+TARGET_FILE_SIZE = 128 * 1024 * 1024
+
+
+def compact(lake: Path, today: date | None = None, target_size: int = TARGET_FILE_SIZE) -> dict[str, Any]:
+    """Optimize and vacuum each tier table under ``lake``; returns what was done, per table."""
+    from deltalake import DeltaTable
+
+    from pipelines import lake as lk
+
+    today = today or datetime.now(UTC).date()
+    out: dict[str, Any] = {}
+    for name in (tables.MESSAGES, tables.SEGMENTS, tables.QUALITY_RESULTS):
+        uri = tables.table_uri(lake, name)
+        if not lk.is_table(uri):
+            continue
+        dt = DeltaTable(uri)
+        filters = [(tables.STORE_DATE, "<", today.isoformat())] if name == tables.MESSAGES else None
+        metrics = dt.optimize.compact(partition_filters=filters, target_size=target_size)
+        vacuumed = DeltaTable(uri).vacuum(retention_hours=None, dry_run=False, full=True)
+        out[name] = {
+            "files_added": metrics.get("numFilesAdded", 0),
+            "files_removed": metrics.get("numFilesRemoved", 0),
+            "vacuumed": len(vacuumed),
+            "version": DeltaTable(uri).version(),
+        }
+    return out
