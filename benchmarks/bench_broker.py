@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import os
 import pstats
 import shutil
@@ -40,6 +39,7 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_store import CpuMeter, machine
+from benchmarks.report import emit
 from broker.client import Admin, Message, MessageExt, Producer, PullConsumer, PushConsumer
 from broker.client.message import ConsumeFromWhere
 from broker.remoting import headers as h
@@ -521,15 +521,7 @@ def main() -> dict:
              TARGET_P99_MS),
         ]  # fmt: skip
         results["wall_seconds"] = time.perf_counter() - t0
-    print()
-    print_report(results)
-    print(f"\n(bench_broker wall time {results['wall_seconds']:.1f} s)")
-    print("JSON " + json.dumps(results, sort_keys=True))
-    path = os.environ.get("BENCH_JSON")
-    if path:
-        Path(path).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    sys.stdout.flush()
-    return results
+    return emit("bench_broker", results, print_report)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ from benchmarks.bench_broker import (
     send_rate,
 )
 from benchmarks.bench_store import CpuMeter, machine
+from benchmarks.report import emit
 from broker.client import Admin, Producer
 from broker.remoting.loop import run
 
@@ -141,15 +141,7 @@ def main() -> dict:
             ("replay send rate / raw batched produce rate", ratio >= TARGET_RATIO, ratio, TARGET_RATIO),
         ]
         results["wall_seconds"] = time.perf_counter() - t0
-    print()
-    print_report(results)
-    print(f"\n(bench_replay wall time {results['wall_seconds']:.1f} s)")
-    print("JSON " + json.dumps(results, sort_keys=True, default=str))
-    path = os.environ.get("BENCH_JSON")
-    if path:
-        Path(path).write_text(json.dumps(results, indent=2, sort_keys=True, default=str) + "\n")
-    sys.stdout.flush()
-    return results
+    return emit("bench_replay", results, print_report)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from benchmarks.report import emit
 from store import format as fmt
 from store.commitlog import CommitLog
 from store.config import FlushDiskType, MessageStoreConfig
@@ -1024,17 +1025,9 @@ def main() -> dict:
             results["machine"]["switch_interval"] = sys.getswitchinterval()
         finally:
             sys.setswitchinterval(old_si)
-    print()
-    print_report(results)
-    print(f"\n(bench_store wall time {results['wall_seconds']:.1f} s)")
     slim = json.loads(json.dumps(results))
     slim["dispatch"]["sustained"].pop("lag_series_bytes", None)
-    print("JSON " + json.dumps(slim, sort_keys=True))
-    path = os.environ.get("BENCH_JSON")
-    if path:
-        Path(path).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    sys.stdout.flush()
-    return results
+    return emit("bench_store", results, print_report, slim)
 
 
 if __name__ == "__main__":

@@ -24,15 +24,14 @@ What is timed, exactly:
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from benchmarks.bench_store import SCALE, STORE_HOST, build_messages, machine
+from benchmarks.report import emit
 from store.config import MessageStoreConfig
 from store.message_store import MessageStore
 from store.retention import SegmentManifest, SegmentState
@@ -146,15 +145,7 @@ def main() -> dict:
         t0 = time.perf_counter()
         results = run(Path(d))
         results["wall_seconds"] = time.perf_counter() - t0
-    print()
-    print_report(results)
-    print(f"\n(bench_tier wall time {results['wall_seconds']:.1f} s)")
-    print("JSON " + json.dumps(results, sort_keys=True, default=str))
-    path = os.environ.get("BENCH_JSON")
-    if path:
-        Path(path).write_text(json.dumps(results, indent=2, sort_keys=True, default=str) + "\n")
-    sys.stdout.flush()
-    return results
+    return emit("bench_tier", results, print_report)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ from benchmarks.bench_store import (
     running_store,
     warm,
 )
+from benchmarks.report import emit
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1") or 1)
 TARGET_BYTES = 1 << 30  # 1 GiB at BENCH_SCALE=1
@@ -145,15 +145,7 @@ def main() -> dict:
         t0 = time.perf_counter()
         results = run_all(Path(tmpdir))
         results["wall_seconds"] = time.perf_counter() - t0
-    print()
-    print_report(results)
-    print(f"\n(bench_verify wall time {results['wall_seconds']:.1f} s)")
-    print("JSON " + json.dumps(results, sort_keys=True))
-    path = os.environ.get("BENCH_JSON")
-    if path:
-        Path(path).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    sys.stdout.flush()
-    return results
+    return emit("bench_verify", results, print_report)
 
 
 if __name__ == "__main__":
