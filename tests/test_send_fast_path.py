@@ -54,6 +54,7 @@ class _Peer:
     """What SendProcessor reads from a connection: the peer address (it becomes the record's born host)."""
 
     remote_addr = "127.0.0.1:5555"
+    remote_host = ("127.0.0.1", 5555)
 
 
 def _request(topic: str, body: bytes, uniq: str) -> RemotingCommand:

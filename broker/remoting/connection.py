@@ -54,6 +54,7 @@ class Connection(asyncio.Protocol):
         self._on_open = on_open
         self._on_close = on_close
         self.remote_addr = "?"
+        self.remote_host: tuple[str, int] = ("127.0.0.1", 0)  # the peer as (ip, port): a sent record's born host
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._loop = asyncio.get_running_loop()
@@ -75,6 +76,7 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports do not subclass asyncio's
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
+            self.remote_host = (str(peer[0]), int(peer[1]))
             self.remote_addr = f"{peer[0]}:{peer[1]}"
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -192,7 +194,7 @@ class Connection(asyncio.Protocol):
         if isinstance(e, HeaderError):
             # Java turns RemotingCommandException from decodeCommandCustomHeader into SYSTEM_ERROR + message.
             log.info("%s: bad header in %s from %s: %s", self._name, code_name(cmd.code, False), self.remote_addr, e)
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"HeaderError: {e}")
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
         log.error("%s: handler for %s from %s failed", self._name, code_name(cmd.code, False), self.remote_addr,
                   exc_info=e)
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")

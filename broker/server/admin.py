@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from broker.remoting.codes import ResponseCode
 from broker.remoting.command import RemotingCommand
-from broker.remoting.errors import HeaderError
 from broker.remoting.headers import (
     CreateTopicRequestHeader,
     GetConsumerConnectionListRequestHeader,
@@ -51,10 +50,7 @@ class AdminProcessor:
 
     async def update_and_create_topic(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
         b = self.broker
-        try:
-            h = cmd.read_header(CreateTopicRequestHeader)
-        except HeaderError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        h = cmd.read_header(CreateTopicRequestHeader)
         bad = tp.topic_name_error(h.topic)
         if bad is None and h.topic == b.config.broker_cluster_name:
             bad = f"topic {h.topic} is the cluster's name"
@@ -79,10 +75,7 @@ class AdminProcessor:
 
     async def get_topic_stats_info(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
         b = self.broker
-        try:
-            h = cmd.read_header(GetTopicStatsInfoRequestHeader)
-        except HeaderError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        h = cmd.read_header(GetTopicStatsInfoRequestHeader)
         tc = b.topics.get(h.topic)
         if tc is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist")
@@ -100,10 +93,7 @@ class AdminProcessor:
 
     async def get_consume_stats(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
         b = self.broker
-        try:
-            h = cmd.read_header(GetConsumeStatsRequestHeader)
-        except HeaderError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        h = cmd.read_header(GetConsumeStatsRequestHeader)
         topics = [h.topic] if h.topic else sorted(b.offsets.topics_of_group(h.consumer_group))
         table = {}
         for topic in topics:
@@ -135,10 +125,7 @@ class AdminProcessor:
         return cmd.response(ResponseCode.SUCCESS, body=json_bytes(body))
 
     async def get_consumer_connection_list(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
-        try:
-            h = cmd.read_header(GetConsumerConnectionListRequestHeader)
-        except HeaderError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        h = cmd.read_header(GetConsumerConnectionListRequestHeader)
         info = self.broker.consumers.groups.get(h.consumer_group)
         if info is None or not info.channels:
             return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE, f"consumer group {h.consumer_group} is not online")
@@ -152,10 +139,7 @@ class AdminProcessor:
         return cmd.response(ResponseCode.SUCCESS, body=json_bytes(body))
 
     async def get_producer_connection_list(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
-        try:
-            h = cmd.read_header(GetProducerConnectionListRequestHeader)
-        except HeaderError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        h = cmd.read_header(GetProducerConnectionListRequestHeader)
         channels = self.broker.producers.groups.get(h.producer_group)
         if not channels:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"producer group {h.producer_group} has no connection")

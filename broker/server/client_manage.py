@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from broker.remoting.codes import ResponseCode
 from broker.remoting.command import RemotingCommand
-from broker.remoting.errors import HeaderError
 from broker.remoting.headers import GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader
 from broker.server import clients as cl
 from broker.server.queue_locks import mq_from_json, mq_to_json
@@ -76,10 +75,7 @@ class ClientManageProcessor:
         return cmd.response(ResponseCode.SUCCESS)
 
     async def unregister_client(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
-        try:
-            h = cmd.read_header(UnregisterClientRequestHeader)
-        except HeaderError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        h = cmd.read_header(UnregisterClientRequestHeader)
         if h.producer_group:
             self.broker.producers.unregister(h.producer_group, conn)
         if h.consumer_group:
@@ -87,10 +83,7 @@ class ClientManageProcessor:
         return cmd.response(ResponseCode.SUCCESS)
 
     async def get_consumer_list_by_group(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
-        try:
-            h = cmd.read_header(GetConsumerListByGroupRequestHeader)
-        except HeaderError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        h = cmd.read_header(GetConsumerListByGroupRequestHeader)
         ids = self.broker.consumers.client_ids(h.consumer_group)
         if not ids:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {h.consumer_group}")

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from broker.remoting.codes import ResponseCode
 from broker.remoting.command import RemotingCommand
-from broker.remoting.errors import HeaderError
 from broker.remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from broker.server import topics as tp
 from broker.server.clients import SubscriptionData
@@ -104,8 +103,6 @@ class PullProcessor:
             sub = self._check(h)
         except _Refused as e:
             return cmd.response(e.code, e.remark)
-        except HeaderError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
         result = self._read(h, sub)
         code = pull_code(result.status, h.queue_offset)
         if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from broker.remoting.codes import ResponseCode
 from broker.remoting.command import RemotingCommand
-from broker.remoting.errors import HeaderError
 from broker.remoting.headers import QueryMessageRequestHeader, QueryMessageResponseHeader, ViewMessageRequestHeader
 
 if TYPE_CHECKING:
@@ -21,10 +20,7 @@ class QueryProcessor:
         self.broker = broker
 
     async def query_message(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
-        try:
-            h = cmd.read_header(QueryMessageRequestHeader)
-        except HeaderError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        h = cmd.read_header(QueryMessageRequestHeader)
         max_num = DEFAULT_QUERY_MAX_NUM if cmd.ext_fields.get("_UNIQUE_KEY_QUERY") == "true" else h.max_num
         # Index reads walk hash chains over mmapped files that may be cold: keep them off the event loop.
         result = await asyncio.to_thread(
@@ -39,10 +35,7 @@ class QueryProcessor:
         return cmd.response(ResponseCode.SUCCESS, None, header, b"".join(result.messages))
 
     async def view_message_by_id(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
-        try:
-            h = cmd.read_header(ViewMessageRequestHeader)
-        except HeaderError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        h = cmd.read_header(ViewMessageRequestHeader)
         raw = await asyncio.to_thread(self.broker.store.look_message_by_offset, h.offset)
         if raw is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no message at CommitLog offset {h.offset}")

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from broker.remoting.codes import ResponseCode
 from broker.remoting.command import RemotingCommand
-from broker.remoting.errors import HeaderError
 from broker.remoting.headers import (
     GetEarliestMsgStoretimeRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
@@ -39,17 +38,6 @@ def _total_memory() -> int:
 TOTAL_PHYSICAL_MEMORY = _total_memory()
 
 
-def _header_errors(handler):
-    async def wrapped(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
-        try:
-            return await handler(self, cmd, conn)
-        except HeaderError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
-
-    wrapped.__name__ = handler.__name__
-    return wrapped
-
-
 class OffsetProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -64,7 +52,6 @@ class OffsetProcessor:
         behind = store.max_phy_offset - unit[0]
         return behind <= TOTAL_PHYSICAL_MEMORY * ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO // 100
 
-    @_header_errors
     async def query_consumer_offset(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
         h = cmd.read_header(QueryConsumerOffsetRequestHeader)
         offset = self.broker.offsets.query(h.consumer_group, h.topic, h.queue_id)
@@ -79,31 +66,26 @@ class OffsetProcessor:
             return cmd.response(ResponseCode.SUCCESS, None, QueryConsumerOffsetResponseHeader(offset=0))
         return cmd.response(ResponseCode.QUERY_NOT_FOUND, "no committed offset for this group and queue")
 
-    @_header_errors
     async def update_consumer_offset(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
         h = cmd.read_header(UpdateConsumerOffsetRequestHeader)
         self.broker.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         return cmd.response(ResponseCode.SUCCESS)
 
-    @_header_errors
     async def get_max_offset(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
         h = cmd.read_header(GetMaxOffsetRequestHeader)
         offset = self.broker.store.get_max_offset_in_queue(h.topic, h.queue_id)
         return cmd.response(ResponseCode.SUCCESS, None, GetMaxOffsetResponseHeader(offset=offset))
 
-    @_header_errors
     async def get_min_offset(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
         h = cmd.read_header(GetMinOffsetRequestHeader)
         offset = self.broker.store.get_min_offset_in_queue(h.topic, h.queue_id)
         return cmd.response(ResponseCode.SUCCESS, None, GetMinOffsetResponseHeader(offset=offset))
 
-    @_header_errors
     async def get_earliest_msg_storetime(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
         h = cmd.read_header(GetEarliestMsgStoretimeRequestHeader)
         ts = self.broker.store.get_earliest_message_time(h.topic, h.queue_id)
         return cmd.response(ResponseCode.SUCCESS, None, GetEarliestMsgStoretimeResponseHeader(timestamp=ts))
 
-    @_header_errors
     async def search_offset_by_timestamp(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
         h = cmd.read_header(SearchOffsetRequestHeader)
         upper = (h.boundary_type or "").lower() == "upper"

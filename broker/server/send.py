@@ -12,7 +12,6 @@ Decisions where the store is not RocketMQ's yet:
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import random
 from collections.abc import Awaitable
@@ -55,23 +54,6 @@ class SendRefused(Exception):
         super().__init__(remark)
         self.code = code
         self.remark = remark
-
-
-def host_of(conn: Any) -> tuple[str, int]:
-    """The peer of a connection as (ip, port), whatever shape the remoting layer reports it in."""
-    addr = getattr(conn, "remote_addr", None)
-    if isinstance(addr, tuple) and len(addr) >= 2:
-        return str(addr[0]), int(addr[1])
-    if isinstance(addr, str) and ":" in addr:
-        return _split_addr(addr)
-    return "127.0.0.1", 0
-
-
-@functools.lru_cache(maxsize=4096)
-def _split_addr(addr: str) -> tuple[str, int]:
-    # One parse per peer rather than per send.
-    host, _, port = addr.rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 def read_send_header(cmd: RemotingCommand) -> SendMessageRequestHeader:
@@ -161,7 +143,7 @@ class SendProcessor:
             flag=flag,
             sys_flag=sys_flag,
             born_timestamp=h.born_timestamp,
-            born_host=host_of(conn),
+            born_host=conn.remote_host,
             reconsume_times=h.reconsume_times or 0,
         )
 
@@ -270,10 +252,7 @@ class SendProcessor:
     async def consumer_send_msg_back(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
         """Route a message a consumer failed on to ``%RETRY%<group>``, or ``%DLQ%<group>`` past the limit."""
         b = self.broker
-        try:
-            h = cmd.read_header(ConsumerSendMsgBackRequestHeader)
-        except HeaderError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        h = cmd.read_header(ConsumerSendMsgBackRequestHeader)
         cfg = b.groups.find(h.group)
         if cfg is None:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"no subscription group {h.group}")
