@@ -9,39 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from broker.client.message import MessageQueue
+from broker.remoting.route_data import BrokerData, QueueData
 from store.config_files import load_lenient_json
 
 PERM_PRIORITY = 8
 PERM_READ = 4
 PERM_WRITE = 2
 PERM_INHERIT = 1
-MASTER_ID = 0
 AUTO_CREATE_TOPIC = "TBW102"  # TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 
 
 class RouteError(ValueError):
     """A route body that is not a TopicRouteData."""
-
-
-@dataclass(frozen=True, slots=True)
-class QueueData:
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerData:
-    cluster: str
-    broker_name: str
-    broker_addrs: dict[int, str]
-
-    @property
-    def master_addr(self) -> str | None:
-        return self.broker_addrs.get(MASTER_ID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,26 +64,6 @@ class TopicRouteData:
         return [b.master_addr for b in self.broker_datas if b.master_addr]
 
 
-def _int(d: dict, *names: str, default: int | None = None) -> int:
-    for n in names:
-        if n in d and d[n] is not None:
-            return int(d[n])
-    if default is None:
-        raise RouteError(f"field {names[0]!r} missing in {d!r}")
-    return default
-
-
-def parse_broker_data(d: dict) -> BrokerData:
-    addrs = d.get("brokerAddrs") or {}
-    if not isinstance(addrs, dict):
-        raise RouteError(f"brokerAddrs is not a map: {addrs!r}")
-    return BrokerData(
-        cluster=str(d.get("cluster", "")),
-        broker_name=str(d["brokerName"]),
-        broker_addrs={int(k): str(v) for k, v in addrs.items()},
-    )
-
-
 def parse_route(body: bytes | str, source: str = "route") -> TopicRouteData:
     """Parse a GET_ROUTEINFO_BY_TOPIC body in either JSON dialect."""
     text = body.decode("utf-8") if isinstance(body, bytes | bytearray) else body
@@ -111,17 +71,8 @@ def parse_route(body: bytes | str, source: str = "route") -> TopicRouteData:
     if not isinstance(data, dict):
         raise RouteError(f"{source}: expected a JSON object, got {type(data).__name__}")
     try:
-        queues = tuple(
-            QueueData(
-                broker_name=str(q["brokerName"]),
-                read_queue_nums=_int(q, "readQueueNums"),
-                write_queue_nums=_int(q, "writeQueueNums"),
-                perm=_int(q, "perm"),
-                topic_sys_flag=_int(q, "topicSysFlag", "topicSynFlag", default=0),
-            )
-            for q in data.get("queueDatas") or ()
-        )
-        brokers = tuple(parse_broker_data(b) for b in data.get("brokerDatas") or ())
+        queues = tuple(QueueData.from_json(q) for q in data.get("queueDatas") or ())
+        brokers = tuple(BrokerData.from_json(b) for b in data.get("brokerDatas") or ())
     except (KeyError, TypeError, ValueError) as e:
         raise RouteError(f"{source}: malformed TopicRouteData: {e!r}") from None
     return TopicRouteData(queues, brokers, data.get("orderTopicConf"), data)

@@ -7,50 +7,14 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from broker.namesrv.register_body import TopicConf
+from broker.remoting.route_data import MASTER_ID, BrokerData, QueueData
 
 log = logging.getLogger(__name__)
 
-MASTER_ID = 0
-
-
-@dataclass
-class QueueData:
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        # topicSynFlag is the 4.0-4.8 spelling of the same field: old clients read that one.
-        return {
-            "brokerName": self.broker_name,
-            "perm": self.perm,
-            "readQueueNums": self.read_queue_nums,
-            "topicSynFlag": self.topic_sys_flag,
-            "topicSysFlag": self.topic_sys_flag,
-            "writeQueueNums": self.write_queue_nums,
-        }
-
-
-@dataclass
-class BrokerData:
-    cluster: str
-    broker_name: str
-    broker_addrs: dict[int, str] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        # brokerAddrs keeps int keys: the route encoder decides whether they are written quoted.
-        return {
-            "brokerAddrs": dict(sorted(self.broker_addrs.items())),
-            "brokerName": self.broker_name,
-            "cluster": self.cluster,
-            "enableActingMaster": False,
-        }
 
 
 @dataclass
