@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 # The project supports CPython 3.11 only (requires-python); fall back to python3 if it is 3.11.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 
-.PHONY: install up test bench lint clean
+.PHONY: install up test bench lint airflow clean
 
 install: $(VENV)/.installed
 
@@ -11,7 +11,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,airflow]'
 	touch $@
 
 up: install
@@ -24,9 +24,23 @@ test: install
 bench: install
 	$(PY) -m benchmarks
 
+# Local Airflow (standalone: scheduler, API server and UI on http://localhost:8080) with the DAGs of
+# airflow_dags/, its state in .airflow/.  The Variables start at `make up`'s store and .mqlake/lake; a
+# value set before (UI or `airflow variables set`) is kept.  The login is printed at start-up.
+AIRFLOW_ENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" AIRFLOW_HOME="$(CURDIR)/.airflow" \
+	AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/airflow_dags" AIRFLOW__CORE__LOAD_EXAMPLES=False
+
+airflow: install
+	$(AIRFLOW_ENV) $(VENV)/bin/airflow db migrate > /dev/null
+	$(AIRFLOW_ENV) $(VENV)/bin/airflow variables get mqlake_store_dir > /dev/null 2>&1 || \
+		$(AIRFLOW_ENV) $(VENV)/bin/airflow variables set mqlake_store_dir "$(CURDIR)/.mqlake/store"
+	$(AIRFLOW_ENV) $(VENV)/bin/airflow variables get mqlake_lake > /dev/null 2>&1 || \
+		$(AIRFLOW_ENV) $(VENV)/bin/airflow variables set mqlake_lake "$(CURDIR)/.mqlake/lake"
+	$(AIRFLOW_ENV) $(VENV)/bin/airflow standalone
+
 lint: install
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .mqlake .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .mqlake .airflow .pytest_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -84,9 +84,19 @@ def register_sources(spark: SparkSession) -> None:
     spark.dataSource.register(CommitLogDataSource)
 
 
+def _submitted_master() -> str | None:
+    """The ``--master`` of ``spark-submit`` when it launched this driver (its JVM is already up), else None."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf
+
+    return SparkConf().get("spark.master", None)
+
+
 def get_spark(master: str | None = None, app_name: str = "mqlake", conf: dict[str, str] | None = None) -> SparkSession:
-    """A SparkSession on ``master`` (else ``$MQLAKE_SPARK_MASTER``, else ``local[*]``) with mqlake's defaults,
-    then ``$MQLAKE_SPARK_CONF``, then ``conf`` on top; the commitlog source registered.
+    """A SparkSession on ``master`` (else spark-submit's ``--master`` when it launched this driver, else
+    ``$MQLAKE_SPARK_MASTER``, else ``local[*]``) with mqlake's defaults, then ``$MQLAKE_SPARK_CONF``, then
+    ``conf`` on top; the commitlog source registered.
 
     In a process that already has a session, that session is returned (static settings such as the
     master and driver memory cannot change then; runtime ones are applied).
@@ -96,7 +106,7 @@ def get_spark(master: str | None = None, app_name: str = "mqlake", conf: dict[st
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    master = master or os.environ.get(ENV_MASTER) or DEFAULT_MASTER
+    master = master or _submitted_master() or os.environ.get(ENV_MASTER) or DEFAULT_MASTER
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else a warning about the hostname on every start
     settings = _defaults(master) | parse_conf(os.environ.get(ENV_CONF)) | dict(conf or {})

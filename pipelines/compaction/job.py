@@ -140,18 +140,35 @@ def _new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:8]
 
 
+def _older_sealed(entries: list[SegmentEntry], file_reserved_time: float) -> list[int]:
+    """Sealed segments whose last message is older than ``file_reserved_time`` hours."""
+    cutoff_ms = (time.time() - file_reserved_time * 3600) * 1000
+    return [
+        e.base_offset
+        for e in entries
+        if e.state == SegmentState.SEALED and e.last_store_time is not None and e.last_store_time <= cutoff_ms
+    ]
+
+
 def _claim(manifest: SegmentManifest, owner: str, file_reserved_time: float | None, limit: int | None):
     if file_reserved_time is not None and file_reserved_time > 0:
         # The store expires by its own fileReservedTime; a shorter one given to the job expires more now.
-        cutoff_ms = (time.time() - file_reserved_time * 3600) * 1000
-        old = [
-            e.base_offset
-            for e in manifest.entries()
-            if e.state == SegmentState.SEALED and e.last_store_time is not None and e.last_store_time <= cutoff_ms
-        ]
+        old = _older_sealed(manifest.entries(), file_reserved_time)
         if old:
             manifest.expire(old)
     return manifest.claim(owner, treat_sealed_as_expired=file_reserved_time == 0, limit=limit)
+
+
+def due_segments(store_dir: Path | str, file_reserved_time: float | None = None) -> list[SegmentEntry]:
+    """What a run with this ``file_reserved_time`` would claim now, read only: expired segments, claims of
+    unfinished runs, and sealed segments older than ``file_reserved_time`` hours (0: every sealed one)."""
+    entries = SegmentManifest(Path(store_dir)).entries()
+    if file_reserved_time == 0:
+        sealed = {e.base_offset for e in entries if e.state == SegmentState.SEALED}
+    else:
+        sealed = set(_older_sealed(entries, file_reserved_time)) if file_reserved_time else set()
+    due = (SegmentState.EXPIRED, SegmentState.TIERING)
+    return [e for e in entries if e.state in due or e.base_offset in sealed]
 
 
 def _tiered_history(segments_uri: str, sid: str) -> list[TieredSegment]:

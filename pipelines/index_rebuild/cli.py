@@ -27,6 +27,15 @@ def verify_index_command(
     broker_conf: Annotated[
         Path | None, typer.Option("--broker-conf", help="broker.conf of the store (file sizes, delay levels).")
     ] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option("--run-id", help="Name this verification ([A-Za-z0-9_-]); a rerun under the same id replaces "
+                                      "its rows in index_verification instead of adding more."),
+    ] = None,
+    exit_zero: Annotated[
+        bool, typer.Option("--exit-zero", help="Exit 0 even on a mismatch (the report says so); 2 still means "
+                                               "the store could not be verified."),
+    ] = False,
 ) -> None:
     """Rebuild ConsumeQueue and IndexFile from the CommitLog with Spark and compare them with the live files.
 
@@ -53,12 +62,12 @@ def verify_index_command(
         store_config.store_path_root_dir = store_dir
     try:
         result = verify_index(store_dir, report_path=report, lake=lake, repair_out=out, store_config=store_config,
-                              **spark_kwargs)  # fmt: skip
+                              run_id=run_id, **spark_kwargs)  # fmt: skip
     except VerifyError as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
     print_summary(result, console)
-    raise typer.Exit(0 if result["summary"]["ok"] else 1)
+    raise typer.Exit(0 if result["summary"]["ok"] or exit_zero else 1)
 
 
 def adopt_index_command(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from dataclasses import asdict
@@ -26,6 +27,7 @@ from store.config import MessageStoreConfig
 
 log = logging.getLogger(__name__)
 REPAIR_MANIFEST = "repair.json"
+_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,100}$")  # it goes into a Delta predicate
 
 
 class VerifyError(RuntimeError):
@@ -63,11 +65,13 @@ def verify_index(
     lake: Path | None = None,
     repair_out: Path | None = None,
     store_config: MessageStoreConfig | None = None,
+    run_id: str | None = None,
 ) -> dict:
     """Verify ``store_dir``'s ConsumeQueue and IndexFile files against the CommitLog; returns the report.
 
     ``store_config`` gives the file sizes and delay levels (default: read off the files, as the tiering
-    job does).  With ``repair_out`` the rebuilt files are written there in the store's layout.
+    job does).  With ``repair_out`` the rebuilt files are written there in the store's layout.  ``run_id``
+    names the run (default: random); a rerun under the same id replaces its ``index_verification`` rows.
     """
     import numpy as np
 
@@ -78,6 +82,8 @@ def verify_index(
     store_dir = Path(store_dir)
     if not (store_dir / "commitlog").is_dir():
         raise VerifyError(f"{store_dir} has no commitlog directory")
+    if run_id is not None and not _RUN_ID.match(run_id):
+        raise VerifyError(f"run id {run_id!r}: 1-100 characters of [A-Za-z0-9_-]")
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     try:
@@ -141,7 +147,7 @@ def verify_index(
     q_ok = sum(1 for q in queues if q.ok)
     i_ok = sum(1 for r in indexes if r.ok)
     report = {
-        "run_id": uuid.uuid4().hex[:12],
+        "run_id": run_id or uuid.uuid4().hex[:12],
         "started_at": started.isoformat(),
         "store_dir": str(store_dir.resolve()),
         "broker_running": running,

@@ -60,12 +60,20 @@ def rows(report: dict, run_time: datetime) -> pa.Table:
 
 
 def append_to_lake(lake: Path, report: dict, run_time: datetime) -> Path:
-    """Append this run's rows to ``LAKE/index_verification`` (few rows: one driver-side delta-rs commit)."""
+    """Write this run's rows to ``LAKE/index_verification`` in one driver-side delta-rs commit.
+
+    The commit replaces any rows of the same run id, so a retried run (an orchestrator's retry reuses its
+    id) leaves one set of rows, not two.
+    """
     from deltalake import write_deltalake
 
     table_dir = Path(lake) / TABLE
     table_dir.parent.mkdir(parents=True, exist_ok=True)
-    write_deltalake(str(table_dir), rows(report, run_time), mode="append")
+    data = rows(report, run_time)
+    if (table_dir / "_delta_log").is_dir():
+        write_deltalake(str(table_dir), data, mode="overwrite", predicate=f"run_id = '{report['run_id']}'")
+    else:
+        write_deltalake(str(table_dir), data, mode="append")
     return table_dir
 
 

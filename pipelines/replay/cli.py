@@ -57,6 +57,9 @@ def replay_command(
     master: MasterOption = None,
     conf: ConfOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    report_path: Annotated[
+        Path | None, typer.Option("--report", help="Also write the JSON report here (dry runs too).")
+    ] = None,
 ) -> None:
     """Replay tiered and live history into a topic: ordered per queue, rate limited, resumable, no duplicates."""
     from rich.console import Console
@@ -84,7 +87,7 @@ def replay_command(
     if not dry_run:
         console.print(f"replay id: {spec.replay_id}  (rerun with --replay-id {spec.replay_id} to resume)")
     try:
-        report = replay(spec, **spark_kwargs)
+        report = replay(spec, report_path=report_path, **spark_kwargs)
     except ReplaySpecError as e:
         raise typer.BadParameter(str(e)) from None
     except ReplayError as e:

@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from expectations.runner import write_report
 from pipelines.replay import progress as prog
 from pipelines.replay.progress import QueueKey, QueueProgress, TargetKey
 from pipelines.replay.sender import REPORT_SCHEMA, ReplayError, TaskPlan, send_partition
@@ -185,10 +186,16 @@ def _partition_keys(spark, tasks: int) -> list[int]:
 
 
 def replay(
-    spec: ReplaySpec, *, spark=None, master: str | None = None, conf: dict[str, str] | None = None
+    spec: ReplaySpec,
+    *,
+    spark=None,
+    master: str | None = None,
+    conf: dict[str, str] | None = None,
+    report_path: Path | None = None,
 ) -> ReplayReport:
     """Run (or with ``spec.dry_run`` only plan) one replay; raises ReplaySpecError for bad options and
-    ReplayError when the replay cannot go on (progress already recorded stays valid for a rerun)."""
+    ReplayError when the replay cannot go on (progress already recorded stays valid for a rerun).
+    ``report_path``: also write the JSON report there (dry runs included), for an orchestrator to pick up."""
     from pipelines.replay.source import source_frame
 
     started = datetime.now(UTC)
@@ -222,9 +229,12 @@ def replay(
     # plan), and the send job does not decode the CommitLog a second time.
     df = source_frame(spark, spec).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        return _run(spark, spec, df, recorded, report, phase, fingerprint)
+        report = _run(spark, spec, df, recorded, report, phase, fingerprint)
     finally:
         df.unpersist()
+    if report_path is not None:
+        write_report(Path(report_path), report.to_json())
+    return report
 
 
 def _run(spark, spec: ReplaySpec, df, recorded, report: ReplayReport, phase, fingerprint: str) -> ReplayReport:
@@ -343,9 +353,8 @@ def _root_cause(e: BaseException) -> str:
 
 def _store_report(spec: ReplaySpec, report: ReplayReport) -> None:
     path = Path(spec.lake) / REPORTS_DIR / f"replay-{report.replay_id}-{report.run_id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     report.report_path = str(path)
-    path.write_text(json.dumps(report.to_json(), indent=2, default=str) + "\n", encoding="utf-8")
+    write_report(path, report.to_json())
     prog.append_run(spec.lake, {
         "replay_id": report.replay_id, "run_id": report.run_id, "started_at": report.started_at,
         "finished_at": report.finished_at, "dry_run": report.dry_run, "target_topic": report.target_topic,

@@ -1,0 +1,160 @@
+"""Where the DAGs take their settings from.
+
+Run-time settings are Airflow Variables, read when a task runs (so changing one needs no DAG reparse):
+
+=========================  ===========================================================  ==================
+Variable                   Meaning                                                      Default
+=========================  ===========================================================  ==================
+``mqlake_store_dir``       the broker's store root (storePathRootDir)                   (required for tier
+                                                                                        and verify)
+``mqlake_lake``            the lake root (messages, segments, ... tables)               (required)
+``mqlake_broker_conf``     the broker's broker.conf (file sizes, deleteWhen)            ``$MQLAKE_BROKER_CONF``
+``mqlake_namesrv``         NameServer HOST:PORT that replays publish through            ``127.0.0.1:9876``
+``mqlake_spark_master``    master of the in-process runner (no ``mqlake_spark``         ``local[*]``
+                           connection)
+``mqlake_spark_conf``      extra Spark conf for both runners, ``k=v,k=v``               (none)
+``mqlake_compact_weekday`` the day ``mqlake_tier`` compacts closed partitions           ``sunday``
+=========================  ===========================================================  ==================
+
+Schedules are fixed when the DAG file is parsed, and Airflow advises against reading Variables at parse
+time, so they come from the environment of the DAG processor: ``MQLAKE_TIER_SCHEDULE`` (cron; default: the
+hours of the broker's ``deleteWhen``, read from ``$MQLAKE_BROKER_CONF``, else RocketMQ's ``04``) and
+``MQLAKE_VERIFY_SCHEDULE`` (cron; default: daily, twelve hours after the first deletion hour, so a
+verification never reads a store the tier job and the broker are deleting from).  Both are in the broker's
+local time zone, as ``deleteWhen`` is.
+
+Spark runs through the connection ``mqlake_spark`` (type spark) when it exists: ``spark-submit`` launches
+the job's module against that connection's master.  Without it the job runs inside the task (PythonOperator)
+on ``mqlake_spark_master``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from airflow.sdk.exceptions import AirflowFailException
+
+SPARK_CONN_ID = "mqlake_spark"
+
+VAR_STORE_DIR = "mqlake_store_dir"
+VAR_LAKE = "mqlake_lake"
+VAR_BROKER_CONF = "mqlake_broker_conf"
+VAR_NAMESRV = "mqlake_namesrv"
+VAR_SPARK_MASTER = "mqlake_spark_master"
+VAR_SPARK_CONF = "mqlake_spark_conf"
+VAR_COMPACT_WEEKDAY = "mqlake_compact_weekday"
+
+ENV_BROKER_CONF = "MQLAKE_BROKER_CONF"
+ENV_TIER_SCHEDULE = "MQLAKE_TIER_SCHEDULE"
+ENV_VERIFY_SCHEDULE = "MQLAKE_VERIFY_SCHEDULE"
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+DEFAULT_SPARK_MASTER = "local[*]"
+DEFAULT_DELETE_WHEN = "04"  # RocketMQ's default deleteWhen
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+# Retries and time limits.  The jobs are idempotent (tier: one Delta txn per store and segment order;
+# verify-index: rows replaced per run id; replay: progress per replay id), so a retry repeats nothing.
+# Limits are generous for this machine's measured rates (tier ~27 MB/s, verify ~50 MB/s per 2 cores): a job
+# that runs past them is stuck, not slow.
+TIER_TIMEOUT = timedelta(hours=4)
+TIER_RETRIES = 2
+VERIFY_TIMEOUT = timedelta(hours=2)
+VERIFY_RETRIES = 1
+DRY_RUN_TIMEOUT = timedelta(hours=1)
+REPLAY_TIMEOUT = timedelta(hours=12)  # a rate-limited replay of days of history takes hours by design
+REPLAY_RETRIES = 2
+RETRY_DELAY = timedelta(minutes=5)
+SMALL_TASK_TIMEOUT = timedelta(minutes=10)  # manifest reads, report checks, argument building
+COMPACT_TIMEOUT = timedelta(hours=2)
+
+
+class SettingsError(AirflowFailException):
+    """A Variable is missing or malformed; the message names it.  Fails the task without retries."""
+
+
+def delete_hours() -> list[int]:
+    """The broker's ``deleteWhen`` hours, from ``$MQLAKE_BROKER_CONF`` (RocketMQ's default 04 without one)."""
+    from broker.config import load_broker_conf
+
+    conf = os.environ.get(ENV_BROKER_CONF)
+    delete_when = load_broker_conf(conf)[1].delete_when if conf else DEFAULT_DELETE_WHEN
+    return sorted({int(h) for h in delete_when.split(";")})
+
+
+def tier_schedule() -> str:
+    return os.environ.get(ENV_TIER_SCHEDULE) or f"0 {','.join(map(str, delete_hours()))} * * *"
+
+
+def verify_schedule() -> str:
+    return os.environ.get(ENV_VERIFY_SCHEDULE) or f"0 {(delete_hours()[0] + 12) % 24} * * *"
+
+
+def local_timezone() -> str:
+    """The machine's zone name: ``deleteWhen`` hours are the broker's local clock."""
+    import pendulum
+
+    return pendulum.local_timezone().name
+
+
+def run_key(run_id: str) -> str:
+    """An Airflow run id as a name our jobs accept ([A-Za-z0-9_-], at most 80 characters)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", run_id)[-80:]
+
+
+@dataclass(frozen=True)
+class Settings:
+    lake: str
+    store_dir: str | None
+    broker_conf: str | None
+    namesrv: str
+    spark_master: str
+    spark_conf: list[str] = field(default_factory=list)
+
+    def common_argv(self) -> list[str]:
+        """Options every job CLI takes the same way."""
+        argv = ["--lake", self.lake]
+        for item in self.spark_conf:
+            argv += ["--conf", item]
+        return argv
+
+
+def _variable(name: str, default: str | None = None) -> str | None:
+    from airflow.sdk import Variable
+
+    value = Variable.get(name, default=None)
+    return value.strip() if value and value.strip() else default
+
+
+def settings(*, need_store: bool) -> Settings:
+    """The Variables, checked (raises SettingsError naming the Variable)."""
+    lake = _variable(VAR_LAKE)
+    if not lake:
+        raise SettingsError(f"set the Airflow Variable {VAR_LAKE} to the lake root directory")
+    store_dir = _variable(VAR_STORE_DIR)
+    if need_store and not store_dir:
+        raise SettingsError(f"set the Airflow Variable {VAR_STORE_DIR} to the broker's store root")
+    if store_dir and not os.path.isdir(os.path.join(store_dir, "commitlog")):
+        raise SettingsError(f"Variable {VAR_STORE_DIR}={store_dir}: no commitlog directory there")
+    broker_conf = _variable(VAR_BROKER_CONF, os.environ.get(ENV_BROKER_CONF))
+    if broker_conf and not os.path.isfile(broker_conf):
+        raise SettingsError(f"Variable {VAR_BROKER_CONF}={broker_conf}: no such file")
+    conf = [c.strip() for c in (_variable(VAR_SPARK_CONF) or "").split(",") if c.strip()]
+    bad = [c for c in conf if "=" not in c]
+    if bad:
+        raise SettingsError(f"Variable {VAR_SPARK_CONF}: {bad[0]!r} is not k=v")
+    return Settings(
+        lake=lake, store_dir=store_dir, broker_conf=broker_conf,
+        namesrv=_variable(VAR_NAMESRV, DEFAULT_NAMESRV), spark_master=_variable(VAR_SPARK_MASTER, DEFAULT_SPARK_MASTER),
+        spark_conf=conf,
+    )  # fmt: skip
+
+
+def compact_weekday() -> int:
+    name = (_variable(VAR_COMPACT_WEEKDAY, "sunday") or "").lower()
+    if name not in WEEKDAYS:
+        raise SettingsError(f"Variable {VAR_COMPACT_WEEKDAY}={name!r}: use one of {', '.join(WEEKDAYS)}")
+    return WEEKDAYS.index(name)

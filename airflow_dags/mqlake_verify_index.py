@@ -1,0 +1,83 @@
+"""mqlake_verify_index: rebuild the broker's ConsumeQueue and IndexFile from its CommitLog and compare.
+
+::
+
+    verify_args ─> verify (spark-submit | in-process) ─> check_indexes
+
+``verify`` runs ``mqlake verify-index --lake`` (``python -m pipelines.index_rebuild``): one row per queue and
+index file lands in the Delta table ``index_verification`` under this run's id (a retried task replaces its
+rows).  ``check_indexes`` fails the run on any mismatch, with the summary and the first problems (topic,
+queue, offsets, file) in its log and the report's summary in its XCom.  Repair stays a human decision:
+``mqlake verify-index --repair --out DIR`` then ``mqlake store adopt-index`` on the stopped broker.
+
+Scheduled daily (``MQLAKE_VERIFY_SCHEDULE``, see ``airflow_dags/config.py``), away from the deletion hour.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pendulum
+from airflow.sdk import DAG, CronTriggerTimetable, TriggerRule, get_current_context, task
+
+from airflow_dags import config
+from airflow_dags.spark_job import read_report, spark_job
+
+SHOWN_PROBLEMS = 20
+
+with DAG(
+    dag_id="mqlake_verify_index",
+    description="Verify ConsumeQueue and IndexFile against the CommitLog; results to index_verification",
+    schedule=CronTriggerTimetable(config.verify_schedule(), timezone=config.local_timezone()),
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=config.VERIFY_TIMEOUT * 2,
+    default_args={"retries": 1, "retry_delay": config.RETRY_DELAY, "execution_timeout": config.SMALL_TASK_TIMEOUT},
+    tags=["mqlake"],
+    doc_md=__doc__,
+) as dag:
+
+    @task(multiple_outputs=True)
+    def verify_args(run_id: str | None = None) -> dict:
+        s = config.settings(need_store=True)
+        key = config.run_key(run_id)
+        report = f"{s.lake}/_reports/airflow-verify-index-{key}.json"
+        argv = ["--store-dir", s.store_dir, *s.common_argv(), "--report", report, "--run-id", key, "--exit-zero"]
+        if s.broker_conf:
+            argv += ["--broker-conf", s.broker_conf]
+        return {"argv": argv, "report": report}
+
+    @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
+    def check_indexes(report_path: str) -> dict:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        report = read_report(report_path)
+        summary = report["summary"] | {"run_id": report["run_id"], "report": report_path}
+        print("verification: " + json.dumps(summary))
+        if summary["ok"]:
+            return summary
+        problems = []
+        for q in report["consume_queues"]:
+            if q["status"] != "ok":
+                print(f"ConsumeQueue {q['topic']}/{q['queue_id']}: {q['status']} missing={q['missing']} "
+                      f"mismatched={q['mismatched']} extra={q['extra']} first bad offset={q['first_bad_queue_offset']}"
+                      f" files={q['files_differing'] + q['files_missing']}")  # fmt: skip
+                problems += q["problems"]
+        for r in report["index_files"]:
+            if r["status"] != "ok":
+                print(f"IndexFile {r['file']}: {r['status']} missing={r['missing']} mismatched={r['mismatched']} "
+                      f"extra={r['extra']} unreachable={r['unreachable']}")  # fmt: skip
+                problems += r["problems"]
+        for p in problems[:SHOWN_PROBLEMS]:
+            print("  " + json.dumps(p))
+        get_current_context()["ti"].xcom_push(key="summary", value=summary)
+        raise AirflowFailException(
+            f"index mismatch: {summary['queues'] - summary['queues_ok']} of {summary['queues']} ConsumeQueues and "
+            f"{summary['index_files'] - summary['index_files_ok']} of {summary['index_files']} IndexFiles differ "
+            f"from the CommitLog. Report: {report_path}"
+        )
+
+    args = verify_args()
+    args >> spark_job("verify", "pipelines.index_rebuild", args["argv"], timeout=config.VERIFY_TIMEOUT,
+                      retries=config.VERIFY_RETRIES) >> check_indexes(args["report"])  # fmt: skip
