@@ -21,8 +21,8 @@ DEFAULT_MASTER = "local[*]"
 # Shared typer options: every pipeline command (tier, sql, verify-index, replay) takes these two the same way.
 MasterOption = Annotated[
     str | None,
-    typer.Option("--master", help=f"Spark master URL (default: ${ENV_MASTER} or {DEFAULT_MASTER}).",
-                 show_default=False),
+    typer.Option("--master", show_default=False,
+                 help=f"Spark master URL (default: spark-submit's --master, ${ENV_MASTER}, or {DEFAULT_MASTER})."),
 ]
 ConfOption = Annotated[
     list[str] | None,
@@ -88,8 +88,9 @@ def _submitted_master() -> str | None:
     """The ``--master`` of ``spark-submit`` when it launched this driver (its JVM is already up), else None."""
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         return None
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
 
+    SparkContext._ensure_initialized()  # connect to spark-submit's JVM, so SparkConf sees its settings
     return SparkConf().get("spark.master", None)
 
 

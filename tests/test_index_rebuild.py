@@ -126,6 +126,41 @@ def test_clean_store_verifies_through_the_cli_with_report_and_lake(spark, base_s
     assert {r["run_id"] for r in rows} == {rep["run_id"]}
 
 
+def test_rerun_under_a_run_id_replaces_its_rows_and_exit_zero_reports_without_failing(spark, base_store, tmp_path):
+    """What an orchestrator relies on: a retried run leaves one set of rows; --exit-zero leaves the verdict
+    to the report."""
+    from deltalake import DeltaTable
+    from typer.testing import CliRunner
+
+    from broker.cli import app
+
+    store_dir = copy_store(base_store, tmp_path)
+    lake = tmp_path / "lake"
+
+    def verify_cli(*extra: str):
+        return CliRunner().invoke(app, ["verify-index", "--store-dir", str(store_dir), "--lake", str(lake),
+                                        "--report", str(tmp_path / "r.json"), *extra])  # fmt: skip
+
+    def rows_by_run() -> dict[str, int]:
+        runs: dict[str, int] = {}
+        for r in DeltaTable(str(lake / "index_verification")).to_pyarrow_table(columns=["run_id"]).to_pylist():
+            runs[r["run_id"]] = runs.get(r["run_id"], 0) + 1
+        return runs
+
+    assert verify_cli("--run-id", "nightly-1").exit_code == 0
+    once = rows_by_run()["nightly-1"]
+    assert verify_cli("--run-id", "nightly-1").exit_code == 0
+    assert verify_cli("--run-id", "nightly-2").exit_code == 0
+    assert rows_by_run() == {"nightly-1": once, "nightly-2": once}
+
+    cq_file(store_dir, "Orders", 0, 1).unlink()
+    assert verify_cli().exit_code == 1
+    res = verify_cli("--exit-zero", "--run-id", "nightly-3")
+    assert res.exit_code == 0 and not json.loads((tmp_path / "r.json").read_text())["summary"]["ok"]
+    bad = verify_cli("--run-id", "x' OR '1'='1")
+    assert bad.exit_code == 2 and "run id" in bad.output
+
+
 def test_python_module_entry_point_and_bad_input(base_store, tmp_path):
     import subprocess
     import sys

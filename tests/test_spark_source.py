@@ -279,3 +279,24 @@ def test_get_spark_settings_and_env(spark, monkeypatch):
         assert spark.conf.get("spark.sql.ansi.enabled") == "true"
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "2")
+
+
+def test_get_spark_keeps_the_master_spark_submit_was_given(tmp_path):
+    """Under spark-submit (the Airflow DAGs' spark_submit runner) the submitted --master stands, even over
+    $MQLAKE_SPARK_MASTER; elsewhere get_spark picks the master itself."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "which_master.py"
+    script.write_text("from pipelines.spark import get_spark\nprint('MASTER', get_spark().sparkContext.master)\n")
+    bin_dir = Path(sys.executable).parent
+    env = os.environ | {
+        "MQLAKE_SPARK_MASTER": "local[2]", "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1",
+    }  # fmt: skip
+    res = subprocess.run([str(bin_dir / "spark-submit"), "--master", "local[1]", str(script)], env=env,
+                         capture_output=True, text=True, timeout=180, cwd=Path(__file__).parent.parent)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "MASTER local[1]" in res.stdout
