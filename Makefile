@@ -24,11 +24,11 @@ test: install
 bench: install
 	$(PY) -m benchmarks
 
-# Local Airflow (standalone: scheduler, API server and UI on http://localhost:8080) with the DAGs of
+# Local Airflow (standalone: scheduler, API server and UI on http://127.0.0.1:8080 only) with the DAGs of
 # airflow_dags/, its state in .airflow/.  The Variables start at `make up`'s store and .mqlake/lake; a
 # value set before (UI or `airflow variables set`) is kept.  The login is printed at start-up.
 AIRFLOW_ENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" AIRFLOW_HOME="$(CURDIR)/.airflow" \
-	AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/airflow_dags" AIRFLOW__CORE__LOAD_EXAMPLES=False
+	AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/airflow_dags" AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__API__HOST=127.0.0.1
 
 airflow: install
 	$(AIRFLOW_ENV) $(VENV)/bin/airflow db migrate > /dev/null

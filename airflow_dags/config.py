@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -70,6 +70,23 @@ REPLAY_RETRIES = 2
 RETRY_DELAY = timedelta(minutes=5)
 SMALL_TASK_TIMEOUT = timedelta(minutes=10)  # manifest reads, report checks, argument building
 COMPACT_TIMEOUT = timedelta(hours=2)
+
+
+# Every task: one retry unless it says otherwise, and a time limit (job tasks set their own).
+DEFAULT_ARGS = {"retries": 1, "retry_delay": RETRY_DELAY, "execution_timeout": SMALL_TASK_TIMEOUT}
+START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def scheduled_dag(cron: str, run_timeout: timedelta) -> dict:
+    """The DAG arguments both scheduled DAGs share: the cron in the broker's zone, runs that never overlap
+    and no backfill (each run works on the store as it is now)."""
+    from airflow.sdk import CronTriggerTimetable
+
+    return {
+        "schedule": CronTriggerTimetable(cron, timezone=local_timezone()), "start_date": START_DATE,
+        "catchup": False, "max_active_runs": 1, "dagrun_timeout": run_timeout, "default_args": DEFAULT_ARGS,
+        "tags": ["mqlake"],
+    }  # fmt: skip
 
 
 class SettingsError(AirflowFailException):

@@ -18,7 +18,6 @@ when that Variable is set and ``include_live`` is on; publishes through ``mqlake
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
 
 from airflow_dags import config
@@ -31,9 +30,9 @@ with DAG(
     dag_id="mqlake_replay",
     description="Replay history from the lake and the live CommitLog into a topic",
     schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    start_date=config.START_DATE,
     catchup=False,
-    default_args={"retries": 1, "retry_delay": config.RETRY_DELAY, "execution_timeout": config.SMALL_TASK_TIMEOUT},
+    default_args=config.DEFAULT_ARGS,
     params={
         "source_topics": Param(type="array", items={"type": "string", "pattern": TOPIC}, minItems=1,
                                title="Source topics"),

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 
 import pendulum
-from airflow.sdk import DAG, CronTriggerTimetable, Param, TriggerRule, get_current_context, task
+from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
 
 from airflow_dags import config
 from airflow_dags.spark_job import read_report, spark_job
@@ -31,12 +31,6 @@ from airflow_dags.spark_job import read_report, spark_job
 with DAG(
     dag_id="mqlake_tier",
     description="Tier expired CommitLog segments into Delta; compact closed partitions weekly",
-    schedule=CronTriggerTimetable(config.tier_schedule(), timezone=config.local_timezone()),
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
-    dagrun_timeout=config.TIER_TIMEOUT + config.COMPACT_TIMEOUT,
-    default_args={"retries": 1, "retry_delay": config.RETRY_DELAY, "execution_timeout": config.SMALL_TASK_TIMEOUT},
     params={
         "file_reserved_time": Param(
             None, type=["null", "number"], minimum=0, title="File reserved time (hours)",
@@ -46,8 +40,8 @@ with DAG(
         "max_segments": Param(None, type=["null", "integer"], minimum=1, title="Claim at most N segments"),
         "compact": Param("weekly", enum=["weekly", "always", "never"], title="Compact closed partitions"),
     },  # fmt: skip
-    tags=["mqlake"],
     doc_md=__doc__,
+    **config.scheduled_dag(config.tier_schedule(), config.TIER_TIMEOUT + config.COMPACT_TIMEOUT),
 ) as dag:
 
     @task.short_circuit(ignore_downstream_trigger_rules=False)

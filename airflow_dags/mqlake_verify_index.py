@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import json
 
-import pendulum
-from airflow.sdk import DAG, CronTriggerTimetable, TriggerRule, get_current_context, task
+from airflow.sdk import DAG, TriggerRule, get_current_context, task
 
 from airflow_dags import config
 from airflow_dags.spark_job import read_report, spark_job
@@ -28,14 +27,8 @@ SHOWN_PROBLEMS = 20
 with DAG(
     dag_id="mqlake_verify_index",
     description="Verify ConsumeQueue and IndexFile against the CommitLog; results to index_verification",
-    schedule=CronTriggerTimetable(config.verify_schedule(), timezone=config.local_timezone()),
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
-    dagrun_timeout=config.VERIFY_TIMEOUT * 2,
-    default_args={"retries": 1, "retry_delay": config.RETRY_DELAY, "execution_timeout": config.SMALL_TASK_TIMEOUT},
-    tags=["mqlake"],
     doc_md=__doc__,
+    **config.scheduled_dag(config.verify_schedule(), config.VERIFY_TIMEOUT * 2),
 ) as dag:
 
     @task(multiple_outputs=True)

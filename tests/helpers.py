@@ -115,3 +115,12 @@ def read_queue(store, topic: str, queue_id: int) -> list[tuple[int, fmt.MessageR
         out.extend((q, fmt.decode_record(m, check_crc=True)) for q, m in zip(r.queue_offsets, r.messages, strict=True))
         assert r.next_begin_offset > offset
         offset = r.next_begin_offset
+
+
+def flip_byte(path: Path, pos: int) -> None:
+    """Invert the byte at ``pos`` of ``path`` in place (a planted corruption)."""
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)
+        f.seek(pos)
+        f.write(bytes([b[0] ^ 0xFF]))

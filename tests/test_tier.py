@@ -21,7 +21,7 @@ from store import format as fmt
 from store.message_store import MessageStore
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_spark import spark_row, write_store
-from tests.helpers import make_config, make_message, wait_until
+from tests.helpers import flip_byte, make_config, make_message, wait_until
 
 MESSAGE_CHECK = [
     "topic", "queue_id", "queue_offset", "commitlog_offset", "msg_size", "body", "body_crc", "keys", "tags",
@@ -221,14 +221,6 @@ def test_sigkill_at_each_step_then_rerun_loses_and_duplicates_nothing(spark, tmp
     assert sorted(report.deleted) == [int(s) for s in segments]
 
 
-def _flip(path: Path, pos: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(pos)
-        b = f.read(1)
-        f.seek(pos)
-        f.write(bytes([b[0] ^ 0xFF]))
-
-
 def test_corrupt_segments_are_quarantined_and_kept(spark, tmp_path):
     written = write_store(tmp_path / "s", count=1100)
     lake = tmp_path / "lake"
@@ -236,9 +228,9 @@ def test_corrupt_segments_are_quarantined_and_kept(spark, tmp_path):
     crc_bad, frame_bad = segments[1], segments[3]
     rec = next(r for r in written.rows_in(crc_bad) if r["body"] and r["magic"] == fmt.MESSAGE_MAGIC_V1)
     # IPv4 hosts, V1: the body starts after the fixed header, i.e. a record's length minus the two length fields
-    _flip(written.commitlog / crc_bad, rec["position"] + fmt.record_length(0, 0, 0, 0) - 3)
+    flip_byte(written.commitlog / crc_bad, rec["position"] + fmt.record_length(0, 0, 0, 0) - 3)
     bad = written.rows_in(frame_bad)[3]
-    _flip(written.commitlog / frame_bad, bad["position"] + 4)  # MAGICCODE
+    flip_byte(written.commitlog / frame_bad, bad["position"] + 4)  # MAGICCODE
 
     report = tier(written.root, lake, spark=spark, file_reserved_time=0)
 
