@@ -21,6 +21,7 @@ each run works on the store as it is now.
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pendulum
 from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
@@ -73,11 +74,8 @@ with DAG(
         from airflow.sdk.exceptions import AirflowFailException
 
         report = read_report(report_path)
-        states: dict[str, list[str]] = {}
-        for s in report["segments"]:
-            states.setdefault(s["state"], []).append(s["segment"])
         summary = {"report": report_path, "messages_version": report.get("messages_version"),
-                   **{state: len(names) for state, names in states.items()}}  # fmt: skip
+                   **Counter(s["state"] for s in report["segments"])}  # fmt: skip
         print("tiering: " + json.dumps(summary))
         if report.get("delete_error"):
             print(f"WARNING deleting tiered segments failed (the broker's clean pass retries): "
