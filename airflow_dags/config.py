@@ -71,7 +71,6 @@ RETRY_DELAY = timedelta(minutes=5)
 SMALL_TASK_TIMEOUT = timedelta(minutes=10)  # manifest reads, report checks, argument building
 COMPACT_TIMEOUT = timedelta(hours=2)
 
-
 # Every task: one retry unless it says otherwise, and a time limit (job tasks set their own).
 DEFAULT_ARGS = {"retries": 1, "retry_delay": RETRY_DELAY, "execution_timeout": SMALL_TASK_TIMEOUT}
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import time
 
 from broker.remoting.loop import run
@@ -19,13 +20,16 @@ def async_test(fn):
     return wrapper
 
 
-async def poll(predicate, timeout: float = 5.0, what: str = "") -> object:
-    """The event-loop twin of tests.helpers.wait_until: yields to the loop between polls."""
+async def poll(predicate, timeout: float = 5.0, what: str = "", interval: float = 0.005) -> object:
+    """The event-loop twin of tests.helpers.wait_until: yields to the loop between polls.  ``predicate`` may
+    be a coroutine function (a remote query); give it a longer ``interval`` then."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what or predicate!r}")
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(interval)

@@ -8,7 +8,6 @@ through the child's environment.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -20,12 +19,13 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from broker.client import Admin, Message, MessageExt, Producer, PullConsumer
+from broker.client import Admin, Message, MessageExt, MessageQueue, Producer, PullConsumer
 from broker.client.message import PullStatus
 from broker.remoting.loop import run
 from pipelines.compaction import tables
 from store import format as fmt
 from store.retention import SegmentManifest, SegmentState
+from tests.aio import poll
 from tests.fixtures_spark import write_store
 from tests.helpers import flip_byte
 
@@ -240,27 +240,18 @@ async def _produce(namesrv: str, broker_addr: str, topic: str) -> dict[int, list
         await admin.create_topic(topic, broker_addr=broker_addr, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
     sent: dict[int, list[bytes]] = {}
     async with Producer("af_replay_source", namesrv) as producer:
-        queues = await poll_async(lambda: producer.publish_queues(topic, refresh=True), f"a route for {topic}")
+
+        async def routed() -> list[MessageQueue]:
+            queues = await producer.publish_queues(topic, refresh=True)
+            return queues if len(queues) == QUEUES else []
+
+        queues = await poll(routed, timeout=30, interval=0.1, what=f"the route of {topic}")
         for mq in queues:
             msgs = [Message(topic, f"{topic} q{mq.queue_id} #{i}", tags="A" if i % 2 else "B", keys=f"k{i}")
                     for i in range(PER_QUEUE)]  # fmt: skip
             await producer.send_batch(msgs, queue=mq)
             sent[mq.queue_id] = [m.body_bytes() for m in msgs]
     return sent
-
-
-async def poll_async(fetch, what: str, timeout: float = 30.0):
-    """``await fetch()`` until it returns something truthy (errors count as not yet)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            value = await fetch()
-            if value:
-                return value
-        except Exception:  # noqa: BLE001 - a route not yet registered raises
-            pass
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 def read_bodies(namesrv: str, topic: str, expect: int) -> dict[int, list[bytes]]:
@@ -280,7 +271,7 @@ def read_bodies(namesrv: str, topic: str, expect: int) -> dict[int, list[bytes]]
                 out[mq.queue_id] = [m.body for m in msgs]
         return out if sum(map(len, out.values())) >= expect else None
 
-    return run(poll_async(once, f"{expect} messages in {topic}"))
+    return run(poll(once, timeout=30, interval=0.1, what=f"{expect} messages in {topic}"))
 
 
 def test_replay_dag_dry_run_shows_counts_then_copies_a_topic(airflow_home, tmp_path, mqlake_server):

@@ -5,8 +5,7 @@ resuming from committed offsets after a graceful restart and after SIGKILL with 
 from __future__ import annotations
 
 import asyncio
-import inspect
-import time
+import functools
 from collections import Counter, defaultdict
 
 import pytest
@@ -28,6 +27,7 @@ from broker.client import (
 )
 from broker.remoting.loop import run
 from store.config_files import load_consumer_offsets
+from tests.aio import poll
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -35,18 +35,8 @@ pytestmark = pytest.mark.timeout(180)
 FAST = {"persist_interval": 0.5, "rebalance_interval": 5.0, "retry_backoff": 0.2}
 
 
-async def until(pred, timeout: float = 20.0, what: str = ""):
-    """Await ``pred`` (sync or async) until truthy, polling; AssertionError naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.02)
+# consumers rebalance and brokers dispatch on their own schedules: longer deadlines than tests.aio's default
+until = functools.partial(poll, timeout=20.0, interval=0.02)
 
 
 async def make_topic(server, topic: str, queues: int = 4) -> None:
