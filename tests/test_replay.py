@@ -145,8 +145,11 @@ def history(spark, tmp_path_factory) -> History:
         server.kill()
 
 
-def read_topic(namesrv: str, topic: str) -> dict[int, list[MessageExt]]:
-    """Every message of every queue of ``topic``, in queue order, with our PullConsumer."""
+def read_topic(namesrv: str, topic: str, expect: int) -> dict[int, list[MessageExt]]:
+    """Every message of every queue of ``topic``, in queue order, with our PullConsumer, once ``expect`` of them
+    are consumable: a send is acknowledged when the CommitLog holds it and the broker's dispatch makes it
+    consumable a moment later (as in RocketMQ), so reading right after a replay can miss its last sends."""
+    wait_until(lambda: count_topic(namesrv, topic) >= expect, 30, what=f"{expect} messages of {topic} dispatched")
 
     async def go():
         out: dict[int, list[MessageExt]] = {}
@@ -202,7 +205,7 @@ def test_replay_everything_tiered_and_live_then_rerun_sends_nothing(spark, histo
     assert all(q["first_offset"] == 0 and q["last_offset"] == TOTAL // QUEUES - 1 for q in report.queues)
     assert all(q["source_topic"] == SOURCE for q in report.queues)  # the other topic is not replayed
     assert report.rate > 0 and report.send_seconds > 0
-    assert_replayed(read_topic(history.server.namesrv_addr, "ReplayAll"), history.by_queue, "all-1")
+    assert_replayed(read_topic(history.server.namesrv_addr, "ReplayAll", TOTAL), history.by_queue, "all-1")
 
     stored = json.loads(Path(report.report_path).read_text())
     assert stored["sent"] == TOTAL and len(stored["queues"]) == QUEUES
@@ -213,7 +216,7 @@ def test_replay_everything_tiered_and_live_then_rerun_sends_nothing(spark, histo
 
     again = replay(spec, spark=spark)  # the same replay id: everything is recorded as done
     assert again.sent == 0 and again.total("already_done") == TOTAL
-    assert sum(len(v) for v in read_topic(history.server.namesrv_addr, "ReplayAll").values()) == TOTAL
+    assert sum(len(v) for v in read_topic(history.server.namesrv_addr, "ReplayAll", TOTAL).values()) == TOTAL
 
 
 def test_time_range_and_tag_filter_read_back_with_the_cpp_client(spark, history):
@@ -224,6 +227,8 @@ def test_time_range_and_tag_filter_read_back_with_the_cpp_client(spark, history)
     want = expected_by_queue(history, lambda s: s.phase == 2 and s.tags in ("TagA", "TagC"))
     assert report.sent == sum(len(v) for v in want.values()) > 0
 
+    wait_until(lambda: count_topic(history.server.namesrv_addr, "ReplayTags") >= report.sent, 30,
+               what="the replayed messages dispatched")  # the C++ pull below stops at the queue's current end
     consumer = CppPullConsumer(f"replay_cpp_{os.getpid()}")
     consumer.set_namesrv_addr(history.server.namesrv_addr)
     consumer.start()
@@ -250,7 +255,7 @@ def test_to_time_key_and_where_filters_select_exactly(spark, history):
     report = replay(spec, spark=spark)
     want = expected_by_queue(history, lambda s: s.phase == 1 and s.seq % 100 in (5, 10))
     assert report.sent == sum(len(v) for v in want.values()) == TOTAL // 2 // 100 * 2
-    assert_replayed(read_topic(history.server.namesrv_addr, "ReplayKeys"), want, "keys-1")
+    assert_replayed(read_topic(history.server.namesrv_addr, "ReplayKeys", report.sent), want, "keys-1")
 
 
 def test_hash_queue_map_and_preserved_born_timestamps(spark, history):
@@ -258,7 +263,7 @@ def test_hash_queue_map_and_preserved_born_timestamps(spark, history):
     spec = history.spec("ReplayHash", replay_id="hash-1", queue_map="hash", keys=keys, preserve_timestamps=True)
     report = replay(spec, spark=spark)
     assert report.sent == 400
-    by_queue = read_topic(history.server.namesrv_addr, "ReplayHash")
+    by_queue = read_topic(history.server.namesrv_addr, "ReplayHash", 400)
     queues = [MessageQueue("ReplayHash", "broker-a", q) for q in sorted(by_queue)]
     assert sum(len(v) for v in by_queue.values()) == 400 and len([q for q in by_queue.values() if q]) > 1
     for q, msgs in by_queue.items():
@@ -293,8 +298,8 @@ def test_rate_limit_holds_within_ten_percent(spark, history):
     # their send spans runs at the full rate).
     start, end = max(s for s, _ in report.task_spans), min(e for _, e in report.task_spans)
     assert end - start >= 1.0, report.task_spans
-    stamps = [m.store_timestamp / 1000 for msgs in read_topic(history.server.namesrv_addr, "ReplayRate").values()
-              for m in msgs]  # fmt: skip
+    got = read_topic(history.server.namesrv_addr, "ReplayRate", report.sent)
+    stamps = [m.store_timestamp / 1000 for msgs in got.values() for m in msgs]
     measured = sum(start <= t < end for t in stamps) / (end - start)
     assert abs(measured - rate) <= 0.1 * rate, (measured, report.task_spans)
 
@@ -337,7 +342,7 @@ def test_bad_input_is_refused_clearly(spark, history):
     run(create(PERM_READ | PERM_WRITE))
     wait_until(lambda: not route_perm_read_only(history), 30, what="the writable route")
     assert replay(spec, spark=spark).sent == 2
-    assert sorted(m.keys for v in read_topic(history.server.namesrv_addr, "ReplayRO").values() for m in v) == [
+    assert sorted(m.keys for v in read_topic(history.server.namesrv_addr, "ReplayRO", 2).values() for m in v) == [
         "k5 g5", "k6 g6"]
     # a replay id resumed with another selection would skip by offsets that meant something else
     replay(history.spec("ReplaySpecA", replay_id="spec-1", keys=("k5",)), spark=spark)
@@ -400,7 +405,8 @@ def test_sigkill_mid_replay_then_resume_loses_and_duplicates_nothing(spark, hist
     report = replay(history.spec(target, replay_id=rid, where=where), spark=spark)
     assert report.total("found_in_target") > 0  # the unrecorded window was found in the target, not resent
     assert report.sent + report.total("already_done") + report.total("found_in_target") == TOTAL // 2
-    assert_replayed(read_topic(history.server.namesrv_addr, target), want, rid)  # each exactly once, in order
+    # each exactly once, in order
+    assert_replayed(read_topic(history.server.namesrv_addr, target, TOTAL // 2), want, rid)
 
 
 def route_perm_read_only(history: History) -> bool:
