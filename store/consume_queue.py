@@ -174,13 +174,19 @@ class ConsumeQueue:
     def correct_min_offset(self, commitlog_min_offset: int) -> None:
         """``correctMinOffset``: the first unit that still points into the CommitLog."""
         self.correct_min_offset_from_files()
-        for mf in self.queue.files:
-            for pos in range(0, mf.wrote, UNIT):
+        for mf in list(self.queue.files):
+            # The dispatch thread appends while this runs (the clean pass holds no lock against it).  A unit
+            # appended after this read points at or above the minimum (deletion never passes undispatched
+            # data), so the scan stops at what it read: reading ``wrote`` again would skip those units.
+            wrote = mf.wrote
+            for pos in range(0, wrote, UNIT):
                 phy, size, _ = fmt.decode_cq_unit(mf.mm, pos)
                 if size != fmt.CQ_FILL_SIZE and phy >= commitlog_min_offset:
                     self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + pos)
                     return
-            self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + mf.wrote)
+            self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + wrote)
+            if wrote < mf.file_size:
+                return  # everything after it, in this file or the next, came later
 
     def flush(self) -> None:
         self.queue.flush()

@@ -804,3 +804,30 @@ def test_puts_racing_shutdown_are_refused_cleanly(tmp_path):
     assert store.put_message(make_message("Race", 0, "late")).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
     with MessageStore(cfg) as again:
         assert sum(len(read_queue(again, "Race", q)) for q in range(4)) == len(acked)
+
+
+@pytest.mark.parametrize("appended", [5, 12], ids=["same-file", "into-the-next-file"])
+def test_min_offset_correction_keeps_units_dispatched_during_the_scan(tmp_path, monkeypatch, appended):
+    """The clean pass corrects each queue's min offset after a deletion while the dispatch thread appends.
+    A queue whose units all point below the new CommitLog minimum gets new units in the middle of that scan:
+    they must stay consumable (min = the first of them), not be skipped until a restart."""
+    from store import consume_queue as cqm
+
+    cq = cqm.ConsumeQueue(tmp_path, "Idle", 0, 10 * fmt.CQ_UNIT_SIZE)  # 10 units per file
+    for i in range(5):
+        cq.put(1_000 + i * 100, 100, 0, i)  # their CommitLog bytes are deleted
+    cl_min = 1_000_000
+    real, calls = fmt.decode_cq_unit, []
+
+    def decode_while_dispatching(buf, pos):
+        calls.append(pos)
+        if len(calls) == 3:  # the dispatcher appends new messages mid-scan
+            for i in range(5, 5 + appended):
+                assert cq.put(cl_min + (i - 5) * 100, 100, 0, i)
+        return real(buf, pos)
+
+    monkeypatch.setattr(cqm.fmt, "decode_cq_unit", decode_while_dispatching)
+    cq.correct_min_offset(cl_min)
+    monkeypatch.undo()
+    assert cq.max_offset_in_queue == 5 + appended
+    assert cq.min_offset_in_queue == 5
