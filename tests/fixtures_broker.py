@@ -16,6 +16,8 @@ Both yield :class:`MqlakeServer` objects:
 
 ``remoting_call(addr, code, header, body)`` sends one request with mqlake's RemotingClient and returns the
 response, for asserting on a server's state from outside (offsets, consumer lists, routes).
+``count_topic(namesrv, topic)`` and ``read_topic(namesrv, topic, expect)`` count and read back a topic with
+mqlake's client (the read waits until ``expect`` messages are consumable).
 
 Readiness is the server's own "Broker ready at" log line (printed after the broker has registered with
 its NameServer), polled with a deadline; a server that exits early raises with its log attached. A server
@@ -36,9 +38,12 @@ from pathlib import Path
 
 import pytest
 
+from broker.client import Admin, MessageExt, PullConsumer
+from broker.client.message import PullStatus
 from broker.remoting.client import RemotingClient
 from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import Header
+from broker.remoting.loop import run
 from tests.helpers import wait_until
 
 START_TIMEOUT = 60.0
@@ -201,3 +206,39 @@ def mqlake_server_factory(tmp_path):
         with contextlib.suppress(AssertionError):
             server.stop()
         server.kill()
+
+
+def count_topic(namesrv: str, topic: str) -> int:
+    """Messages in ``topic`` (0 while it does not exist yet: the replay being watched creates it)."""
+
+    async def go() -> int:
+        async with Admin(namesrv) as admin:
+            if await admin.topic_route(topic) is None:
+                return 0
+            return sum(s.max_offset - s.min_offset for s in await admin.topic_status(topic))
+
+    return run(go())
+
+
+def read_topic(namesrv: str, topic: str, expect: int) -> dict[int, list[MessageExt]]:
+    """Every message of every queue of ``topic``, in queue order, with our PullConsumer, once ``expect`` of them
+    are consumable: a send is acknowledged when the CommitLog holds it and the broker's dispatch makes it
+    consumable a moment later (as in RocketMQ), so reading right after a replay can miss its last sends."""
+    wait_until(lambda: count_topic(namesrv, topic) >= expect, 30, what=f"{expect} messages of {topic} dispatched")
+
+    async def go():
+        out: dict[int, list[MessageExt]] = {}
+        async with PullConsumer("replay_test_reader", namesrv) as c:
+            for mq in await c.fetch_queues(topic):
+                msgs: list[MessageExt] = []
+                offset = await c.min_offset(mq)
+                end = await c.max_offset(mq)
+                while offset < end:
+                    res = await c.pull(mq, offset, 32)
+                    assert res.status is PullStatus.FOUND, (mq, offset, res.status)
+                    msgs.extend(res.messages)
+                    offset = res.next_begin_offset
+                out[mq.queue_id] = msgs
+        return out
+
+    return run(go())

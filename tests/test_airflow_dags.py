@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from broker.client import Admin, Message, MessageExt, MessageQueue, Producer, PullConsumer
-from broker.client.message import PullStatus
+from broker.client import Admin, Message, MessageQueue, Producer
 from broker.remoting.loop import run
 from pipelines.compaction import tables
 from store import format as fmt
 from store.retention import SegmentManifest, SegmentState
 from tests.aio import poll
+from tests.fixtures_broker import read_topic
 from tests.fixtures_spark import write_store
 from tests.helpers import flip_byte
 
@@ -254,26 +254,6 @@ async def _produce(namesrv: str, broker_addr: str, topic: str) -> dict[int, list
     return sent
 
 
-def read_bodies(namesrv: str, topic: str, expect: int) -> dict[int, list[bytes]]:
-    """Every body of every queue of ``topic`` in queue order, once the broker has dispatched ``expect`` of them."""
-
-    async def once() -> dict[int, list[bytes]] | None:
-        out: dict[int, list[bytes]] = {}
-        async with PullConsumer("af_replay_reader", namesrv) as c:
-            for mq in await c.fetch_queues(topic):
-                msgs: list[MessageExt] = []
-                offset, end = await c.min_offset(mq), await c.max_offset(mq)
-                while offset < end:
-                    res = await c.pull(mq, offset, 32)
-                    assert res.status is PullStatus.FOUND, (mq, offset, res.status)
-                    msgs += res.messages
-                    offset = res.next_begin_offset
-                out[mq.queue_id] = [m.body for m in msgs]
-        return out if sum(map(len, out.values())) >= expect else None
-
-    return run(poll(once, timeout=30, interval=0.1, what=f"{expect} messages in {topic}"))
-
-
 def test_replay_dag_dry_run_shows_counts_then_copies_a_topic(airflow_home, tmp_path, mqlake_server):
     source, target = f"AfSrc{uuid.uuid4().hex[:8]}", f"AfDst{uuid.uuid4().hex[:8]}"
     sent = run(_produce(mqlake_server.namesrv_addr, mqlake_server.broker_addr, source))
@@ -302,7 +282,8 @@ def test_replay_dag_dry_run_shows_counts_then_copies_a_topic(airflow_home, tmp_p
     assert (t["dry_run.local"], t["show_counts"], t["replay.local"], t["final_report"]) == ("success",) * 4
     report = copied["xcoms"]["final_report"]["return_value"]
     assert (report["replay_id"], report["dry_run"], report["sent"]) == (replay_id, False, total)
-    assert read_bodies(mqlake_server.namesrv_addr, target, total) == sent  # same queues, same order
+    got = read_topic(mqlake_server.namesrv_addr, target, total)
+    assert {q: [m.body for m in msgs] for q, msgs in got.items()} == sent  # same queues, same order
 
 
 def test_replay_dag_refuses_bad_parameters_before_spark(airflow_home, tmp_path):

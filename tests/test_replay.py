@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from broker.client import Admin, Message, MessageExt, MessageQueue, Producer, PullConsumer
-from broker.client.message import PullStatus
+from broker.client import Admin, Message, MessageExt, MessageQueue, Producer
 from broker.client.route import PERM_READ, PERM_WRITE
 from broker.remoting.loop import run
 from pipelines import lake as lk
@@ -31,7 +30,7 @@ from pipelines.replay.job import replay
 from pipelines.replay.sender import ORIGIN_MESSAGE_ID, REPLAY_ID, REPLAY_SOURCE_OFFSET, REPLAY_SOURCE_QUEUE, ReplayError
 from pipelines.replay.spec import ReplaySpec, ReplaySpecError
 from store.retention import SegmentManifest, SegmentState
-from tests.fixtures_broker import MqlakeServer
+from tests.fixtures_broker import MqlakeServer, count_topic, read_topic
 from tests.helpers import wait_until
 
 SOURCE = "ReplaySrc"
@@ -143,30 +142,6 @@ def history(spark, tmp_path_factory) -> History:
         with contextlib.suppress(AssertionError):
             server.stop()
         server.kill()
-
-
-def read_topic(namesrv: str, topic: str, expect: int) -> dict[int, list[MessageExt]]:
-    """Every message of every queue of ``topic``, in queue order, with our PullConsumer, once ``expect`` of them
-    are consumable: a send is acknowledged when the CommitLog holds it and the broker's dispatch makes it
-    consumable a moment later (as in RocketMQ), so reading right after a replay can miss its last sends."""
-    wait_until(lambda: count_topic(namesrv, topic) >= expect, 30, what=f"{expect} messages of {topic} dispatched")
-
-    async def go():
-        out: dict[int, list[MessageExt]] = {}
-        async with PullConsumer("replay_test_reader", namesrv) as c:
-            for mq in await c.fetch_queues(topic):
-                msgs: list[MessageExt] = []
-                offset = await c.min_offset(mq)
-                end = await c.max_offset(mq)
-                while offset < end:
-                    res = await c.pull(mq, offset, 32)
-                    assert res.status is PullStatus.FOUND, (mq, offset, res.status)
-                    msgs.extend(res.messages)
-                    offset = res.next_begin_offset
-                out[mq.queue_id] = msgs
-        return out
-
-    return run(go())
 
 
 def assert_replayed(got: dict[int, list[MessageExt]], want: dict[int, list[Sent]], replay_id: str) -> None:
@@ -414,17 +389,5 @@ def route_perm_read_only(history: History) -> bool:
         async with Admin(history.server.namesrv_addr) as admin:
             route = await admin.topic_route("ReplayRO")
             return route is not None and not route.publish_queues("ReplayRO")
-
-    return run(go())
-
-
-def count_topic(namesrv: str, topic: str) -> int:
-    """Messages in ``topic`` (0 while it does not exist yet: the replay being watched creates it)."""
-
-    async def go() -> int:
-        async with Admin(namesrv) as admin:
-            if await admin.topic_route(topic) is None:
-                return 0
-            return sum(s.max_offset - s.min_offset for s in await admin.topic_status(topic))
 
     return run(go())
