@@ -130,6 +130,12 @@ class Settings:
     spark_master: str
     spark_conf: list[str] = field(default_factory=list)
 
+    def report(self, name: str) -> str:
+        """Where a job writes its JSON report for the task after it: ``LAKE/_reports/airflow-NAME.json``."""
+        from pipelines.compaction.tables import REPORTS_DIR
+
+        return f"{self.lake}/{REPORTS_DIR}/airflow-{name}.json"
+
     def common_argv(self) -> list[str]:
         """Options every job CLI takes the same way."""
         argv = ["--lake", self.lake]

@@ -88,11 +88,11 @@ with DAG(
             argv += ["--keys", ",".join(p["keys"])]
         if p["preserve_timestamps"]:
             argv.append("--preserve-timestamps")
-        reports = f"{s.lake}/_reports/airflow-replay-{config.run_key(run_id)}"
+        key = config.run_key(run_id)
+        dry_report, report = s.report(f"replay-{key}-dry-run"), s.report(f"replay-{key}")
         return {
-            "dry_argv": [*argv, "--dry-run", "--report", f"{reports}-dry-run.json"],
-            "argv": [*argv, "--report", f"{reports}.json"],
-            "dry_report": f"{reports}-dry-run.json", "report": f"{reports}.json", "replay_id": replay_id,
+            "dry_argv": [*argv, "--dry-run", "--report", dry_report], "argv": [*argv, "--report", report],
+            "dry_report": dry_report, "report": report, "replay_id": replay_id,
         }  # fmt: skip
 
     @task.short_circuit(ignore_downstream_trigger_rules=False, trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)

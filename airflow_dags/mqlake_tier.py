@@ -59,7 +59,7 @@ with DAG(
     @task(multiple_outputs=True)
     def tier_args(params: dict | None = None, run_id: str | None = None) -> dict:
         s = config.settings(need_store=True)
-        report = f"{s.lake}/_reports/airflow-tier-{config.run_key(run_id)}.json"
+        report = s.report(f"tier-{config.run_key(run_id)}")
         argv = ["--store-dir", s.store_dir, *s.common_argv(), "--report", report, "--exit-zero"]
         if s.broker_conf:
             argv += ["--broker-conf", s.broker_conf]

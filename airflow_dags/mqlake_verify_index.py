@@ -35,7 +35,7 @@ with DAG(
     def verify_args(run_id: str | None = None) -> dict:
         s = config.settings(need_store=True)
         key = config.run_key(run_id)
-        report = f"{s.lake}/_reports/airflow-verify-index-{key}.json"
+        report = s.report(f"verify-index-{key}")
         argv = ["--store-dir", s.store_dir, *s.common_argv(), "--report", report, "--run-id", key, "--exit-zero"]
         if s.broker_conf:
             argv += ["--broker-conf", s.broker_conf]
