@@ -124,3 +124,37 @@ def flip_byte(path: Path, pos: int) -> None:
         b = f.read(1)
         f.seek(pos)
         f.write(bytes([b[0] ^ 0xFF]))
+
+
+def kill_process_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every descendant, and each one's process group, as a container kill does.
+
+    A process group alone is not the whole job: PySpark's daemon moves itself and its Python workers into a
+    group of their own, so ``killpg`` of a spark-submit leaves those workers running (and sending) until the
+    daemon notices its JVM is gone.
+    """
+    import contextlib
+    import os
+    import signal
+
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # the command name (field 2) may hold spaces and parentheses: the fields after it start past ')'
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, ()))
+    groups = set()
+    for p in tree:
+        with contextlib.suppress(ProcessLookupError):
+            groups.add(os.getpgid(p))
+    for g in groups - {os.getpgid(0)}:  # never the test's own group
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(g, signal.SIGKILL)
+    for p in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ from pipelines.replay.sender import ORIGIN_MESSAGE_ID, REPLAY_ID, REPLAY_SOURCE_
 from pipelines.replay.spec import ReplaySpec, ReplaySpecError
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_broker import MqlakeServer, count_topic, read_topic
-from tests.helpers import wait_until
+from tests.helpers import kill_process_tree, wait_until
 
 SOURCE = "ReplaySrc"
 OTHER = "ReplayOther"
@@ -371,8 +370,7 @@ def test_sigkill_mid_replay_then_resume_loses_and_duplicates_nothing(spark, hist
             raise AssertionError(f"{e}\n{log.read_text(errors='replace')[-3000:]}") from None
     finally:
         # SIGKILL the whole job: the driver, its Spark JVM and the Python workers sending for it
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_process_tree(proc.pid)
         proc.wait()
     # requests the killed job had already written may still be stored by the broker after the kill
     assert 0 < count_topic(history.server.namesrv_addr, target) < TOTAL // 2
@@ -382,6 +380,26 @@ def test_sigkill_mid_replay_then_resume_loses_and_duplicates_nothing(spark, hist
     assert report.sent + report.total("already_done") + report.total("found_in_target") == TOTAL // 2
     # each exactly once, in order
     assert_replayed(read_topic(history.server.namesrv_addr, target, TOTAL // 2), want, rid)
+
+
+def test_progress_committed_after_the_plan_is_honoured_and_counted(spark, history, monkeypatch):
+    # A killed run's Python worker can finish its last progress commit after a rerun's driver has read the
+    # progress (PySpark keeps its workers out of the job's process group). The driver then ships rows that
+    # the tasks, reading the progress again, find done: they must neither resend them nor leave them out of
+    # the report. Here the driver is handed the progress as it was before the first run's sends.
+    target, rid = "ReplayLate", "late-1"
+    spec = history.spec(target, replay_id=rid, keys=("g7",))
+    first = replay(spec, spark=spark)
+    want = expected_by_queue(history, lambda s: s.seq % 100 == 7)
+    assert first.sent == sum(len(v) for v in want.values()) > 0
+    real = prog.read_progress
+    monkeypatch.setattr(prog, "read_progress", lambda lake, replay_id: {
+        k: prog.QueueProgress(-1, {}, p.spec_hash) for k, p in real(lake, replay_id).items()})  # fmt: skip
+    again = replay(spec, spark=spark)
+    assert again.tasks > 0  # the driver planned sends...
+    assert (again.sent, again.total("found_in_target")) == (0, 0)  # ...the tasks knew better
+    assert again.total("already_done") == again.total("selected") == first.sent
+    assert_replayed(read_topic(history.server.namesrv_addr, target, first.sent), want, rid)
 
 
 def route_perm_read_only(history: History) -> bool:

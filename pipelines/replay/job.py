@@ -311,6 +311,9 @@ def _run(spark, spec: ReplaySpec, df, recorded, report: ReplayReport, phase, fin
         r = by_key.get((p.topic, p.queue_id), {})
         row = _queue_row(p, r.get("target_queues") or _mapping(spec, p, targets))
         row.update({k: r[k] for k in ("sent", "found_in_target", "first_offset", "last_offset") if k in r})
+        # A task reads the progress again when it starts; rows recorded in between (a previous run's worker
+        # finishing its last commit after that run was killed) were shipped to it and skipped there.
+        row["already_done"] += r.get("already_done") or 0
         report.queues.append(row)
     report.sent = report.total("sent")
     # every queue row of a task carries the task's span; tasks may start apart (scheduling, shuffle reads)
