@@ -48,11 +48,26 @@ class MessageStoreConfig(BaseModel):
     file_reserved_time: float = Field(72, ge=0)  # hours
     delete_when: str = "04"
     disk_max_used_space_ratio: int = Field(75, ge=10, le=95)
+    # 5.x names and clamps (4.x reads the same ratios from system properties): writes are refused above the
+    # warning level, sealed segments expire regardless of age above the clean-forcibly level
+    disk_space_warning_level_ratio: int = 90
+    disk_space_clean_forcibly_ratio: int = 85
+    clean_file_forcibly_enable: bool = True
     clean_resource_interval: int = Field(10_000, ge=10)
     expired_segment_policy: ExpiredSegmentPolicy = ExpiredSegmentPolicy.TIER
 
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     store_host: str = "127.0.0.1:10911"  # brokerIP1:listenPort, written into every record
+
+    @field_validator("disk_space_warning_level_ratio")
+    @classmethod
+    def _warning_level(cls, v: int) -> int:
+        return min(max(v, 35), 90)
+
+    @field_validator("disk_space_clean_forcibly_ratio")
+    @classmethod
+    def _clean_forcibly(cls, v: int) -> int:
+        return min(max(v, 30), 85)
 
     @field_validator("delete_when")
     @classmethod

@@ -121,6 +121,8 @@ class MessageStore:
         self._last_dispatched_store_ts = 0
         self._manual_delete = threading.Event()
         self._clean_lock = threading.Lock()
+        self.disk_ratio = 0.0  # of the fuller of the CommitLog's and the store root's disks, last measured
+        self.disk_full = False  # over diskSpaceWarningLevelRatio: puts are refused until the disk has room
 
     # =================================================================================================
     # lifecycle
@@ -136,6 +138,7 @@ class MessageStore:
             self._lock.release()
             raise
         abort_file(self.root).touch()
+        self.check_disk_space()  # a store started on a full disk refuses puts from the first one
         self._running = True
         self.reput.start()
         if self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
@@ -237,6 +240,12 @@ class MessageStore:
     def _check(self, msg: fmt.MessageRecord) -> PutMessageResult | None:
         if not self._running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is not running")
+        if self.disk_full:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                error=f"the broker's disk is full [{self.disk_ratio:.2f}], over diskSpaceWarningLevelRatio "
+                f"{self.config.disk_space_warning_level_ratio}%: messages are refused until space is freed",
+            )
         if not msg.topic or (len(msg.topic) > 127 and len(msg.topic.encode("utf-8")) > 0x7FFF):
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="topic is empty or too long")
         if len(msg.body) > self.config.max_message_size:
@@ -485,6 +494,7 @@ class MessageStore:
             "flushedOffset": str(self.commitlog.queue.flushed_offset),
             "consumeQueueCount": str(len(self.consume_queues)),
             "indexFileCount": str(len(self.index.files)),
+            "commitLogDiskRatio": str(self.disk_ratio),
         }
 
     # =================================================================================================
@@ -539,10 +549,30 @@ class MessageStore:
         with self._clean_lock:  # the background pass and a manual one must not delete side by side
             return self._clean_expired_files()
 
+    def check_disk_space(self) -> float:
+        """``CleanCommitLogService.isSpaceToDelete``'s measurement: mark the disk full (puts refused) above
+        diskSpaceWarningLevelRatio and writable again below it; returns the used ratio (-1: unknown)."""
+        cfg = self.config
+        ratios = [disk_used_ratio(p) for p in (cfg.commitlog_dir, self.root)]
+        ratio = -1.0 if min(ratios) < 0 else max(ratios)
+        full = ratio * 100 > cfg.disk_space_warning_level_ratio
+        if full and not self.disk_full:
+            log.error("disk maybe full soon (%.2f used), so mark disk full: puts are refused", ratio)
+        elif self.disk_full and not full:
+            log.info("disk space OK (%.2f used), so mark disk ok: puts are accepted again", ratio)
+        self.disk_ratio, self.disk_full = ratio, full
+        return ratio
+
     def _clean_expired_files(self) -> list[int]:
         cfg = self.config
         self._sync_manifest()
-        disk_full = disk_used_ratio(self.root) * 100 > cfg.disk_max_used_space_ratio
+        ratio = self.check_disk_space()
+        # RocketMQ: a pass runs outside the deletion hour when the disk is over diskMaxUsedSpaceRatio (or cannot
+        # be measured); above the clean-forcibly level files go regardless of their age
+        space_to_delete = ratio < 0 or ratio * 100 > cfg.disk_max_used_space_ratio
+        clean_at_once = cfg.clean_file_forcibly_enable and (
+            self.disk_full or ratio * 100 > cfg.disk_space_clean_forcibly_ratio
+        )
         now_s = time.time()
         entries = self.manifest.entries()
         reserved_ms = cfg.file_reserved_time * 3600 * 1000
@@ -550,13 +580,13 @@ class MessageStore:
             e.base_offset
             for e in entries
             if e.state == SegmentState.SEALED
-            and (disk_full or (e.last_store_time or _mtime_ms(self, e.base_offset)) + reserved_ms <= now_s * 1000)
+            and (clean_at_once or (e.last_store_time or _mtime_ms(self, e.base_offset)) + reserved_ms <= now_s * 1000)
         ]
         if to_expire:
             self.manifest.expire(to_expire)
         manual = self._manual_delete.is_set()
         self._manual_delete.clear()
-        if not (is_deletion_hour(cfg.delete_when) or disk_full or manual):
+        if not (is_deletion_hour(cfg.delete_when) or space_to_delete or manual):
             return []
         deletable = {SegmentState.TIERED}
         if cfg.expired_segment_policy == ExpiredSegmentPolicy.DELETE:

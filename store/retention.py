@@ -246,7 +246,14 @@ def is_deletion_hour(delete_when: str, now: float | None = None) -> bool:
 
 
 def disk_used_ratio(path: Path) -> float:
-    st = os.statvfs(path)
-    total = st.f_blocks * st.f_frsize
-    free = st.f_bavail * st.f_frsize
-    return 0.0 if total == 0 else (total - free) / total
+    """``UtilAll.getDiskPartitionSpaceUsedPercent``: used / (used + usable), rounded up to a whole percent,
+    as df's Use% (blocks reserved for root count as neither); -1.0 when it cannot be measured."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1.0
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    entire = used + st.f_bavail * st.f_frsize
+    if st.f_blocks == 0 or entire == 0:
+        return -1.0
+    return -(-used * 100 // entire) / 100

@@ -170,6 +170,27 @@ def test_send_v1_and_v2_then_pull_the_raw_records(broker: LiveBroker) -> None:
     assert got[0].offset_msg_id == r1.ext_fields["msgId"]
 
 
+def test_a_full_disk_answers_sends_with_service_not_available(fresh_broker, monkeypatch) -> None:
+    # The disk measurement is replaced (no test can fill the machine's disk); the store's own clean pass, on
+    # its housekeeping thread, marks the disk full and writable again, as CleanCommitLogService does.
+    used = {"ratio": 0.5}
+    monkeypatch.setattr("store.message_store.disk_used_ratio", lambda _path: used["ratio"])
+    b = fresh_broker(cleanResourceInterval="100")
+    store = b.controller.store
+    assert b.send("DiskFull", b"before").code == ResponseCode.SUCCESS
+    used["ratio"] = 0.93
+    wait_until(lambda: store.disk_full, 30, what="the clean pass to mark the disk full")
+    resp = b.send("DiskFull", b"refused")
+    assert resp.code == 14  # ResponseCode.SERVICE_NOT_AVAILABLE, as a Java broker answers on a full disk
+    assert "disk is full [0.93]" in resp.remark
+    pulled = b.pull("DiskFull", 0, 0)  # reads go on
+    assert pulled.code == ResponseCode.SUCCESS and [r.body for r in records(pulled.body)] == [b"before"]
+    used["ratio"] = 0.6
+    wait_until(lambda: not store.disk_full, 30, what="the clean pass to mark the disk writable")
+    assert b.send("DiskFull", b"after").code == ResponseCode.SUCCESS
+    assert [r.body for r in records(b.pull("DiskFull", 0, 0).body)] == [b"before", b"after"]
+
+
 @pytest.mark.parametrize("code", [RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_MESSAGE])
 def test_send_batch_stores_each_message_with_its_own_properties(broker: LiveBroker, code: int) -> None:
     """Code 320 as Java clients send batches, or code 10 with ``batch=1`` as the C++ client does."""

@@ -16,7 +16,7 @@ import pytest
 
 from store import format as fmt
 from store.config import ExpiredSegmentPolicy, MessageStoreConfig
-from store.message_store import GetMessageStatus, MessageStore
+from store.message_store import GetMessageStatus, MessageStore, PutMessageStatus
 from store.retention import ManifestError, SegmentManifest, SegmentState, claimer_id, disk_used_ratio
 from tests.helpers import make_config, make_message, wait_dispatched
 
@@ -162,6 +162,7 @@ def filled(tmp_path):
     def factory(segments: int = 4, **overrides) -> Filled:
         overrides.setdefault("file_reserved_time", 0)
         overrides.setdefault("disk_max_used_space_ratio", 95)
+        overrides.setdefault("clean_file_forcibly_enable", False)  # ages decide, not this machine's disk
         f = Filled(make_config(tmp_path, **overrides), segments)
         made.append(f)
         return f
@@ -172,9 +173,9 @@ def filled(tmp_path):
 
 
 def require_disk_room(root: Path) -> None:
-    """Above diskMaxUsedSpaceRatio every sealed segment counts as expired (RocketMQ's disk-full rule)."""
+    """Above diskMaxUsedSpaceRatio (95 here) a pass deletes outside the deletion hour (RocketMQ's rule)."""
     if disk_used_ratio(root) * 100 > 95:
-        pytest.skip("the disk is over 95% full: every sealed segment counts as expired")
+        pytest.skip("the disk is over 95% full: every clean pass is a deletion pass")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -453,3 +454,67 @@ def test_released_claim_on_an_unexpired_segment_is_not_deleted_early(filled):
     assert segment_names(f.cfg.commitlog_dir)[: len(f.sealed)] == [fmt.offset_to_file_name(b) for b in f.sealed]
     assert {b: manifest_states(root)[b] for b in f.sealed} == {b: "sealed" for b in f.sealed}
     f.assert_reads(0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+def test_disk_used_ratio_is_rocketmqs_rounded_up_percent(tmp_path, monkeypatch):
+    # UtilAll.getDiskPartitionSpaceUsedPercent: used = total - free, over used + usable (root's reserve counts
+    # as neither), rounded up to a whole percent. 1000 blocks, 400 free, 350 usable: 600 / 950 = 63.2 % -> 0.64
+    for (bfree, bavail), want in (((400, 350), 0.64), ((500, 500), 0.50), ((1000, 950), 0.0)):
+        fake = os.statvfs_result((4096, 4096, 1000, bfree, bavail, 0, 0, 0, 0, 255))
+        monkeypatch.setattr(os, "statvfs", lambda _p, fake=fake: fake)
+        assert disk_used_ratio(tmp_path) == want
+    monkeypatch.undo()
+    # df's Use% is the same figure for the real disk (it may move by a percent between the two readings)
+    pcent = subprocess.run(["df", "--output=pcent", str(tmp_path)], capture_output=True, text=True, check=True)
+    assert abs(disk_used_ratio(tmp_path) * 100 - int(pcent.stdout.splitlines()[1].strip().rstrip("%"))) <= 1
+    assert disk_used_ratio(tmp_path / "missing") == -1.0
+
+
+def test_disk_thresholds_are_clamped_as_rocketmq_5_clamps_them(tmp_path):
+    cfg = make_config(tmp_path, diskSpaceWarningLevelRatio=99, diskSpaceCleanForciblyRatio=10)
+    assert (cfg.disk_space_warning_level_ratio, cfg.disk_space_clean_forcibly_ratio) == (90, 30)
+    cfg = make_config(tmp_path, diskSpaceWarningLevelRatio=20, diskSpaceCleanForciblyRatio=99)
+    assert (cfg.disk_space_warning_level_ratio, cfg.disk_space_clean_forcibly_ratio) == (35, 85)
+
+
+def test_a_full_disk_refuses_puts_and_keeps_what_was_acknowledged(filled, monkeypatch):
+    # No test can fill the machine's disk: the measurement is replaced, the refusal and the retention are real.
+    used = {"ratio": 0.50}
+    monkeypatch.setattr("store.message_store.disk_used_ratio", lambda _path: used["ratio"])
+    f = filled(segments=2, file_reserved_time=72, clean_file_forcibly_enable=True)
+    root, s = f.cfg.store_path_root_dir, f.store
+    files_before = segment_names(f.cfg.commitlog_dir)
+    assert s.clean_expired_files() == []
+    assert {b: manifest_states(root)[b] for b in f.sealed} == {b: "sealed" for b in f.sealed}, "not due yet"
+
+    used["ratio"] = 0.86  # over diskSpaceCleanForciblyRatio (85): every sealed segment is due, whatever its age
+    assert s.clean_expired_files() == []
+    assert {b: manifest_states(root)[b] for b in f.sealed} == {b: "expired" for b in f.sealed}
+    res = s.put_message(make_message(TOPIC, 0, b"still accepted"))
+    assert res.ok
+    f.puts.append((0, res.append.queue_offset, res.append.wrote_offset, res.append.wrote_bytes, b"still accepted"))
+    wait_dispatched(s)
+
+    used["ratio"] = 0.91  # over diskSpaceWarningLevelRatio (90)
+    assert s.clean_expired_files() == []
+    for res in (s.put_message(make_message(TOPIC, 0, b"refused")),
+                s.put_messages([make_message(TOPIC, 1, b"b1"), make_message(TOPIC, 1, b"b2")])):  # fmt: skip
+        assert res.status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert "disk is full [0.91]" in res.error and "diskSpaceWarningLevelRatio 90%" in res.error
+    assert s.runtime_info()["commitLogDiskRatio"] == "0.91"
+    # under the tier policy no segment leaves the disk untiered, however full it is
+    assert set(files_before) <= set(segment_names(f.cfg.commitlog_dir))
+    f.assert_reads(0)
+    for q in (0, 1):  # nothing refused got in
+        assert s.get_max_offset_in_queue(TOPIC, q) == 1 + max(off for qq, off, *_ in f.puts if qq == q)
+
+    used["ratio"] = 0.89
+    s.clean_expired_files()
+    assert s.put_message(make_message(TOPIC, 0, b"accepted again")).ok
+
+    # a store started on a full disk refuses from its first put
+    used["ratio"] = 0.95
+    s.shutdown()
+    f.store = MessageStore(f.cfg).start()
+    assert f.store.put_message(make_message(TOPIC, 0, b"x")).status == PutMessageStatus.SERVICE_NOT_AVAILABLE

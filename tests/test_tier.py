@@ -126,11 +126,11 @@ def test_tier_store_then_rerun_is_idempotent(spark, tmp_path):
 def test_tier_while_the_store_appends(spark, tmp_path):
     # the store's housekeeping records sealed segments in the manifest, as a running broker's does
     # Bounded, larger files: every mapped file holds a descriptor, and Spark's py4j sockets use select().
-    # diskMaxUsedSpaceRatio 95: on a shared disk above 75 % used the store would expire every sealed segment
-    # (disk pressure) before the test sees it sealed.
+    # No disk-pressure rules: on a shared disk above 85 % used the store would expire every sealed segment
+    # before the test sees it sealed, and above 75 % run deletion passes outside the deletion hour.
     config = make_config(
         tmp_path, cleanResourceInterval=100, mappedFileSizeCommitLog=128 * 1024, mappedFileSizeConsumeQueue=20 * 20_000,
-        diskMaxUsedSpaceRatio=95,
+        diskMaxUsedSpaceRatio=95, cleanFileForciblyEnable=False,
     )  # fmt: skip
     lake = tmp_path / "lake"
     sent: dict[int, tuple[str, int, int, bytes]] = {}
