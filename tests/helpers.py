@@ -5,7 +5,10 @@ Import from here (``from tests.helpers import make_config, make_message, wait_un
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -133,10 +136,6 @@ def kill_process_tree(pid: int) -> None:
     group of their own, so ``killpg`` of a spark-submit leaves those workers running (and sending) until the
     daemon notices its JVM is gone.
     """
-    import contextlib
-    import os
-    import signal
-
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
