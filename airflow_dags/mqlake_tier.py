@@ -2,8 +2,7 @@
 
 ::
 
-    find_expired ─> tier_args ─> tier (spark-submit | in-process) ─> check_integrity ─┐
-    compaction_day ──────────────────────────────────────────────────────────────────────┴─> compact
+    find_expired ─> tier_args ─> tier (spark-submit | in-process) ─> check_integrity ─> compaction_day ─> compact
 
 - ``find_expired`` reads the store's segment manifest and skips the tiering tasks when nothing is due.
 - ``tier`` runs ``mqlake tier`` (``python -m pipelines.compaction``); the job claims, validates, commits once
@@ -12,6 +11,11 @@
   in its XCom ``report``.
 - ``compact`` optimizes closed partitions and vacuums, on the ``mqlake_compact_weekday`` only (param
   ``compact``: weekly / always / never), after a tiering run that did not fail.
+
+Airflow judges a run by its leaf tasks, and ``compact`` is the only leaf.  So ``compaction_day`` waits for
+``check_integrity``: a failed check (or tier job) makes it, and so ``compact``, ``upstream_failed`` and the
+run fails.  Were ``compaction_day`` a root, it would skip ``compact`` before the check ran on every day but
+the compaction day, and the run would end ``success`` with a quarantined segment.
 
 Scheduled daily at the broker's ``deleteWhen`` hours (see ``airflow_dags/config.py``): the broker's own clean
 pass then deletes the tiered segments within the same hour.  Runs never overlap and are not backfilled:
@@ -91,14 +95,15 @@ with DAG(
             )
         return summary
 
-    @task.short_circuit(ignore_downstream_trigger_rules=True)
+    # after a tiering run that did not fail, or that had nothing to do (find_expired skipped the rest)
+    @task.short_circuit(ignore_downstream_trigger_rules=True, trigger_rule=TriggerRule.NONE_FAILED)
     def compaction_day(params: dict | None = None, dag_run=None) -> bool:
         if params["compact"] != "weekly":
             return params["compact"] == "always"
         when = pendulum.instance(dag_run.run_after).in_timezone(config.local_timezone())
         return when.weekday() == config.compact_weekday()
 
-    @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, execution_timeout=config.COMPACT_TIMEOUT)
+    @task(execution_timeout=config.COMPACT_TIMEOUT)
     def compact() -> dict:
         from pathlib import Path
 
@@ -112,5 +117,4 @@ with DAG(
     tier = spark_job("tier", "pipelines.compaction", args["argv"], timeout=config.TIER_TIMEOUT,
                      retries=config.TIER_RETRIES)  # fmt: skip
     gate = check_integrity(args["report"])
-    find_expired() >> args >> tier >> gate
-    [gate, compaction_day()] >> compact()
+    find_expired() >> args >> tier >> gate >> compaction_day() >> compact()

@@ -112,7 +112,9 @@ def test_dag_folder_imports_cleanly_with_schedules_params_and_limits(airflow_hom
     assert tier["tier.spark_submit"]["retries"] == tier["tier.local"]["retries"] == 2
     assert tier["tier.spark_submit"]["timeout_s"] == 4 * 3600
     assert tier["check_integrity"]["upstream"] == ["tier.local", "tier.spark_submit", "tier_args"]
-    assert tier["compact"]["upstream"] == ["check_integrity", "compaction_day"]
+    # compaction_day waits for the check, so a failed check reaches the only leaf (compact) on any weekday
+    assert tier["compaction_day"]["upstream"] == ["check_integrity"]
+    assert tier["compact"]["upstream"] == ["compaction_day"]
     assert all(t["timeout_s"] for t in tier.values()), "every task has a time limit"
 
     replay = dags["mqlake_replay"]
@@ -174,13 +176,15 @@ def test_tier_dag_fails_with_the_report_when_a_segment_is_quarantined(airflow_ho
     rec = next(r for r in written.rows_in(bad) if r["body"] and r["magic"] == fmt.MESSAGE_MAGIC_V1)
     flip_byte(written.commitlog / bad, rec["position"] + fmt.record_length(0, 0, 0, 0) - 3)  # a body byte: CRC fails
 
-    result = run_dag(airflow_home, tmp_path, "mqlake_tier", {"file_reserved_time": 0, "compact": "weekly"},
+    # "never": compaction_day would skip compact, the run's only leaf, as on every day but the compaction
+    # weekday; the failed check must fail the run all the same (the run's state must not depend on the date)
+    result = run_dag(airflow_home, tmp_path, "mqlake_tier", {"file_reserved_time": 0, "compact": "never"},
                      spark_submit=False, store_dir=written.root, lake=lake)  # fmt: skip
 
-    assert result["state"] == "failed"
+    assert result["state"] == "failed", result["log"][-6000:]
     t = result["tasks"]
     assert (t["tier.local"], t["check_integrity"]) == ("success", "failed")
-    assert t["compact"] in ("upstream_failed", "skipped")  # not after a failed tiering run
+    assert (t["compaction_day"], t["compact"]) == ("upstream_failed", "upstream_failed")  # not after a failed run
     report = result["xcoms"]["check_integrity"]["report"]
     states = {s["segment"]: s["state"] for s in report["segments"]}
     assert states == {s: "quarantined" if s == bad else "tiered" for s in segments}
