@@ -145,10 +145,10 @@ class Producer:
 
     # -- sending ---------------------------------------------------------------------------------------------------
     def _request(self, msg: Message, mq: MessageQueue, body: bytes, props: str, *, batch: bool, oneway: bool):
+        born = int(time.time() * 1000) if msg.born_timestamp is None else msg.born_timestamp
         header = h.SendMessageRequestHeaderV2(
             a=self.group, b=mq.topic, c=AUTO_CREATE_TOPIC, d=self.default_topic_queue_nums, e=mq.queue_id, f=0,
-            g=msg.born_timestamp or int(time.time() * 1000), h=msg.flag, i=props, j=0, k=False, m=batch,
-            n=mq.broker_name,
+            g=born, h=msg.flag, i=props, j=0, k=False, m=batch, n=mq.broker_name,
         )  # fmt: skip
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         return RemotingCommand.request(code, header, body, oneway=oneway)

@@ -17,7 +17,6 @@ recorded offset, so a second crash scans them again rather than missing them.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import os
 import time
@@ -68,27 +67,6 @@ REPORT_SCHEMA = pa.schema(list(prog.QUEUE_REPORT) + [pa.field("send_started", pa
 
 class ReplayError(RuntimeError):
     """A replay cannot go on (the message says why and where); recorded progress stays valid."""
-
-
-# --- the producer --------------------------------------------------------------------------------------------
-
-_BORN_TIMESTAMP: contextvars.ContextVar[int | None] = contextvars.ContextVar("replay_born_timestamp", default=None)
-
-
-class ReplayProducer(Producer):
-    """A Producer whose sends can carry the source's bornTimestamp (``--preserve-timestamps``).
-
-    The public Producer stamps every send "now"; the header's bornTimestamp (``g``) is the only place the
-    broker takes it from, so the request is patched here.  A context variable (not an attribute) carries the
-    value because several source queues send concurrently on one producer, each in its own asyncio task.
-    """
-
-    def _request(self, msg, mq, body, props, *, batch, oneway):
-        cmd = super()._request(msg, mq, body, props, batch=batch, oneway=oneway)
-        born = _BORN_TIMESTAMP.get()
-        if born is not None:
-            cmd.ext_fields["g"] = str(born)
-        return cmd
 
 
 # --- plan and rows ---------------------------------------------------------------------------------------------
@@ -142,8 +120,9 @@ def source_body(body: bytes, sys_flag: int, where: str) -> bytes:
         raise ReplayError(f"{where}: compressed body does not inflate: {e}") from None
 
 
-def replay_message(row: dict, target_topic: str, replay_id: str) -> Message:
-    """The message to send for one source row (a dict of the columns in pipelines/replay/source.py)."""
+def replay_message(row: dict, target_topic: str, replay_id: str, *, preserve_timestamps: bool = False) -> Message:
+    """The message to send for one source row (a dict of the columns in pipelines/replay/source.py); with
+    ``preserve_timestamps`` it carries the source's bornTimestamp, else the producer stamps it at send time."""
     topic, queue, offset = row["topic"], row["queue_id"], row["queue_offset"]
     props = {k: v for k, v in (row["properties"] or ()) if k not in DROPPED_PROPERTIES}
     props[ORIGIN_MESSAGE_ID] = row["uniq_key"] or row["msg_id"]  # what the source's consumers saw as msgId
@@ -152,8 +131,9 @@ def replay_message(row: dict, target_topic: str, replay_id: str) -> Message:
     props[REPLAY_SOURCE_OFFSET] = str(offset)
     props[REPLAY_ID] = replay_id
     body = source_body(row["body"], row["sys_flag"], f"{topic}:{queue}@{offset}")
+    born = row["born_timestamp"] if preserve_timestamps else None
     return Message(target_topic, body, tags=row["tags"] or None, keys=row["keys"] or None, properties=props,
-                   flag=row["flag"])  # fmt: skip
+                   flag=row["flag"], born_timestamp=born)  # fmt: skip
 
 
 class TokenBucket:
@@ -184,7 +164,6 @@ class TokenBucket:
 class _Item:
     offset: int
     message: Message
-    born: int
 
 
 @dataclass
@@ -206,14 +185,16 @@ class QueueState:
     chunks: asyncio.Queue | None = None
 
 
-def _batches(items: list[_Item], batch_size: int, by_born: bool) -> Iterator[list[_Item]]:
-    """Split one target queue's items into SEND_BATCH requests: by count and bytes, and with
-    ``--preserve-timestamps`` also where the born timestamp changes (a batch has one bornTimestamp)."""
+def _batches(items: list[_Item], batch_size: int) -> Iterator[list[_Item]]:
+    """Split one target queue's items into SEND_BATCH requests: by count and bytes, and where the born
+    timestamp changes (``--preserve-timestamps``): a batch request carries one bornTimestamp, its first
+    message's."""
     cur: list[_Item] = []
     size = 0
     for it in items:
         n = len(it.message.body_bytes())
-        if cur and (len(cur) >= batch_size or size + n > _BATCH_BYTES or (by_born and it.born != cur[0].born)):
+        born_changes = bool(cur) and it.message.born_timestamp != cur[0].message.born_timestamp
+        if cur and (len(cur) >= batch_size or size + n > _BATCH_BYTES or born_changes):
             yield cur
             cur, size = [], 0
         cur.append(it)
@@ -346,13 +327,9 @@ class PartitionSender:
     # -- sending ----------------------------------------------------------------------------------------------
     async def _send_group(self, producer: Producer, mq: MessageQueue, items: list[_Item]) -> int:
         first = -1
-        for batch in _batches(items, self.plan.batch_size, self.plan.preserve_timestamps):
+        for batch in _batches(items, self.plan.batch_size):
             self._check_alive()
-            token = _BORN_TIMESTAMP.set(batch[0].born if self.plan.preserve_timestamps else None)
-            try:
-                result = await producer.send_batch([it.message for it in batch], queue=mq)
-            finally:
-                _BORN_TIMESTAMP.reset(token)
+            result = await producer.send_batch([it.message for it in batch], queue=mq)
             first = result.queue_offset
         return first
 
@@ -420,9 +397,10 @@ class PartitionSender:
                     st.already_done += 1
                     continue
                 row = {name: cols[name][i] for name in cols}
-                msg = replay_message(row, plan.target_topic, plan.replay_id)
+                msg = replay_message(row, plan.target_topic, plan.replay_id,
+                                     preserve_timestamps=plan.preserve_timestamps)  # fmt: skip
                 items = pending[key]
-                items.append(_Item(offset, msg, row["born_timestamp"]))
+                items.append(_Item(offset, msg))
                 if len(items) >= chunk_size:
                     await st.chunks.put(items)
                     pending[key] = []
@@ -435,7 +413,7 @@ class PartitionSender:
     async def run(self, batches: Iterator[pa.RecordBatch]) -> pa.RecordBatch:
         plan = self.plan
         group = "mqlake_replay_" + plan.replay_id.replace("-", "_")
-        producer = await ReplayProducer(group, plan.namesrv).start()
+        producer = await Producer(group, plan.namesrv).start()
         consumer = await PullConsumer(group + "_scan", plan.namesrv).start()
         try:
             await self._prepare(producer, consumer)
