@@ -6,28 +6,15 @@ down gracefully (the broker unregisters, answers parked pulls, persists offsets 
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 
 from broker.config import BrokerConfig
-from broker.remoting.loop import run
+from broker.namesrv import NamesrvController
+from broker.remoting.loop import run, wait_for_signal
 from broker.server.controller import BrokerController
 from store.config import MessageStoreConfig
 
 log = logging.getLogger("mqlake")
-
-
-async def _wait_for_signal() -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
 
 
 async def serve(
@@ -41,8 +28,6 @@ async def serve(
     """Run until SIGTERM/SIGINT: a NameServer first when ``namesrv_port`` is given, then the Broker."""
     namesrv = None
     if namesrv_port is not None:
-        from broker.namesrv import NamesrvController
-
         namesrv = NamesrvController(namesrv_host or "127.0.0.1", namesrv_port)
         await namesrv.start()
         addr = f"{namesrv_host or '127.0.0.1'}:{namesrv.port}"
@@ -53,7 +38,7 @@ async def serve(
     try:
         await broker.start()
         log.info("Broker ready at %s (store %s)", broker.addr, store_config.store_path_root_dir)
-        await _wait_for_signal()
+        await wait_for_signal()
         log.info("shutting down")
     finally:
         await broker.shutdown()

@@ -8,6 +8,7 @@ import logging
 
 from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_table import RouteTable
+from broker.remoting.loop import wait_for_signal
 from broker.remoting.server import Connection, RemotingServer
 
 log = logging.getLogger(__name__)
@@ -77,12 +78,10 @@ class NamesrvController:
 
 async def serve_namesrv(host: str, port: int) -> None:
     """Run a NameServer until SIGTERM/SIGINT (``mqlake namesrv``); logs ``NameServer ready at host:port``."""
-    from broker.embedded import _wait_for_signal  # the one signal helper the CLI servers share
-
     namesrv = NamesrvController(host, port)
     await namesrv.start()
     try:
         logging.getLogger("mqlake").info("NameServer ready at %s", namesrv.address)
-        await _wait_for_signal()
+        await wait_for_signal()
     finally:
         await namesrv.stop()

@@ -1,9 +1,11 @@
-"""Event loop choice: uvloop when importable (about 2x asyncio's throughput on loopback), else asyncio."""
+"""Event loop choice: uvloop when importable (about 2x asyncio's throughput on loopback), else asyncio; and the
+wait for SIGTERM/SIGINT that every server process (``mqlake up``, ``broker``, ``namesrv``) ends with."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -32,6 +34,19 @@ def install_event_loop_policy() -> bool:
 def new_event_loop() -> asyncio.AbstractEventLoop:
     uvloop = _uvloop()
     return uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
+
+
+async def wait_for_signal() -> None:
+    """Return once the process gets SIGTERM or SIGINT (the handlers are removed again)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
