@@ -12,9 +12,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+
+from store.console import console, print_error, table
 
 if TYPE_CHECKING:  # the client is imported when a command runs: `mqlake up` need not pay for it
     from broker.client.admin import Admin, BrokerInfo, QueueProgress, QueueStatus
@@ -23,15 +23,6 @@ if TYPE_CHECKING:  # the client is imported when a command runs: `mqlake up` nee
 admin_app = typer.Typer(
     help="Administer topics, messages, consumers and clusters (mqadmin's commands).", no_args_is_help=True
 )
-
-
-def _out() -> Console:
-    # Built per call so that COLUMNS and the streams in effect at that moment apply (also under test runners).
-    return Console()
-
-
-def _err(message: str) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {escape(message)}", highlight=False)
 
 
 T = TypeVar("T")
@@ -47,6 +38,7 @@ def _call(namesrv: str, fn: Callable[[Admin], Awaitable[T]]) -> T:
     from broker.client.errors import MQClientError
     from broker.remoting.client import RemotingError
     from broker.remoting.loop import run
+    from store.errors import MQLakeError
 
     async def go() -> T:
         async with Admin(namesrv) as admin:
@@ -55,8 +47,8 @@ def _call(namesrv: str, fn: Callable[[Admin], Awaitable[T]]) -> T:
     try:
         return run(go())
     # ValueError: a reply that does not parse (RecordError, RouteError, HeaderError, ConfigFileError), named by them
-    except (MQClientError, RemotingError, ValueError) as e:
-        _err(str(e))
+    except (MQLakeError, MQClientError, RemotingError, ValueError) as e:
+        print_error(e)
         raise typer.Exit(1) from None
 
 
@@ -72,14 +64,14 @@ def _time(ms: int) -> str:
 
 
 def topic_status_table(rows: list[QueueStatus]) -> Table:
-    t = Table("#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated")
+    t = table("#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated")
     for r in rows:
         t.add_row(r.broker_name, str(r.queue_id), str(r.min_offset), str(r.max_offset), _time(r.last_update_timestamp))
     return t
 
 
 def messages_table(msgs: list[MessageExt]) -> Table:
-    t = Table("#Message ID", "#Offset Msg ID", "#QID", "#Offset", "#Tags", "#Keys", "#Store Time", "#Body")
+    t = table("#Message ID", "#Offset Msg ID", "#QID", "#Offset", "#Tags", "#Keys", "#Store Time", "#Body")
     for m in msgs:
         body = m.body[:40].decode("utf-8", "replace")
         t.add_row(m.msg_id, m.offset_msg_id, str(m.queue_id), str(m.queue_offset), m.tags or "", m.keys or "",
@@ -88,14 +80,14 @@ def messages_table(msgs: list[MessageExt]) -> Table:
 
 
 def message_detail_table(m: MessageExt) -> Table:
-    t = Table("Field", "Value", show_header=False)
+    t = table("Field", "Value", show_header=False)
     for k, v in m.to_json().items():
         t.add_row(k, json.dumps(v, ensure_ascii=False) if isinstance(v, dict) else str(v))
     return t
 
 
 def consumer_progress_table(rows: list[QueueProgress]) -> Table:
-    t = Table("#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff", "#LastTime")
+    t = table("#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff", "#LastTime")
     for r in rows:
         t.add_row(r.topic, r.broker_name, str(r.queue_id), str(r.broker_offset), str(r.consumer_offset), str(r.lag),
                   _time(r.last_timestamp))  # fmt: skip
@@ -104,7 +96,7 @@ def consumer_progress_table(rows: list[QueueProgress]) -> Table:
 
 
 def cluster_table(rows: list[BrokerInfo]) -> Table:
-    t = Table("#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS", "#OutTPS", "#Msgs in CommitLog")
+    t = table("#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS", "#OutTPS", "#Msgs in CommitLog")
     for r in rows:
         rt = r.runtime
         t.add_row(r.cluster, r.broker_name, str(r.broker_id), r.addr, rt.get("brokerVersionDesc", "-"),
@@ -130,7 +122,7 @@ def update_topic(
 ) -> None:
     """Create or update a topic on a broker (-b) or on every broker of a cluster (-c)."""
     if (cluster is None) == (broker_addr is None):
-        _err("give exactly one of -c/--clusterName or -b/--brokerAddr")
+        print_error("give exactly one of -c/--clusterName or -b/--brokerAddr")
         raise typer.Exit(2)
     addrs = _call(namesrv, lambda a: a.create_topic(
         topic, cluster=cluster, broker_addr=broker_addr, read_queue_nums=read_queue_nums,
@@ -142,8 +134,8 @@ def update_topic(
         _print_json(result)
     else:
         for addr in addrs:
-            _out().print(f"create topic to {addr} success.")
-        _out().print(f"TopicConfig [topicName={topic}, readQueueNums={read_queue_nums}, "
+            console().print(f"create topic to {addr} success.")
+        console().print(f"TopicConfig [topicName={topic}, readQueueNums={read_queue_nums}, "
                       f"writeQueueNums={write_queue_nums}, perm={perm}]")  # fmt: skip
 
 
@@ -155,7 +147,7 @@ def topic_list(namesrv: Namesrv = "127.0.0.1:9876", as_json: AsJson = False) -> 
         _print_json(topics)
     else:
         for t in topics:
-            _out().print(t, markup=False, highlight=False)
+            console().print(t, markup=False, highlight=False)
 
 
 @admin_app.command("topicStatus")
@@ -167,7 +159,7 @@ def topic_status(
     if as_json:
         _print_json([_status_json(r) for r in rows])
     else:
-        _out().print(topic_status_table(rows))
+        console().print(topic_status_table(rows))
 
 
 def _status_json(r: QueueStatus) -> dict[str, object]:
@@ -190,7 +182,7 @@ def query_msg_by_key(
     if as_json:
         _print_json([m.to_json() for m in msgs])
     else:
-        _out().print(messages_table(msgs))
+        console().print(messages_table(msgs))
 
 
 @admin_app.command("queryMsgById")
@@ -203,13 +195,13 @@ def query_msg_by_id(
     """A message by its broker offset id, or by the producer's UNIQ_KEY id."""
     msgs = _call(namesrv, lambda a: a.query_msg_by_id(msg_id, topic))
     if not msgs:
-        _err(f"no message with id {msg_id}")
+        print_error(f"no message with id {msg_id}")
         raise typer.Exit(1)
     if as_json:
         _print_json([m.to_json() for m in msgs])
     else:
         for m in msgs:
-            _out().print(message_detail_table(m))
+            console().print(message_detail_table(m))
 
 
 @admin_app.command("consumerProgress")
@@ -224,7 +216,7 @@ def consumer_progress(
     if as_json:
         _print_json({"group": group, "diffTotal": sum(r.lag for r in rows), "queues": [r.to_json() for r in rows]})
     else:
-        _out().print(consumer_progress_table(rows))
+        console().print(consumer_progress_table(rows))
 
 
 @admin_app.command("clusterList")
@@ -235,4 +227,4 @@ def cluster_list(namesrv: Namesrv = "127.0.0.1:9876", as_json: AsJson = False) -
         _print_json([{"cluster": r.cluster, "brokerName": r.broker_name, "brokerId": r.broker_id, "addr": r.addr,
                       "runtime": r.runtime} for r in rows])  # fmt: skip
     else:
-        _out().print(cluster_table(rows))
+        console().print(cluster_table(rows))

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Annotated, Any, TextIO
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
+from store.console import console, table
+
+# A cell's length in a terminal table (a body can be megabytes); outside a terminal cells are printed whole.
+TERMINAL_CELL_WIDTH = 60
 
 
 class OutputFormat(StrEnum):
@@ -54,11 +56,11 @@ def _cell(value: Any) -> str:
     return json.dumps(plain, ensure_ascii=False) if isinstance(plain, dict | list) else str(plain)
 
 
-def _table_cell(value: Any, width: int = 60) -> str:
+def _table_cell(value: Any, width: int | None) -> str:
     if value is None:
         return "NULL"
     text = repr(bytes(value)) if isinstance(value, bytes | bytearray) else _cell(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
 def print_rows(columns: list[str], rows, output: OutputFormat, out: TextIO) -> int:
@@ -75,11 +77,13 @@ def print_rows(columns: list[str], rows, output: OutputFormat, out: TextIO) -> i
             writer.writerow([_cell(v) for v in row])
             n += 1
     else:
-        table = Table(*columns, show_lines=False)
+        printer = console(file=out)
+        width = TERMINAL_CELL_WIDTH if printer.is_terminal else None
+        result = table(*columns)
         for row in rows:
-            table.add_row(*(_table_cell(v) for v in row))
+            result.add_row(*(_table_cell(v, width) for v in row))
             n += 1
-        Console(file=out, width=max(120, 24 * len(columns))).print(table)
+        printer.print(result)
     return n
 
 
@@ -140,6 +144,11 @@ def sql_command(
     master: MasterOption = None,
     conf: ConfOption = None,
     limit: Annotated[int | None, typer.Option(help="Print at most this many rows.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="JSON lines: the same as --format json.")] = False,
 ) -> None:
     """Run Spark SQL over the tiered history (each Delta table under --lake is a view of its current snapshot)."""
+    if json_out:
+        if output not in (OutputFormat.table, OutputFormat.json):
+            raise typer.BadParameter(f"--json and --format {output.value} disagree", param_hint="--json")
+        output = OutputFormat.json
     raise typer.Exit(run_sql(lake, query, output=output, limit=limit, **add_spark_options(master, conf)))

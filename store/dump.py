@@ -1,14 +1,14 @@
-"""``mqlake store dump``: print and verify a store's files, read-only, like ``kafka-dump-log``.
+"""What ``mqlake store dump`` prints (cli/store.py), as data: a store's records, ConsumeQueue units and IndexFile
+headers, and the problems ``--verify`` finds, each naming file and position.
 
 Safe on the store of a running broker: files are mapped read-only and no lock is taken.
 """
 
 from __future__ import annotations
 
-import json
 import mmap
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from store import format as fmt
@@ -174,64 +174,15 @@ def verify_consume_queues(store_dir: Path, records: dict[int, dict], unreadable:
         )
 
 
-def run(
-    store_dir: Path,
-    *,
-    as_json: bool = False,
-    verify: bool = False,
-    consume_queue: bool = False,
-    index: bool = False,
-    topic: str | None = None,
-    limit: int | None = None,
-) -> int:
-    """Print what was asked for; with ``verify`` print only problems. Returns the exit code."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    if not store_dir.exists():
-        console.print(f"[red]no such store directory: {store_dir}[/red]")
-        return 2
-
-    def emit(rows: Iterator[dict], title: str, columns: list[str]) -> None:
-        if as_json:
-            for n, r in enumerate(rows):
-                if limit is not None and n >= limit:
-                    break
-                print(json.dumps(r, default=str))
-            return
-        table = Table(title=title)
-        for c in columns:
-            table.add_column(c)
-        for n, r in enumerate(rows):
-            if limit is not None and n >= limit:
-                break
-            table.add_row(*(str(r.get(c, "")) for c in columns))
-        console.print(table)
-
-    if verify:
-        problems: list[Problem] = []
-        records: dict[int, dict] = {}
-        for item in iter_records(store_dir):
-            if isinstance(item, Problem):
-                problems.append(item)
-            else:
-                records[item["offset"]] = item
-        problems.extend(verify_consume_queues(store_dir, records, list(problems)))
-        for p in problems:
-            print(json.dumps(asdict(p)) if as_json else str(p))
-        if not as_json:
-            console.print(f"{len(records)} records checked, {len(problems)} problem(s)")
-        return 1 if problems else 0
-
-    if consume_queue:
-        rows = (u for u in iter_cq_units(store_dir) if topic is None or u["topic"] == topic)
-        emit(rows, "ConsumeQueue", ["topic", "queue_id", "queue_offset", "commitlog_offset", "size", "tags_code"])
-    if index:
-        cols = ["file", "begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset"]
-        emit(iter_index_headers(store_dir), "IndexFile headers", cols + ["hash_slot_count", "index_count"])
-    if not consume_queue and not index:
-        rows = (r for r in iter_records(store_dir) if isinstance(r, dict) and (topic is None or r["topic"] == topic))
-        cols = ["offset", "topic", "queue_id", "queue_offset", "keys", "tags", "size", "crc_ok"]
-        emit(rows, "CommitLog", cols)
-    return 0
+def verify_store(store_dir: Path) -> tuple[int, list[Problem]]:
+    """``--verify``: every CommitLog problem (CRC, offset, length, torn tail) and every ConsumeQueue unit that
+    does not point at its record; returns (records checked, problems)."""
+    problems: list[Problem] = []
+    records: dict[int, dict] = {}
+    for item in iter_records(store_dir):
+        if isinstance(item, Problem):
+            problems.append(item)
+        else:
+            records[item["offset"]] = item
+    problems.extend(verify_consume_queues(store_dir, records, list(problems)))
+    return len(records), problems

@@ -129,7 +129,7 @@ class MqlakeServer:
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         cmd = [
             # -P: the work dir (the cwd) holds a "store" directory that must not shadow the store package
-            sys.executable, "-P", "-c", "from broker.cli import main; main()", "up",
+            sys.executable, "-P", "-c", "from cli.main import main; main()", "up",
             "-c", str(self.conf_path), "--namesrv-port", str(self.namesrv_port), "--log-level", "INFO",
         ]  # fmt: skip
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}

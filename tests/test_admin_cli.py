@@ -11,9 +11,9 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from broker.cli import app
 from broker.client import Admin, Message, MessageQueue, Producer, PullConsumer
 from broker.remoting.loop import run
+from cli.main import app
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(180)
@@ -153,3 +153,38 @@ def test_update_topic_on_every_master_of_a_cluster(mqlake_server):
     wait_until(lambda: _route_queues(mqlake_server, "AdminCliClusterTopic") == 2, 20, what="route with 2 queues")
     unknown = admin(mqlake_server, "updateTopic", "-t", "AdminCliClusterTopic", "-c", "NoSuchCluster")
     assert unknown.exit_code == 1 and "NoSuchCluster" in unknown.output and "DefaultCluster" in unknown.output
+
+
+def test_piped_output_prints_long_topic_names_keys_and_ids_whole(mqlake_server):
+    """Run as in a pipe or a log (stdout not a terminal, COLUMNS narrow): every value whole, each row one line."""
+    exe = os.path.join(os.path.dirname(sys.executable), "mqlake")
+    env = {**os.environ, "NAMESRV_ADDR": mqlake_server.namesrv_addr, "COLUMNS": "50"}
+    topic = "AdminPiped" + "T" * 110  # 120 characters (a topic may have 127)
+    key = "order-" + "k" * 100
+    group = "cg_admin_piped_" + "g" * 80
+
+    def mqlake(*args: str) -> list[str]:
+        out = subprocess.run([exe, "admin", *args], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "…" not in out.stdout
+        return out.stdout.splitlines()
+
+    created = mqlake("updateTopic", "-t", topic, "-b", mqlake_server.broker_addr, "-r", "2", "-w", "2")
+    assert f"TopicConfig [topicName={topic}, readQueueNums=2, writeQueueNums=2, perm=6]" in created
+    wait_until(lambda: _route_queues(mqlake_server, topic) == 2, 20, what="route with 2 queues")
+
+    async def go():
+        async with Producer("pg_admin_piped", mqlake_server.namesrv_addr) as p:
+            result = await p.send(Message(topic, "piped", keys=key), queue=MessageQueue(topic, "broker-a", 1))
+        async with PullConsumer(group, mqlake_server.namesrv_addr) as c:
+            await c.update_offset(MessageQueue(topic, "broker-a", 1), 0)
+        return result
+
+    sent = run(go())
+    wait_until(lambda: admin_json(mqlake_server, "queryMsgByKey", "-t", topic, "-k", key), 20, what="key indexed")
+
+    [row] = [line for line in mqlake("queryMsgByKey", "-t", topic, "-k", key) if key in line]
+    assert sent.msg_id in row and sent.offset_msg_id in row and "piped" in row
+    rows = [[c.strip() for c in line.split("│")[1:7]] for line in mqlake("consumerProgress", "-g", group)
+            if topic in line]  # fmt: skip
+    assert [topic, "broker-a", "1", "1", "0", "1"] in rows  # topic, broker, queue, broker/consumer offset, lag

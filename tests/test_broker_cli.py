@@ -17,7 +17,7 @@ from tests.fixtures_broker import TEST_CONF, free_port
 from tests.fixtures_broker import remoting_call as broker_call
 from tests.helpers import wait_until
 
-MQLAKE = [sys.executable, "-P", "-c", "from broker.cli import main; main()"]
+MQLAKE = [sys.executable, "-P", "-c", "from cli.main import main; main()"]
 
 
 def _write_conf(path: Path, **values: str) -> Path:
@@ -92,7 +92,7 @@ def test_up_defaults_to_a_store_under_the_working_directory(tmp_path: Path) -> N
 def test_bad_config_and_busy_port_fail_with_one_clear_line(tmp_path: Path) -> None:
     bad = _write_conf(tmp_path / "bad.conf", listenPort="ten")
     out = subprocess.run([*MQLAKE, "up", "-c", str(bad)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert out.returncode == 2 and "listenPort" in out.stdout and "Traceback" not in out.stdout + out.stderr
+    assert out.returncode == 2 and "listenPort" in out.stderr and "Traceback" not in out.stdout + out.stderr
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -100,5 +100,5 @@ def test_bad_config_and_busy_port_fail_with_one_clear_line(tmp_path: Path) -> No
         conf = _write_conf(tmp_path / "ok.conf", **TEST_CONF, storePathRootDir=str(tmp_path / "s"))
         out = subprocess.run([*MQLAKE, "up", "-c", str(conf), "--namesrv-port", str(port)], capture_output=True,
                              text=True, timeout=60, cwd=tmp_path)  # fmt: skip
-    assert out.returncode == 1 and "address already in use" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 1 and "address already in use" in out.stderr, out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr

@@ -8,12 +8,12 @@ import itertools
 import pytest
 from rich.console import Console
 
-from broker.admin_cli import consumer_progress_table, messages_table, topic_status_table
 from broker.client.admin import QueueProgress, QueueStatus, _mq_from_key, load_fastjson
 from broker.client.allocate import allocate_averagely
 from broker.client.message import Message, MessageExt, MessageQueue, decode_messages
 from broker.client.pull_consumer import Subscription
 from broker.client.route import RouteError, parse_route
+from cli.admin import consumer_progress_table, messages_table, topic_status_table
 from store import format as fmt
 from tests.helpers import make_message
 

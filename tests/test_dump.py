@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -98,4 +100,37 @@ def test_verify_reports_a_broken_record_and_the_units_behind_it(store_dir: Path)
 
 def test_missing_dir_is_a_clear_error(tmp_path: Path) -> None:
     out = _dump(str(tmp_path / "nope"))
-    assert out.returncode == 2 and "no such store directory" in out.stdout
+    assert out.returncode == 2 and "no such store directory" in out.stderr  # errors go to stderr
+
+
+def test_piped_table_prints_long_topics_keys_and_paths_whole_on_one_line(tmp_path: Path) -> None:
+    """In a pipe (an Airflow or CI log) each row is one line holding every value in full, whatever COLUMNS says."""
+    topic = "Dump" + "t" * 120  # 124 characters: the longest V1 topic is 127
+    key = "order-" + "k" * 90
+    cfg = make_config(tmp_path / ("deep-" * 25))
+    with MessageStore(cfg) as store:
+        for i in range(3):
+            assert store.put_message(make_message(topic, i, f"body-{i}", tags="TagA", keys=f"{key}-{i}")).ok
+        wait_dispatched(store)
+    root = cfg.store_path_root_dir
+    env = {**os.environ, "COLUMNS": "60"}
+    run = functools.partial(subprocess.run, capture_output=True, text=True, timeout=120, env=env)
+
+    records = run([str(MQLAKE), "store", "dump", str(root)])
+    assert records.returncode == 0, records.stderr
+    assert "…" not in records.stdout
+    rows = [line for line in records.stdout.splitlines() if topic in line]
+    assert len(rows) == 3 and all(f"{key}-{i}" in row and "TagA" in row for i, row in enumerate(rows))
+
+    units = run([str(MQLAKE), "store", "dump", str(root), "--consume-queue", "--topic", topic])
+    cells = [[c.strip() for c in line.split("│")[1:3]] for line in units.stdout.splitlines() if topic in line]
+    assert cells == [[topic, "0"], [topic, "1"], [topic, "2"]]
+
+    seg = sorted((root / "commitlog").iterdir())[0]
+    data = bytearray(seg.read_bytes())
+    data[4:8] = b"\x00\x01\x02\x03"  # the first record's magic
+    seg.write_bytes(bytes(data))
+    verify = run([str(MQLAKE), "store", "dump", str(root), "--verify"])
+    assert verify.returncode == 1
+    assert f"{seg} @ 0 (offset 0): record: " in verify.stdout.splitlines()[0]
+    assert any(line.startswith(str(root / "consumequeue" / topic)) for line in verify.stdout.splitlines())

@@ -91,7 +91,7 @@ def test_clean_store_verifies_through_the_cli_with_report_and_lake(spark, base_s
     from deltalake import DeltaTable
     from typer.testing import CliRunner
 
-    from broker.cli import app
+    from cli.main import app
 
     store_dir = copy_store(base_store, tmp_path)
     report, lake = tmp_path / "report.json", tmp_path / "lake"
@@ -132,7 +132,7 @@ def test_rerun_under_a_run_id_replaces_its_rows_and_exit_zero_reports_without_fa
     from deltalake import DeltaTable
     from typer.testing import CliRunner
 
-    from broker.cli import app
+    from cli.main import app
 
     store_dir = copy_store(base_store, tmp_path)
     lake = tmp_path / "lake"
@@ -293,7 +293,7 @@ def test_broken_chain(spark, base_store, tmp_path):
 def test_repair_then_adopt_restores_a_store_that_serves_and_verifies(spark, base_store, tmp_path):
     from typer.testing import CliRunner
 
-    from broker.cli import app
+    from cli.main import app
     from pipelines.index_rebuild.adopt import adopt_index
     from store.checkpoint import StoreLock, StoreLockedError
     from store.message_store import MessageStore
@@ -417,3 +417,45 @@ def test_vectorised_index_key_hash_equals_the_java_hash():
     arr = pa.array(["pad"] + keys).slice(1)  # a sliced array: offsets not starting at 0
     assert fmt.index_key_hash("polygenelubricants") == 0  # Java hash Integer.MIN_VALUE: abs stays negative -> 0
     assert list(fmt.index_key_hashes(arr)) == [fmt.index_key_hash(k) for k in keys]
+
+
+def test_verify_index_piped_to_a_file_names_the_broken_topic_and_queue_in_full(spark, base_store, tmp_path):
+    """What an Airflow or CI log holds: each mismatch one line with the topic, queue and file whole."""
+    import os
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from tests.fixtures_spark import LONG_TOPIC  # 154 characters
+
+    deep = tmp_path / ("a-long-directory-name-" * 8)
+    env = {**os.environ, "COLUMNS": "80", "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1"}
+    mqlake = str(Path(sys.executable).with_name("mqlake"))
+
+    nothing = deep / "nothing"
+    bad = subprocess.run([sys.executable, "-m", "pipelines.index_rebuild", "--store-dir", str(nothing)],
+                         capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert bad.returncode == 2 and f"error: {nothing} has no commitlog directory\n" in bad.stderr
+
+    store_dir = copy_store(base_store, deep)
+    victim = cq_file(store_dir, LONG_TOPIC, 3, 1)
+    victim.unlink()
+    out = tmp_path / "verify.log"
+    with open(out, "w") as f:
+        res = subprocess.run([mqlake, "verify-index", "--store-dir", str(store_dir), "--master", "local[1]"],
+                             stdout=f, stderr=subprocess.PIPE, text=True, env=env, timeout=300)  # fmt: skip
+    assert res.returncode == 1, res.stderr[-4000:]
+    text = out.read_text()
+    assert "…" not in text
+    [row] = [line for line in text.splitlines() if f"{LONG_TOPIC}-3" in line]
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    assert cells[:3] == ["ConsumeQueue", f"{LONG_TOPIC}-3", "mismatch"]
+    assert cells[-1].startswith(f"missing {victim} topic={LONG_TOPIC} queue_id=3 queue_offset={PER_FILE} ")
+    assert "MISMATCH: " in text
+
+    as_json = CliRunner().invoke(app, ["verify-index", "--store-dir", str(store_dir), "--json"])
+    assert as_json.exit_code == 1, as_json.output
+    [q] = bad_queues(json.loads(as_json.stdout))
+    assert (q["topic"], q["queue_id"], q["files_missing"]) == (LONG_TOPIC, 3, [victim.name])

@@ -313,7 +313,7 @@ def test_mqlake_namesrv_command(tmp_path):
     log_path = tmp_path / "namesrv.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from broker.cli import main; main()", "namesrv", "--port", "0"],
+            [sys.executable, "-c", "from cli.main import main; main()", "namesrv", "--port", "0"],
             stdout=log, stderr=subprocess.STDOUT,
         )
     try:

@@ -327,7 +327,7 @@ def test_bad_input_is_refused_clearly(spark, history):
 def test_cli_rejects_bad_options_before_spark(tmp_path):
     from typer.testing import CliRunner
 
-    from broker.cli import app
+    from cli.main import app
 
     (tmp_path / "messages").mkdir()
     base = ["replay", "--lake", str(tmp_path), "--source-topic", "A", "--target-topic", "B", "--namesrv", "x:1"]

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from broker.cli import app
+from cli.main import app
 from pipelines.sql_cli import OutputFormat, print_rows
+from tests.fixtures_spark import LONG_TOPIC
 
 runner = CliRunner()
 
@@ -104,3 +105,23 @@ def test_the_console_script(spark_lake, spark_store):
     assert proc.returncode == 0, proc.stderr
     n = len(sealed(spark_store))
     assert proc.stdout.splitlines() == ["n,ids", f"{n},{n}"]
+
+
+def test_piped_table_prints_long_values_whole_and_json_is_a_flag_too(spark, spark_lake, spark_store):
+    """Outside a terminal no cell is cut (a terminal table stops at 60 characters a cell)."""
+    want = [r for r in sealed(spark_store) if r["topic"] == LONG_TOPIC and r["body"].startswith(b"message")][:3]
+    offsets = ", ".join(str(w["commitlog_offset"]) for w in want)
+    query = (f"SELECT commitlog_offset, topic, keys, CAST(body AS STRING) AS text FROM messages "
+             f"WHERE topic = '{LONG_TOPIC}' AND commitlog_offset IN ({offsets}) ORDER BY commitlog_offset")  # fmt: skip
+    result = runner.invoke(app, ["sql", "--lake", str(spark_lake), query], env={"COLUMNS": "60"})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.stdout
+    for w in want:
+        [row] = [line for line in result.stdout.splitlines() if f" {w['commitlog_offset']} " in line]
+        assert LONG_TOPIC in row and w["keys"] in row and w["body"].decode() in row
+
+    as_json = sql(spark_lake, query, "--json")
+    assert as_json.exit_code == 0, as_json.output
+    assert [json.loads(line)["commitlog_offset"] for line in as_json.stdout.splitlines()] == [
+        w["commitlog_offset"] for w in want]  # fmt: skip
+    assert sql(spark_lake, query, "--json", "--format", "csv").exit_code == 2

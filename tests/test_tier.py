@@ -265,7 +265,7 @@ def test_corrupt_segments_are_quarantined_and_kept(spark, tmp_path):
 def test_cli_reports_and_rejects_bad_input(tmp_path):
     from typer.testing import CliRunner
 
-    from broker.cli import app
+    from cli.main import app
 
     runner = CliRunner(env={"COLUMNS": "300"})
     result = runner.invoke(app, ["tier", "--store-dir", str(tmp_path / "none"), "--lake", str(tmp_path)])

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
+from store.console import console, run_app, styled
 
 
 def tier_command(
@@ -43,46 +44,58 @@ def tier_command(
     exit_zero: Annotated[
         bool, typer.Option("--exit-zero", help="Exit 0 even when a segment was quarantined (the report says so).")
     ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of lines.")] = False,
 ) -> None:
     """Tier expired CommitLog segments into Delta: validate, commit once, verify, then delete."""
-    from rich.console import Console
-
     from pipelines.compaction.job import tier
     from pipelines.compaction.upkeep import compact as run_compact
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    console = Console()
+    out = console()
     if not (store_dir / "commitlog").is_dir():
         raise typer.BadParameter(f"{store_dir} has no commitlog directory", param_hint="--store-dir")
     store_config = None
     if broker_conf is not None:
-        from broker.config import load_broker_conf
+        from broker.config import BrokerConfigError, load_broker_conf
 
-        store_config = load_broker_conf(broker_conf)[1]
+        try:
+            store_config = load_broker_conf(broker_conf)[1]
+        except BrokerConfigError as e:
+            raise typer.BadParameter(str(e), param_hint="--broker-conf") from None
     result = tier(
         store_dir, lake, file_reserved_time=file_reserved_time, max_segments=max_segments, report=report,
         store_config=store_config, **add_spark_options(master, conf),
     )  # fmt: skip
-    for s in result.segments:
-        style = "green" if s.state == "tiered" else "red" if s.state == "quarantined" else "yellow"
-        console.print(f"[{style}]{s.state:12}[/] {s.segment}  rows={s.rows}  {s.reason}")
-    if not result.segments:
-        console.print("no expired segments to tier")
-    if result.delete_error:
-        console.print(f"[red]deleting tiered segments failed[/]: {result.delete_error}")
-    elif result.deleted is None:
-        console.print("a broker holds the store: it deletes the tiered segments in its clean pass")
-    elif result.deleted:
-        console.print(f"deleted {len(result.deleted)} tiered segment(s)")
-    console.print("phases (s): " + json.dumps({k: round(v, 2) for k, v in result.phases.items()}))
-    if compact:
-        console.print("compaction: " + json.dumps(run_compact(lake)))
-    console.print(f"report: {result.report_path}")
+    if not json_out:
+        _print(out, result)
+    compacted = run_compact(lake) if compact else None
+    if json_out:
+        print(json.dumps({**result.to_json(), "report_path": result.report_path, "compaction": compacted}))
+    else:
+        if compacted is not None:
+            out.print("compaction: " + json.dumps(compacted))
+        out.print(f"report: {result.report_path}")
     if result.by_state("quarantined") and not exit_zero:
         raise typer.Exit(1)
 
 
+def _print(out, result) -> None:
+    for s in result.segments:
+        style = "green" if s.state == "tiered" else "red" if s.state == "quarantined" else "yellow"
+        out.print(styled((f"{s.state:12}", style), f" {s.segment}  rows={s.rows}  {s.reason}"))
+    if not result.segments:
+        out.print("no expired segments to tier")
+    if result.delete_error:
+        out.print(styled(("deleting tiered segments failed", "red"), f": {result.delete_error}"))
+    elif result.deleted is None:
+        out.print("a broker holds the store: it deletes the tiered segments in its clean pass")
+    elif result.deleted:
+        out.print(f"deleted {len(result.deleted)} tiered segment(s)")
+    out.print("phases (s): " + json.dumps({k: round(v, 2) for k, v in result.phases.items()}))
+
+
 def main() -> None:
+    """``python -m pipelines.compaction``: the same command as ``mqlake tier``."""
     app = typer.Typer(add_completion=False)
     app.command()(tier_command)
-    app()
+    run_app(app)

@@ -5,12 +5,14 @@ Only typer is imported here: pyspark, numpy and delta-rs load when a command run
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
+from store.console import console, print_error, run_app
 
 
 def verify_index_command(
@@ -36,18 +38,16 @@ def verify_index_command(
         bool, typer.Option("--exit-zero", help="Exit 0 even on a mismatch (the report says so); 2 still means "
                                                "the store could not be verified."),
     ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the JSON report instead of the table.")] = False,
 ) -> None:
     """Rebuild ConsumeQueue and IndexFile from the CommitLog with Spark and compare them with the live files.
 
     Exit 0 when everything matches, 1 on any mismatch (each named by topic, queue, offsets and file),
     2 when the store cannot be verified.
     """
-    from rich.console import Console
-
     from pipelines.index_rebuild.job import VerifyError, verify_index
     from pipelines.index_rebuild.report import print_summary
 
-    console = Console()
     if repair != (out is not None):
         raise typer.BadParameter("--repair and --out go together", param_hint="--out")
     spark_kwargs = add_spark_options(master, conf)
@@ -64,9 +64,12 @@ def verify_index_command(
         result = verify_index(store_dir, report_path=report, lake=lake, repair_out=out, store_config=store_config,
                               run_id=run_id, **spark_kwargs)  # fmt: skip
     except VerifyError as e:
-        console.print(f"[red]error:[/red] {e}")
+        print_error(e)
         raise typer.Exit(2) from None
-    print_summary(result, console)
+    if json_out:
+        print(json.dumps(result, default=str))
+    else:
+        print_summary(result, console())
     raise typer.Exit(0 if result["summary"]["ok"] or exit_zero else 1)
 
 
@@ -75,21 +78,21 @@ def adopt_index_command(
     from_dir: Annotated[Path, typer.Option("--from", help="The --out directory of `verify-index --repair`.")],
 ) -> None:
     """Install rebuilt ConsumeQueue/IndexFile files into a STOPPED broker's store; replaced files are backed up."""
-    from rich.console import Console
-
-    from pipelines.index_rebuild.adopt import AdoptError, adopt_index
+    from pipelines.index_rebuild.adopt import adopt_index
     from store.checkpoint import StoreLockedError
+    from store.errors import MQLakeError
 
-    console = Console()
     try:
         res = adopt_index(store_dir, from_dir)
-    except (AdoptError, StoreLockedError, OSError) as e:
-        console.print(f"[red]error:[/red] {e}")
+    except (MQLakeError, StoreLockedError, OSError) as e:
+        print_error(e)
         raise typer.Exit(1) from None
-    console.print(f"installed {len(res.queues)} ConsumeQueue(s) and {len(res.index_files)} IndexFile(s); "
+    console().print(f"installed {len(res.queues)} ConsumeQueue(s) and {len(res.index_files)} IndexFile(s); "
                   f"replaced files are in {res.backup}")  # fmt: skip
 
 
 def main() -> None:
     """``python -m pipelines.index_rebuild``: the same command as ``mqlake verify-index``."""
-    typer.run(verify_index_command)
+    app = typer.Typer(add_completion=False)
+    app.command()(verify_index_command)
+    run_app(app)

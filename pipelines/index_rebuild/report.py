@@ -84,43 +84,42 @@ def _where(p: dict) -> str:
 
 
 def print_summary(report: dict, console=None) -> None:
-    """A rich table of every queue / index file that does not match, and the totals."""
-    from rich.console import Console
-    from rich.table import Table
+    """A rich table of every queue / index file that does not match, and the totals; outside a terminal each
+    row is one line with every value in full (store/console.py)."""
+    from store.console import console as new_console
+    from store.console import styled, table
 
-    console = console or Console()
+    console = console or new_console()
     s = report["summary"]
     bad_q = [q for q in report["consume_queues"] if q["status"] != "ok"]
     bad_i = [r for r in report["index_files"] if r["status"] != "ok"]
     if bad_q or bad_i:
-        table = Table(title="index verification: mismatches")
-        for c in ("kind", "topic/queue or file", "status", "matched", "missing", "mismatched", "extra",
-                  "unreachable", "first problem"):  # fmt: skip
-            table.add_column(c)
+        mismatches = table("kind", "topic/queue or file", "status", "matched", "missing", "mismatched", "extra",
+                           "unreachable", "first problem", title="index verification: mismatches")  # fmt: skip
         for q in bad_q[:MAX_ROWS_SHOWN]:
             first = q["problems"][0] if q["problems"] else {}
-            table.add_row("ConsumeQueue", f"{q['topic']}-{q['queue_id']}", q["status"], str(q["matched"]),
-                          str(q["missing"]), str(q["mismatched"]), str(q["extra"]), "",
-                          f"{first.get('kind', '')} {first.get('file', '')} {_where(first)}")  # fmt: skip
+            mismatches.add_row("ConsumeQueue", f"{q['topic']}-{q['queue_id']}", q["status"], str(q["matched"]),
+                               str(q["missing"]), str(q["mismatched"]), str(q["extra"]), "",
+                               f"{first.get('kind', '')} {first.get('file', '')} {_where(first)}")  # fmt: skip
         for r in bad_i[:MAX_ROWS_SHOWN]:
             first = r["problems"][0] if r["problems"] else {}
             name = r["file"] or f"(missing; offsets {r['begin_phy_offset']}..{r['end_phy_offset']})"
-            table.add_row("IndexFile", name,
-                          r["status"], str(r["matched"]), str(r["missing"]), str(r["mismatched"]), str(r["extra"]),
-                          str(r["unreachable"]),
-                          f"{first.get('kind', '')} {first.get('reason', first.get('detail', ''))} {_where(first)}")
-        console.print(table)
+            mismatches.add_row("IndexFile", name, r["status"], str(r["matched"]), str(r["missing"]),
+                               str(r["mismatched"]), str(r["extra"]), str(r["unreachable"]),
+                               f"{first.get('kind', '')} {first.get('reason', first.get('detail', ''))} "
+                               f"{_where(first)}")  # fmt: skip
+        console.print(mismatches)
         hidden = max(0, len(bad_q) - MAX_ROWS_SHOWN) + max(0, len(bad_i) - MAX_ROWS_SHOWN)
         if hidden:
             console.print(f"... and {hidden} more; the JSON report (--report) lists them all")
     c = report["commitlog"]
     t = report["timings"]
     mb = c["scanned_bytes"] / 1e6
-    verdict = "[green]all match[/green]" if s["ok"] else "[red]MISMATCH[/red]"
-    console.print(
-        f"{verdict}: {s['queues_ok']}/{s['queues']} ConsumeQueues, {s['index_files_ok']}/{s['index_files']} "
+    verdict = ("all match", "green") if s["ok"] else ("MISMATCH", "red")
+    console.print(styled(
+        verdict, f": {s['queues_ok']}/{s['queues']} ConsumeQueues, {s['index_files_ok']}/{s['index_files']} "
         f"IndexFiles; {c['scanned_records']} records, {mb:,.1f} MB of CommitLog in {t['total_seconds']:.1f} s"
         + (f" (broker running: judged up to offset {report['dispatched_bound']})" if report["broker_running"] else "")
-    )
+    ))  # fmt: skip
     if report.get("repair"):
         console.print(f"rebuilt files written to {report['repair']['out']}")

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
+from store.console import console, print_error, run_app, table
 
 
 def replay_command(
@@ -62,11 +63,9 @@ def replay_command(
     ] = None,
 ) -> None:
     """Replay tiered and live history into a topic: ordered per queue, rate limited, resumable, no duplicates."""
-    from rich.console import Console
-
     from pipelines.replay.spec import ReplaySpec, ReplaySpecError, new_replay_id, parse_list, parse_tags, parse_time
 
-    console = Console()
+    out = console()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         spec = ReplaySpec(
@@ -84,49 +83,47 @@ def replay_command(
     from pipelines.replay.job import replay
     from pipelines.replay.sender import ReplayError
 
-    if not dry_run:
-        console.print(f"replay id: {spec.replay_id}  (rerun with --replay-id {spec.replay_id} to resume)")
+    if not dry_run and not json_out:
+        out.print(f"replay id: {spec.replay_id}  (rerun with --replay-id {spec.replay_id} to resume)")
     try:
         report = replay(spec, report_path=report_path, **spark_kwargs)
     except ReplaySpecError as e:
         raise typer.BadParameter(str(e)) from None
     except ReplayError as e:
-        console.print(f"[red]error:[/red] {e}")
+        print_error(e)
         raise typer.Exit(1) from None
     if json_out:
         print(json.dumps(report.to_json(), default=str))
         return
-    _print(console, report)
+    _print(out, report)
 
 
 def _tuple(items: list[str] | None) -> tuple[str, ...] | None:
     return tuple(items) if items else None
 
 
-def _print(console, report) -> None:
-    from rich.table import Table
-
+def _print(out, report) -> None:
     if report.dry_run:
-        table = Table(title=f"dry run: nothing sent; {report.target_topic} queues by source queue")
+        title = f"dry run: nothing sent; {report.target_topic} queues by source queue"
         cols = {"source": "source_topic", "queue": "source_queue", "target queue": "target_queues",
                 "selected": "selected", "min offset": "min_offset", "max offset": "max_offset",
                 "done before": "already_done"}  # fmt: skip
     else:
-        table = Table(title=f"replay {report.replay_id} -> {report.target_topic}")
+        title = f"replay {report.replay_id} -> {report.target_topic}"
         cols = {"source": "source_topic", "queue": "source_queue", "target queue": "target_queues",
                 "selected": "selected", "done before": "already_done", "found in target": "found_in_target",
                 "sent": "sent", "first sent": "first_offset", "last sent": "last_offset"}  # fmt: skip
-    for col in cols:
-        table.add_column(col)
+    queues = table(*cols, title=title)
     for q in report.queues:
-        table.add_row(*("-" if q[k] is None else str(q[k]) for k in cols.values()))
-    console.print(table)
+        queues.add_row(*("-" if q[k] is None else str(q[k]) for k in cols.values()))
+    out.print(queues)
     if not report.dry_run:
-        console.print(f"sent {report.sent:,} in {report.send_seconds:.2f} s ({report.rate:,.0f} msgs/s) over "
+        out.print(f"sent {report.sent:,} in {report.send_seconds:.2f} s ({report.rate:,.0f} msgs/s) over "
                       f"{report.tasks} task(s); report: {report.report_path}")  # fmt: skip
 
 
 def main() -> None:
+    """``python -m pipelines.replay``: the same command as ``mqlake replay``."""
     app = typer.Typer(add_completion=False)
     app.command()(replay_command)
-    app()
+    run_app(app)

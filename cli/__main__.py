@@ -1,0 +1,5 @@
+"""``python -m cli``: the same program as ``mqlake``."""
+
+from cli.main import main
+
+main()

@@ -1,0 +1,46 @@
+"""The ``mqlake`` command line: one root composing every command.
+
+- the servers (``up``, ``broker``, ``namesrv``): cli/servers.py
+- ``admin``, mqadmin's everyday commands: cli/admin.py
+- ``store`` (``dump``, ``adopt-index``): cli/store.py
+- the pipeline jobs (``tier``, ``verify-index``, ``replay``, ``sql``): each command lives with its job under
+  pipelines/ (spark-submit runs them as ``python -m pipelines.X``) and only joins the root here.
+
+Command modules import typer only; pyspark, delta-rs and the client load when a command runs.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from cli import servers
+from cli.admin import admin_app
+from cli.store import store_app
+from pipelines.compaction.cli import tier_command
+from pipelines.index_rebuild.cli import verify_index_command
+from pipelines.replay.cli import replay_command
+from pipelines.sql_cli import sql_command
+from store.console import run_app
+
+app = typer.Typer(help="A RocketMQ-compatible broker whose store feeds Spark/Delta.", no_args_is_help=True)
+
+
+@app.callback()
+def _root() -> None:
+    """mqlake: a RocketMQ-compatible broker whose store feeds Spark/Delta."""
+
+
+app.command("up")(servers.up)
+app.command("broker")(servers.broker)
+app.command("namesrv")(servers.namesrv)
+app.add_typer(admin_app, name="admin")
+app.add_typer(store_app, name="store")
+app.command("tier")(tier_command)
+app.command("verify-index")(verify_index_command)
+app.command("replay")(replay_command)
+app.command("sql")(sql_command)
+
+
+def main() -> None:
+    """The console script ``mqlake`` (and ``python -m cli``)."""
+    run_app(app)

@@ -1,0 +1,108 @@
+"""``mqlake up``, ``mqlake broker`` and ``mqlake namesrv``: the servers, in the foreground until a signal."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from store.console import print_error
+
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="broker.conf (Java properties, RocketMQ key names).")
+]
+LogLevel = Annotated[str, typer.Option(help="Logging level.")]
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
+    )
+
+
+def _load_conf(config: Path | None, store_dir: Path | None, broker_port: int | None, host: str | None):
+    from broker.config import BrokerConfigError, load_broker_conf
+
+    try:
+        broker_cfg, store_cfg = load_broker_conf(config)
+    except BrokerConfigError as e:
+        print_error(e)
+        raise typer.Exit(2) from None
+    # Command-line options win over the file.
+    if host is not None:
+        broker_cfg.broker_ip1 = host
+    if broker_port is not None:
+        broker_cfg.listen_port = broker_port
+    if store_dir is not None:
+        store_cfg.store_path_root_dir = store_dir
+    store_cfg.store_host = broker_cfg.broker_addr
+    return broker_cfg, store_cfg
+
+
+def _run(fn, *args, **kwargs) -> None:
+    """Start-up failures the user can fix (a port in use, a locked or corrupt store) end with one line, exit 1."""
+    from store.checkpoint import StoreLockedError
+    from store.config_files import ConfigFileError
+    from store.errors import MQLakeError
+    from store.mapped_file import StoreFileError
+    from store.recovery import StoreCorruptError
+
+    try:
+        fn(*args, **kwargs)
+    except (OSError, MQLakeError, ConfigFileError, StoreLockedError, StoreFileError, StoreCorruptError) as e:
+        print_error(e)
+        raise typer.Exit(1) from None
+
+
+def broker(
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help="Address to listen on and advertise (brokerIP1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Broker port (listenPort); 0 picks a free one.")] = None,
+    store_dir: Annotated[Path | None, typer.Option(help="Store root (storePathRootDir).")] = None,
+    log_level: LogLevel = "INFO",
+) -> None:
+    """Run a Broker that registers with the NameServers in namesrvAddr; SIGTERM/SIGINT stop it gracefully."""
+    from broker.embedded import run_servers
+
+    _setup_logging(log_level)
+    broker_cfg, store_cfg = _load_conf(config, store_dir, port, host)
+    _run(run_servers, broker_cfg, store_cfg)
+
+
+def namesrv(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="NameServer port; 0 picks a free one.")] = 9876,
+    log_level: LogLevel = "INFO",
+) -> None:
+    """Run a NameServer alone; SIGTERM/SIGINT stop it."""
+    from broker.namesrv.controller import serve_namesrv
+    from broker.remoting.loop import run
+
+    _setup_logging(log_level)
+    _run(run, serve_namesrv(host, port))
+
+
+def up(
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help="Address both servers listen on.")] = None,
+    namesrv_port: Annotated[int | None, typer.Option(help="NameServer port (default: namesrvAddr's, or 9876).")] = None,
+    broker_port: Annotated[int | None, typer.Option(help="Broker port (default: listenPort, or 10911).")] = None,
+    store_dir: Annotated[
+        Path | None, typer.Option(help="Store root (default: storePathRootDir, or .mqlake/store).")
+    ] = None,
+    log_level: LogLevel = "INFO",
+) -> None:
+    """Run a NameServer and a Broker in one process (embedded mode); SIGTERM/SIGINT stop both gracefully."""
+    from broker.embedded import run_servers
+
+    _setup_logging(log_level)
+    broker_cfg, store_cfg = _load_conf(config, store_dir, broker_port, host)
+    ns_host = host or broker_cfg.broker_ip1
+    configured = broker_cfg.namesrv_addrs
+    if namesrv_port is None:
+        namesrv_port = int(configured[0].rpartition(":")[2]) if configured else 9876
+    if not configured or namesrv_port != int(configured[0].rpartition(":")[2]):
+        broker_cfg.namesrv_addr = f"{ns_host}:{namesrv_port}"
+    _run(run_servers, broker_cfg, store_cfg, namesrv_host=ns_host, namesrv_port=namesrv_port)

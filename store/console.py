@@ -1,0 +1,85 @@
+"""Terminal output for every command: ``mqlake`` and the pipelines' ``python -m`` entry points.
+
+In a terminal, rich behaves as usual (the terminal's width, colour), and table cells fold rather than being
+cut.  Anywhere else — a pipe, a file, an Airflow task log, CI — every value is printed in full: no width
+limit, so no table cell ends in ``…`` and no line is wrapped mid-phrase; each row and each error is one line
+that a reader or ``grep`` finds whole.  Usage errors follow the same rule (typer's boxed panel in a
+terminal, click's plain lines elsewhere).  Rich markup is off: a value such as ``[topicName=T]`` or a body
+with brackets prints as it is; style goes through ``style=`` or :func:`styled`.
+
+It lives in the lowest layer, as store/errors.py does, so that the commands of every layer share this one.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, NoReturn, TextIO
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from store.errors import MQLakeError
+
+if TYPE_CHECKING:
+    import typer
+
+# Columns outside a terminal: wider than any value, so rich never wraps, crops or ellipsizes one.
+UNLIMITED_WIDTH = 1_000_000
+
+
+def console(file: TextIO | None = None, *, stderr: bool = False) -> Console:
+    """A rich Console on ``file`` (default stdout, or stderr): the terminal's width in a terminal, unlimited
+    (no wrapping, no cropping) anywhere else.  Build one per command run, so that the streams in effect then
+    apply (test runners swap them)."""
+    out = Console(file=file, stderr=stderr, markup=False)
+    if out.is_terminal:
+        return out
+    return Console(file=file, stderr=stderr, markup=False, width=UNLIMITED_WIDTH, soft_wrap=True)
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """One line from plain strings and ``(text, style)`` pairs, e.g. ``styled(("error:", "red"), " ", msg)``."""
+    return Text.assemble(*parts)
+
+
+def table(*columns: str, title: str | None = None, **kwargs) -> Table:
+    """A rich Table whose cells are never cut: in a narrow terminal a long value folds onto more lines."""
+    t = Table(title=title, **kwargs)
+    for name in columns:
+        t.add_column(name, overflow="fold")
+    return t
+
+
+def print_error(message: object) -> None:
+    """``error: <message>`` on stderr."""
+    console(stderr=True).print(styled(("error:", "red"), " ", str(message)), highlight=False)
+
+
+def run_app(app: typer.Typer, args: list[str] | None = None) -> NoReturn:
+    """Run ``app`` as a program and exit with its code.
+
+    Usage errors (exit 2) print as typer's panel in a terminal and as click's plain lines elsewhere; an
+    :class:`MQLakeError` a command did not handle prints one ``error:`` line and exits 1.
+    """
+    import typer
+
+    try:
+        code = app(args=args, standalone_mode=False)
+    except typer.TyperException as e:  # click's exceptions (typer vendors click): usage errors, bad parameters
+        # NoArgsIsHelpError: building it printed the help already, as typer itself leaves it
+        if type(e).__name__ != "NoArgsIsHelpError":
+            if console(stderr=True).is_terminal:
+                from typer import rich_utils
+
+                rich_utils.rich_format_error(e)
+            else:
+                e.show()
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        print_error("aborted")
+        sys.exit(1)
+    except MQLakeError as e:
+        print_error(e)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
