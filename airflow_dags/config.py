@@ -37,6 +37,8 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from store.errors import MQLakeError
+
 SPARK_CONN_ID = "mqlake_spark"
 
 VAR_STORE_DIR = "mqlake_store_dir"
@@ -88,8 +90,9 @@ def scheduled_dag(cron: str, run_timeout: timedelta) -> dict:
     }  # fmt: skip
 
 
-class SettingsError(AirflowFailException):
-    """A Variable is missing or malformed; the message names it.  Fails the task without retries."""
+class SettingsError(MQLakeError, AirflowFailException):
+    """A Variable is missing or malformed; the message names it.  Still an AirflowFailException, so it fails the
+    task without retries."""
 
 
 def delete_hours() -> list[int]:

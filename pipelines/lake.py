@@ -28,6 +28,8 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from store.errors import MQLakeError
+
 if TYPE_CHECKING:
     from deltalake.transaction import AddAction
     from pyspark.sql import DataFrame, SparkSession
@@ -41,7 +43,7 @@ UNSUPPORTED_READER_FEATURES = ("deletionVectors", "columnMapping")
 _STATS_STRING_LIMIT = 32  # longer strings get no min/max: a truncated max would be below the real one
 
 
-class LakeError(RuntimeError):
+class LakeError(MQLakeError, RuntimeError):
     """A Delta table this module cannot read or commit to as asked."""
 
 

@@ -16,11 +16,12 @@ from pathlib import Path
 from pipelines.index_rebuild.job import REPAIR_MANIFEST
 from pipelines.segments import segment_files
 from store.checkpoint import StoreLock
+from store.errors import MQLakeError
 from store.mapped_file import fsync_dir
 
 
-class AdoptError(RuntimeError):
-    pass
+class AdoptError(MQLakeError, RuntimeError):
+    """The rebuilt files cannot be installed into this store (the message says why)."""
 
 
 @dataclass

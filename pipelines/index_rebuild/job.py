@@ -24,13 +24,14 @@ from pipelines.index_rebuild import index_file as idxmod
 from pipelines.index_rebuild.live import LiveIndexFile, broker_running, dispatched_bound, index_files, indexed_bound
 from store import format as fmt
 from store.config import MessageStoreConfig
+from store.errors import MQLakeError
 
 log = logging.getLogger(__name__)
 REPAIR_MANIFEST = "repair.json"
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,100}$")  # it goes into a Delta predicate
 
 
-class VerifyError(RuntimeError):
+class VerifyError(MQLakeError, RuntimeError):
     """The store cannot be verified as given (no CommitLog, an unreadable record, sizes that do not fit)."""
 
 

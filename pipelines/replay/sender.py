@@ -31,6 +31,7 @@ from broker.client.message import PullStatus
 from pipelines.replay import progress as prog
 from pipelines.replay.progress import QueueKey, QueueProgress, TargetKey
 from store import format as fmt
+from store.errors import MQLakeError
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ REPORT_SCHEMA = pa.schema(list(prog.QUEUE_REPORT) + [pa.field("send_started", pa
                                                      pa.field("send_finished", pa.float64())])  # fmt: skip
 
 
-class ReplayError(RuntimeError):
+class ReplayError(MQLakeError, RuntimeError):
     """A replay cannot go on (the message says why and where); recorded progress stays valid."""
 
 

@@ -14,12 +14,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from store.errors import MQLakeError
+
 QUEUE_MAPS = ("preserve", "hash")
 _REPLAY_ID = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 _EPOCH_MS = re.compile(r"^\d{10,}$")
 
 
-class ReplaySpecError(ValueError):
+class ReplaySpecError(MQLakeError, ValueError):
     """Options that cannot describe a replay; the message names the option."""
 
 
