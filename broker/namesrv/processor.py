@@ -111,13 +111,14 @@ class NamesrvProcessor:
 
     async def get_route_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         hdr = cmd.read_header(h.GetRouteInfoRequestHeader)
-        route = self.table.route(hdr.topic)
+        # 4.9.4+ clients (and 5.x ones asking explicitly) get a 5.x NameServer's route: quoted map keys,
+        # topicSysFlag. Older ones get a 4.8 NameServer's: fastjson's default bare keys, topicSynFlag.
+        standard = cmd.version >= VERSION_V4_9_4 or bool(hdr.accept_standard_json_only)
+        route = self.table.route(hdr.topic, legacy=not standard)
         if route is None:
             return cmd.response(
                 ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {hdr.topic}"
             )
-        # 4.9.4+ clients (and 5.x ones asking explicitly) get quoted map keys; older ones get fastjson's default.
-        standard = cmd.version >= VERSION_V4_9_4 or bool(hdr.accept_standard_json_only)
         return cmd.response(ResponseCode.SUCCESS, body=dumps_standard(route) if standard else dumps_legacy(route))
 
     async def get_cluster_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:

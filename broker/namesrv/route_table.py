@@ -195,8 +195,9 @@ class RouteTable:
 
     # --- queries -----------------------------------------------------------------------------------------------
 
-    def route(self, topic: str) -> dict[str, Any] | None:
-        """TopicRouteData as a dict (brokerAddrs with int keys), or None when no broker serves the topic."""
+    def route(self, topic: str, legacy: bool = False) -> dict[str, Any] | None:
+        """TopicRouteData as a dict (brokerAddrs with int keys), or None when no broker serves the topic;
+        ``legacy``: with the fields of RocketMQ 4.0-4.8 (see QueueData.to_json / BrokerData.to_json)."""
         queues = self.topic_queues.get(topic)
         if not queues:
             return None
@@ -210,9 +211,9 @@ class RouteTable:
             if addr in self.filter_servers
         }
         return {
-            "brokerDatas": [b.to_json() for b in brokers],
+            "brokerDatas": [b.to_json(legacy) for b in brokers],
             "filterServerTable": filters,
-            "queueDatas": [queues[name].to_json() for name in sorted(queues)],
+            "queueDatas": [queues[name].to_json(legacy) for name in sorted(queues)],
         }
 
     def cluster_info(self) -> dict[str, Any]:

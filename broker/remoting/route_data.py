@@ -26,14 +26,14 @@ class QueueData:
     perm: int
     topic_sys_flag: int = 0
 
-    def to_json(self) -> dict[str, Any]:
-        # topicSynFlag is the 4.0-4.8 spelling of the same field: old clients read that one.
+    def to_json(self, legacy: bool = False) -> dict[str, Any]:
+        """Fields in fastjson's (alphabetical) order. ``legacy``: as RocketMQ 4.0-4.8 wrote it, whose getter was
+        ``getTopicSynFlag``; 4.9.0+ and 5.x write ``topicSysFlag``."""
         return {
             "brokerName": self.broker_name,
             "perm": self.perm,
             "readQueueNums": self.read_queue_nums,
-            "topicSynFlag": self.topic_sys_flag,
-            "topicSysFlag": self.topic_sys_flag,
+            "topicSynFlag" if legacy else "topicSysFlag": self.topic_sys_flag,
             "writeQueueNums": self.write_queue_nums,
         }
 
@@ -59,14 +59,17 @@ class BrokerData:
     def master_addr(self) -> str | None:
         return self.broker_addrs.get(MASTER_ID)
 
-    def to_json(self) -> dict[str, Any]:
-        # brokerAddrs keeps int keys: the route encoder decides whether they are written quoted.
-        return {
+    def to_json(self, legacy: bool = False) -> dict[str, Any]:
+        """Fields in fastjson's order; ``enableActingMaster`` is 5.x's, absent from ``legacy`` (4.0-4.8) output.
+        brokerAddrs keeps int keys: the route encoder decides whether they are written quoted."""
+        out: dict[str, Any] = {
             "brokerAddrs": dict(sorted(self.broker_addrs.items())),
             "brokerName": self.broker_name,
             "cluster": self.cluster,
-            "enableActingMaster": False,
         }
+        if not legacy:
+            out["enableActingMaster"] = False
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> BrokerData:
