@@ -1,7 +1,7 @@
 /*
  * Independent test vectors for store/format.py, computed by the JVM itself.
  *
- * Regenerate (JDK 17+, no dependencies):
+ * Regenerate (JDK 17+, no dependencies; run in this directory: the output records this file's SHA-256):
  *     cd tests/vectors && javac -d /tmp/mqlake-vectors Vectors.java \
  *         && java -cp /tmp/mqlake-vectors Vectors > java_vectors.json
  *
@@ -19,6 +19,9 @@
 import java.net.InetAddress;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.MessageDigest;
 import java.util.ArrayList;
 import java.util.Calendar;
 import java.util.HashMap;
@@ -276,6 +279,9 @@ public class Vectors {
     public static void main(String[] args) throws Exception {
         Map<String, Object> out = new LinkedHashMap<>();
         out.put("generator", "tests/vectors/Vectors.java");
+        // The file that produced these vectors: a vectors file older than its generator is caught without a JDK.
+        byte[] source = Files.readAllBytes(Path.of(args.length > 0 ? args[0] : "Vectors.java"));
+        out.put("generator_sha256", hex(MessageDigest.getInstance("SHA-256").digest(source)));
         out.put("java_version", System.getProperty("java.version"));
 
         // ---- String.hashCode / Math.abs / index key hash / tagsCode
@@ -437,12 +443,14 @@ public class Vectors {
             {"UTC", 1769990400007L},                 // 2026-02-02T00:00:00.007Z
             {"Asia/Shanghai", 1796054400000L},       // 2026-11-30T16:00Z = Dec 1 00:00 local
             {"Asia/Shanghai", 1796054399999L},       // one ms earlier: still November local
-            {"America/New_York", 1773964800000L},    // 2026-03-20T00:00Z, month started in EST, now EDT
-            {"America/New_York", 1793502000000L},    // 2026-10-31T01:00Z = Oct 30 21:00 EDT, late month
-            {"Australia/Lord_Howe", 1775001600000L}, // 2026-04-01T00:00Z, half-hour DST zone
+            // Zones with daylight saving time at dates whose rules no later tz database revises (a JDK and the
+            // tzdata package of another release must agree on them)
+            {"America/New_York", 1679270400000L},    // 2023-03-20T00:00Z, month started in EST, now EDT
+            {"America/New_York", 1698714000000L},    // 2023-10-31T01:00Z = Oct 30 21:00 EDT, late month
+            {"Australia/Lord_Howe", 1680307200000L}, // 2023-04-01T00:00Z, half-hour DST zone
             {"Asia/Kolkata", 1767225600000L},        // 2026-01-01T00:00Z
             {"Asia/Amman", 1460678400000L},          // 2016-04-15T00:00Z, local midnight of Apr 1 did not exist
-            {"America/Havana", 1794700800000L},      // 2026-11-15T00:00Z, local midnight of Nov 1 happened twice
+            {"America/Havana", 1605398400000L},      // 2020-11-15T00:00Z, local midnight of Nov 1 happened twice
         };
         TimeZone saved = TimeZone.getDefault();
         List<Object> times = new ArrayList<>();
