@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,9 +10,15 @@ from pathlib import Path
 MQLAKE = Path(sys.executable).with_name("mqlake")
 
 
+def mqlake(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    # A wide console whatever the caller's COLUMNS, so no option name is wrapped or cut in the help text.
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([MQLAKE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+
+
 def test_up_documents_its_options(tmp_path: Path) -> None:
     # `mqlake up` itself runs until stopped (tests/test_broker_cli.py runs it); here only its help.
-    out = subprocess.run([MQLAKE, "up", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    out = mqlake("up", "--help", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     for option in ("--config", "--namesrv-port", "--broker-port", "--store-dir"):
         assert option in out.stdout
@@ -19,6 +26,11 @@ def test_up_documents_its_options(tmp_path: Path) -> None:
 
 
 def test_store_group_is_registered() -> None:
-    out = subprocess.run([MQLAKE, "--help"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert "store" in out.stdout and "up" in out.stdout
+    # The group and its commands answer their own help; a name that is not registered is a usage error (2),
+    # so a missing registration fails here whatever the app's description says.
+    for args in (("store", "--help"), ("store", "dump", "--help"), ("up", "--help")):
+        out = mqlake(*args)
+        assert out.returncode == 0, (args, out.stdout + out.stderr)
+    assert "dump" in mqlake("store", "--help").stdout
+    unknown = mqlake("no-such-group", "--help")
+    assert unknown.returncode == 2 and "no-such-group" in unknown.stdout + unknown.stderr
