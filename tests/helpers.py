@@ -81,6 +81,12 @@ def make_message(
     )
 
 
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment for running a command-line tool in a subprocess: a console wide enough (COLUMNS) that no
+    table cell, path or message is wrapped or cut, whatever the width of the terminal the tests run from."""
+    return {**os.environ, "COLUMNS": "10000", **extra}
+
+
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "") -> object:
     """Poll ``predicate`` until truthy; raise AssertionError naming ``what`` once ``timeout`` seconds pass."""
     deadline = time.monotonic() + timeout

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.helpers import cli_env
 
 MQLAKE = Path(sys.executable).with_name("mqlake")
 
 
 def mqlake(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    # A wide console whatever the caller's COLUMNS, so no option name is wrapped or cut in the help text.
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([MQLAKE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run([MQLAKE, *args], cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=60)
 
 
 def test_up_documents_its_options(tmp_path: Path) -> None:

@@ -12,14 +12,15 @@ from pathlib import Path
 import pytest
 
 from store.message_store import MessageStore
-from tests.helpers import make_config, make_message, wait_dispatched
+from tests.helpers import cli_env, make_config, make_message, wait_dispatched
 
 MQLAKE = Path(sys.executable).with_name("mqlake")
 N = 300
 
 
 def _dump(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(MQLAKE), "store", "dump", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([str(MQLAKE), "store", "dump", *args], env=cli_env(), capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
 
 
 @pytest.fixture

@@ -165,8 +165,11 @@ def test_python_module_entry_point_and_bad_input(base_store, tmp_path):
     import subprocess
     import sys
 
+    from tests.helpers import cli_env
+
     res = subprocess.run([sys.executable, "-m", "pipelines.index_rebuild", "--store-dir", str(tmp_path / "nothing")],
-                         capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=60)  # fmt: skip
+                         capture_output=True, text=True, cwd=Path(__file__).parent.parent, env=cli_env(),
+                         timeout=60)  # fmt: skip
     assert res.returncode == 2 and "has no commitlog directory" in res.stdout + res.stderr
 
 
