@@ -1,6 +1,6 @@
-"""Shared test helpers: small-segment store configs, message builders and deadline polling.
+"""Shared test helpers: small-segment store configs, message builders, deadline polling and background threads.
 
-Import from here (``from tests.helpers import make_config, make_message, wait_until, wait_dispatched``).
+Import from here (``from tests.helpers import make_config, make_message, wait_until, wait_dispatched, Worker``).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -99,6 +100,34 @@ def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str
             raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what or predicate!r}")
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
+
+
+class Worker(threading.Thread):
+    """A test's background thread whose failure fails the test: the exception (an ``assert`` included) is kept and
+    re-raised in the test's thread by :meth:`check` and :meth:`finish`, with its traceback, where a plain thread's
+    would only print and leave the test passing."""
+
+    def __init__(self, target: Callable[..., object], *args: object, name: str | None = None) -> None:
+        super().__init__(name=name or getattr(target, "__name__", None), daemon=True)
+        self._target_fn, self._target_args = target, args
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._target_fn(*self._target_args)
+        except BaseException as e:  # handed to the test's thread
+            self.error = e
+
+    def check(self) -> None:
+        """Raise the thread's exception now if it has failed (use in a polled predicate)."""
+        if self.error is not None:
+            raise AssertionError(f"background thread {self.name} failed: {self.error!r}") from self.error
+
+    def finish(self, timeout: float = 60.0) -> None:
+        """Join, then fail if the thread failed or is still running."""
+        self.join(timeout)
+        self.check()
+        assert not self.is_alive(), f"background thread {self.name} still running after {timeout}s"
 
 
 def wait_dispatched(store, timeout: float = 10.0) -> None:

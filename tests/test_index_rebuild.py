@@ -376,7 +376,7 @@ def test_running_broker_is_verified_up_to_the_dispatched_offset(spark, base_stor
     import threading
 
     from store.message_store import MessageStore
-    from tests.helpers import wait_dispatched, wait_until
+    from tests.helpers import Worker, wait_dispatched, wait_until
 
     store_dir = copy_store(base_store, tmp_path)
     stop = threading.Event()
@@ -391,16 +391,16 @@ def test_running_broker_is_verified_up_to_the_dispatched_offset(spark, base_stor
             stop.wait(0.002)
 
     with MessageStore(make_config(tmp_path)) as store:
-        t = threading.Thread(target=producer, args=(store,))
+        t = Worker(producer, store)
         t.start()
         try:
-            wait_until(lambda: len(written) > 20, what="the producer to start")
+            wait_until(lambda: t.check() or len(written) > 20, what="the producer to start")
             rep = verify(spark, store_dir)
-            wait_until(lambda: len(written) > 0 and store.max_phy_offset > rep["dispatched_bound"],
+            wait_until(lambda: t.check() or store.max_phy_offset > rep["dispatched_bound"],
                        what="appends after the bound")  # fmt: skip
         finally:
             stop.set()
-            t.join()
+            t.finish()
         wait_dispatched(store)
         final_max = store.max_phy_offset
     assert rep["broker_running"] and 0 < rep["dispatched_bound"] < final_max

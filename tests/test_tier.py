@@ -21,7 +21,7 @@ from store import format as fmt
 from store.message_store import MessageStore
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_spark import spark_row, write_store
-from tests.helpers import flip_byte, make_config, make_message, wait_until
+from tests.helpers import Worker, flip_byte, make_config, make_message, wait_until
 
 MESSAGE_CHECK = [
     "topic", "queue_id", "queue_offset", "commitlog_offset", "msg_size", "body", "body_crc", "keys", "tags",
@@ -123,14 +123,15 @@ def test_tier_store_then_rerun_is_idempotent(spark, tmp_path):
     assert tier(written.root, lake, spark=spark, file_reserved_time=0).segments == []
 
 
-def test_tier_while_the_store_appends(spark, tmp_path):
+def test_tier_while_the_store_appends(spark, tmp_path, monkeypatch):
     # the store's housekeeping records sealed segments in the manifest, as a running broker's does
     # Bounded, larger files: every mapped file holds a descriptor, and Spark's py4j sockets use select().
-    # No disk-pressure rules: on a shared disk above 85 % used the store would expire every sealed segment
-    # before the test sees it sealed, and above 75 % run deletion passes outside the deletion hour.
+    # No disk-pressure rules, whatever this machine's disk holds: the store measures a half-full disk (above
+    # 90 % it would refuse the writer's puts, above 85 % expire every sealed segment before the test sees it
+    # sealed, above 75 % run deletion passes outside the deletion hour).
+    monkeypatch.setattr("store.message_store.disk_used_ratio", lambda _path: 0.5)
     config = make_config(
         tmp_path, cleanResourceInterval=100, mappedFileSizeCommitLog=128 * 1024, mappedFileSizeConsumeQueue=20 * 20_000,
-        diskMaxUsedSpaceRatio=95, cleanFileForciblyEnable=False,
     )  # fmt: skip
     lake = tmp_path / "lake"
     sent: dict[int, tuple[str, int, int, bytes]] = {}
@@ -146,14 +147,14 @@ def test_tier_while_the_store_appends(spark, tmp_path):
                 sent[res.append.wrote_offset] = (f"Live{i % 2}", i % 3, res.append.queue_offset, body)
                 i += 1
 
-        t = threading.Thread(target=writer, daemon=True)
+        t = Worker(writer)
         t.start()
         try:
-            wait_until(lambda: len(sealed(config.store_path_root_dir)) >= 3, 30, "three sealed segments")
+            wait_until(lambda: t.check() or len(sealed(config.store_path_root_dir)) >= 3, 30, "three sealed segments")
             report = tier(config.store_path_root_dir, lake, spark=spark, file_reserved_time=0)
         finally:
             stop.set()
-            t.join()
+            t.finish()
         tiered = [s.segment for s in report.by_state("tiered")]
         assert len(tiered) >= 3 and not report.by_state("quarantined"), report.to_json()
         assert report.deleted is None  # the store is held: deletion is the store's own clean pass
