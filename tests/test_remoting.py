@@ -9,7 +9,6 @@ import os
 import random
 import socket
 import struct
-import time
 
 import pytest
 
@@ -552,10 +551,10 @@ async def test_client_timeout_then_connection_still_usable():
     async with serving({1: never_in_time, 7: echo}) as server:
         client = RemotingClient()
         addr = f"127.0.0.1:{server.port}"
-        t0 = time.monotonic()
+        # The handler cannot answer before `release`: only the call's own timeout can end it, and it does, long
+        # before a deadline 100 times as long.
         with pytest.raises(RemotingTimeoutError, match="within 0.3s"):
-            await client.invoke(addr, RemotingCommand.request(1), timeout=0.3)
-        assert 0.25 <= time.monotonic() - t0 < 2
+            await asyncio.wait_for(client.invoke(addr, RemotingCommand.request(1), timeout=0.3), 30)
         release.set()  # the late answer matches no call and is dropped
         assert (await client.invoke(addr, RemotingCommand.request(7, body=b"ok"))).body == b"ok"
         await client.close()
@@ -574,13 +573,12 @@ async def test_pending_calls_fail_at_once_when_connection_drops():
         addr = f"127.0.0.1:{server.port}"
         pending = [asyncio.ensure_future(client.invoke(addr, RemotingCommand.request(1), timeout=30)) for _ in range(3)]
         await poll(lambda: sum(len(c.tasks) for c in server.connections) == 3, what="three parked")
-        t0 = time.monotonic()
         with pytest.raises(RemotingConnectError):
             await client.invoke(addr, RemotingCommand.request(2), timeout=30)
+        # failed by the dropped connection, not by their 30 s timeout (that would be a RemotingTimeoutError)
         for fut in pending:
             with pytest.raises(RemotingConnectError):
                 await fut
-        assert time.monotonic() - t0 < 5
         await client.close()
 
 
