@@ -12,7 +12,12 @@ Both yield :class:`MqlakeServer` objects:
 
 - ``namesrv_addr`` / ``broker_addr`` ("127.0.0.1:port"), ``store_dir`` (Path), ``conf_path``, ``log_path``;
 - ``process`` (the ``subprocess.Popen``), ``stop()`` (SIGTERM, waits for the graceful exit and returns
-  the exit code), ``kill()`` (SIGKILL), ``restart(graceful=True)`` (same ports and store), ``log_text()``.
+  the exit code, 0; it fails the test when the server ignores SIGTERM, exits with another code or logs an
+  error while shutting down), ``kill()`` (SIGKILL), ``restart(graceful=True)`` (same ports and store),
+  ``log_text()``.
+
+At the end of a test the fixtures stop their servers the same way, and a server that exited on its own during
+the test (crashed) fails it too: ``stop_servers(servers)`` does that for a fixture of a test module's own.
 
 ``remoting_call(addr, code, header, body)`` sends one request with mqlake's RemotingClient and returns the
 response, for asserting on a server's state from outside (offsets, consumer lists, routes).
@@ -27,7 +32,6 @@ gets SIGTERM when the test process dies (PR_SET_PDEATHSIG), so a killed test run
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import os
 import signal
@@ -117,6 +121,7 @@ class MqlakeServer:
         self.conf_path.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="latin-1")
         self.process: subprocess.Popen | None = None
         self._log_offset = 0
+        self._ended_by_test = False  # stop() or kill() ended the current process
 
     def log_text(self) -> str:
         try:
@@ -127,6 +132,7 @@ class MqlakeServer:
     def start(self) -> MqlakeServer:
         assert self.process is None or self.process.poll() is not None, "already running"
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._ended_by_test = False
         cmd = [
             # -P: the work dir (the cwd) holds a "store" directory that must not shadow the store package
             sys.executable, "-P", "-c", "from cli.main import main; main()", "up",
@@ -144,34 +150,62 @@ class MqlakeServer:
     def _ready(self) -> bool:
         if self.process.poll() is not None:
             raise AssertionError(f"mqlake up exited with {self.process.returncode}:\n{self.log_text()[-4000:]}")
-        text = self.log_text()[self._log_offset :]
-        return "Broker ready at" in text
+        return "Broker ready at" in self.run_log()
 
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def run_log(self) -> str:
+        """The log of the current (or last) process, since its start."""
+        return self.log_text()[self._log_offset :]
+
     def stop(self) -> int | None:
-        """SIGTERM and wait for the graceful shutdown; returns the exit code (None if it was not running)."""
+        """SIGTERM and wait for the graceful shutdown; returns the exit code, 0 (None if it was not running).
+
+        A shutdown that hangs (SIGTERM ignored for STOP_TIMEOUT s: the process is then killed), exits with another
+        code, or logs an error or a traceback raises AssertionError with the log's tail."""
         if self.process is None:
             return None
         if self.process.poll() is None:
+            self._ended_by_test = True
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+                self.kill()
                 raise AssertionError(
-                    f"mqlake up ignored SIGTERM for {STOP_TIMEOUT}s:\n{self.log_text()[-4000:]}"
+                    f"mqlake up ignored SIGTERM for {STOP_TIMEOUT}s:\n{self.run_log()[-4000:]}"
                 ) from None
+            shutdown = self.run_log().partition("mqlake: shutting down")[2]
+            errors = [line for line in shutdown.splitlines() if " ERROR " in line or " CRITICAL " in line]
+            if self.process.returncode != 0 or errors or "Traceback" in shutdown:
+                raise AssertionError(
+                    f"mqlake up did not shut down cleanly (exit code {self.process.returncode}):\n"
+                    f"{self.run_log()[-4000:]}"
+                )
         return self.process.returncode
 
     def kill(self) -> None:
         """SIGKILL: no shutdown at all, as after a crash."""
         if self.process is not None and self.process.poll() is None:
+            self._ended_by_test = True
             self.process.kill()
             self.process.wait()
+
+    def finish(self) -> str | None:
+        """End of a test: stop the server if it runs; what went wrong (a bad shutdown, or an exit the test did not
+        ask for), or None. The process is gone afterwards in every case."""
+        try:
+            if self.running:
+                self.stop()
+            elif self.process is not None and not self._ended_by_test:
+                return f"mqlake up exited with {self.process.returncode} during the test:\n{self.run_log()[-4000:]}"
+        except AssertionError as e:
+            return str(e)
+        finally:
+            self.kill()
+        return None
 
     def restart(self, graceful: bool = True) -> MqlakeServer:
         if graceful:
@@ -181,14 +215,19 @@ class MqlakeServer:
         return self.start()
 
 
+def stop_servers(servers: list[MqlakeServer]) -> None:
+    """Stop every server (see :meth:`MqlakeServer.finish`), then fail naming each one that went wrong."""
+    problems = [p for p in (server.finish() for server in servers) if p is not None]
+    if problems:
+        pytest.fail("\n\n".join(problems), pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def mqlake_server(tmp_path_factory):
     """A shared running ``mqlake up`` (session scope)."""
     server = MqlakeServer(tmp_path_factory.mktemp("mqlake-session")).start()
     yield server
-    with contextlib.suppress(AssertionError):
-        server.stop()
-    server.kill()
+    stop_servers([server])
 
 
 @pytest.fixture
@@ -202,10 +241,7 @@ def mqlake_server_factory(tmp_path):
         return server.start()
 
     yield factory
-    for server in servers:
-        with contextlib.suppress(AssertionError):
-            server.stop()
-        server.kill()
+    stop_servers(servers)
 
 
 def count_topic(namesrv: str, topic: str) -> int:

@@ -5,8 +5,6 @@ read back with our PullConsumer and with the PyPI ``rocketmq`` (C++) client.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
 import subprocess
@@ -19,6 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from broker.client import Admin, Message, MessageExt, MessageQueue, Producer
+from broker.client.errors import MQBrokerError, MQClientError
 from broker.client.route import PERM_READ, PERM_WRITE
 from broker.remoting.loop import run
 from pipelines import lake as lk
@@ -29,7 +28,8 @@ from pipelines.replay.job import replay
 from pipelines.replay.sender import ORIGIN_MESSAGE_ID, REPLAY_ID, REPLAY_SOURCE_OFFSET, REPLAY_SOURCE_QUEUE, ReplayError
 from pipelines.replay.spec import ReplaySpec, ReplaySpecError
 from store.retention import SegmentManifest, SegmentState
-from tests.fixtures_broker import MqlakeServer, count_topic, read_topic
+from tests.aio import poll
+from tests.fixtures_broker import MqlakeServer, count_topic, read_topic, stop_servers
 from tests.helpers import kill_process_tree, wait_until
 
 SOURCE = "ReplaySrc"
@@ -98,14 +98,19 @@ async def _produce(namesrv: str, broker_addr: str, first: int, count: int, phase
 
 
 async def _wait_queues(producer: Producer, topic: str, n: int) -> list[MessageQueue]:
-    deadline = time.monotonic() + 30
-    while True:
-        with contextlib.suppress(Exception):
+    """The topic's ``n`` queues once its route is on the NameServer (the broker registers a topic created on it
+    with its next registration); any other error is raised at once."""
+
+    async def routed() -> list[MessageQueue] | None:
+        try:
             queues = await producer.publish_queues(topic, refresh=True)
-            if len(queues) >= n:
-                return queues
-        assert time.monotonic() < deadline, f"no route for {topic}"
-        await asyncio.sleep(0.1)
+        except MQBrokerError:
+            raise
+        except MQClientError:  # no route yet
+            return None
+        return queues if len(queues) >= n else None
+
+    return await poll(routed, 30, what=f"a route to {n} queues of {topic}", interval=0.1)
 
 
 @pytest.fixture(scope="module")
@@ -136,11 +141,11 @@ def history(spark, tmp_path_factory) -> History:
             h.by_queue.setdefault(s.queue, []).append(s)
         for q in h.by_queue.values():
             q.sort(key=lambda s: s.offset)
-        yield h
-    finally:
-        with contextlib.suppress(AssertionError):
-            server.stop()
-        server.kill()
+    except BaseException:
+        server.kill()  # the set-up's own error is the one to report
+        raise
+    yield h
+    stop_servers([server])
 
 
 def assert_replayed(got: dict[int, list[MessageExt]], want: dict[int, list[Sent]], replay_id: str) -> None:
