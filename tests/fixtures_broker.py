@@ -177,9 +177,10 @@ class MqlakeServer:
                 raise AssertionError(
                     f"mqlake up ignored SIGTERM for {STOP_TIMEOUT}s:\n{self.run_log()[-4000:]}"
                 ) from None
-            shutdown = self.run_log().partition("mqlake: shutting down")[2]
+            # the graceful path logs "shutting down" once the signal is handled; what it logs after is the shutdown
+            _, began, shutdown = self.run_log().partition("mqlake: shutting down")
             errors = [line for line in shutdown.splitlines() if " ERROR " in line or " CRITICAL " in line]
-            if self.process.returncode != 0 or errors or "Traceback" in shutdown:
+            if self.process.returncode != 0 or not began or errors or "Traceback" in shutdown:
                 raise AssertionError(
                     f"mqlake up did not shut down cleanly (exit code {self.process.returncode}):\n"
                     f"{self.run_log()[-4000:]}"
