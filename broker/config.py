@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from store.config import MessageStoreConfig, _camel
+from store.errors import MQLakeError
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ _LEGACY_KEYS = {
 }
 
 
-class BrokerConfigError(ValueError):
+class BrokerConfigError(MQLakeError, ValueError):
     """A broker.conf that cannot be used; the message names the file and the key."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from store.errors import MQLakeError
 
-class MQClientError(Exception):
+
+class MQClientError(MQLakeError):
     """The client could not do what was asked (no route, no broker address, not started, ...)."""
 
 

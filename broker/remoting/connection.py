@@ -16,16 +16,37 @@ import logging
 import socket
 import struct
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from broker.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, MAX_FRAME, ResponseCode, code_name
 from broker.remoting.command import RemotingCommand
-from broker.remoting.errors import FrameError, HeaderError, RemotingConnectError, RemotingTimeoutError
+from broker.remoting.errors import (
+    BodyError,
+    FrameError,
+    HeaderError,
+    RemotingConnectError,
+    RemotingTimeoutError,
+    RequestRefused,
+)
 
 log = logging.getLogger(__name__)
 
+
+class Channel(Protocol):
+    """What a request handler uses of the connection a request came on (RocketMQ's ``Channel``); hashable, so
+    it can key the client tables. ``Connection`` is the one the remoting layer passes."""
+
+    remote_addr: str  # "ip:port" of the peer
+    remote_host: tuple[str, int]  # the peer as (ip, port): a sent record's born host
+
+    def close(self) -> None: ...
+
+    async def send_oneway(self, cmd: RemotingCommand) -> None: ...
+
+
 # Normally an ``async def``; a plain function returning the response (or None) is also accepted and is answered
 # without creating a task, which saves a few microseconds per request on hot paths that never wait.
-Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None] | RemotingCommand | None]
+Handler = Callable[[RemotingCommand, Channel], Awaitable[RemotingCommand | None] | RemotingCommand | None]
 Dispatcher = Callable[[int], Handler | None]
 
 _LENGTH = struct.Struct(">i")
@@ -191,9 +212,11 @@ class Connection(asyncio.Protocol):
         self._finish(cmd, response)
 
     def _failure(self, cmd: RemotingCommand, e: Exception) -> RemotingCommand:
-        if isinstance(e, HeaderError):
-            # Java turns RemotingCommandException from decodeCommandCustomHeader into SYSTEM_ERROR + message.
-            log.info("%s: bad header in %s from %s: %s", self._name, code_name(cmd.code, False), self.remote_addr, e)
+        if isinstance(e, RequestRefused):
+            return cmd.response(e.code, e.remark)
+        if isinstance(e, HeaderError | BodyError):
+            # Java turns RemotingCommandException from decoding a header or body into SYSTEM_ERROR + message.
+            log.info("%s: bad %s from %s: %s", self._name, code_name(cmd.code, False), self.remote_addr, e)
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
         log.error("%s: handler for %s from %s failed", self._name, code_name(cmd.code, False), self.remote_addr,
                   exc_info=e)

@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+from store.errors import MQLakeError
 
-class FrameError(ValueError):
+
+class FrameError(MQLakeError, ValueError):
     """A frame that cannot be decoded (bad length, header length, serialize type or header text)."""
 
 
-class HeaderError(ValueError):
+class HeaderError(MQLakeError, ValueError):
     """A custom header with a required field missing or a value not parseable as the field's type."""
 
 
-class RemotingError(Exception):
+class BodyError(MQLakeError, ValueError):
+    """A request or response body that is not JSON, or not the JSON its model needs; the message names the body
+    and the field (``topicConfigSerializeWrapper.topicConfigTable['T'].readQueueNums: ...``)."""
+
+
+class RequestRefused(MQLakeError):
+    """A request answered with an error ``code`` and ``remark`` (RocketMQ's response, not a failure of ours).
+
+    A handler may raise it anywhere: the remoting layer answers it with its code and remark."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+class RemotingError(MQLakeError):
     """A call over the wire failed without a response."""
 
 

@@ -7,9 +7,9 @@ import logging
 from collections.abc import Callable
 
 from broker.remoting.codes import MAX_FRAME
-from broker.remoting.connection import Connection, Handler
+from broker.remoting.connection import Channel, Connection, Handler
 
-__all__ = ["Connection", "Handler", "RemotingServer"]
+__all__ = ["Channel", "Connection", "Handler", "RemotingServer"]
 
 log = logging.getLogger(__name__)
 
