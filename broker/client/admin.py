@@ -6,10 +6,9 @@ that answers REQUEST_CODE_NOT_SUPPORTED is asked queue by queue with the basic o
 
 from __future__ import annotations
 
-import json
-import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from broker.client.errors import MQBrokerError, MQClientError
 from broker.client.instance import ClientInstance, check
@@ -20,26 +19,25 @@ from broker.remoting import headers as h
 from broker.remoting.client import RemotingError
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
+from broker.remoting.protocol import body, fastjson
+from broker.remoting.protocol.body import ConsumeStats, KVTable, TopicList, TopicStatsTable
+from broker.remoting.protocol.route import ClusterInfo
 from store import format as fmt
-from store.config_files import load_lenient_json
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 RETRY_PREFIX = "%RETRY%"
-# fastjson writes Map<MessageQueue, X> with the key object itself as the map key: {{"brokerName":..}:{..}}.
-_OBJECT_KEY = re.compile(r'([{,]\s*)(\{(?:[^{}"]|"(?:[^"\\]|\\.)*")*\})(\s*:)')
 
 
-def load_fastjson(text: str, source: str) -> object:
-    """JSON as fastjson writes it: bare integer keys and object keys (returned as JSON text) are accepted."""
-    quoted = _OBJECT_KEY.sub(lambda m: m.group(1) + json.dumps(m.group(2)) + m.group(3), text)
-    return load_lenient_json(quoted, source)
+def load_fastjson(text: str, source: str) -> Any:
+    """JSON as fastjson writes it: bare integer keys, and object keys (``Map<MessageQueue, V>``) as their text.
+    (The stats calls read their bodies through the models; this is for a body read by hand.)"""
+    return fastjson.loads(text, source, object_keys=True)
 
 
 def _mq_from_key(key: str, source: str) -> MessageQueue:
-    d = load_lenient_json(key, source) if key.lstrip().startswith("{") else None
-    if not isinstance(d, dict):
-        raise MQClientError(f"{source}: map key {key!r} is not a MessageQueue")
-    return MessageQueue(str(d["topic"]), str(d["brokerName"]), int(d["queueId"]))
+    """A ``Map<MessageQueue, V>`` key, as ``load_fastjson`` returns it."""
+    mq = body.MessageQueue.from_json(key, f"{source}: map key {key!r}")
+    return MessageQueue(mq.topic, mq.broker_name, mq.queue_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,42 +110,33 @@ class Admin:
         return route
 
     # -- clusters ---------------------------------------------------------------------------------------------
-    async def cluster_info(self) -> dict:
+    async def cluster_info(self) -> ClusterInfo:
         return await self._client.cluster_info()
 
     async def master_addrs(self, cluster: str) -> list[str]:
         info = await self.cluster_info()
-        names = (info.get("clusterAddrTable") or {}).get(cluster)
-        if names is None:
-            raise MQClientError(f"cluster {cluster!r} not found; known: {sorted(info.get('clusterAddrTable') or {})}")
-        table = info.get("brokerAddrTable") or {}
-        addrs = []
-        for name in sorted(names):
-            master = ((table.get(name) or {}).get("brokerAddrs") or {}).get("0")
-            if master:
-                addrs.append(master)
-        return addrs
+        if cluster not in info.cluster_addr_table:
+            raise MQClientError(f"cluster {cluster!r} not found; known: {sorted(info.cluster_addr_table)}")
+        return info.master_addrs(cluster)
 
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
         resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
         check(resp, "broker runtime info", addr)
-        body = load_lenient_json(resp.body.decode("utf-8"), f"runtime info of {addr}") if resp.body else {}
-        return {str(k): str(v) for k, v in (body.get("table") or {}).items()}
+        return KVTable.decode(resp.body, f"runtime info of {addr}").table if resp.body else {}
 
     async def cluster_list(self) -> list[BrokerInfo]:
         """Every broker the NameServer knows, with its runtime figures (empty if it did not answer)."""
         info = await self.cluster_info()
-        table = info.get("brokerAddrTable") or {}
         out = []
-        for cluster, names in sorted((info.get("clusterAddrTable") or {}).items()):
+        for cluster, names in sorted(info.cluster_addr_table.items()):
             for name in sorted(names):
-                addrs = (table.get(name) or {}).get("brokerAddrs") or {}
-                for bid, addr in sorted(addrs.items(), key=lambda kv: int(kv[0])):
+                b = info.broker_addr_table.get(name)
+                for bid, addr in sorted(b.broker_addrs.items()) if b is not None else ():
                     try:
                         runtime = await self.broker_runtime_info(addr)
                     except (RemotingError, MQClientError):
                         runtime = {}
-                    out.append(BrokerInfo(cluster, name, int(bid), addr, runtime))
+                    out.append(BrokerInfo(cluster, name, bid, addr, runtime))
         return out
 
     # -- topics -------------------------------------------------------------------------------------------------
@@ -183,8 +172,7 @@ class Admin:
         cmd = RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
         resp = await self._client.invoke_namesrv(cmd)
         check(resp, "topic list")
-        body = load_lenient_json(resp.body.decode("utf-8"), "topic list") if resp.body else {}
-        return sorted(str(t) for t in body.get("topicList") or ())
+        return sorted(TopicList.decode(resp.body, "topic list").topic_list) if resp.body else []
 
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         """Per queue min/max offset and the store time of the newest message."""
@@ -197,11 +185,10 @@ class Admin:
             header = h.GetTopicStatsInfoRequestHeader(topic=topic)
             resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_TOPIC_STATS_INFO, header))
             if resp.code == ResponseCode.SUCCESS:
-                table = (load_fastjson(resp.body.decode("utf-8"), f"topic stats from {addr}") or {}).get("offsetTable")
-                for key, v in (table or {}).items():
-                    mq = _mq_from_key(key, f"topic stats from {addr}")
-                    out.append(QueueStatus(mq.topic, mq.broker_name, mq.queue_id, int(v.get("minOffset", 0)),
-                                           int(v.get("maxOffset", 0)), int(v.get("lastUpdateTimestamp", 0))))
+                stats = TopicStatsTable.decode(resp.body, f"topic stats from {addr}")
+                for q, v in stats.offset_table.items():
+                    out.append(QueueStatus(q.topic, q.broker_name, q.queue_id, v.min_offset, v.max_offset,
+                                           v.last_update_timestamp))  # fmt: skip
                 continue
             if resp.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
                 raise MQBrokerError(resp.code, resp.remark, addr, f"topic stats of {topic}")
@@ -270,11 +257,7 @@ class Admin:
 
     async def _known_broker_addrs(self) -> dict[str, str]:
         info = await self.cluster_info()
-        out = {}
-        for name, b in (info.get("brokerAddrTable") or {}).items():
-            for addr in (b.get("brokerAddrs") or {}).values():
-                out[addr] = name
-        return out
+        return {addr: name for name, b in info.broker_addr_table.items() for addr in b.broker_addrs.values()}
 
     async def query_msg_by_id(self, msg_id: str, topic: str | None = None) -> list[MessageExt]:
         """A broker offset id is viewed directly; otherwise ``msg_id`` is taken as a UNIQ_KEY and looked up in
@@ -308,11 +291,10 @@ class Admin:
             header = h.GetConsumeStatsRequestHeader(consumer_group=group, topic=topic)
             resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_CONSUME_STATS, header))
             if resp.code == ResponseCode.SUCCESS:
-                data = load_fastjson(resp.body.decode("utf-8"), f"consume stats from {addr}") or {}
-                for key, v in (data.get("offsetTable") or {}).items():
-                    mq = _mq_from_key(key, f"consume stats from {addr}")
-                    out.append(QueueProgress(mq.topic, mq.broker_name, mq.queue_id, int(v.get("brokerOffset", 0)),
-                                             int(v.get("consumerOffset", 0)), int(v.get("lastTimestamp", 0))))
+                stats = ConsumeStats.decode(resp.body, f"consume stats from {addr}")
+                for q, v in stats.offset_table.items():
+                    out.append(QueueProgress(q.topic, q.broker_name, q.queue_id, v.broker_offset,
+                                             v.consumer_offset, v.last_timestamp))  # fmt: skip
             elif resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
                 out.extend(await self._progress_by_queue(group, topic))
                 break

@@ -20,14 +20,16 @@ from broker.remoting import headers as h
 from broker.remoting.client import RemotingClient, RemotingError
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
-from store.config_files import load_lenient_json
+from broker.remoting.connection import Channel
+from broker.remoting.protocol.body import GetConsumerListByGroupResponseBody
+from broker.remoting.protocol.route import ClusterInfo
 
 log = logging.getLogger(__name__)
 
 ROUTE_REFRESH_SECONDS = 30.0  # pollNameServerInterval
 DEFAULT_TIMEOUT = 3.0
 
-RequestHandler = Callable[[RemotingCommand, object], Awaitable[RemotingCommand | None]]
+RequestHandler = Callable[[RemotingCommand, Channel], Awaitable[RemotingCommand | None]]
 
 
 def local_ip() -> str:
@@ -145,11 +147,11 @@ class ClientInstance:
             route = await self.update_route(topic)
         return route
 
-    async def cluster_info(self) -> dict:
-        """GET_BROKER_CLUSTER_INFO: ``{"brokerAddrTable": {...}, "clusterAddrTable": {...}}``."""
+    async def cluster_info(self) -> ClusterInfo:
+        """GET_BROKER_CLUSTER_INFO: every broker's addresses and every cluster's broker names."""
         resp = await self.invoke_namesrv(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
         check(resp, "cluster info")
-        return load_lenient_json(resp.body.decode("utf-8"), "cluster info")
+        return ClusterInfo.decode(resp.body, "cluster info")
 
     # -- brokers ----------------------------------------------------------------------------------------------
     async def find_broker_addr(self, broker_name: str, topic: str | None = None) -> str:
@@ -227,5 +229,6 @@ class ClientInstance:
         )
         if resp.code != ResponseCode.SUCCESS:
             return []
-        body = load_lenient_json(resp.body.decode("utf-8"), f"consumer list from {addr}") if resp.body else {}
-        return [str(c) for c in body.get("consumerIdList") or ()]
+        if not resp.body:
+            return []
+        return GetConsumerListByGroupResponseBody.decode(resp.body, f"consumer list from {addr}").consumer_id_list

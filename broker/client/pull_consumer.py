@@ -13,15 +13,13 @@ from broker.client.message import MessageQueue, PullResult, PullStatus, decode_m
 from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
-from store import format as fmt
+from broker.remoting.protocol.heartbeat import EXPRESSION_TYPE_TAG, SUB_ALL, SubscriptionData, tag_codes
 
 # PullSysFlag bits (reference §7.7)
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
 
-SUB_ALL = "*"
-EXPRESSION_TYPE_TAG = "TAG"
 
 _PULL_STATUS = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
@@ -53,14 +51,14 @@ class Subscription:
     def matches(self, tags: str | None) -> bool:
         return self.tags is None or (tags is not None and tags in self.tags)
 
-    def to_json(self) -> dict[str, object]:
-        """``SubscriptionData`` as the HEART_BEAT body carries it."""
+    def to_wire(self) -> SubscriptionData:
+        """As the HEART_BEAT body carries it."""
         tags = sorted(self.tags) if self.tags is not None else []
-        return {
-            "classFilterMode": False, "topic": self.topic, "subString": self.expression, "tagsSet": tags,
-            "codeSet": [fmt.java_string_hash(t) for t in tags], "subVersion": self.version,
-            "expressionType": EXPRESSION_TYPE_TAG,
-        }  # fmt: skip
+        return SubscriptionData(topic=self.topic, sub_string=self.expression, tags_set=tags, code_set=tag_codes(tags),
+                                sub_version=self.version, expression_type=EXPRESSION_TYPE_TAG)  # fmt: skip
+
+    def to_json(self) -> dict[str, object]:
+        return self.to_wire().to_json()
 
 
 async def pull_message(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,6 +30,8 @@ from broker.remoting import headers as h
 from broker.remoting.client import RemotingError
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import Channel
+from broker.remoting.protocol.heartbeat import ConsumerData, HeartbeatData
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ class PushConsumer:
             except Exception as e:  # keep the periodic job alive across broker restarts
                 log.warning("%s of %s failed: %s", fn.__name__, self.group, e)
 
-    async def _on_request(self, cmd: RemotingCommand, conn: object) -> RemotingCommand | None:
+    async def _on_request(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         """Server-initiated requests: NOTIFY_CONSUMER_IDS_CHANGED rebalances at once; the rest is not supported."""
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             self._rebalance_now.set()
@@ -193,21 +194,14 @@ class PushConsumer:
 
     # -- heartbeat ----------------------------------------------------------------------------------------------
     def heartbeat_body(self) -> bytes:
-        subs = [s.to_json() for s, _ in self._subs.values()]
+        subs = [s.to_wire() for s, _ in self._subs.values()]
         if self.clustering:
-            subs.append(self._retry_sub.to_json())
-        data = {
-            "clientID": self.client_id,
-            "producerDataSet": [],
-            "consumerDataSet": [
-                {
-                    "groupName": self.group, "consumeType": "CONSUME_PASSIVELY",
-                    "messageModel": self.message_model.value, "consumeFromWhere": self.consume_from_where.value,
-                    "subscriptionDataSet": subs, "unitMode": False,
-                }
-            ],
-        }  # fmt: skip
-        return json.dumps(data).encode("utf-8")
+            subs.append(self._retry_sub.to_wire())
+        consumer = ConsumerData(
+            group_name=self.group, consume_type="CONSUME_PASSIVELY", message_model=self.message_model.value,
+            consume_from_where=self.consume_from_where.value, subscription_data_set=subs,
+        )  # fmt: skip
+        return HeartbeatData(client_id=self.client_id, consumer_data_set=[consumer]).encode()
 
     async def _heartbeat(self) -> None:
         body = self.heartbeat_body()

@@ -1,41 +1,26 @@
 """Topic routes from the NameServer (``TopicRouteData``) and the queues a producer or consumer derives from them.
 
 Bodies come in two JSON dialects (quoted ``"0"`` or bare ``0`` keys in ``brokerAddrs``; old NameServers spell
-``topicSynFlag``); both are read with the lenient fastjson reader in store/config_files.py.
+``topicSynFlag``); both are read by the one route model (broker/remoting/protocol/route.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from broker.client.message import MessageQueue
-from broker.remoting.route_data import BrokerData, QueueData
-from store.config_files import load_lenient_json
+from broker.remoting.protocol import route
+from broker.remoting.protocol.topic import PERM_READ, PERM_WRITE
+from broker.remoting.protocol.wire import BodyError
 
-PERM_PRIORITY = 8
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_INHERIT = 1
 AUTO_CREATE_TOPIC = "TBW102"  # TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 
 
-class RouteError(ValueError):
+class RouteError(BodyError):
     """A route body that is not a TopicRouteData."""
 
 
-@dataclass(frozen=True, slots=True)
-class TopicRouteData:
-    queue_datas: tuple[QueueData, ...]
-    broker_datas: tuple[BrokerData, ...]
-    order_topic_conf: str | None = None
-    raw: dict = field(default_factory=dict, compare=False, repr=False)
-
-    def master_addr(self, broker_name: str) -> str | None:
-        for b in self.broker_datas:
-            if b.broker_name == broker_name:
-                return b.master_addr
-        return None
+class TopicRouteData(route.TopicRouteData):
+    """A route as a client uses it: the queues to publish to and to subscribe from."""
 
     def publish_queues(self, topic: str, max_write_queues: int | None = None) -> list[MessageQueue]:
         """Writable queues on brokers with a master, in RocketMQ's order (``topicRouteData2TopicPublishInfo``).
@@ -43,7 +28,7 @@ class TopicRouteData:
         ``max_write_queues`` caps each broker's count: a topic auto-created from TBW102 gets
         ``min(defaultTopicQueueNums, TBW102's writeQueueNums)`` queues.
         """
-        out = []
+        out: list[MessageQueue] = []
         for qd in sorted(self.queue_datas, key=lambda q: q.broker_name):
             if not qd.perm & PERM_WRITE or self.master_addr(qd.broker_name) is None:
                 continue
@@ -66,13 +51,8 @@ class TopicRouteData:
 
 def parse_route(body: bytes | str, source: str = "route") -> TopicRouteData:
     """Parse a GET_ROUTEINFO_BY_TOPIC body in either JSON dialect."""
-    text = body.decode("utf-8") if isinstance(body, bytes | bytearray) else body
-    data = load_lenient_json(text, source)
-    if not isinstance(data, dict):
-        raise RouteError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    data = TopicRouteData.load_json(body, source)
     try:
-        queues = tuple(QueueData.from_json(q) for q in data.get("queueDatas") or ())
-        brokers = tuple(BrokerData.from_json(b) for b in data.get("brokerDatas") or ())
-    except (KeyError, TypeError, ValueError) as e:
-        raise RouteError(f"{source}: malformed TopicRouteData: {e!r}") from None
-    return TopicRouteData(queues, brokers, data.get("orderTopicConf"), data)
+        return TopicRouteData.from_json(data, f"{source}: malformed TopicRouteData")
+    except BodyError as e:
+        raise RouteError(str(e)) from None

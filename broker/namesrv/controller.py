@@ -9,7 +9,7 @@ import logging
 from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_table import RouteTable
 from broker.remoting.loop import wait_for_signal
-from broker.remoting.server import Connection, RemotingServer
+from broker.remoting.server import Channel, RemotingServer
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,8 @@ class NamesrvController:
         self.table = RouteTable()
         self.processor = NamesrvProcessor(self.table, broker_expired_seconds)
         self.server = RemotingServer(host, port, name="namesrv")
-        self.processor.install(self.server)
+        for code, handler in self.processor.routes().items():
+            self.server.register(code, handler)
         self.server.add_close_listener(self._channel_closed)
         self._scanner: asyncio.Task[None] | None = None
 
@@ -56,14 +57,14 @@ class NamesrvController:
             self._scanner = None
         await self.server.stop(grace=1.0)
 
-    def _channel_closed(self, conn: Connection) -> None:
+    def _channel_closed(self, conn: Channel) -> None:
         self.table.remove_by_connection(conn)
 
     def scan_not_active_brokers(self) -> int:
         """Drop brokers whose last registration is older than their timeout; close their channels."""
         expired = self.table.expire()
         for live in expired:
-            if isinstance(live.conn, Connection):
+            if live.conn is not None:
                 live.conn.close()
         return len(expired)
 

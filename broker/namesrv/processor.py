@@ -4,31 +4,37 @@ from __future__ import annotations
 
 import logging
 
-from broker.namesrv.fastjson import dumps_legacy, dumps_standard
-from broker.namesrv.register_body import RegisterBodyError, decode_register_body
+from broker.namesrv.register_body import decode_register_body
 from broker.namesrv.route_table import RouteTable
 from broker.remoting import headers as h
 from broker.remoting.codes import VERSION_V4_9_4, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
-from broker.remoting.server import Connection, RemotingServer
+from broker.remoting.connection import Channel, Handler
+from broker.remoting.protocol.body import KVTable, TopicList
+from broker.remoting.protocol.fastjson import dumps_legacy, dumps_standard
+from broker.remoting.protocol.topic import DataVersion
+from broker.remoting.protocol.wire import BodyError, WireModel
 from store import format as fmt
-from store.config_files import load_lenient_json
 
 log = logging.getLogger(__name__)
 
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # KV namespace returned to brokers on registration
 
 
+def _standard(body: WireModel) -> bytes:
+    return dumps_standard(body.to_json())
+
+
 class NamesrvProcessor:
-    """Handlers bound to one RouteTable; ``install`` registers them on a RemotingServer."""
+    """Handlers bound to one RouteTable; ``routes`` names them by request code."""
 
     def __init__(self, table: RouteTable, broker_expired_seconds: float) -> None:
         self.table = table
         self.broker_expired_seconds = broker_expired_seconds
         self.kv: dict[str, dict[str, str]] = {}
 
-    def install(self, server: RemotingServer) -> None:
-        for code, handler in {
+    def routes(self) -> dict[int, Handler]:
+        return {
             RequestCode.REGISTER_BROKER: self.register_broker,
             RequestCode.UNREGISTER_BROKER: self.unregister_broker,
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info,
@@ -42,12 +48,11 @@ class NamesrvProcessor:
             RequestCode.GET_KV_CONFIG: self.get_kv,
             RequestCode.DELETE_KV_CONFIG: self.delete_kv,
             RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kv_list,
-        }.items():
-            server.register(code, handler)
+        }
 
     # --- brokers -----------------------------------------------------------------------------------------------
 
-    async def register_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    async def register_broker(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         hdr = cmd.read_header(h.RegisterBrokerRequestHeader)
         if hdr.body_crc32 != 0:
             actual = fmt.body_crc32(cmd.body)
@@ -57,9 +62,10 @@ class NamesrvProcessor:
                 return cmd.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
         try:
             body = decode_register_body(cmd.body, hdr.compressed)
-        except RegisterBodyError as e:
+        except BodyError as e:
             log.warning("REGISTER_BROKER from %s (%s): %s", conn.remote_addr, hdr.broker_addr, e)
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        wrapper = body.topic_config_serialize_wrapper if body is not None else None
         timeout = self.broker_expired_seconds
         if hdr.heartbeat_timeout_millis:
             timeout = hdr.heartbeat_timeout_millis / 1000
@@ -69,29 +75,24 @@ class NamesrvProcessor:
             hdr.broker_name,
             hdr.broker_id,
             hdr.ha_server_addr,
-            body.data_version if cmd.body else None,
-            body.topics if cmd.body else None,
-            body.filter_servers,
+            wrapper.data_version if wrapper is not None else None,
+            wrapper.topics() if wrapper is not None else None,
+            body.filter_server_list if body is not None else [],
             timeout,
             conn,
         )
         header = h.RegisterBrokerResponseHeader(ha_server_addr=result.ha_server_addr, master_addr=result.master_addr)
-        kv_table = {"table": dict(sorted(self.kv.get(ORDER_TOPIC_CONFIG, {}).items()))}
-        return cmd.response(ResponseCode.SUCCESS, header=header, body=dumps_standard(kv_table))
+        kv_table = KVTable(table=dict(sorted(self.kv.get(ORDER_TOPIC_CONFIG, {}).items())))
+        return cmd.response(ResponseCode.SUCCESS, header=header, body=_standard(kv_table))
 
-    async def unregister_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    async def unregister_broker(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         hdr = cmd.read_header(h.UnRegisterBrokerRequestHeader)
         self.table.unregister_broker(hdr.cluster_name, hdr.broker_addr, hdr.broker_name, hdr.broker_id)
         return cmd.response(ResponseCode.SUCCESS)
 
-    async def query_data_version(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    async def query_data_version(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         hdr = cmd.read_header(h.QueryDataVersionRequestHeader)
-        try:
-            version = load_lenient_json(cmd.body.decode("utf-8"), "DataVersion") if cmd.body else {}
-        except (ValueError, UnicodeDecodeError) as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"DataVersion body is not JSON: {e}")
-        if not isinstance(version, dict):
-            return cmd.response(ResponseCode.SYSTEM_ERROR, "DataVersion body is not a JSON object")
+        version = DataVersion.decode(cmd.body) if cmd.body else DataVersion()  # a BodyError answers SYSTEM_ERROR
         changed = self.table.data_version_changed(hdr.broker_addr, version)
         if not changed:
             self.table.touch(hdr.broker_addr)  # an unchanged broker skips re-registration: this keeps it alive
@@ -99,52 +100,53 @@ class NamesrvProcessor:
         return cmd.response(
             ResponseCode.SUCCESS,
             header=h.QueryDataVersionResponseHeader(changed=changed),
-            body=dumps_standard(ours) if ours is not None else b"",
+            body=_standard(ours) if ours is not None else b"",
         )
 
-    async def broker_heartbeat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    async def broker_heartbeat(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         hdr = cmd.read_header(h.BrokerHeartbeatRequestHeader)
         self.table.touch(hdr.broker_addr)
         return cmd.response(ResponseCode.SUCCESS)
 
     # --- clients -----------------------------------------------------------------------------------------------
 
-    async def get_route_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    async def get_route_info(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         hdr = cmd.read_header(h.GetRouteInfoRequestHeader)
-        # 4.9.4+ clients (and 5.x ones asking explicitly) get a 5.x NameServer's route: quoted map keys,
-        # topicSysFlag. Older ones get a 4.8 NameServer's: fastjson's default bare keys, topicSynFlag.
-        standard = cmd.version >= VERSION_V4_9_4 or bool(hdr.accept_standard_json_only)
-        route = self.table.route(hdr.topic, legacy=not standard)
+        route = self.table.route(hdr.topic)
         if route is None:
             return cmd.response(
                 ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {hdr.topic}"
             )
-        return cmd.response(ResponseCode.SUCCESS, body=dumps_standard(route) if standard else dumps_legacy(route))
+        # 4.9.4+ clients (and 5.x ones asking explicitly) get a 5.x NameServer's route: quoted map keys,
+        # topicSysFlag. Older ones get a 4.8 NameServer's: fastjson's default bare keys, topicSynFlag.
+        standard = cmd.version >= VERSION_V4_9_4 or bool(hdr.accept_standard_json_only)
+        data = route.to_json(legacy=not standard)
+        return cmd.response(ResponseCode.SUCCESS, body=dumps_standard(data) if standard else dumps_legacy(data))
 
-    async def get_cluster_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return cmd.response(ResponseCode.SUCCESS, body=dumps_standard(self.table.cluster_info()))
+    async def get_cluster_info(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, body=_standard(self.table.cluster_info()))
 
-    async def get_all_topics(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return cmd.response(ResponseCode.SUCCESS, body=dumps_standard({"topicList": self.table.topics()}))
+    async def get_all_topics(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, body=_standard(TopicList(topic_list=self.table.topics())))
 
-    async def get_topics_by_cluster(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    async def get_topics_by_cluster(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         hdr = cmd.read_header(h.GetTopicsByClusterRequestHeader)
         topics = self.table.topics_of_cluster(hdr.cluster)
-        return cmd.response(ResponseCode.SUCCESS, body=dumps_standard({"topicList": topics}))
+        return cmd.response(ResponseCode.SUCCESS, body=_standard(TopicList(topic_list=topics)))
 
-    async def delete_topic(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    async def delete_topic(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         hdr = cmd.read_header(h.DeleteTopicFromNamesrvRequestHeader)
         self.table.delete_topic(hdr.topic, hdr.cluster_name)
         return cmd.response(ResponseCode.SUCCESS)
 
     # --- KV config ---------------------------------------------------------------------------------------------
 
-    async def put_kv(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    async def put_kv(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         hdr = cmd.read_header(h.PutKVConfigRequestHeader)
         self.kv.setdefault(hdr.namespace, {})[hdr.key] = hdr.value
         return cmd.response(ResponseCode.SUCCESS)
 
-    async def get_kv(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    async def get_kv(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         hdr = cmd.read_header(h.GetKVConfigRequestHeader)
         value = self.kv.get(hdr.namespace, {}).get(hdr.key)
         if value is None:
@@ -153,15 +155,15 @@ class NamesrvProcessor:
             )
         return cmd.response(ResponseCode.SUCCESS, header=h.GetKVConfigResponseHeader(value=value))
 
-    async def delete_kv(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    async def delete_kv(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         hdr = cmd.read_header(h.DeleteKVConfigRequestHeader)
         self.kv.get(hdr.namespace, {}).pop(hdr.key, None)
         return cmd.response(ResponseCode.SUCCESS)
 
-    async def get_kv_list(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    async def get_kv_list(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         namespace = cmd.ext_fields.get("namespace")
         table = self.kv.get(namespace or "")
         if not table:
             return cmd.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
-        return cmd.response(ResponseCode.SUCCESS, body=dumps_standard({"table": dict(sorted(table.items()))}))
+        return cmd.response(ResponseCode.SUCCESS, body=_standard(KVTable(table=dict(sorted(table.items())))))
 

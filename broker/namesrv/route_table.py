@@ -7,23 +7,23 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from broker.namesrv.register_body import TopicConf
-from broker.remoting.route_data import MASTER_ID, BrokerData, QueueData
+from broker.remoting.connection import Channel
+from broker.remoting.protocol.route import MASTER_ID, BrokerData, ClusterInfo, QueueData, TopicRouteData
+from broker.remoting.protocol.topic import DataVersion, TopicConfig
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass
 class BrokerLive:
     last_update: float
     timeout: float
-    data_version: dict[str, Any]
+    data_version: DataVersion
     ha_server_addr: str
-    conn: object | None = None
+    conn: Channel | None = None
 
 
 @dataclass
@@ -32,27 +32,10 @@ class RegisterResult:
     master_addr: str | None = None
 
 
-def _same_version(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
-    """DataVersion.equals: timestamp and counter (and 5.x stateVersion) match."""
-    if a is None or b is None:
-        return False
-
-    def key(v: dict[str, Any]) -> tuple[int, int, int]:
-        counter = v.get("counter", 0)
-        if isinstance(counter, dict):  # fastjson writes AtomicLong as a number, but be lenient
-            counter = counter.get("value", 0)
-        return int(v.get("timestamp", 0)), int(counter or 0), int(v.get("stateVersion", 0))
-
-    try:
-        return key(a) == key(b)
-    except (TypeError, ValueError):
-        return False
-
-
 class RouteTable:
     """Topic -> queues per broker, broker name -> addresses, cluster -> broker names, broker liveness."""
 
-    def __init__(self, clock=time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self.topic_queues: dict[str, dict[str, QueueData]] = {}
         self.brokers: dict[str, BrokerData] = {}
@@ -69,17 +52,17 @@ class RouteTable:
         broker_name: str,
         broker_id: int,
         ha_server_addr: str,
-        data_version: dict[str, Any] | None,
-        topics: dict[str, TopicConf] | None,
+        data_version: DataVersion | None,
+        topics: dict[str, TopicConfig] | None,
         filter_servers: list[str],
         timeout: float,
-        conn: object | None = None,
+        conn: Channel | None = None,
     ) -> RegisterResult:
         self.clusters.setdefault(cluster, set()).add(broker_name)
         broker = self.brokers.get(broker_name)
         first = broker is None
         if broker is None:
-            broker = self.brokers[broker_name] = BrokerData(cluster, broker_name)
+            broker = self.brokers[broker_name] = BrokerData(cluster=cluster, broker_name=broker_name)
         # A slave promoted to master (or the reverse) keeps its address under a new id: drop the old entry.
         for bid in [bid for bid, addr in broker.broker_addrs.items() if addr == broker_addr and bid != broker_id]:
             del broker.broker_addrs[bid]
@@ -89,10 +72,11 @@ class RouteTable:
 
         if topics is not None and broker_id == MASTER_ID:
             previous = self.live.get(broker_addr)
-            if first or previous is None or not _same_version(previous.data_version, data_version):
+            if first or previous is None or not previous.data_version.same_as(data_version):
                 self._replace_topics(broker_name, topics)
 
-        self.live[broker_addr] = BrokerLive(self._clock(), timeout, dict(data_version or {}), ha_server_addr, conn)
+        version = data_version if data_version is not None else DataVersion()
+        self.live[broker_addr] = BrokerLive(self._clock(), timeout, version, ha_server_addr, conn)
         if filter_servers:
             self.filter_servers[broker_addr] = list(filter_servers)
         else:
@@ -109,11 +93,12 @@ class RouteTable:
                  cluster, len(topics or {}))
         return result
 
-    def _replace_topics(self, broker_name: str, topics: dict[str, TopicConf]) -> None:
+    def _replace_topics(self, broker_name: str, topics: dict[str, TopicConfig]) -> None:
         for name, conf in topics.items():
             self.topic_queues.setdefault(name, {})[broker_name] = QueueData(
-                broker_name, conf.read_queue_nums, conf.write_queue_nums, conf.perm, conf.topic_sys_flag
-            )
+                broker_name=broker_name, read_queue_nums=conf.read_queue_nums, write_queue_nums=conf.write_queue_nums,
+                perm=conf.perm, topic_sys_flag=conf.topic_sys_flag,
+            )  # fmt: skip
         # A full registration is the broker's whole table: topics it no longer has lose its queues (as 5.x does).
         for name in [t for t, queues in self.topic_queues.items() if broker_name in queues and t not in topics]:
             self._remove_queue(name, broker_name)
@@ -160,7 +145,7 @@ class RouteTable:
             if not broker.broker_addrs:
                 self._forget_if_empty(name)
 
-    def remove_by_connection(self, conn: object) -> list[str]:
+    def remove_by_connection(self, conn: Channel) -> list[str]:
         """The channel a broker registered on closed: drop that broker."""
         gone = [addr for addr, live in self.live.items() if live.conn is conn]
         for addr in gone:
@@ -179,11 +164,11 @@ class RouteTable:
 
     # --- data version ------------------------------------------------------------------------------------------
 
-    def data_version_changed(self, broker_addr: str, data_version: dict[str, Any] | None) -> bool:
+    def data_version_changed(self, broker_addr: str, data_version: DataVersion | None) -> bool:
         live = self.live.get(broker_addr)
-        return live is None or not _same_version(live.data_version, data_version)
+        return live is None or not live.data_version.same_as(data_version)
 
-    def data_version(self, broker_addr: str) -> dict[str, Any] | None:
+    def data_version(self, broker_addr: str) -> DataVersion | None:
         live = self.live.get(broker_addr)
         return None if live is None else live.data_version
 
@@ -195,9 +180,8 @@ class RouteTable:
 
     # --- queries -----------------------------------------------------------------------------------------------
 
-    def route(self, topic: str, legacy: bool = False) -> dict[str, Any] | None:
-        """TopicRouteData as a dict (brokerAddrs with int keys), or None when no broker serves the topic;
-        ``legacy``: with the fields of RocketMQ 4.0-4.8 (see QueueData.to_json / BrokerData.to_json)."""
+    def route(self, topic: str) -> TopicRouteData | None:
+        """The topic's route, or None when no broker serves the topic."""
         queues = self.topic_queues.get(topic)
         if not queues:
             return None
@@ -210,17 +194,15 @@ class RouteTable:
             for addr in b.broker_addrs.values()
             if addr in self.filter_servers
         }
-        return {
-            "brokerDatas": [b.to_json(legacy) for b in brokers],
-            "filterServerTable": filters,
-            "queueDatas": [queues[name].to_json(legacy) for name in sorted(queues)],
-        }
+        return TopicRouteData(
+            broker_datas=brokers, filter_server_table=filters, queue_datas=[queues[name] for name in sorted(queues)]
+        )
 
-    def cluster_info(self) -> dict[str, Any]:
-        return {
-            "brokerAddrTable": {name: b.to_json() for name, b in sorted(self.brokers.items())},
-            "clusterAddrTable": {c: sorted(names) for c, names in sorted(self.clusters.items())},
-        }
+    def cluster_info(self) -> ClusterInfo:
+        return ClusterInfo(
+            broker_addr_table=dict(sorted(self.brokers.items())),
+            cluster_addr_table={c: sorted(names) for c, names in sorted(self.clusters.items())},
+        )
 
     def topics(self) -> list[str]:
         return sorted(self.topic_queues)

@@ -8,8 +8,10 @@ STATUS (for the other engineers): the remoting API is USABLE as of 2026-11-22 06
   from broker.remoting.loop import run, install_event_loop_policy   (uvloop when importable); tests: test_remoting.py
 
 Handlers are ``async def``; a plain ``def`` returning the response is accepted too and answered inline (no task).
+A handler sees the connection as a ``Channel`` (connection.py); raising ``RequestRefused`` (errors.py) answers its
+code and remark, a ``HeaderError`` or ``BodyError`` answers SYSTEM_ERROR with the message.
 
 Modules: ``codes`` (numbers), ``headers`` (custom headers named after the Java classes), ``command``
 (RemotingCommand encode/decode, JSON and ROCKETMQ headers), ``connection`` (one channel, both roles),
-``server``, ``client``, ``loop``, ``errors``.
+``server``, ``client``, ``loop``, ``errors``; ``protocol/`` holds the JSON bodies as models.
 """

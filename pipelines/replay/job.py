@@ -100,7 +100,7 @@ async def _target_queues(namesrv: str, topic: str, create_with: int | None) -> t
         if not queues and route is not None and route.subscribe_queues(topic):
             raise ReplayError(f"target topic {topic} exists but has no writable queue (perm); nothing was sent")
         if not queues and create_with is not None:
-            clusters = (await admin.cluster_info()).get("clusterAddrTable") or {}
+            clusters = (await admin.cluster_info()).cluster_addr_table
             if not clusters:
                 raise ReplayError(f"no broker is registered with the NameServer {namesrv}")
             for cluster in sorted(clusters):
