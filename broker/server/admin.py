@@ -61,14 +61,15 @@ class AdminProcessor:
         if bad is not None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, bad)
         tc = tp.TopicConfig(
-            h.topic, h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_filter_type, h.topic_sys_flag or 0, h.order
-        )
+            topic_name=h.topic, read_queue_nums=h.read_queue_nums, write_queue_nums=h.write_queue_nums, perm=h.perm,
+            topic_filter_type=h.topic_filter_type, topic_sys_flag=h.topic_sys_flag or 0, order=h.order,
+        )  # fmt: skip
         b.topics.update(tc)
         await b.topics_persisted()  # durable (and announced) before the admin hears "done"
         return cmd.response(ResponseCode.SUCCESS)
 
     async def get_all_topic_config(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
-        return cmd.response(ResponseCode.SUCCESS, body=json_bytes(self.broker.topics.wrapper_json()))
+        return cmd.response(ResponseCode.SUCCESS, body=self.broker.topics.wrapper().encode())
 
     async def get_broker_runtime_info(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
         return cmd.response(ResponseCode.SUCCESS, body=json_bytes({"table": self.broker.runtime_info()}))
@@ -120,9 +121,7 @@ class AdminProcessor:
         return cmd.response(ResponseCode.SUCCESS, body=json_bytes({"offsetTable": table}))
 
     async def get_all_subscription_group_config(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
-        g = self.broker.groups
-        body = {"dataVersion": dict(g.data_version), "subscriptionGroupTable": dict(g.table)}
-        return cmd.response(ResponseCode.SUCCESS, body=json_bytes(body))
+        return cmd.response(ResponseCode.SUCCESS, body=self.broker.groups.wrapper().encode())
 
     async def get_consumer_connection_list(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
         h = cmd.read_header(GetConsumerConnectionListRequestHeader)

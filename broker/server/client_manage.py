@@ -58,7 +58,7 @@ class ClientManageProcessor:
         for group, c, subs in parsed:
             cfg = b.groups.find(group)
             if cfg is not None:
-                b.create_retry_topic(group, int(cfg.get("retryQueueNums", 1)))
+                b.create_retry_topic(group, cfg.retry_queue_nums)
             channel = cl.ClientChannel(conn, client_id, cmd.language, cmd.version)
             b.consumers.register(
                 group,

@@ -230,7 +230,7 @@ class BrokerController:
         if not self.config.notify_consumer_ids_changed_enable or self.stopping:
             return
         cfg = self.groups.find(group, create=False)
-        if cfg is not None and not cfg.get("notifyConsumerIdsChangedEnable", True):
+        if cfg is not None and not cfg.notify_consumer_ids_changed_enable:
             return
         header = NotifyConsumerIdsChangedRequestHeader(consumer_group=group)
         for conn in conns:

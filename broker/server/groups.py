@@ -2,58 +2,69 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from broker.remoting.protocol.body import SubscriptionGroupConfig, SubscriptionGroupWrapper
+from broker.remoting.protocol.topic import DataVersion
+from broker.remoting.protocol.wire import BodyError
+from broker.server.config_manager import ConfigManager
 from store import config_files as cf
 
 # Groups a RocketMQ broker pre-creates for its own tools.
 SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_RMQ_SYS_TRANS")
 
 
-class SubscriptionGroupManager:
-    """Group configs by name; like the topic table, persisted by ``on_change`` when set, else at once."""
+class SubscriptionGroupManager(ConfigManager[dict[str, Any]]):
+    """Group configs by name (``{"dataVersion": ..., "subscriptionGroupTable": {group: config}}``)."""
 
     def __init__(self, config_dir: Path, auto_create: bool = True) -> None:
-        self.config_dir = Path(config_dir)
+        super().__init__(config_dir)
         self.auto_create = auto_create
-        self.table: dict[str, dict[str, Any]] = {}
-        self.data_version: dict[str, Any] = {"counter": 0, "timestamp": 0}
-        self.on_change: Callable[[], None] | None = None
-        self._lock = threading.Lock()
+        self.table: dict[str, SubscriptionGroupConfig] = {}
+
+    def read_file(self) -> dict[str, Any]:
+        return cf.load_subscription_groups(self.config_dir)
+
+    def write_file(self, content: dict[str, Any]) -> None:
+        cf.save_subscription_groups(self.config_dir, content["subscriptionGroupTable"], content["dataVersion"])
+
+    def decode(self, content: dict[str, Any]) -> None:
+        self.data_version = content["dataVersion"]
+        try:
+            # An entry without groupName is named by its key.
+            self.table = {name: SubscriptionGroupConfig.from_json({"groupName": name, **cfg} if isinstance(cfg, dict)
+                                                                  else cfg, f"subscription group {name!r}")
+                          for name, cfg in content["subscriptionGroupTable"].items()}  # fmt: skip
+        except BodyError as e:
+            raise cf.ConfigFileError(self.config_dir / cf.SUBSCRIPTION_GROUP, str(e)) from None
+
+    def encode(self) -> dict[str, Any]:
+        groups = {name: cfg.to_json() for name, cfg in list(self.table.items())}
+        return {"dataVersion": dict(self.data_version), "subscriptionGroupTable": groups}
 
     def load(self) -> None:
-        data = cf.load_subscription_groups(self.config_dir)
-        self.data_version = data["dataVersion"]
-        self.table = {name: dict(cfg) for name, cfg in data["subscriptionGroupTable"].items()}
+        super().load()
         missing = [g for g in SYSTEM_GROUPS if g not in self.table]
         for g in missing:
-            self.table[g] = cf.subscription_group_config(g)
+            self.table[g] = SubscriptionGroupConfig(group_name=g)
         if missing:
-            self._changed()
+            self.changed()
 
-    def _changed(self) -> None:
-        self.data_version = cf.next_data_version(self.data_version)
-        if self.on_change is not None:
-            self.on_change()
-        else:
-            self.persist()
+    def wrapper(self) -> SubscriptionGroupWrapper:
+        """What GET_ALL_SUBSCRIPTIONGROUP_CONFIG carries."""
+        return SubscriptionGroupWrapper(
+            data_version=DataVersion.from_json(self.data_version), subscription_group_table=dict(self.table)
+        )
 
-    def persist(self) -> None:
-        with self._lock:
-            snapshot = {name: dict(cfg) for name, cfg in list(self.table.items())}
-            cf.save_subscription_groups(self.config_dir, snapshot, dict(self.data_version))
-
-    def find(self, group: str, create: bool = True) -> dict[str, Any] | None:
+    def find(self, group: str, create: bool = True) -> SubscriptionGroupConfig | None:
         """The group's config; created with RocketMQ's defaults when allowed (``autoCreateSubscriptionGroup``)."""
         cfg = self.table.get(group)
         if cfg is None and create and self.auto_create:
-            cfg = self.table[group] = cf.subscription_group_config(group)
-            self._changed()
+            cfg = self.table[group] = SubscriptionGroupConfig(group_name=group)
+            self.changed()
         return cfg
 
-    def update(self, cfg: dict[str, Any]) -> None:
-        self.table[cfg["groupName"]] = {**cf.subscription_group_config(cfg["groupName"]), **cfg}
-        self._changed()
+    def update(self, cfg: SubscriptionGroupConfig) -> None:
+        self.table[cfg.group_name] = cfg
+        self.changed()

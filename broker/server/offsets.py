@@ -6,27 +6,44 @@ worker thread, so a slow fsync never stalls request handling.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
+from broker.server.config_manager import ConfigManager
 from store import config_files as cf
 
 TOPIC_GROUP_SEPARATOR = "@"
+
+OffsetTable = dict[str, dict[int, int]]  # "topic@group" -> queueId -> offset
 
 
 def offset_key(topic: str, group: str) -> str:
     return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
 
 
-class ConsumerOffsetManager:
+class ConsumerOffsetManager(ConfigManager[OffsetTable]):
     def __init__(self, config_dir: Path) -> None:
-        self.config_dir = Path(config_dir)
-        self.table: dict[str, dict[int, int]] = {}
+        super().__init__(config_dir)
+        self.table: OffsetTable = {}
         self._dirty = False
-        self._persist_lock = threading.Lock()  # a periodic persist and the shutdown one must not interleave
 
-    def load(self) -> None:
-        self.table = cf.load_consumer_offsets(self.config_dir)
+    def read_file(self) -> OffsetTable:
+        return cf.load_consumer_offsets(self.config_dir)
+
+    def write_file(self, content: OffsetTable) -> None:
+        cf.save_consumer_offsets(self.config_dir, content)
+
+    def decode(self, content: OffsetTable) -> None:
+        self.table = content
+
+    def encode(self) -> OffsetTable:
+        return {k: dict(v) for k, v in self.table.items()}
+
+    def snapshot(self) -> OffsetTable | None:
+        """A copy to persist, or None when nothing changed since the last snapshot."""
+        if not self._dirty:
+            return None
+        self._dirty = False
+        return self.encode()
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         queues = self.table.setdefault(offset_key(topic, group), {})
@@ -48,20 +65,3 @@ class ConsumerOffsetManager:
     def topics_of_group(self, group: str) -> set[str]:
         suffix = TOPIC_GROUP_SEPARATOR + group
         return {k[: -len(suffix)] for k in list(self.table) if k.endswith(suffix)}
-
-    def snapshot(self) -> dict[str, dict[int, int]] | None:
-        """A copy to persist, or None when nothing changed since the last snapshot."""
-        if not self._dirty:
-            return None
-        self._dirty = False
-        return {k: dict(v) for k, v in self.table.items()}
-
-    def write(self, snapshot: dict[str, dict[int, int]]) -> None:
-        """Blocking write of a snapshot (run it off the event loop)."""
-        with self._persist_lock:
-            cf.save_consumer_offsets(self.config_dir, snapshot)
-
-    def persist(self) -> None:
-        snap = self.snapshot()
-        if snap is not None:
-            self.write(snap)

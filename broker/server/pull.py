@@ -77,7 +77,7 @@ class PullProcessor:
         cfg = b.groups.find(h.consumer_group)
         if cfg is None:
             raise _Refused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"no subscription group {h.consumer_group}")
-        if not cfg.get("consumeEnable", True):
+        if not cfg.consume_enable:
             raise _Refused(ResponseCode.NO_PERMISSION, f"subscription group {h.consumer_group} may not consume")
         tc = b.topics.get(h.topic)
         if tc is None:

@@ -43,7 +43,7 @@ class NamesrvRegistrar:
         if not addrs:
             return 0
         async with self._lock:
-            wrapper = self.broker.topics.wrapper_json()
+            wrapper = self.broker.topics.wrapper().to_json()
             body = json_bytes({"filterServerList": [], "topicConfigSerializeWrapper": wrapper})
             c = self.broker.config
             header = RegisterBrokerRequestHeader(

@@ -25,6 +25,7 @@ from broker.remoting.headers import (
     SendMessageRequestHeader,
     SendMessageRequestHeaderV2,
 )
+from broker.remoting.protocol.topic import FLAG_UNIT
 from broker.server import topics as tp
 from store import format as fmt
 from store.config import FlushDiskType
@@ -108,7 +109,7 @@ class SendProcessor:
             raise SendRefused(ResponseCode.NO_PERMISSION, f"topic {h.topic} is reserved for the broker")
         tc = b.topics.get(h.topic)
         if tc is None:
-            sys_flag = tp.FLAG_UNIT if h.unit_mode else 0
+            sys_flag = FLAG_UNIT if h.unit_mode else 0
             if h.topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX):
                 tc = b.create_retry_topic(h.topic[len(tp.RETRY_GROUP_TOPIC_PREFIX) :])
             else:
@@ -155,7 +156,7 @@ class SendProcessor:
         cfg = self.broker.groups.find(group)
         if cfg is None:
             raise SendRefused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {group} does not exist")
-        max_times = cfg.get("retryMaxTimes", 16)
+        max_times = cfg.retry_max_times
         if h.max_reconsume_times is not None and h.max_reconsume_times >= 0:
             max_times = h.max_reconsume_times
         # An orderly group (one holding queue locks) would block its queue on a retry: dead-letter it at once.
@@ -265,7 +266,7 @@ class SendProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
         props = dict(orig.property_map)
         props.setdefault(PROPERTY_RETRY_TOPIC, orig.topic)
-        max_times = cfg.get("retryMaxTimes", 16)
+        max_times = cfg.retry_max_times
         if h.max_reconsume_times is not None and h.max_reconsume_times >= 0:
             max_times = h.max_reconsume_times
         if orig.reconsume_times >= max_times or h.delay_level < 0:

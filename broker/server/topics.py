@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker.remoting.protocol.topic import (
+    PERM_INHERIT,
+    PERM_READ,
+    PERM_WRITE,
+    DataVersion,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+)
+from broker.remoting.protocol.wire import BodyError
+from broker.server.config_manager import ConfigManager
 from store import config_files as cf
 
 log = logging.getLogger(__name__)
-
-# PermName bits
-PERM_PRIORITY = 8
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_INHERIT = 1
 
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
@@ -33,10 +34,6 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 DLQ_NUMS_PER_GROUP = 1
 TOPIC_MAX_LENGTH = 127
 _TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-
-# TopicSysFlag
-FLAG_UNIT = 0x1
-FLAG_UNIT_SUB = 0x2
 
 
 def is_readable(perm: int) -> bool:
@@ -66,42 +63,8 @@ def topic_name_error(topic: str | None) -> str | None:
     return None
 
 
-@dataclass(slots=True)
-class TopicConfig:
-    topic_name: str
-    read_queue_nums: int = 16
-    write_queue_nums: int = 16
-    perm: int = PERM_READ | PERM_WRITE
-    topic_filter_type: str = "SINGLE_TAG"
-    topic_sys_flag: int = 0
-    order: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        d = cf.topic_config(
-            self.topic_name, self.read_queue_nums, self.write_queue_nums, self.perm, self.order, self.topic_sys_flag
-        )
-        d["topicFilterType"] = self.topic_filter_type
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> TopicConfig:
-        return cls(
-            topic_name=str(d["topicName"]),
-            read_queue_nums=int(d.get("readQueueNums", 16)),
-            write_queue_nums=int(d.get("writeQueueNums", 16)),
-            perm=int(d.get("perm", PERM_READ | PERM_WRITE)),
-            topic_filter_type=str(d.get("topicFilterType", "SINGLE_TAG")),
-            topic_sys_flag=int(d.get("topicSysFlag", 0)),
-            order=bool(d.get("order", False)),
-        )
-
-
-class TopicConfigManager:
-    """Topic configs by name; every change bumps the data version and is persisted.
-
-    With ``on_change`` set (the broker does), persisting is left to it, so the fsync can run off the event
-    loop; without it, ``update`` persists before returning.
-    """
+class TopicConfigManager(ConfigManager[dict[str, Any]]):
+    """Topic configs by name (topics.json: ``{"dataVersion": ..., "topicConfigTable": {name: config}}``)."""
 
     def __init__(
         self,
@@ -114,35 +77,48 @@ class TopicConfigManager:
         cluster_topic_enable: bool = True,
         broker_topic_enable: bool = True,
     ) -> None:
-        self.config_dir = Path(config_dir)
+        super().__init__(config_dir)
         self.auto_create_topic_enable = auto_create_topic_enable
         self.default_topic_queue_nums = default_topic_queue_nums
         self.table: dict[str, TopicConfig] = {}
-        self.data_version: dict[str, Any] = {"counter": 0, "timestamp": 0}
-        self.on_change: Callable[[], None] | None = None
-        self._lock = threading.Lock()
         inherit_rw = PERM_INHERIT | PERM_READ | PERM_WRITE
         # TBW102 is the template clients route unknown topics by; INHERIT lets a send auto-create from it.
         tbw_perm = inherit_rw if auto_create_topic_enable else PERM_READ | PERM_WRITE
+        nums = default_topic_queue_nums
         self._system = [
-            TopicConfig(SELF_TEST_TOPIC, 1, 1),
-            TopicConfig(AUTO_CREATE_TOPIC_KEY_TOPIC, default_topic_queue_nums, default_topic_queue_nums, tbw_perm),
-            TopicConfig(cluster_name, 16, 16, inherit_rw if cluster_topic_enable else PERM_INHERIT),
-            TopicConfig(broker_name, 1, 1, inherit_rw if broker_topic_enable else PERM_INHERIT),
-            TopicConfig(OFFSET_MOVED_EVENT, 1, 1),
-            TopicConfig(SCHEDULE_TOPIC, 18, 18),
-        ]
+            TopicConfig(topic_name=SELF_TEST_TOPIC, read_queue_nums=1, write_queue_nums=1),
+            TopicConfig(topic_name=AUTO_CREATE_TOPIC_KEY_TOPIC, read_queue_nums=nums, write_queue_nums=nums,
+                        perm=tbw_perm),
+            TopicConfig(topic_name=cluster_name, read_queue_nums=16, write_queue_nums=16,
+                        perm=inherit_rw if cluster_topic_enable else PERM_INHERIT),
+            TopicConfig(topic_name=broker_name, read_queue_nums=1, write_queue_nums=1,
+                        perm=inherit_rw if broker_topic_enable else PERM_INHERIT),
+            TopicConfig(topic_name=OFFSET_MOVED_EVENT, read_queue_nums=1, write_queue_nums=1),
+            TopicConfig(topic_name=SCHEDULE_TOPIC, read_queue_nums=18, write_queue_nums=18),
+        ]  # fmt: skip
 
     # --- persistence -------------------------------------------------------------------------------------
+    def read_file(self) -> dict[str, Any]:
+        return cf.load_topics(self.config_dir)
+
+    def write_file(self, content: dict[str, Any]) -> None:
+        cf.save_topics(self.config_dir, content["topicConfigTable"], content["dataVersion"])
+
+    def decode(self, content: dict[str, Any]) -> None:
+        self.data_version = content["dataVersion"]
+        for name, raw in content["topicConfigTable"].items():
+            try:
+                self.table[name] = TopicConfig.from_json(raw, f"topic config {name!r}")
+            except BodyError as e:
+                raise cf.ConfigFileError(self.config_dir / cf.TOPICS, str(e)) from None
+
+    def encode(self) -> dict[str, Any]:
+        table = {name: tc.to_json() for name, tc in list(self.table.items())}
+        return {"dataVersion": dict(self.data_version), "topicConfigTable": table}
+
     def load(self) -> None:
         """Read topics.json (or its .bak); add missing system topics. The file wins, except TBW102's perm."""
-        data = cf.load_topics(self.config_dir)
-        self.data_version = data["dataVersion"]
-        for name, raw in data["topicConfigTable"].items():
-            try:
-                self.table[name] = TopicConfig.from_json(raw)
-            except (KeyError, TypeError, ValueError) as e:
-                raise cf.ConfigFileError(self.config_dir / cf.TOPICS, f"bad topic config {name!r}: {e}") from None
+        super().load()
         for tc in self._system:
             existing = self.table.setdefault(tc.topic_name, tc)
             if tc.topic_name == AUTO_CREATE_TOPIC_KEY_TOPIC:
@@ -150,41 +126,27 @@ class TopicConfigManager:
                 existing.perm = tc.perm
         self.persist()
 
-    def persist(self) -> None:
-        """Write the current table (safe from a worker thread: the newest state is written last)."""
-        with self._lock:
-            snapshot = {name: tc.to_json() for name, tc in list(self.table.items())}
-            cf.save_topics(self.config_dir, snapshot, dict(self.data_version))
-
-    def _changed(self) -> None:
-        self.data_version = cf.next_data_version(self.data_version)
-        if self.on_change is not None:
-            self.on_change()
-        else:
-            self.persist()
-
     # --- reads ---------------------------------------------------------------------------------------------
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 
-    def wrapper_json(self) -> dict[str, Any]:
-        """``TopicConfigSerializeWrapper``: what GET_ALL_TOPIC_CONFIG and REGISTER_BROKER carry."""
-        return {
-            "dataVersion": dict(self.data_version),
-            "topicConfigTable": {name: tc.to_json() for name, tc in list(self.table.items())},
-        }
+    def wrapper(self) -> TopicConfigSerializeWrapper:
+        """What GET_ALL_TOPIC_CONFIG and REGISTER_BROKER carry."""
+        return TopicConfigSerializeWrapper(
+            data_version=DataVersion.from_json(self.data_version), topic_config_table=dict(self.table)
+        )
 
     # --- writes --------------------------------------------------------------------------------------------
     def update(self, tc: TopicConfig) -> None:
         """Create or replace a topic (UPDATE_AND_CREATE_TOPIC)."""
         self.table[tc.topic_name] = tc
         log.info("topic %s: read %d write %d perm %d", tc.topic_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm)
-        self._changed()
+        self.changed()
 
     def delete(self, topic: str) -> bool:
         if self.table.pop(topic, None) is None:
             return False
-        self._changed()
+        self.changed()
         return True
 
     def create_in_send(
@@ -202,7 +164,8 @@ class TopicConfigManager:
         if not template.perm & PERM_INHERIT:
             return None
         nums = max(1, min(queue_nums, template.write_queue_nums))
-        tc = TopicConfig(topic, nums, nums, template.perm & ~PERM_INHERIT, topic_sys_flag=sys_flag)
+        tc = TopicConfig(topic_name=topic, read_queue_nums=nums, write_queue_nums=nums,
+                         perm=template.perm & ~PERM_INHERIT, topic_sys_flag=sys_flag)  # fmt: skip
         self.update(tc)
         return tc
 
@@ -211,6 +174,7 @@ class TopicConfigManager:
         existing = self.table.get(topic)
         if existing is not None:
             return existing
-        tc = TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=sys_flag)
+        tc = TopicConfig(topic_name=topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm,
+                         topic_sys_flag=sys_flag)  # fmt: skip
         self.update(tc)
         return tc
