@@ -4,11 +4,11 @@ GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204), GET_CONS
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any
+import time
 
-from broker.remoting.codes import ResponseCode
+from broker.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import Channel, Handler
 from broker.remoting.headers import (
     CreateTopicRequestHeader,
     GetConsumerConnectionListRequestHeader,
@@ -16,39 +16,50 @@ from broker.remoting.headers import (
     GetProducerConnectionListRequestHeader,
     GetTopicStatsInfoRequestHeader,
 )
+from broker.remoting.protocol.body import (
+    ClientConnection,
+    ConsumerConnection,
+    ConsumerOffsetSerializeWrapper,
+    ConsumeStats,
+    KVTable,
+    MessageQueue,
+    OffsetWrapper,
+    ProducerConnection,
+    TopicOffset,
+    TopicStatsTable,
+)
+from broker.remoting.protocol.topic import TopicConfig
 from broker.server import topics as tp
-from broker.server.client_manage import json_bytes
 from broker.server.clients import ClientChannel
-from broker.server.queue_locks import mq_to_json
-
-if TYPE_CHECKING:
-    from broker.server.controller import BrokerController
+from broker.server.context import BrokerContext
 
 _FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+BROKER_VERSION_DESC = "V4_9_8"  # MQVersion's name of CURRENT_VERSION
 
 
-def mq_keyed_json(table: dict[tuple[str, str, int], dict[str, Any]]) -> str:
-    """A ``Map<MessageQueue, V>`` as fastjson writes it: JSON objects as keys (not standard JSON, but what Java
-    clients decode ``TopicStatsTable``/``ConsumeStats`` from)."""
-    items = (json.dumps(mq_to_json(mq), separators=(",", ":")) + ":" + json.dumps(v, separators=(",", ":"))
-             for mq, v in table.items())  # fmt: skip
-    return "{" + ",".join(items) + "}"
-
-
-def _connection(ch: ClientChannel) -> dict[str, Any]:
-    return {
-        "clientAddr": getattr(ch.conn, "remote_addr", ""),
-        "clientId": ch.client_id,
-        "language": ch.language,
-        "version": ch.version,
-    }
+def _connection(ch: ClientChannel) -> ClientConnection:
+    return ClientConnection(client_addr=ch.conn.remote_addr, client_id=ch.client_id, language=ch.language,
+                            version=ch.version)  # fmt: skip
 
 
 class AdminProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
-    async def update_and_create_topic(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    def routes(self) -> dict[int, Handler]:
+        return {
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
+            RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
+            RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group_config,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
+        }
+
+    async def update_and_create_topic(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         b = self.broker
         h = cmd.read_header(CreateTopicRequestHeader)
         bad = tp.topic_name_error(h.topic)
@@ -60,7 +71,7 @@ class AdminProcessor:
             bad = f"topicFilterType must be one of {', '.join(_FILTER_TYPES)}, got {h.topic_filter_type!r}"
         if bad is not None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, bad)
-        tc = tp.TopicConfig(
+        tc = TopicConfig(
             topic_name=h.topic, read_queue_nums=h.read_queue_nums, write_queue_nums=h.write_queue_nums, perm=h.perm,
             topic_filter_type=h.topic_filter_type, topic_sys_flag=h.topic_sys_flag or 0, order=h.order,
         )  # fmt: skip
@@ -68,79 +79,95 @@ class AdminProcessor:
         await b.topics_persisted()  # durable (and announced) before the admin hears "done"
         return cmd.response(ResponseCode.SUCCESS)
 
-    async def get_all_topic_config(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    async def get_all_topic_config(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         return cmd.response(ResponseCode.SUCCESS, body=self.broker.topics.wrapper().encode())
 
-    async def get_broker_runtime_info(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
-        return cmd.response(ResponseCode.SUCCESS, body=json_bytes({"table": self.broker.runtime_info()}))
+    def runtime_info(self) -> dict[str, str]:
+        b = self.broker
+        info = dict(b.store.runtime_info())
+        now = int(time.time() * 1000)
+        info.update(
+            {
+                "brokerVersion": str(CURRENT_VERSION),
+                "brokerVersionDesc": BROKER_VERSION_DESC,
+                "bootTimestamp": str(b.stats.boot_timestamp),
+                "runtime": f"{(now - b.stats.boot_timestamp) // 1000} seconds",
+                "msgPutTotalTodayNow": str(b.stats.put_total),
+                "msgGetTotalTodayNow": str(b.stats.get_total),
+                "parkedPullRequests": str(b.hold.parked_count),
+                "consumerGroups": str(len(b.consumers.groups)),
+                "producerGroups": str(len(b.producers.groups)),
+                "topicCount": str(len(b.topics.table)),
+            }
+        )
+        return info
 
-    async def get_topic_stats_info(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    async def get_broker_runtime_info(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
+        return cmd.response(ResponseCode.SUCCESS, body=KVTable(table=self.runtime_info()).encode())
+
+    async def get_topic_stats_info(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         b = self.broker
         h = cmd.read_header(GetTopicStatsInfoRequestHeader)
         tc = b.topics.get(h.topic)
         if tc is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist")
-        table = {}
+        stats = TopicStatsTable()
         for q in range(tc.write_queue_nums):
             max_off = b.store.get_max_offset_in_queue(h.topic, q)
             last = b.store.get_message_store_timestamp(h.topic, q, max_off - 1) if max_off > 0 else 0
-            table[(h.topic, b.config.broker_name, q)] = {
-                "lastUpdateTimestamp": max(last, 0),
-                "maxOffset": max_off,
-                "minOffset": b.store.get_min_offset_in_queue(h.topic, q),
-            }
-        body = '{"offsetTable":' + mq_keyed_json(table) + "}"
-        return cmd.response(ResponseCode.SUCCESS, body=body.encode("utf-8"))
+            mq = MessageQueue(topic=h.topic, broker_name=b.config.broker_name, queue_id=q)
+            stats.offset_table[mq] = TopicOffset(
+                min_offset=b.store.get_min_offset_in_queue(h.topic, q), max_offset=max_off,
+                last_update_timestamp=max(last, 0),
+            )  # fmt: skip
+        return cmd.response(ResponseCode.SUCCESS, body=stats.encode())
 
-    async def get_consume_stats(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    async def get_consume_stats(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         b = self.broker
         h = cmd.read_header(GetConsumeStatsRequestHeader)
         topics = [h.topic] if h.topic else sorted(b.offsets.topics_of_group(h.consumer_group))
-        table = {}
+        stats = ConsumeStats()
         for topic in topics:
             tc = b.topics.get(topic)
             if tc is None:
                 continue
             for q in range(tc.read_queue_nums):
-                broker_offset = b.store.get_max_offset_in_queue(topic, q)
                 consumer_offset = max(b.offsets.query(h.consumer_group, topic, q), 0)
                 last = 0
                 if consumer_offset > 0:
                     last = max(b.store.get_message_store_timestamp(topic, q, consumer_offset - 1), 0)
-                table[(topic, b.config.broker_name, q)] = {
-                    "brokerOffset": broker_offset,
-                    "consumerOffset": consumer_offset,
-                    "lastTimestamp": last,
-                }
-        body = '{"consumeTps":0.0,"offsetTable":' + mq_keyed_json(table) + "}"
-        return cmd.response(ResponseCode.SUCCESS, body=body.encode("utf-8"))
+                mq = MessageQueue(topic=topic, broker_name=b.config.broker_name, queue_id=q)
+                stats.offset_table[mq] = OffsetWrapper(
+                    broker_offset=b.store.get_max_offset_in_queue(topic, q), consumer_offset=consumer_offset,
+                    last_timestamp=last,
+                )  # fmt: skip
+        return cmd.response(ResponseCode.SUCCESS, body=stats.encode())
 
-    async def get_all_consumer_offset(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
-        offsets = self.broker.offsets.table
-        table = {key: {str(q): o for q, o in sorted(queues.items())} for key, queues in offsets.items()}
-        return cmd.response(ResponseCode.SUCCESS, body=json_bytes({"offsetTable": table}))
+    async def get_all_consumer_offset(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
+        table = {key: dict(sorted(queues.items())) for key, queues in self.broker.offsets.table.items()}
+        return cmd.response(ResponseCode.SUCCESS, body=ConsumerOffsetSerializeWrapper(offset_table=table).encode())
 
-    async def get_all_subscription_group_config(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    async def get_all_subscription_group_config(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         return cmd.response(ResponseCode.SUCCESS, body=self.broker.groups.wrapper().encode())
 
-    async def get_consumer_connection_list(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    async def get_consumer_connection_list(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(GetConsumerConnectionListRequestHeader)
         info = self.broker.consumers.groups.get(h.consumer_group)
         if info is None or not info.channels:
             return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE, f"consumer group {h.consumer_group} is not online")
-        body = {
-            "connectionSet": [_connection(ch) for ch in info.channels.values()],
-            "consumeFromWhere": info.consume_from_where,
-            "consumeType": info.consume_type,
-            "messageModel": info.message_model,
-            "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()},
-        }
-        return cmd.response(ResponseCode.SUCCESS, body=json_bytes(body))
+        body = ConsumerConnection(
+            connection_set=[_connection(ch) for ch in info.channels.values()],
+            consume_from_where=info.consume_from_where,
+            consume_type=info.consume_type,
+            message_model=info.message_model,
+            subscription_table=dict(info.subscriptions),
+        )
+        return cmd.response(ResponseCode.SUCCESS, body=body.encode())
 
-    async def get_producer_connection_list(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    async def get_producer_connection_list(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(GetProducerConnectionListRequestHeader)
         channels = self.broker.producers.groups.get(h.producer_group)
         if not channels:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"producer group {h.producer_group} has no connection")
-        body = {"connectionSet": [_connection(ch) for ch in channels.values()]}
-        return cmd.response(ResponseCode.SUCCESS, body=json_bytes(body))
+        body = ProducerConnection(connection_set=[_connection(ch) for ch in channels.values()])
+        return cmd.response(ResponseCode.SUCCESS, body=body.encode())

@@ -10,31 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from store import format as fmt
-
-SUB_ALL = "*"
-
-# Java enums arrive as names (Java clients) or as ordinals (the C++ client writes them as ints).
-CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")
-MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
-CONSUME_FROM = (
-    "CONSUME_FROM_LAST_OFFSET",
-    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
-    "CONSUME_FROM_MIN_OFFSET",
-    "CONSUME_FROM_MAX_OFFSET",
-    "CONSUME_FROM_FIRST_OFFSET",
-    "CONSUME_FROM_TIMESTAMP",
-)
-
-
-def enum_name(value: Any, names: tuple[str, ...], default: str) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
-        return names[value]
-    if isinstance(value, str) and value:
-        return value
-    return default
+from broker.remoting.connection import Channel
+from broker.remoting.protocol.heartbeat import SubscriptionData
 
 
 def now_ms() -> int:
@@ -42,64 +20,8 @@ def now_ms() -> int:
 
 
 @dataclass(slots=True)
-class SubscriptionData:
-    topic: str
-    sub_string: str = SUB_ALL
-    tags_set: list[str] = field(default_factory=list)
-    code_set: set[int] = field(default_factory=set)
-    sub_version: int = 0
-    expression_type: str = "TAG"
-
-    @property
-    def tag_codes(self) -> set[int] | None:
-        """The ConsumeQueue tag codes to match, None for every message."""
-        if not self.tags_set or SUB_ALL in self.tags_set:
-            return None
-        return self.code_set
-
-    @classmethod
-    def from_expression(cls, topic: str, expression: str | None, sub_version: int = 0) -> SubscriptionData:
-        """``FilterAPI.buildSubscriptionData``: ``"*"``/empty = all, else ``"a || b"`` tag alternatives."""
-        expr = (expression or "").strip()
-        if not expr or expr == SUB_ALL:
-            return cls(topic, SUB_ALL, [SUB_ALL], set(), sub_version)
-        tags = [t.strip() for t in expr.split("||") if t.strip()]
-        return cls(topic, expr, tags, {fmt.java_string_hash(t) for t in tags}, sub_version)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> SubscriptionData:
-        tags = [str(t) for t in d.get("tagsSet") or []]
-        codes = {int(c) for c in d.get("codeSet") or []}
-        sub = cls(
-            topic=str(d.get("topic", "")),
-            sub_string=str(d.get("subString") or SUB_ALL),
-            tags_set=tags,
-            code_set=codes,
-            sub_version=int(d.get("subVersion") or 0),
-            expression_type=str(d.get("expressionType") or "TAG"),
-        )
-        if tags and not codes and SUB_ALL not in tags:
-            sub.code_set = {fmt.java_string_hash(t) for t in tags}
-        if not tags:
-            # Some clients send only the expression.
-            sub = cls.from_expression(sub.topic, sub.sub_string, sub.sub_version)
-        return sub
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "classFilterMode": False,
-            "codeSet": sorted(self.code_set),
-            "expressionType": self.expression_type,
-            "subString": self.sub_string,
-            "subVersion": self.sub_version,
-            "tagsSet": list(self.tags_set),
-            "topic": self.topic,
-        }
-
-
-@dataclass(slots=True)
 class ClientChannel:
-    conn: Any
+    conn: Channel
     client_id: str
     language: str = "JAVA"
     version: int = 0
@@ -112,7 +34,7 @@ class ConsumerGroupInfo:
     consume_type: str = "CONSUME_PASSIVELY"
     message_model: str = "CLUSTERING"
     consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
-    channels: dict[Any, ClientChannel] = field(default_factory=dict)
+    channels: dict[Channel, ClientChannel] = field(default_factory=dict)
     subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
     last_update: int = field(default_factory=now_ms)
 
@@ -121,7 +43,7 @@ class ConsumerGroupInfo:
 
 
 class ConsumerManager:
-    def __init__(self, on_group_changed: Callable[[str, list[Any]], None] | None = None) -> None:
+    def __init__(self, on_group_changed: Callable[[str, list[Channel]], None] | None = None) -> None:
         self.groups: dict[str, ConsumerGroupInfo] = {}
         self.on_group_changed = on_group_changed
 
@@ -155,7 +77,7 @@ class ConsumerManager:
             self._notify(info)
         return changed
 
-    def unregister(self, group: str, conn: Any) -> bool:
+    def unregister(self, group: str, conn: Channel) -> bool:
         info = self.groups.get(group)
         if info is None or info.channels.pop(conn, None) is None:
             return False
@@ -164,11 +86,11 @@ class ConsumerManager:
         self._notify(info)
         return True
 
-    def channel_closed(self, conn: Any) -> None:
+    def channel_closed(self, conn: Channel) -> None:
         for group in [g for g, info in self.groups.items() if conn in info.channels]:
             self.unregister(group, conn)
 
-    def scan_expired(self, timeout_ms: int) -> list[Any]:
+    def scan_expired(self, timeout_ms: int) -> list[Channel]:
         """Drop channels silent for ``timeout_ms``; returns their connections (to be closed)."""
         cutoff = now_ms() - timeout_ms
         dropped = []
@@ -194,23 +116,23 @@ class ConsumerManager:
 
 class ProducerManager:
     def __init__(self) -> None:
-        self.groups: dict[str, dict[Any, ClientChannel]] = {}
+        self.groups: dict[str, dict[Channel, ClientChannel]] = {}
 
     def register(self, group: str, channel: ClientChannel) -> None:
         self.groups.setdefault(group, {})[channel.conn] = channel
 
-    def unregister(self, group: str, conn: Any) -> None:
+    def unregister(self, group: str, conn: Channel) -> None:
         channels = self.groups.get(group)
         if channels is not None:
             channels.pop(conn, None)
             if not channels:
                 del self.groups[group]
 
-    def channel_closed(self, conn: Any) -> None:
+    def channel_closed(self, conn: Channel) -> None:
         for group in [g for g, chans in self.groups.items() if conn in chans]:
             self.unregister(group, conn)
 
-    def scan_expired(self, timeout_ms: int) -> list[Any]:
+    def scan_expired(self, timeout_ms: int) -> list[Channel]:
         cutoff = now_ms() - timeout_ms
         dropped = []
         for group, chans in list(self.groups.items()):

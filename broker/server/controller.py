@@ -11,21 +11,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.config import BrokerConfig
-from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
-from broker.remoting.connection import Handler
+from broker.remoting.connection import Channel, Handler
 from broker.remoting.errors import RemotingError
 from broker.remoting.headers import NotifyConsumerIdsChangedRequestHeader
-from broker.remoting.server import Connection, RemotingServer
+from broker.remoting.server import RemotingServer
 from broker.server import topics as tp
 from broker.server.admin import AdminProcessor
 from broker.server.client_manage import ClientManageProcessor
 from broker.server.clients import ConsumerManager, ProducerManager
+from broker.server.context import Processor
 from broker.server.groups import SubscriptionGroupManager
 from broker.server.long_polling import PullRequestHoldService
 from broker.server.offsets import ConsumerOffsetManager
@@ -35,37 +35,24 @@ from broker.server.queue_locks import RebalanceLockManager
 from broker.server.queue_offsets import OffsetProcessor
 from broker.server.registration import NamesrvRegistrar
 from broker.server.send import SendProcessor
+from broker.server.stats import BrokerStats
 from store import format as fmt
 from store.config import MessageStoreConfig
 from store.message_store import MessageStore, PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)
 
-BROKER_VERSION = 409  # MQVersion V4_9_8: the protocol generation this broker answers as
 CLIENT_SCAN_INTERVAL = 10.0
 
 
-class BrokerStats:
-    """Counters for GET_BROKER_RUNTIME_INFO."""
-
-    def __init__(self) -> None:
-        self.boot_timestamp = int(time.time() * 1000)
-        self.put_total = 0
-        self.get_total = 0
-
-    def put(self, n: int) -> None:
-        self.put_total += n
-
-    def got(self, n: int) -> None:
-        self.get_total += n
-
-
 class BrokerController:
+    """The broker; also the ``BrokerContext`` its processors are built on."""
+
     def __init__(self, broker_config: BrokerConfig, store_config: MessageStoreConfig, host: str | None = None) -> None:
         self.config = broker_config
         self.store_config = store_config
         self.host = host or broker_config.broker_ip1
-        self.store: MessageStore | None = None
+        self._store: MessageStore | None = None
         config_dir = store_config.config_dir
         self.topics = tp.TopicConfigManager(
             config_dir,
@@ -84,7 +71,7 @@ class BrokerController:
         check = 5.0 if broker_config.long_polling_enable else broker_config.short_polling_time_mills / 1000
         self.hold = PullRequestHoldService(self._max_offset, check)
         self.stats = BrokerStats()
-        self.registrar = NamesrvRegistrar(self)
+        self.registrar = NamesrvRegistrar(broker_config, self.topics)
         self.server = RemotingServer(self.host, broker_config.listen_port, name="broker")
         self.stopping = False
         self._ready = False
@@ -101,6 +88,13 @@ class BrokerController:
     def addr(self) -> str:
         return self.config.broker_addr
 
+    @property
+    def store(self) -> MessageStore:
+        """The open store; processors only run once it is (the guard answers SERVICE_NOT_AVAILABLE before)."""
+        if self._store is None:  # a bug, not an input error: keep the traceback
+            raise RuntimeError(f"broker {self.config.broker_name} is not started: it has no store yet")
+        return self._store
+
     async def start(self) -> None:
         self._register_handlers()
         self.server.add_close_listener(self._channel_closed)
@@ -109,14 +103,14 @@ class BrokerController:
             if self.config.listen_port == 0:
                 self.config.listen_port = self.server.port
             self.store_config.store_host = self.config.broker_addr
-            self.store = MessageStore(self.store_config)
-            await asyncio.to_thread(self.store.start)
-            await asyncio.to_thread(self.store.prepare_segment)
+            self._store = MessageStore(self.store_config)
+            await asyncio.to_thread(self._store.start)
+            await asyncio.to_thread(self._store.prepare_segment)
             await asyncio.to_thread(self._load_config_files)
         except BaseException:
             await self.server.stop(grace=0)
-            if self.store is not None:
-                await asyncio.to_thread(self.store.shutdown)
+            if self._store is not None:
+                await asyncio.to_thread(self._store.shutdown)
             raise
         self.hold.start()
         self.store.add_arrival_listener(self.hold.on_arrival)
@@ -168,8 +162,8 @@ class BrokerController:
             await asyncio.to_thread(self.topics.persist)
             await asyncio.to_thread(self.groups.persist)
         self._ready = False
-        if self.store is not None:
-            await asyncio.to_thread(self.store.shutdown)
+        if self._store is not None:
+            await asyncio.to_thread(self._store.shutdown)
         await self.registrar.close()
         log.info("broker %s stopped", self.config.broker_name)
 
@@ -198,7 +192,7 @@ class BrokerController:
     def _scan_clients(self) -> None:
         timeout = self.config.channel_expired_timeout
         for conn in self.consumers.scan_expired(timeout) + self.producers.scan_expired(timeout):
-            log.info("closing %s: no heartbeat for %d ms", getattr(conn, "remote_addr", conn), timeout)
+            log.info("closing %s: no heartbeat for %d ms", conn.remote_addr, timeout)
             conn.close()
 
     def _topics_changed(self) -> None:
@@ -221,11 +215,11 @@ class BrokerController:
         self._spawn(asyncio.to_thread(self.groups.persist))
 
     # --- client events ---------------------------------------------------------------------------------------
-    def _channel_closed(self, conn: Connection) -> None:
+    def _channel_closed(self, conn: Channel) -> None:
         self.consumers.channel_closed(conn)
         self.producers.channel_closed(conn)
 
-    def _consumer_ids_changed(self, group: str, conns: list[Any]) -> None:
+    def _consumer_ids_changed(self, group: str, conns: list[Channel]) -> None:
         """Tell every consumer of ``group`` to rebalance now instead of at its next 20 s round."""
         if not self.config.notify_consumer_ids_changed_enable or self.stopping:
             return
@@ -238,17 +232,17 @@ class BrokerController:
                                                                    oneway=True)))  # fmt: skip
 
     @staticmethod
-    async def _notify(conn: Any, cmd: RemotingCommand) -> None:
+    async def _notify(conn: Channel, cmd: RemotingCommand) -> None:
         cmd.language = "JAVA"
-        cmd.version = BROKER_VERSION
+        cmd.version = CURRENT_VERSION
         try:
             await conn.send_oneway(cmd)
         except RemotingError as e:
-            log.debug("notify %s failed: %s", getattr(conn, "remote_addr", conn), e)
+            log.debug("notify %s failed: %s", conn.remote_addr, e)
 
     # --- shared by processors --------------------------------------------------------------------------------
     def _max_offset(self, topic: str, queue_id: int) -> int:
-        return self.store.get_max_offset_in_queue(topic, queue_id) if self.store is not None else 0
+        return self._store.get_max_offset_in_queue(topic, queue_id) if self._store is not None else 0
 
     async def put(self, records: list[fmt.MessageRecord]) -> PutMessageResult:
         """Append; in SYNC_FLUSH wait (without blocking the loop) for the group commit that makes it durable."""
@@ -271,30 +265,11 @@ class BrokerController:
     def create_dlq_topic(self, group: str) -> tp.TopicConfig:
         return self.topics.create_system_topic(tp.dlq_topic(group), tp.DLQ_NUMS_PER_GROUP, tp.PERM_READ | tp.PERM_WRITE)
 
-    def runtime_info(self) -> dict[str, str]:
-        info = dict(self.store.runtime_info())
-        now = int(time.time() * 1000)
-        info.update(
-            {
-                "brokerVersion": str(BROKER_VERSION),
-                "brokerVersionDesc": "V4_9_8",
-                "bootTimestamp": str(self.stats.boot_timestamp),
-                "runtime": f"{(now - self.stats.boot_timestamp) // 1000} seconds",
-                "msgPutTotalTodayNow": str(self.stats.put_total),
-                "msgGetTotalTodayNow": str(self.stats.get_total),
-                "parkedPullRequests": str(self.hold.parked_count),
-                "consumerGroups": str(len(self.consumers.groups)),
-                "producerGroups": str(len(self.producers.groups)),
-                "topicCount": str(len(self.topics.table)),
-            }
-        )
-        return info
-
     # --- routing ---------------------------------------------------------------------------------------------
     def _guard(self, handler: Handler) -> Handler:
         # A plain function, not a coroutine: the remoting layer then answers a handler that returns its response
         # directly (an ASYNC_FLUSH send) without a task per request, and runs a returned coroutine as a task.
-        def guarded(cmd: RemotingCommand, conn: Any) -> RemotingCommand | Awaitable[RemotingCommand | None] | None:
+        def guarded(cmd: RemotingCommand, conn: Channel) -> RemotingCommand | Awaitable[RemotingCommand | None] | None:
             # While stopping, requests are still served until the server stops reading: a consumer's last offset
             # commit must not be refused. Only pulls no longer park.
             if not self._ready:
@@ -305,38 +280,10 @@ class BrokerController:
         return guarded
 
     def _register_handlers(self) -> None:
-        send, pull = SendProcessor(self), PullProcessor(self)
-        offsets, clients = OffsetProcessor(self), ClientManageProcessor(self)
-        admin, query = AdminProcessor(self), QueryProcessor(self)
-        rc = RequestCode
-        routes: dict[int, Handler] = {
-            rc.SEND_MESSAGE: send.send_inline,
-            rc.SEND_MESSAGE_V2: send.send_inline,
-            rc.SEND_BATCH_MESSAGE: send.send_inline,
-            rc.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
-            rc.PULL_MESSAGE: pull.pull_message,
-            rc.QUERY_CONSUMER_OFFSET: offsets.query_consumer_offset,
-            rc.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
-            rc.GET_MAX_OFFSET: offsets.get_max_offset,
-            rc.GET_MIN_OFFSET: offsets.get_min_offset,
-            rc.GET_EARLIEST_MSG_STORETIME: offsets.get_earliest_msg_storetime,
-            rc.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset_by_timestamp,
-            rc.HEART_BEAT: clients.heart_beat,
-            rc.UNREGISTER_CLIENT: clients.unregister_client,
-            rc.GET_CONSUMER_LIST_BY_GROUP: clients.get_consumer_list_by_group,
-            rc.LOCK_BATCH_MQ: clients.lock_batch_mq,
-            rc.UNLOCK_BATCH_MQ: clients.unlock_batch_mq,
-            rc.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
-            rc.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
-            rc.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
-            rc.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
-            rc.GET_CONSUME_STATS: admin.get_consume_stats,
-            rc.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
-            rc.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
-            rc.GET_CONSUMER_CONNECTION_LIST: admin.get_consumer_connection_list,
-            rc.GET_PRODUCER_CONNECTION_LIST: admin.get_producer_connection_list,
-            rc.QUERY_MESSAGE: query.query_message,
-            rc.VIEW_MESSAGE_BY_ID: query.view_message_by_id,
-        }
-        for code, handler in routes.items():
-            self.server.register(code, self._guard(handler))
+        processors: list[Processor] = [
+            SendProcessor(self), PullProcessor(self), OffsetProcessor(self), ClientManageProcessor(self),
+            AdminProcessor(self), QueryProcessor(self),
+        ]  # fmt: skip
+        for processor in processors:
+            for code, handler in processor.routes().items():
+                self.server.register(code, self._guard(handler))

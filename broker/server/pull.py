@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
 
-from broker.remoting.codes import ResponseCode
+from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import Channel, Handler
+from broker.remoting.errors import RequestRefused
 from broker.remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from broker.remoting.protocol.heartbeat import expression_tag_codes
 from broker.server import topics as tp
-from broker.server.clients import SubscriptionData
+from broker.server.context import BrokerContext
 from store.message_store import GetMessageResult, GetMessageStatus
-
-if TYPE_CHECKING:
-    from broker.server.controller import BrokerController
 
 log = logging.getLogger(__name__)
 
@@ -41,76 +40,76 @@ def pull_code(status: GetMessageStatus, queue_offset: int) -> int:
     return _STATUS_CODES[status]
 
 
-class _Refused(Exception):
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
-
-
 class PullProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
-    def _subscription(self, h: PullMessageRequestHeader) -> SubscriptionData:
-        b = self.broker
+    def routes(self) -> dict[int, Handler]:
+        return {RequestCode.PULL_MESSAGE: self.pull_message}
+
+    def _tag_codes(self, h: PullMessageRequestHeader) -> set[int] | None:
+        """The tag codes to match, from the pull's own expression or the group's registered subscription."""
         if h.sys_flag & FLAG_SUBSCRIPTION:
             if (h.expression_type or "TAG").upper() != "TAG":
-                raise _Refused(
+                raise RequestRefused(
                     ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"expression type {h.expression_type} is not supported"
                 )
-            return SubscriptionData.from_expression(h.topic, h.subscription, h.sub_version)
-        info = b.consumers.groups.get(h.consumer_group)
+            return expression_tag_codes(h.subscription)
+        info = self.broker.consumers.groups.get(h.consumer_group)
         if info is None:
-            raise _Refused(ResponseCode.SUBSCRIPTION_NOT_EXIST, f"no consumer of group {h.consumer_group} is online")
+            raise RequestRefused(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST, f"no consumer of group {h.consumer_group} is online"
+            )
         sub = info.subscriptions.get(h.topic)
         if sub is None:
-            raise _Refused(ResponseCode.SUBSCRIPTION_NOT_EXIST, f"{h.consumer_group} has no subscription to {h.topic}")
+            raise RequestRefused(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST, f"{h.consumer_group} has no subscription to {h.topic}"
+            )
         if sub.sub_version < h.sub_version:
-            raise _Refused(ResponseCode.SUBSCRIPTION_NOT_LATEST, f"subscription of {h.consumer_group} is out of date")
-        return sub
+            raise RequestRefused(
+                ResponseCode.SUBSCRIPTION_NOT_LATEST, f"subscription of {h.consumer_group} is out of date"
+            )
+        return sub.tag_codes
 
-    def _check(self, h: PullMessageRequestHeader) -> SubscriptionData:
+    def _check(self, h: PullMessageRequestHeader) -> set[int] | None:
         b = self.broker
         if not tp.is_readable(b.config.broker_permission):
-            raise _Refused(ResponseCode.NO_PERMISSION, f"broker {b.config.broker_name} is not readable")
+            raise RequestRefused(ResponseCode.NO_PERMISSION, f"broker {b.config.broker_name} is not readable")
         cfg = b.groups.find(h.consumer_group)
         if cfg is None:
-            raise _Refused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"no subscription group {h.consumer_group}")
+            raise RequestRefused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"no subscription group {h.consumer_group}")
         if not cfg.consume_enable:
-            raise _Refused(ResponseCode.NO_PERMISSION, f"subscription group {h.consumer_group} may not consume")
+            raise RequestRefused(ResponseCode.NO_PERMISSION, f"subscription group {h.consumer_group} may not consume")
         tc = b.topics.get(h.topic)
         if tc is None:
-            raise _Refused(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist")
+            raise RequestRefused(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist")
         if not tp.is_readable(tc.perm):
-            raise _Refused(ResponseCode.NO_PERMISSION, f"topic {h.topic} is not readable")
+            raise RequestRefused(ResponseCode.NO_PERMISSION, f"topic {h.topic} is not readable")
         if h.queue_id < 0 or h.queue_id >= tc.read_queue_nums:
-            raise _Refused(
+            raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
                 f"queue {h.queue_id} is out of range: topic {h.topic} has {tc.read_queue_nums} read queues",
             )
-        return self._subscription(h)
+        return self._tag_codes(h)
 
-    def _read(self, h: PullMessageRequestHeader, sub: SubscriptionData) -> GetMessageResult:
+    def _read(self, h: PullMessageRequestHeader, tag_codes: set[int] | None) -> GetMessageResult:
         limit = h.max_msg_nums if h.max_msg_nums > 0 else 32
         kwargs = {"max_total_bytes": h.max_msg_bytes} if h.max_msg_bytes and h.max_msg_bytes > 0 else {}
-        return self.broker.store.get_message(h.topic, h.queue_id, h.queue_offset, limit, sub.tag_codes, **kwargs)
+        return self.broker.store.get_message(h.topic, h.queue_id, h.queue_offset, limit, tag_codes, **kwargs)
 
-    async def pull_message(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    async def pull_message(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
+        """A refusal (RequestRefused) and a bad header are answered by the remoting layer."""
         b = self.broker
-        try:
-            h = cmd.read_header(PullMessageRequestHeader)
-            sub = self._check(h)
-        except _Refused as e:
-            return cmd.response(e.code, e.remark)
-        result = self._read(h, sub)
+        h = cmd.read_header(PullMessageRequestHeader)
+        tag_codes = self._check(h)
+        result = self._read(h, tag_codes)
         code = pull_code(result.status, h.queue_offset)
         if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
             b.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND and not b.stopping:
             timeout_ms = h.suspend_timeout_millis if b.config.long_polling_enable else b.config.short_polling_time_mills
-            await b.hold.wait(h.topic, h.queue_id, h.queue_offset, sub.tag_codes, timeout_ms / 1000)
-            result = self._read(h, sub)
+            await b.hold.wait(h.topic, h.queue_id, h.queue_offset, tag_codes, timeout_ms / 1000)
+            result = self._read(h, tag_codes)
             code = pull_code(result.status, h.queue_offset)
         if result.status == GetMessageStatus.FOUND:
             b.stats.got(len(result.messages))

@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
 
-from broker.remoting.codes import ResponseCode
+from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import Channel, Handler
 from broker.remoting.headers import QueryMessageRequestHeader, QueryMessageResponseHeader, ViewMessageRequestHeader
-
-if TYPE_CHECKING:
-    from broker.server.controller import BrokerController
+from broker.server.context import BrokerContext
 
 DEFAULT_QUERY_MAX_NUM = 32  # what a unique-key query is limited to
 
 
 class QueryProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
-    async def query_message(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    def routes(self) -> dict[int, Handler]:
+        return {RequestCode.QUERY_MESSAGE: self.query_message, RequestCode.VIEW_MESSAGE_BY_ID: self.view_message_by_id}
+
+    async def query_message(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(QueryMessageRequestHeader)
         max_num = DEFAULT_QUERY_MAX_NUM if cmd.ext_fields.get("_UNIQUE_KEY_QUERY") == "true" else h.max_num
         # Index reads walk hash chains over mmapped files that may be cold: keep them off the event loop.
@@ -34,7 +35,7 @@ class QueryProcessor:
             return cmd.response(ResponseCode.QUERY_NOT_FOUND, "no message found for this key in the time range", header)
         return cmd.response(ResponseCode.SUCCESS, None, header, b"".join(result.messages))
 
-    async def view_message_by_id(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    async def view_message_by_id(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(ViewMessageRequestHeader)
         raw = await asyncio.to_thread(self.broker.store.look_message_by_offset, h.offset)
         if raw is None:

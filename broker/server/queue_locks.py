@@ -9,17 +9,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from broker.remoting.protocol.body import MessageQueueKey as MessageQueue
+
 LOCK_MAX_LIVE_MS = 60_000
-
-MessageQueue = tuple[str, str, int]  # topic, brokerName, queueId
-
-
-def mq_from_json(d: dict) -> MessageQueue:
-    return str(d["topic"]), str(d["brokerName"]), int(d["queueId"])
-
-
-def mq_to_json(mq: MessageQueue) -> dict:
-    return {"brokerName": mq[1], "queueId": mq[2], "topic": mq[0]}
 
 
 class RebalanceLockManager:

@@ -4,10 +4,10 @@ SEARCH_OFFSET_BY_TIMESTAMP (29)."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
 
-from broker.remoting.codes import ResponseCode
+from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import Channel, Handler
 from broker.remoting.headers import (
     GetEarliestMsgStoretimeRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
@@ -21,9 +21,7 @@ from broker.remoting.headers import (
     SearchOffsetResponseHeader,
     UpdateConsumerOffsetRequestHeader,
 )
-
-if TYPE_CHECKING:
-    from broker.server.controller import BrokerController
+from broker.server.context import BrokerContext
 
 ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 40  # percent of RAM behind the log's end still counted as hot
 
@@ -39,8 +37,18 @@ TOTAL_PHYSICAL_MEMORY = _total_memory()
 
 
 class OffsetProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
+
+    def routes(self) -> dict[int, Handler]:
+        return {
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            RequestCode.GET_MAX_OFFSET: self.get_max_offset,
+            RequestCode.GET_MIN_OFFSET: self.get_min_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
+        }
 
     def _first_message_is_hot(self, topic: str, queue_id: int) -> bool:
         """4.9.8 ``!checkInDiskByConsumeOffset(topic, q, 0)``: is the queue's first message still in memory?"""
@@ -52,7 +60,7 @@ class OffsetProcessor:
         behind = store.max_phy_offset - unit[0]
         return behind <= TOTAL_PHYSICAL_MEMORY * ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO // 100
 
-    async def query_consumer_offset(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    async def query_consumer_offset(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(QueryConsumerOffsetRequestHeader)
         offset = self.broker.offsets.query(h.consumer_group, h.topic, h.queue_id)
         if offset >= 0:
@@ -66,27 +74,27 @@ class OffsetProcessor:
             return cmd.response(ResponseCode.SUCCESS, None, QueryConsumerOffsetResponseHeader(offset=0))
         return cmd.response(ResponseCode.QUERY_NOT_FOUND, "no committed offset for this group and queue")
 
-    async def update_consumer_offset(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    async def update_consumer_offset(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(UpdateConsumerOffsetRequestHeader)
         self.broker.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         return cmd.response(ResponseCode.SUCCESS)
 
-    async def get_max_offset(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    async def get_max_offset(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(GetMaxOffsetRequestHeader)
         offset = self.broker.store.get_max_offset_in_queue(h.topic, h.queue_id)
         return cmd.response(ResponseCode.SUCCESS, None, GetMaxOffsetResponseHeader(offset=offset))
 
-    async def get_min_offset(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    async def get_min_offset(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(GetMinOffsetRequestHeader)
         offset = self.broker.store.get_min_offset_in_queue(h.topic, h.queue_id)
         return cmd.response(ResponseCode.SUCCESS, None, GetMinOffsetResponseHeader(offset=offset))
 
-    async def get_earliest_msg_storetime(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    async def get_earliest_msg_storetime(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(GetEarliestMsgStoretimeRequestHeader)
         ts = self.broker.store.get_earliest_message_time(h.topic, h.queue_id)
         return cmd.response(ResponseCode.SUCCESS, None, GetEarliestMsgStoretimeResponseHeader(timestamp=ts))
 
-    async def search_offset_by_timestamp(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    async def search_offset_by_timestamp(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(SearchOffsetRequestHeader)
         upper = (h.boundary_type or "").lower() == "upper"
         offset = self.broker.store.get_offset_in_queue_by_time(h.topic, h.queue_id, h.timestamp, upper=upper)

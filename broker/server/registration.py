@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Any
 
+from broker.config import BrokerConfig
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.errors import RemotingError
 from broker.remoting.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
-from broker.server.client_manage import json_bytes
+from broker.remoting.protocol.topic import RegisterBrokerBody
+from broker.server.topics import TopicConfigManager
 from store import format as fmt
-
-if TYPE_CHECKING:
-    from broker.server.controller import BrokerController
 
 log = logging.getLogger(__name__)
 
@@ -23,13 +22,16 @@ REGISTER_TIMEOUT = 6.0
 
 
 class NamesrvRegistrar:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    """Announces ``topics`` (the whole table, every time) as the broker ``config`` names."""
+
+    def __init__(self, config: BrokerConfig, topics: TopicConfigManager) -> None:
+        self.config = config
+        self.topics = topics
         self.client = RemotingClient(language="JAVA")
         self._lock = asyncio.Lock()  # one registration round at a time, so versions arrive in order
 
-    def _identity(self) -> dict:
-        c = self.broker.config
+    def _identity(self) -> dict[str, Any]:
+        c = self.config
         return {
             "broker_name": c.broker_name,
             "broker_addr": c.broker_addr,
@@ -39,13 +41,12 @@ class NamesrvRegistrar:
 
     async def register_all(self) -> int:
         """Register with every NameServer at once; returns how many accepted. Failures are logged, not raised."""
-        addrs = self.broker.config.namesrv_addrs
+        addrs = self.config.namesrv_addrs
         if not addrs:
             return 0
         async with self._lock:
-            wrapper = self.broker.topics.wrapper().to_json()
-            body = json_bytes({"filterServerList": [], "topicConfigSerializeWrapper": wrapper})
-            c = self.broker.config
+            body = RegisterBrokerBody(topic_config_serialize_wrapper=self.topics.wrapper()).encode()
+            c = self.config
             header = RegisterBrokerRequestHeader(
                 **self._identity(),
                 ha_server_addr=f"{c.broker_ip1}:{c.listen_port + 1}",
@@ -69,7 +70,7 @@ class NamesrvRegistrar:
 
     async def unregister_all(self) -> None:
         header = UnRegisterBrokerRequestHeader(**self._identity())
-        for addr in self.broker.config.namesrv_addrs:
+        for addr in self.config.namesrv_addrs:
             cmd = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, header)
             try:
                 await self.client.invoke(addr, cmd, 3.0)

@@ -15,11 +15,11 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
 
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
-from broker.remoting.errors import HeaderError
+from broker.remoting.connection import Channel, Handler
+from broker.remoting.errors import HeaderError, RequestRefused
 from broker.remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
@@ -27,12 +27,10 @@ from broker.remoting.headers import (
 )
 from broker.remoting.protocol.topic import FLAG_UNIT
 from broker.server import topics as tp
+from broker.server.context import BrokerContext
 from store import format as fmt
 from store.config import FlushDiskType
 from store.message_store import PutMessageResult, PutMessageStatus
-
-if TYPE_CHECKING:
-    from broker.server.controller import BrokerController
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +44,6 @@ _STATUS_CODES = {
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
 }
-
-
-class SendRefused(Exception):
-    """A send answered with an error code before it reaches the store."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 def read_send_header(cmd: RemotingCommand) -> SendMessageRequestHeader:
@@ -94,19 +83,27 @@ def _with_property(props: bytes, name: str, value: str) -> bytes:
 
 
 class SendProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
+
+    def routes(self) -> dict[int, Handler]:
+        return {
+            RequestCode.SEND_MESSAGE: self.send_inline,
+            RequestCode.SEND_MESSAGE_V2: self.send_inline,
+            RequestCode.SEND_BATCH_MESSAGE: self.send_inline,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self.consumer_send_msg_back,
+        }
 
     # --- checks shared by single and batch sends -----------------------------------------------------------
     def _check(self, h: SendMessageRequestHeader) -> tp.TopicConfig:
         b = self.broker
         if not tp.is_writeable(b.config.broker_permission):
-            raise SendRefused(ResponseCode.NO_PERMISSION, f"broker {b.config.broker_name} is not writable")
+            raise RequestRefused(ResponseCode.NO_PERMISSION, f"broker {b.config.broker_name} is not writable")
         bad = tp.topic_name_error(h.topic)
         if bad is not None:
-            raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, bad)
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, bad)
         if h.topic in _NOT_SENDABLE:
-            raise SendRefused(ResponseCode.NO_PERMISSION, f"topic {h.topic} is reserved for the broker")
+            raise RequestRefused(ResponseCode.NO_PERMISSION, f"topic {h.topic} is reserved for the broker")
         tc = b.topics.get(h.topic)
         if tc is None:
             sys_flag = FLAG_UNIT if h.unit_mode else 0
@@ -115,11 +112,11 @@ class SendProcessor:
             else:
                 tc = b.topics.create_in_send(h.topic, h.default_topic, h.default_topic_queue_nums, sys_flag)
         if tc is None:
-            raise SendRefused(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist; auto-create refused")
+            raise RequestRefused(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist; auto-create refused")
         if not tp.is_writeable(tc.perm):
-            raise SendRefused(ResponseCode.NO_PERMISSION, f"topic {h.topic} is not writable")
+            raise RequestRefused(ResponseCode.NO_PERMISSION, f"topic {h.topic} is not writable")
         if h.queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
-            raise SendRefused(
+            raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
                 f"queue {h.queue_id} is out of range: {tc.topic_name} has {tc.write_queue_nums} write queues",
             )
@@ -128,9 +125,11 @@ class SendProcessor:
     def _check_body(self, body: bytes) -> None:
         limit = self.broker.store_config.max_message_size
         if len(body) > limit:
-            raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, f"body of {len(body)} bytes exceeds maxMessageSize {limit}")
+            raise RequestRefused(
+                ResponseCode.MESSAGE_ILLEGAL, f"body of {len(body)} bytes exceeds maxMessageSize {limit}"
+            )
 
-    def _record(self, h: SendMessageRequestHeader, tc: tp.TopicConfig, conn: Any, body: bytes, props: bytes,
+    def _record(self, h: SendMessageRequestHeader, tc: tp.TopicConfig, conn: Channel, body: bytes, props: bytes,
                 flag: int) -> fmt.MessageRecord:  # fmt: skip
         props = _with_property(props, fmt.PROPERTY_CLUSTER, self.broker.config.broker_cluster_name)
         sys_flag = h.sys_flag
@@ -155,7 +154,9 @@ class SendProcessor:
         group = h.topic[len(tp.RETRY_GROUP_TOPIC_PREFIX) :]
         cfg = self.broker.groups.find(group)
         if cfg is None:
-            raise SendRefused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {group} does not exist")
+            raise RequestRefused(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {group} does not exist"
+            )
         max_times = cfg.retry_max_times
         if h.max_reconsume_times is not None and h.max_reconsume_times >= 0:
             max_times = h.max_reconsume_times
@@ -168,7 +169,7 @@ class SendProcessor:
         return tc
 
     # --- handlers ------------------------------------------------------------------------------------------
-    def send_inline(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | Awaitable[RemotingCommand]:
+    def send_inline(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | Awaitable[RemotingCommand]:
         """Codes 10, 310 and 320, as a plain function so the remoting layer answers without a task per request:
         in ASYNC_FLUSH nothing here waits and the response comes back at once; SYNC_FLUSH returns a coroutine
         that waits for the group commit.  As in a Java broker, the header's ``batch`` flag picks the batch path:
@@ -183,7 +184,7 @@ class SendProcessor:
             else:
                 rec = self._one_record(cmd, conn, h)
                 records = [rec]
-        except SendRefused as e:
+        except RequestRefused as e:
             return cmd.response(e.code, e.remark)
         if self.broker.store_config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
             return self._put_and_wait(cmd, records, h.queue_id, rec)
@@ -198,29 +199,31 @@ class SendProcessor:
         result = await self.broker.put(records)
         return self._reply(cmd, result, queue_id, rec)
 
-    def _one_record(self, cmd: RemotingCommand, conn: Any, h: SendMessageRequestHeader) -> fmt.MessageRecord:
+    def _one_record(self, cmd: RemotingCommand, conn: Channel, h: SendMessageRequestHeader) -> fmt.MessageRecord:
         tc = self._check(h)
         self._check_body(cmd.body)
         if h.queue_id < 0:
             h.queue_id = random.randrange(tc.write_queue_nums)
         props = (h.properties or "").encode("utf-8")
         if _property(props, fmt.PROPERTY_TRANSACTION_PREPARED) == "true":
-            raise SendRefused(ResponseCode.NO_PERMISSION, "transaction messages are not supported by this broker")
+            raise RequestRefused(ResponseCode.NO_PERMISSION, "transaction messages are not supported by this broker")
         tc = self._route_retry(h, tc)
         return self._record(h, tc, conn, cmd.body, props, h.flag)
 
-    def _batch_records(self, cmd: RemotingCommand, conn: Any, h: SendMessageRequestHeader) -> list[fmt.MessageRecord]:
+    def _batch_records(
+        self, cmd: RemotingCommand, conn: Channel, h: SendMessageRequestHeader
+    ) -> list[fmt.MessageRecord]:
         tc = self._check(h)
         if h.topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX):
-            raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group topic")
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group topic")
         if h.queue_id < 0:
             h.queue_id = random.randrange(tc.write_queue_nums)
         try:
             items = fmt.decode_batch_body(cmd.body)
         except ValueError as e:
-            raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}") from None
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}") from None
         if not items:
-            raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
         records = []
         for it in items:
             self._check_body(it.body)
@@ -250,7 +253,7 @@ class SendProcessor:
         return cmd.response(code, None, ext=ext)
 
     # --- CONSUMER_SEND_MSG_BACK --------------------------------------------------------------------------
-    async def consumer_send_msg_back(self, cmd: RemotingCommand, conn: Any) -> RemotingCommand | None:
+    async def consumer_send_msg_back(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         """Route a message a consumer failed on to ``%RETRY%<group>``, or ``%DLQ%<group>`` past the limit."""
         b = self.broker
         h = cmd.read_header(ConsumerSendMsgBackRequestHeader)

@@ -1,0 +1,70 @@
+"""``BrokerContext``: what the request processors use of the broker, as a structural type.
+
+Processors are built on a context rather than on the ``BrokerController`` itself, so none of them imports the
+controller; the controller satisfies the protocol (a type checker verifies it where it builds them). A
+``Processor`` names its own request codes (``routes``); the controller only composes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from broker.config import BrokerConfig
+from broker.remoting.connection import Handler
+from broker.remoting.protocol.topic import TopicConfig
+from broker.server.clients import ConsumerManager, ProducerManager
+from broker.server.groups import SubscriptionGroupManager
+from broker.server.long_polling import PullRequestHoldService
+from broker.server.offsets import ConsumerOffsetManager
+from broker.server.queue_locks import RebalanceLockManager
+from broker.server.stats import BrokerStats
+from broker.server.topics import TopicConfigManager
+from store import format as fmt
+from store.config import MessageStoreConfig
+from store.message_store import MessageStore, PutMessageResult
+
+
+class BrokerContext(Protocol):
+    config: BrokerConfig
+    store_config: MessageStoreConfig
+    topics: TopicConfigManager
+    groups: SubscriptionGroupManager
+    offsets: ConsumerOffsetManager
+    consumers: ConsumerManager
+    producers: ProducerManager
+    locks: RebalanceLockManager
+    hold: PullRequestHoldService  # parked pulls
+    stats: BrokerStats
+
+    @property
+    def store(self) -> MessageStore:
+        """The open store (requests reach processors only once it is)."""
+        ...
+
+    @property
+    def stopping(self) -> bool:
+        """Shutting down: pulls no longer park."""
+        ...
+
+    async def put(self, records: list[fmt.MessageRecord]) -> PutMessageResult:
+        """Append; in SYNC_FLUSH wait (without blocking the loop) for the group commit that makes it durable."""
+        ...
+
+    def create_retry_topic(self, group: str, queue_nums: int = 1) -> TopicConfig:
+        """``%RETRY%<group>``, created on first use."""
+        ...
+
+    def create_dlq_topic(self, group: str) -> TopicConfig:
+        """``%DLQ%<group>``, created on first use."""
+        ...
+
+    async def topics_persisted(self) -> None:
+        """Wait until the latest topic change is on disk (and announced to the NameServers)."""
+        ...
+
+
+class Processor(Protocol):
+    def routes(self) -> Mapping[int, Handler]:
+        """The request codes this processor answers, each with its handler."""
+        ...
