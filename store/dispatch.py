@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from store import format as fmt
+from store.format import records
 
 if TYPE_CHECKING:
     from store.message_store import MessageStore
@@ -33,13 +33,13 @@ def count_records(buf, end: int) -> SegmentStats:
     stats = SegmentStats()
     pos = 0
     while pos < end:
-        size, magic = fmt.peek_size_magic(buf, pos)
-        if magic == fmt.BLANK_MAGIC:
+        size, magic = records.peek_size_magic(buf, pos)
+        if magic == records.BLANK_MAGIC:
             pos = end
             break
-        if magic not in (fmt.MESSAGE_MAGIC_V1, fmt.MESSAGE_MAGIC_V2) or size <= 0:
+        if magic not in (records.MESSAGE_MAGIC_V1, records.MESSAGE_MAGIC_V2) or size <= 0:
             return stats  # not a record boundary: the figures stay incomplete
-        ts = fmt.read_store_timestamp(buf, pos)
+        ts = records.read_store_timestamp(buf, pos)
         if stats.first_store_time is None:
             stats.first_store_time = ts
         stats.last_store_time = ts
@@ -103,7 +103,7 @@ class ReputService(threading.Thread):
             end = mf.wrote
             buf = mf.view
             while pos < end:
-                res = fmt.check_record(buf, pos, check_crc=False, delay_millis=self.store.delay_millis)
+                res = records.check_record(buf, pos, check_crc=False, delay_millis=self.store.delay_millis)
                 if res.blank:
                     pos = mf.file_size
                     break

@@ -11,7 +11,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from enum import Enum
 
-from store import format as fmt
 from store.checkpoint import StoreCheckpoint, StoreLock, abort_file
 from store.commitlog import (
     AppendResult,
@@ -23,12 +22,13 @@ from store.commitlog import (
 from store.config import ExpiredSegmentPolicy, FlushDiskType, MessageStoreConfig
 from store.consume_queue import ConsumeQueue
 from store.dispatch import ArrivalListener, ReputService, count_records
+from store.format import delay, msgid, records, units
 from store.index import IndexService
 from store.recovery import RecoveryReport, recover
 from store.retention import SegmentManifest, SegmentState, disk_used_ratio, is_deletion_hour
 
 log = logging.getLogger(__name__)
-MAX_FILTER_UNITS = 16000 // fmt.CQ_UNIT_SIZE  # maxFilterMessageCount: CQ units scanned per pull at most
+MAX_FILTER_UNITS = 16000 // units.CQ_UNIT_SIZE  # maxFilterMessageCount: CQ units scanned per pull at most
 MAX_TRANSFER_BYTES = 256 * 1024
 MAX_TRANSFER_COUNT = 32
 
@@ -96,7 +96,7 @@ class MessageStore:
     def __init__(self, config: MessageStoreConfig) -> None:
         self.config = config
         self.root = config.store_path_root_dir
-        self.delay_millis = fmt.parse_delay_levels(config.message_delay_level)
+        self.delay_millis = delay.parse_delay_levels(config.message_delay_level)
         self.store_host = config.store_host_tuple
         self._lock: StoreLock | None = None
         self.commitlog = CommitLog(config.commitlog_dir, config.mapped_file_size_commit_log)
@@ -237,7 +237,7 @@ class MessageStore:
     # =================================================================================================
     # put
     # =================================================================================================
-    def _check(self, msg: fmt.MessageRecord) -> PutMessageResult | None:
+    def _check(self, msg: records.MessageRecord) -> PutMessageResult | None:
         if not self._running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is not running")
         if self.disk_full:
@@ -253,29 +253,29 @@ class MessageStore:
                 PutMessageStatus.MESSAGE_ILLEGAL,
                 error=f"body of {len(msg.body)} bytes exceeds maxMessageSize {self.config.max_message_size}",
             )
-        if len(msg.properties) > fmt.MAX_PROPERTIES_LENGTH:
+        if len(msg.properties) > records.MAX_PROPERTIES_LENGTH:
             return PutMessageResult(
                 PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                error=f"properties of {len(msg.properties)} bytes exceed {fmt.MAX_PROPERTIES_LENGTH}",
+                error=f"properties of {len(msg.properties)} bytes exceed {records.MAX_PROPERTIES_LENGTH}",
             )
         return None
 
-    def put_message_nowait(self, msg: fmt.MessageRecord) -> tuple[PutMessageResult, Future | None]:
+    def put_message_nowait(self, msg: records.MessageRecord) -> tuple[PutMessageResult, Future | None]:
         """Append one message; in SYNC_FLUSH also return the future of its group commit."""
         return self.put_messages_nowait((msg,))
 
-    def put_messages_nowait(self, msgs: Sequence[fmt.MessageRecord]) -> tuple[PutMessageResult, Future | None]:
+    def put_messages_nowait(self, msgs: Sequence[records.MessageRecord]) -> tuple[PutMessageResult, Future | None]:
         """Append messages of one topic-queue as consecutive records (a batch)."""
-        records = []
+        encoded = []
         for m in msgs:
             bad = self._check(m)
             if bad is not None:
                 return bad, None
             m.store_host = self.store_host
-            records.append(fmt.encode_record(m))
+            encoded.append(records.encode_record(m))
         first = msgs[0]
         try:
-            res = self.commitlog.append_batch(records, first.topic, first.queue_id, first.sys_flag)
+            res = self.commitlog.append_batch(encoded, first.topic, first.queue_id, first.sys_flag)
         except OSError as e:
             log.error("append failed: %s", e)
             return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(e)), None
@@ -287,19 +287,19 @@ class MessageStore:
             self.reput.notify_appended()
         off = res.wrote_offset
         ids = []
-        for r in records:
-            ids.append(fmt.create_offset_msg_id(self.store_host, off))
+        for r in encoded:
+            ids.append(msgid.create_offset_msg_id(self.store_host, off))
             off += len(r)
         result = PutMessageResult(PutMessageStatus.PUT_OK, res, ids)
         if self._group_commit is not None and _wants_wait(first):
             return result, self._group_commit.submit(off)
         return result, None
 
-    def put_message(self, msg: fmt.MessageRecord) -> PutMessageResult:
+    def put_message(self, msg: records.MessageRecord) -> PutMessageResult:
         """Append; in SYNC_FLUSH wait for the group commit (FLUSH_DISK_TIMEOUT after syncFlushTimeout)."""
         return self.put_messages([msg])
 
-    def put_messages(self, msgs: list[fmt.MessageRecord]) -> PutMessageResult:
+    def put_messages(self, msgs: list[records.MessageRecord]) -> PutMessageResult:
         result, fut = self.put_messages_nowait(msgs)
         if fut is not None:
             try:
@@ -329,8 +329,8 @@ class MessageStore:
     def all_consume_queues(self) -> list[ConsumeQueue]:
         return list(self.consume_queues.values())
 
-    def dispatch(self, req: fmt.DispatchRequest) -> None:
-        if fmt.is_consumable(req.sys_flag):
+    def dispatch(self, req: records.DispatchRequest) -> None:
+        if records.is_consumable(req.sys_flag):
             cq = self.find_consume_queue(req.topic, req.queue_id)
             cq.put(req.commitlog_offset, req.msg_size, req.tags_code, req.queue_offset)
             self._last_dispatched_store_ts = req.store_timestamp
@@ -390,7 +390,7 @@ class MessageStore:
             if len(result.messages) >= max_nums or (result.messages and total + size > max_total_bytes):
                 break
             next_offset = index + 1
-            if size == fmt.CQ_FILL_SIZE:
+            if size == units.CQ_FILL_SIZE:
                 continue
             if phy < cl_min:
                 removing = True
@@ -418,7 +418,7 @@ class MessageStore:
         return self.commitlog.read_record_at(commitlog_offset)
 
     def view_message_by_id(self, offset_msg_id: str) -> bytes | None:
-        _host, off = fmt.decode_offset_msg_id(offset_msg_id)
+        _host, off = msgid.decode_offset_msg_id(offset_msg_id)
         return self.look_message_by_offset(off)
 
     def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
@@ -613,12 +613,12 @@ class MessageStore:
 
 def _mtime_ms(store: MessageStore, base: int) -> int:
     try:
-        return int((store.config.commitlog_dir / fmt.offset_to_file_name(base)).stat().st_mtime * 1000)
+        return int((store.config.commitlog_dir / units.offset_to_file_name(base)).stat().st_mtime * 1000)
     except FileNotFoundError:
         return 0
 
 
-def _wants_wait(msg: fmt.MessageRecord) -> bool:
+def _wants_wait(msg: records.MessageRecord) -> bool:
     return b"WAIT\x01false\x02" not in msg.properties
 
 

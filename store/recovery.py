@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from store import format as fmt
+from store.format import records, units
 from store.mapped_file import PAGE_SIZE, MappedFile
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def _scan_commitlog(store: MessageStore, start_index: int) -> int:
         mf = files[i]
         pos = 0
         while True:
-            res = fmt.check_record(mf.view, pos, check_crc=check_crc, delay_millis=store.delay_millis)
+            res = records.check_record(mf.view, pos, check_crc=check_crc, delay_millis=store.delay_millis)
             if res.ok and res.size > 0 and res.request.commitlog_offset == mf.file_from_offset + pos:
                 pos += res.size
                 continue
@@ -61,8 +61,8 @@ def _scan_commitlog(store: MessageStore, start_index: int) -> int:
         if pos < mf.file_size:
             # A short segment ends the log. If a later segment starts with a valid record, this is not a
             # torn tail but damage in the middle: refuse rather than throw the later segments away.
-            if i + 1 < len(files) and fmt.check_record(files[i + 1].view, 0, check_crc=check_crc).size > 0:
-                res = fmt.check_record(mf.view, pos, check_crc=check_crc)
+            if i + 1 < len(files) and records.check_record(files[i + 1].view, 0, check_crc=check_crc).size > 0:
+                res = records.check_record(mf.view, pos, check_crc=check_crc)
                 raise StoreCorruptError(
                     f"{mf.path}: invalid record at position {pos} (CommitLog offset {process}): {res.reason}; "
                     f"later segments hold valid data, so the store will not truncate here. "
@@ -73,7 +73,7 @@ def _scan_commitlog(store: MessageStore, start_index: int) -> int:
 
 
 def _first_record_time(mf: MappedFile, check_crc: bool) -> int | None:
-    res = fmt.check_record(mf.view, 0, check_crc=check_crc)
+    res = records.check_record(mf.view, 0, check_crc=check_crc)
     if not res.ok or res.size <= 0:
         return None
     return res.request.store_timestamp
@@ -142,17 +142,17 @@ def _verify_cq_tail(store: MessageStore, process: int) -> tuple[int, int]:
         good_end_units = None
         last_good_phy_end = None
         for mf in files[start_file:]:
-            for pos in range(0, mf.wrote, fmt.CQ_UNIT_SIZE):
-                phy, size, _tags = fmt.decode_cq_unit(mf.mm, pos)
-                if size == fmt.CQ_FILL_SIZE or phy + size <= cl_min:
+            for pos in range(0, mf.wrote, units.CQ_UNIT_SIZE):
+                phy, size, _tags = units.decode_cq_unit(mf.mm, pos)
+                if size == units.CQ_FILL_SIZE or phy + size <= cl_min:
                     continue  # filler, or data already deleted below the CommitLog minimum
-                index = (mf.file_from_offset + pos) // fmt.CQ_UNIT_SIZE
-                data = cl.read(phy, fmt.PLACEMENT_SIZE) if phy + size <= process else None
+                index = (mf.file_from_offset + pos) // units.CQ_UNIT_SIZE
+                data = cl.read(phy, records.PLACEMENT_SIZE) if phy + size <= process else None
                 ok = data is not None
                 if ok:
-                    total, magic, qid, qoff = fmt.read_record_placement(data)
+                    total, magic, qid, qoff = records.read_record_placement(data)
                     ok = (
-                        magic in (fmt.MESSAGE_MAGIC_V1, fmt.MESSAGE_MAGIC_V2)
+                        magic in (records.MESSAGE_MAGIC_V1, records.MESSAGE_MAGIC_V2)
                         and total == size
                         and qid == cq.queue_id
                         and qoff == index
@@ -170,7 +170,7 @@ def _verify_cq_tail(store: MessageStore, process: int) -> tuple[int, int]:
             "%s-%d: ConsumeQueue unit %d does not match the CommitLog; rebuilding from there",
             cq.topic, cq.queue_id, good_end_units,
         )  # fmt: skip
-        cq.queue.truncate_dirty_files(good_end_units * fmt.CQ_UNIT_SIZE)
+        cq.queue.truncate_dirty_files(good_end_units * units.CQ_UNIT_SIZE)
         cq.max_physic_offset = last_good_phy_end if last_good_phy_end is not None else -1
         dropped += n_before - cq.max_offset_in_queue
         redispatch_from = min(redispatch_from, last_good_phy_end if last_good_phy_end is not None else cl_min)

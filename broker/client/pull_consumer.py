@@ -13,7 +13,7 @@ from broker.client.message import MessageQueue, PullResult, PullStatus, decode_m
 from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
-from store import format as fmt
+from store.format import hashing
 
 # PullSysFlag bits (reference §7.7)
 FLAG_COMMIT_OFFSET = 0x1
@@ -58,7 +58,7 @@ class Subscription:
         tags = sorted(self.tags) if self.tags is not None else []
         return {
             "classFilterMode": False, "topic": self.topic, "subString": self.expression, "tagsSet": tags,
-            "codeSet": [fmt.java_string_hash(t) for t in tags], "subVersion": self.version,
+            "codeSet": [hashing.java_string_hash(t) for t in tags], "subVersion": self.version,
             "expressionType": EXPRESSION_TYPE_TAG,
         }  # fmt: skip
 

@@ -11,8 +11,8 @@ from broker.remoting import headers as h
 from broker.remoting.codes import VERSION_V4_9_4, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.server import Connection, RemotingServer
-from store import format as fmt
 from store.config_files import load_lenient_json
+from store.format import hashing
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class NamesrvProcessor:
     async def register_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         hdr = cmd.read_header(h.RegisterBrokerRequestHeader)
         if hdr.body_crc32 != 0:
-            actual = fmt.body_crc32(cmd.body)
+            actual = hashing.body_crc32(cmd.body)
             if actual != hdr.body_crc32:
                 log.warning("REGISTER_BROKER from %s (%s): bodyCrc32 %d, body has %d", conn.remote_addr,
                             hdr.broker_addr, hdr.body_crc32, actual)

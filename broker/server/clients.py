@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from store import format as fmt
+from store.format import hashing
 
 SUB_ALL = "*"
 
@@ -64,7 +64,7 @@ class SubscriptionData:
         if not expr or expr == SUB_ALL:
             return cls(topic, SUB_ALL, [SUB_ALL], set(), sub_version)
         tags = [t.strip() for t in expr.split("||") if t.strip()]
-        return cls(topic, expr, tags, {fmt.java_string_hash(t) for t in tags}, sub_version)
+        return cls(topic, expr, tags, {hashing.java_string_hash(t) for t in tags}, sub_version)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SubscriptionData:
@@ -79,7 +79,7 @@ class SubscriptionData:
             expression_type=str(d.get("expressionType") or "TAG"),
         )
         if tags and not codes and SUB_ALL not in tags:
-            sub.code_set = {fmt.java_string_hash(t) for t in tags}
+            sub.code_set = {hashing.java_string_hash(t) for t in tags}
         if not tags:
             # Some clients send only the expression.
             sub = cls.from_expression(sub.topic, sub.sub_string, sub.sub_version)
