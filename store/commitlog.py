@@ -139,12 +139,8 @@ class CommitLog:
         if mf is None:
             return None
         pos = offset - mf.file_from_offset
-        if pos + 8 > mf.wrote:
-            return None
-        size, magic = records.peek_size_magic(mf.mm, pos)
-        if magic not in (records.MESSAGE_MAGIC_V1, records.MESSAGE_MAGIC_V2) or size <= 0 or pos + size > mf.wrote:
-            return None
-        return mf.mm[pos : pos + size]
+        end = records.step(mf.view[: mf.wrote], pos).end
+        return mf.mm[pos:end] if end > pos else None
 
     def pickup_store_timestamp(self, offset: int, size: int) -> int:
         data = self.read(offset, size)

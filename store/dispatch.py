@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import mmap
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,24 +29,18 @@ class SegmentStats:
     complete: bool = False
 
 
-def count_records(buf, end: int) -> SegmentStats:
+def count_records(buf: bytes | bytearray | memoryview | mmap.mmap, end: int) -> SegmentStats:
     """Walk record headers from the start of a segment up to ``end`` (or its BLANK)."""
     stats = SegmentStats()
-    pos = 0
-    while pos < end:
-        size, magic = records.peek_size_magic(buf, pos)
-        if magic == records.BLANK_MAGIC:
-            pos = end
-            break
-        if magic not in (records.MESSAGE_MAGIC_V1, records.MESSAGE_MAGIC_V2) or size <= 0:
-            return stats  # not a record boundary: the figures stay incomplete
+    walk = records.RecordWalk(buf, 0, end)
+    for pos, _size in walk:
         ts = records.read_store_timestamp(buf, pos)
         if stats.first_store_time is None:
             stats.first_store_time = ts
         stats.last_store_time = ts
         stats.count += 1
-        pos += size
-    stats.complete = pos == end
+    # Anything but a BLANK or the end leaves the figures incomplete: ``end`` was not a record boundary.
+    stats.complete = walk.ended is records.WalkEnd.BLANK or walk.end == end
     return stats
 
 
@@ -90,6 +85,8 @@ class ReputService(threading.Thread):
 
     def _do_reput(self, limit: int | None) -> int:
         cl = self.store.commitlog
+        check = records.check_record
+        delay_millis = self.store.delay_millis
         done = 0
         while self.reput_from < cl.max_offset and (limit is None or done < limit):
             if self.reput_from < cl.min_offset:
@@ -99,15 +96,12 @@ class ReputService(threading.Thread):
                 break
             base = mf.file_from_offset
             stats = self._stats_for(base, self.reput_from - base)
-            pos = self.reput_from - base
             end = mf.wrote
             buf = mf.view
-            while pos < end:
-                res = records.check_record(buf, pos, check_crc=False, delay_millis=self.store.delay_millis)
-                if res.blank:
-                    pos = mf.file_size
-                    break
-                if not res.ok or res.size <= 0:
+            walk = records.RecordWalk(buf, self.reput_from - base, end, None if limit is None else limit - done)
+            for pos, size in walk:
+                res = check(buf, pos, check_crc=False, delay_millis=delay_millis, size=size)
+                if not res.ok:
                     log.error("%s: unreadable record at position %d during dispatch: %s", mf.path, pos, res.reason)
                     pos = end  # RocketMQ stops here too; recovery deals with it at the next start
                     break
@@ -117,10 +111,14 @@ class ReputService(threading.Thread):
                 if stats.first_store_time is None:
                     stats.first_store_time = req.store_timestamp
                 stats.last_store_time = req.store_timestamp
-                pos += res.size
                 done += 1
-                if limit is not None and done >= limit:
-                    break
+            else:
+                pos = walk.end
+                if walk.ended is records.WalkEnd.BLANK:
+                    pos = mf.file_size
+                elif walk.ended is not records.WalkEnd.LIMIT and pos < end:  # zeros or bad bytes before the end
+                    log.error("%s: unreadable record at position %d during dispatch: %s", mf.path, pos, walk.reason)
+                    pos = end
             self.reput_from = base + pos
             if pos >= mf.file_size:
                 self._seal(base, stats)

@@ -58,19 +58,11 @@ def iter_records(store_dir: Path, check_crc: bool = True) -> Iterator[dict | Pro
 
 
 def _iter_segment(path: Path, base: int, mm: mmap.mmap, check_crc: bool) -> Iterator[dict | Problem]:
-    pos, size = 0, len(mm)
-    while pos + 8 <= size:
-        total, magic = records.peek_size_magic(mm, pos)
-        if magic == records.BLANK_MAGIC:
-            if pos + total != size:
-                yield Problem(str(path), pos, base + pos, "blank", f"BLANK of {total} bytes does not reach the end")
-            return
-        if total == 0 and magic == 0:
-            if any(mm[pos : min(size, pos + 4096)]):
-                yield Problem(str(path), pos, base + pos, "torn-tail", "non-zero bytes after the last record")
-            return  # the active tail: zeros from here on
+    size = len(mm)
+    walk = records.RecordWalk(mm)
+    for pos, total in walk:
         try:
-            rec = records.decode_record(mm, pos, check_crc=False, source=str(path))
+            rec = records.decode_record(mm, pos, check_crc=False, source=str(path), size=total)
         except records.RecordError as e:
             yield Problem(str(path), pos, base + pos, "record", e.reason)
             return
@@ -97,7 +89,16 @@ def _iter_segment(path: Path, base: int, mm: mmap.mmap, check_crc: bool) -> Iter
             "sys_flag": rec.sys_flag,
             "crc_ok": crc_ok,
         }
-        pos += total
+    pos = walk.end
+    if walk.ended is records.WalkEnd.BLANK:
+        if pos + walk.blank_size != size:
+            detail = f"BLANK of {walk.blank_size} bytes does not reach the end"
+            yield Problem(str(path), pos, base + pos, "blank", detail)
+    elif walk.ended is records.WalkEnd.ZEROS:
+        if any(mm[pos : min(size, pos + 4096)]):  # the active tail is zeros from here on
+            yield Problem(str(path), pos, base + pos, "torn-tail", "non-zero bytes after the last record")
+    elif walk.ended is records.WalkEnd.INVALID:
+        yield Problem(str(path), pos, base + pos, "record", walk.reason)
 
 
 def iter_cq_units(store_dir: Path) -> Iterator[dict]:

@@ -47,16 +47,14 @@ def _scan_commitlog(store: MessageStore, start_index: int) -> int:
     process = files[start_index].file_from_offset
     for i in range(start_index, len(files)):
         mf = files[i]
-        pos = 0
-        while True:
-            res = records.check_record(mf.view, pos, check_crc=check_crc, delay_millis=store.delay_millis)
-            if res.ok and res.size > 0 and res.request.commitlog_offset == mf.file_from_offset + pos:
-                pos += res.size
-                continue
-            # (A record whose PHYSICALOFFSET is not where it lies was never appended there: the log ends.)
-            if res.blank:
-                pos = mf.file_size
-            break
+        walk = records.RecordWalk(mf.view)
+        for pos, size in walk:
+            res = records.check_record(mf.view, pos, check_crc=check_crc, size=size)
+            # A record whose PHYSICALOFFSET is not where it lies was never appended there: the log ends.
+            if not res.ok or res.request.commitlog_offset != mf.file_from_offset + pos:
+                break
+        else:
+            pos = mf.file_size if walk.ended is records.WalkEnd.BLANK else walk.end
         process = mf.file_from_offset + pos
         if pos < mf.file_size:
             # A short segment ends the log. If a later segment starts with a valid record, this is not a

@@ -152,16 +152,16 @@ _SYSTEM_PROPERTIES = frozenset(
 def decode_messages(body: bytes, broker_name: str = "", source: str = "") -> list[MessageExt]:
     """Every record of a pull / query body (raw CommitLog records back to back).
 
-    A malformed record raises ``store.format.RecordError`` naming ``source`` and the offset in the body.
+    A malformed record raises ``store.format.records.RecordError`` naming ``source`` and the offset in the body.
     """
-    out: list[MessageExt] = []
-    pos = 0
     view = memoryview(body)
-    end = len(body)
-    while pos < end:
-        rec = records.decode_record(view, pos, source=source)
-        out.append(MessageExt.from_record(rec, broker_name))
-        pos += rec.total_size
+    walk = records.RecordWalk(view)
+    out = [
+        MessageExt.from_record(records.decode_record(view, pos, source=source, size=size), broker_name)
+        for pos, size in walk
+    ]
+    if walk.ended is not records.WalkEnd.EOF:
+        raise records.RecordError(walk.end, walk.reason, source)
     return out
 
 

@@ -4,6 +4,7 @@ and its ConsumeQueue and IndexFile files (read-only; nothing here writes or lock
 from __future__ import annotations
 
 import fcntl
+import mmap
 import os
 from pathlib import Path
 
@@ -96,9 +97,15 @@ def indexed_bound(store_dir: Path) -> int | None:
     if seg is None:
         return None
     with open(seg, "rb") as fh:
-        raw = os.pread(fh.fileno(), records.SIZE_MAGIC_LENGTH, end - int(seg.name))
-    size, magic = records.peek_size_magic(raw.ljust(records.SIZE_MAGIC_LENGTH, b"\0"))
-    return end + size if magic in (records.MESSAGE_MAGIC_V1, records.MESSAGE_MAGIC_V2) and size > 0 else None
+        if os.fstat(fh.fileno()).st_size == 0:
+            return None
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        pos = end - int(seg.name)
+        found = records.step(mm, pos).end
+        return end + found - pos if found > pos else None
+    finally:
+        mm.close()
 
 
 def index_files(store_dir: Path) -> list[Path]:

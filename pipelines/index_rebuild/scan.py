@@ -114,15 +114,13 @@ def read_split(
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     try:
         stop = min(stop, len(mm))
-        pos = records.find_record_boundary(mm, base, start, stop)
+        walk = records.RecordWalk(mm, records.find_record_boundary(mm, base, start, stop), stop)
         out = _Columns()
         check = records.check_record
-        while pos < stop:
-            res = check(mm, pos, check_crc=False, delay_millis=millis)
-            if res.blank or (res.size == 0 and not res.ok):
-                break  # end-of-file BLANK, or zeros: the end of the data
+        for pos, size in walk:
+            res = check(mm, pos, check_crc=False, delay_millis=millis, size=size)
             req = res.request
-            if not res.ok or res.size <= 0 or req.commitlog_offset != base + pos:
+            if not res.ok or req.commitlog_offset != base + pos:
                 if last and records.find_record_boundary(mm, base, pos + 1) >= len(mm):
                     break  # a torn tail: nothing valid follows
                 reason = res.reason or f"PHYSICALOFFSET {req.commitlog_offset} is not {base + pos}"
@@ -132,7 +130,13 @@ def read_split(
             out.add(req)
             if len(out) >= BATCH_RECORDS:
                 yield out.batch()
-            pos += res.size
+        else:
+            # BLANK or zeros end the data; so do bytes that are not a record with nothing valid after them
+            # in the last segment (a torn tail)
+            if walk.ended is records.WalkEnd.INVALID and not (
+                last and records.find_record_boundary(mm, base, walk.end + 1) >= len(mm)
+            ):
+                raise records.RecordError(walk.end, walk.reason, path)
         if len(out):
             yield out.batch()
     finally:
