@@ -7,6 +7,7 @@ import mmap
 import os
 from pathlib import Path
 
+from store.errors import MQLakeError
 from store.format import units
 
 
@@ -45,8 +46,8 @@ class StoreCheckpoint:
             os.close(self._fd)
 
 
-class StoreLockedError(RuntimeError):
-    pass
+class StoreLockedError(MQLakeError, RuntimeError):
+    """Another process holds the store's lock file (a broker runs on it)."""
 
 
 class StoreLock:

@@ -8,13 +8,14 @@ import os
 import threading
 from pathlib import Path
 
+from store.errors import MQLakeError
 from store.format import units
 
 _FILL_CHUNK = bytes(1 << 20)
 PAGE_SIZE = 4096
 
 
-class StoreFileError(Exception):
+class StoreFileError(MQLakeError):
     """A store file that cannot be used as it is; the message names the file."""
 
 

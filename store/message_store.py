@@ -88,10 +88,6 @@ class QueryMessageResult:
     index_last_update_phyoffset: int
 
 
-class StoreStateError(RuntimeError):
-    pass
-
-
 class MessageStore:
     def __init__(self, config: MessageStoreConfig) -> None:
         self.config = config

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from store.errors import MQLakeError
 from store.format import records, units
 from store.mapped_file import PAGE_SIZE, MappedFile
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class StoreCorruptError(RuntimeError):
+class StoreCorruptError(MQLakeError, RuntimeError):
     """A record in the middle of the log is bad; truncating there would drop valid later segments."""
 
 
