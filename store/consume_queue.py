@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 from store.format import units
@@ -198,3 +199,40 @@ class ConsumeQueue:
         self.queue.destroy()
         self.max_physic_offset = -1
         self.min_logic_offset = 0
+
+
+class ConsumeQueueTable:
+    """Every ConsumeQueue of the store by (topic, queueId), created on first use (``findConsumeQueue``)."""
+
+    def __init__(self, root: Path, file_size: int) -> None:
+        self.root = root
+        self.file_size = file_size
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+
+    def find(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
+        key = (topic, queue_id)
+        cq = self._queues.get(key)
+        if cq is None and create:
+            with self._lock:
+                cq = self._queues.get(key)
+                if cq is None:
+                    cq = self._queues[key] = ConsumeQueue(self.root, topic, queue_id, self.file_size)
+        return cq
+
+    def all(self) -> list[ConsumeQueue]:
+        return list(self._queues.values())
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def load(self) -> None:
+        """Open the queues found on disk (``consumequeue/{topic}/{queueId}/``)."""
+        if not self.root.exists():
+            return
+        for topic_dir in sorted(self.root.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            for qdir in sorted(topic_dir.iterdir()):
+                if qdir.is_dir() and qdir.name.isdigit():
+                    self.find(topic_dir.name, int(qdir.name)).load()

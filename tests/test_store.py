@@ -599,13 +599,12 @@ def test_dispatch_lag_and_runtime_info(tmp_path, monkeypatch):
     cfg = make_config(tmp_path)
     with running(cfg) as store:
         gate = threading.Event()
-        real_dispatch = store.dispatch
 
-        def gated(req):
-            gate.wait(30)  # the dispatcher is held up until the test lets it go
-            real_dispatch(req)
+        class Gate:  # a CommitLogDispatcher ahead of the others: dispatch is held up until the test lets it go
+            def dispatch(self, req):
+                gate.wait(30)
 
-        monkeypatch.setattr(store, "dispatch", gated)
+        monkeypatch.setattr(store.reput, "dispatchers", [Gate(), *store.reput.dispatchers])
         try:
             puts = [put_ok(store, make_message("Lag", 0, b"z" * 500)) for _ in range(50)]
             total = sum(r.append.wrote_bytes for r in puts)
