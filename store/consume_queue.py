@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from store.format import units
@@ -141,7 +142,7 @@ class ConsumeQueue:
             return None
         return units.decode_cq_unit(mf.mm, off - mf.file_from_offset)
 
-    def iter_units(self, start_index: int, max_units: int):
+    def iter_units(self, start_index: int, max_units: int) -> Iterator[tuple[int, int, int, int]]:
         """Yield (index, commitlog_offset, size, tags_code) from ``start_index``, within one file at most."""
         off = start_index * UNIT
         mf = self.queue.find(off)
