@@ -48,9 +48,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.report import emit
-from store import format as fmt
 from store.commitlog import CommitLog
 from store.config import FlushDiskType, MessageStoreConfig
+from store.format import msgid, properties, records
 from store.mapped_file import preallocate
 from store.message_store import MessageStore
 
@@ -88,35 +88,35 @@ def _n(count: int | float) -> int:
 # =====================================================================================================
 
 
-def build_messages(body_size: int, count: int, start: int = 0) -> list[fmt.MessageRecord]:
+def build_messages(body_size: int, count: int, start: int = 0) -> list[records.MessageRecord]:
     """``count`` ready-to-put messages of one size (built outside any timing)."""
-    gen = fmt.UniqKeyGenerator()
+    gen = msgid.UniqKeyGenerator()
     body = bytes((i * 7 + 3) & 0xFF for i in range(body_size))
     born = time.time_ns() // 1_000_000
     out = []
     for i in range(start, start + count):
-        props = fmt.encode_properties(
+        props = properties.encode_properties(
             {
-                fmt.PROPERTY_KEYS: f"ORDER-{i:010d}",
-                fmt.PROPERTY_TAGS: "TagA",
-                fmt.PROPERTY_WAIT_STORE_MSG_OK: "true",
-                fmt.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: gen.next(born),
+                properties.PROPERTY_KEYS: f"ORDER-{i:010d}",
+                properties.PROPERTY_TAGS: "TagA",
+                properties.PROPERTY_WAIT_STORE_MSG_OK: "true",
+                properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: gen.next(born),
             }
         )
         out.append(
-            fmt.MessageRecord(
+            records.MessageRecord(
                 topic=TOPIC, queue_id=i % QUEUES, body=body, properties=props, born_timestamp=born, born_host=BORN_HOST
             )
         )
     return out
 
 
-def encode_all(msgs: list[fmt.MessageRecord]) -> list[bytearray]:
+def encode_all(msgs: list[records.MessageRecord]) -> list[bytearray]:
     host = _store_host()
     recs = []
     for m in msgs:
         m.store_host = host
-        recs.append(fmt.encode_record(m))
+        recs.append(records.encode_record(m))
     return recs
 
 
@@ -165,7 +165,7 @@ def running_store(root: Path, **kw) -> Iterator[MessageStore]:
         store.shutdown()
 
 
-def warm(store: MessageStore, msg: fmt.MessageRecord) -> None:
+def warm(store: MessageStore, msg: records.MessageRecord) -> None:
     """Create the first segment (and let the next one's preallocation finish) before any timing."""
     res = store.put_message(msg)
     if not res.ok:
@@ -364,11 +364,11 @@ def bench_commitlog(tmp: Path, recs: list[bytes], batch: int) -> dict:
 NO_FLUSH = {"flush_interval_commit_log": 600_000, "flush_commit_log_thorough_interval": 600_000}
 
 
-def bench_put_batches(tmp: Path, msgs: list[fmt.MessageRecord], batch: int) -> dict:
+def bench_put_batches(tmp: Path, msgs: list[records.MessageRecord], batch: int) -> dict:
     """``MessageStore.put_messages`` with ``batch`` messages of one topic-queue per call (reput idle):
     what a batch send (one request, many messages) costs per message through the facade."""
     root = tmp / f"batch-{len(msgs[0].body)}-{batch}"
-    per_queue: dict[int, list[fmt.MessageRecord]] = {}
+    per_queue: dict[int, list[records.MessageRecord]] = {}
     for m in msgs[1:]:
         per_queue.setdefault(m.queue_id, []).append(m)
     by_queue = [[ms[i : i + batch] for i in range(0, len(ms), batch)] for ms in per_queue.values()]
@@ -378,13 +378,13 @@ def bench_put_batches(tmp: Path, msgs: list[fmt.MessageRecord], batch: int) -> d
         warm(store, msgs[0])
         with measured() as cpu:
             counts, secs, bad = timed_puts(store.put_messages, groups, len)
-        rec_len = len(fmt.encode_record(msgs[0]))
+        rec_len = len(records.encode_record(msgs[0]))
         drain(store)
     shutil.rmtree(root, ignore_errors=True)
     return {**summarize(counts, secs, rec_len), "failed": bad, "batch": batch, **cpu.as_dict()}
 
 
-def bench_put_async(tmp: Path, msgs: list[fmt.MessageRecord], reput_running: bool, flush: bool = True) -> dict:
+def bench_put_async(tmp: Path, msgs: list[records.MessageRecord], reput_running: bool, flush: bool = True) -> dict:
     """``put_message`` end to end.  ``flush=False`` keeps the ASYNC flush thread asleep during the run
     (a diagnostic: what its ``fdatasync`` of the mapped segment costs the appender)."""
     root = tmp / f"async-{len(msgs[0].body)}-{int(reput_running)}-{int(flush)}"
@@ -394,7 +394,7 @@ def bench_put_async(tmp: Path, msgs: list[fmt.MessageRecord], reput_running: boo
         warm(store, msgs[0])
         with measured() as cpu:
             counts, secs, bad = timed_puts(store.put_message, msgs[1:])
-        rec_len = len(fmt.encode_record(msgs[0]))
+        rec_len = len(records.encode_record(msgs[0]))
         behind = store.dispatch_behind_bytes
         t1 = time.perf_counter()
         if reput_running:  # do_reput is not re-entrant: never call it beside the running thread
@@ -496,7 +496,7 @@ def _count_flushes(queue) -> _FlushCounter:
     return _FlushCounter(queue)
 
 
-def bench_put_sync(tmp: Path, threads: int, seconds: float, pool: list[fmt.MessageRecord], window: int = 0) -> dict:
+def bench_put_sync(tmp: Path, threads: int, seconds: float, pool: list[records.MessageRecord], window: int = 0) -> dict:
     """``threads`` writers each calling ``put_message`` (which waits for the group commit); or, with
     ``window``, ONE thread keeping ``window`` puts in flight via ``put_message_nowait`` and their futures —
     how an asyncio broker would drive the store (one wake-up per commit instead of one thread per request).
@@ -595,7 +595,7 @@ def bench_put_sync(tmp: Path, threads: int, seconds: float, pool: list[fmt.Messa
 # =====================================================================================================
 
 
-def bench_do_reput(tmp: Path, msgs: list[fmt.MessageRecord], index: bool) -> dict:
+def bench_do_reput(tmp: Path, msgs: list[records.MessageRecord], index: bool) -> dict:
     root = tmp / f"reput-{int(index)}"
     with running_store(root, message_index_enable=index) as store:
         store.reput.shutdown()  # the thread stops; do_reput is then called here, on this thread
@@ -622,7 +622,7 @@ def bench_do_reput(tmp: Path, msgs: list[fmt.MessageRecord], index: bool) -> dic
             "index_entries": index_count, **cpu.as_dict()}  # fmt: skip
 
 
-def bench_sustained(tmp: Path, msgs: list[fmt.MessageRecord], target_rate: int, seconds: float) -> dict:
+def bench_sustained(tmp: Path, msgs: list[records.MessageRecord], target_rate: int, seconds: float) -> dict:
     root = tmp / "sustained"
     total = len(msgs) - 1
     with running_store(root, flush_disk_type=FlushDiskType.ASYNC_FLUSH) as store:
@@ -906,7 +906,7 @@ def _tlb_shootdowns() -> int:
     return -1
 
 
-def flush_interference(tmp: Path, msgs: list[fmt.MessageRecord]) -> list[dict]:
+def flush_interference(tmp: Path, msgs: list[records.MessageRecord]) -> list[dict]:
     """Encode + write each record while another thread of this process runs ``fdatasync`` every 100 ms.
 
     Writes through a shared writable mapping (what the CommitLog does) vs. into a 1 MiB user buffer written
@@ -916,7 +916,7 @@ def flush_interference(tmp: Path, msgs: list[fmt.MessageRecord]) -> list[dict]:
     recs_in = msgs
     for m in recs_in:
         m.store_host = _store_host()
-    size = len(fmt.encode_record(recs_in[0])) * len(recs_in) + (2 << 20)
+    size = len(records.encode_record(recs_in[0])) * len(recs_in) + (2 << 20)
     size += -size % (1 << 20)
     out = []
     for mode in ("mmap", "buffer+pwrite"):
@@ -935,7 +935,7 @@ def flush_interference(tmp: Path, msgs: list[fmt.MessageRecord]) -> list[dict]:
             t = threading.Thread(target=flusher, name="bench-flusher")
             if flush:
                 t.start()
-            enc, pwrite = fmt.encode_record, os.pwrite
+            enc, pwrite = records.encode_record, os.pwrite
             pos = 0
             with frozen_gc():
                 tlb0 = _tlb_shootdowns()

@@ -37,14 +37,14 @@ has a hole — segments deleted before tiering was enabled (or under ``expiredSe
 a quarantined segment kept on disk — the offsets of that hole are legitimately missing, so no
 continuity is required across it; duplicates are still refused everywhere (``overlaps``).
 
-Every byte-layout constant in the SQL comes from store/format.py.
+Every byte-layout constant in the SQL comes from store/format/ (records, properties).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store import format as fmt
+from store.format import properties, records
 
 MESSAGES = "messages"
 SEGMENTS = "segments"
@@ -67,18 +67,18 @@ class Rule:
 
 
 def _size_sql() -> str:
-    """The TOTALSIZE a row's fields add up to, as SQL, from ``fmt.record_length`` (linear in each length)."""
-    base = fmt.record_length(0, 0, 0, 0, fmt.MESSAGE_MAGIC_V1)
-    born_v6 = fmt.record_length(fmt.BORNHOST_V6_FLAG, 0, 0, 0) - base
-    store_v6 = fmt.record_length(fmt.STOREHOSTADDRESS_V6_FLAG, 0, 0, 0) - base
-    v2 = fmt.record_length(0, 0, 0, 0, fmt.MESSAGE_MAGIC_V2) - base
+    """The TOTALSIZE a row's fields add up to, as SQL, from ``records.record_length`` (linear in each length)."""
+    base = records.record_length(0, 0, 0, 0, records.MESSAGE_MAGIC_V1)
+    born_v6 = records.record_length(records.BORNHOST_V6_FLAG, 0, 0, 0) - base
+    store_v6 = records.record_length(records.STOREHOSTADDRESS_V6_FLAG, 0, 0, 0) - base
+    v2 = records.record_length(0, 0, 0, 0, records.MESSAGE_MAGIC_V2) - base
     # name + value + the two separators: what encode_properties spends per entry beyond the text
-    per_entry = len(fmt.encode_properties({"k": "v"})) - 2
+    per_entry = len(properties.encode_properties({"k": "v"})) - 2
     return (
         f"({base}"
-        f" + CASE WHEN (sys_flag & {fmt.BORNHOST_V6_FLAG}) != 0 THEN {born_v6} ELSE 0 END"
-        f" + CASE WHEN (sys_flag & {fmt.STOREHOSTADDRESS_V6_FLAG}) != 0 THEN {store_v6} ELSE 0 END"
-        f" + CASE WHEN magic = {fmt.MESSAGE_MAGIC_V2} THEN {v2} ELSE 0 END"
+        f" + CASE WHEN (sys_flag & {records.BORNHOST_V6_FLAG}) != 0 THEN {born_v6} ELSE 0 END"
+        f" + CASE WHEN (sys_flag & {records.STOREHOSTADDRESS_V6_FLAG}) != 0 THEN {store_v6} ELSE 0 END"
+        f" + CASE WHEN magic = {records.MESSAGE_MAGIC_V2} THEN {v2} ELSE 0 END"
         " + body_len + octet_length(topic)"
         " + coalesce(aggregate(map_entries(properties), 0,"
         f" (acc, e) -> acc + octet_length(e.key) + octet_length(e.value) + {per_entry}), 0))"
@@ -86,7 +86,8 @@ def _size_sql() -> str:
 
 
 CONSUMABLE_SQL = (
-    f"(sys_flag & {fmt.TRANSACTION_ROLLBACK_TYPE}) IN ({fmt.TRANSACTION_NOT_TYPE}, {fmt.TRANSACTION_COMMIT_TYPE})"
+    f"(sys_flag & {records.TRANSACTION_ROLLBACK_TYPE}) "
+    f"IN ({records.TRANSACTION_NOT_TYPE}, {records.TRANSACTION_COMMIT_TYPE})"
 )
 BODY_CRC32_SQL = "(crc32(body) & 2147483647)"  # UtilAll.crc32: java.util.zip.CRC32 masked to 31 bits
 _BAD_TEXT = "\ufffd"  # what a UTF-8 decode with errors="replace" leaves behind
@@ -101,7 +102,7 @@ RULES: tuple[Rule, ...] = (
         "magic_valid",
         MESSAGES,
         "MAGICCODE is a message magic (V1 or V2)",
-        f"magic NOT IN ({fmt.MESSAGE_MAGIC_V1}, {fmt.MESSAGE_MAGIC_V2})",
+        f"magic NOT IN ({records.MESSAGE_MAGIC_V1}, {records.MESSAGE_MAGIC_V2})",
         ("magic",),
     ),
     Rule(
@@ -152,8 +153,9 @@ RULES: tuple[Rule, ...] = (
         "properties_parse",
         MESSAGES,
         "the properties string parses into valid UTF-8 names and values, and tags/keys/uniq_key agree with it",
-        f"NOT (tags <=> properties['{fmt.PROPERTY_TAGS}']) OR NOT (keys <=> properties['{fmt.PROPERTY_KEYS}']) "
-        f"OR NOT (uniq_key <=> properties['{fmt.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}']) "
+        f"NOT (tags <=> properties['{properties.PROPERTY_TAGS}']) "
+        f"OR NOT (keys <=> properties['{properties.PROPERTY_KEYS}']) "
+        f"OR NOT (uniq_key <=> properties['{properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}']) "
         f"OR exists(map_entries(properties), e -> instr(e.key, '{_BAD_TEXT}') > 0 "
         f"OR instr(e.value, '{_BAD_TEXT}') > 0 OR e.key = '')",
     ),

@@ -10,7 +10,7 @@ segment files.  Options:
   segment size: on 2 cores one task per segment measured faster than 64/128 MiB splits, see
   docs/benchmarks.md; smaller splits pay on clusters with idle cores).  A split
   ``[a, b)`` owns the records that start in it; it finds its first record with
-  ``store.format.find_record_boundary`` (MAGICCODE + PHYSICALOFFSET equal to its own offset), so the
+  ``store.format.records.find_record_boundary`` (MAGICCODE + PHYSICALOFFSET equal to its own offset), so the
   driver never reads the files.
 - ``onError``: what the ``messages`` view does at a record it cannot decode (bad magic, a size that
   overruns the file, fields that do not add up to the size): ``fail`` (default) raises naming the file
@@ -35,17 +35,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from pipelines.schema import MESSAGE_SCHEMA, SEGMENT_FACTS_SCHEMA, spark_schema
-from store import format as fmt
+from store.format import columnar, records, units
 
 DEFAULT_SPLIT_SIZE = 1024 * 1024 * 1024
 DEFAULT_BATCH_RECORDS = 8192
 _BATCH_BYTES = 16 * 1024 * 1024  # a batch also ends here, so large messages do not make huge batches
 _TAIL_WINDOW = 4 * 1024 * 1024 + 64 * 1024  # a torn append is at most one record (maxMessageSize 4 MiB)
 _SCAN_RECORDS = 65536
-
-
-def _is_segment_name(name: str) -> bool:
-    return len(name) == 20 and name.isdigit()
 
 
 def segment_files(path: str | Path | Sequence[str | Path]) -> list[Path]:
@@ -65,9 +61,9 @@ def segment_files(path: str | Path | Sequence[str | Path]) -> list[Path]:
         if p.is_dir():
             d = p / "commitlog" if (p / "commitlog").is_dir() else p
             for f in d.iterdir():
-                if f.is_file() and _is_segment_name(f.name):
+                if f.is_file() and units.is_offset_file_name(f.name):
                     found[f] = None
-        elif _is_segment_name(p.name):
+        elif units.is_offset_file_name(p.name):
             found[p] = None
         else:
             raise ValueError(f"{p} is not a CommitLog segment (its name must be a 20-digit base offset)")
@@ -115,15 +111,6 @@ def _close(mm: mmap.mmap | None) -> None:
         mm.close()
 
 
-def _error_at(mm, pos: int, source: str) -> fmt.RecordError:
-    """The decode error of the bytes at ``pos``, worded by the scalar decoder."""
-    try:
-        fmt.decode_record(mm, pos, source=source)
-    except fmt.RecordError as e:
-        return e
-    return fmt.RecordError(pos, "not a record", source)
-
-
 def _nonzero_tail(mm, pos: int) -> int:
     """How many bytes from ``pos`` up to the last non-zero byte within one record's reach (0: all zeros)."""
     import numpy as np
@@ -143,14 +130,15 @@ def scan_segment(path: Path) -> SegmentFacts:
     try:
         pos = 0
         while True:
-            w = fmt.walk_records(mm, pos, max_records=_SCAN_RECORDS)
-            if w.positions:
-                layout = fmt.layout_records(mm, w.positions, source=str(path))
+            w = records.RecordWalk(mm, pos, max_records=_SCAN_RECORDS)
+            positions = w.positions()
+            if positions:
+                layout = columnar.layout_records(mm, positions, source=str(path))
                 _count(facts, mm, layout)
                 if layout.error is not None:
                     _bad_at(facts, mm, layout.error)
                     return facts
-            if w.stop != fmt.WALK_LIMIT:
+            if w.ended is not records.WalkEnd.LIMIT:
                 _end_of_data(facts, mm, w)
                 return facts
             pos = w.end
@@ -158,13 +146,13 @@ def scan_segment(path: Path) -> SegmentFacts:
         _close(mm)
 
 
-def _count(facts: SegmentFacts, mm, layout: fmt.RecordLayout) -> None:
+def _count(facts: SegmentFacts, mm, layout: columnar.RecordLayout) -> None:
     """Fold a run of checked records into the facts."""
     import numpy as np
 
     if not len(layout):
         return
-    cols = fmt.read_columns(mm, layout, ("store_timestamp", "commitlog_offset"))
+    cols = columnar.read_columns(mm, layout, ("store_timestamp", "commitlog_offset"))
     ts, off = cols["store_timestamp"], cols["commitlog_offset"]
     if facts.first_store_timestamp is None:
         facts.first_store_timestamp, facts.min_commitlog_offset = int(ts[0]), int(off.min())
@@ -173,38 +161,38 @@ def _count(facts: SegmentFacts, mm, layout: fmt.RecordLayout) -> None:
     facts.min_commitlog_offset = min(facts.min_commitlog_offset, int(off.min()))
     facts.max_commitlog_offset = max(facts.max_commitlog_offset, int(off.max()))
     facts.record_count += len(layout)
-    facts.crc_errors += int(np.count_nonzero(~fmt.body_crc_ok(mm, layout)))
+    facts.crc_errors += int(np.count_nonzero(~columnar.body_crc_ok(mm, layout)))
     facts.valid_bytes = int(layout.pos[-1] + layout.total[-1])
 
 
-def _end_of_data(facts: SegmentFacts, mm, w: fmt.RecordWalk) -> None:
+def _end_of_data(facts: SegmentFacts, mm, w: records.RecordWalk) -> None:
     """What ends the records: a BLANK reaching the file's end, zeros (maybe after a torn append), bad bytes."""
     facts.valid_bytes = w.end
     size = facts.file_size
-    if w.stop == fmt.WALK_BLANK:
+    if w.ended is records.WalkEnd.BLANK:
         if w.end + w.blank_size == size:
             facts.ends_with_blank = True
         else:
             reason = f"BLANK of {w.blank_size} bytes does not reach the end of the {size}-byte file"
-            facts.error = str(fmt.RecordError(w.end, reason, facts.path))
-    elif w.stop == fmt.WALK_ZEROS:
+            facts.error = str(records.RecordError(w.end, reason, facts.path))
+    elif w.ended is records.WalkEnd.ZEROS:
         garbage = _nonzero_tail(mm, w.end)
         if garbage:
-            nxt = fmt.find_record_boundary(mm, facts.base_offset, w.end + 1)
+            nxt = records.find_record_boundary(mm, facts.base_offset, w.end + 1)
             if nxt < size:
                 reason = f"zeros where a record should start, but a record follows at {nxt}"
-                facts.error = str(fmt.RecordError(w.end, reason, facts.path))
+                facts.error = str(records.RecordError(w.end, reason, facts.path))
             else:
                 facts.torn_tail, facts.torn_tail_bytes = True, garbage
-    elif w.stop == fmt.WALK_INVALID:
-        _bad_at(facts, mm, _error_at(mm, w.end, facts.path))
+    elif w.ended is records.WalkEnd.INVALID:
+        _bad_at(facts, mm, records.RecordError(w.end, w.reason, facts.path))
 
 
-def _bad_at(facts: SegmentFacts, mm, error: fmt.RecordError) -> None:
+def _bad_at(facts: SegmentFacts, mm, error: records.RecordError) -> None:
     """Record a decode error; it is also a torn tail when no record follows it."""
     facts.error = str(error)
     facts.valid_bytes = error.position
-    if fmt.find_record_boundary(mm, facts.base_offset, error.position + 1) >= len(mm):
+    if records.find_record_boundary(mm, facts.base_offset, error.position + 1) >= len(mm):
         facts.torn_tail, facts.torn_tail_bytes = True, _nonzero_tail(mm, error.position)
 
 
@@ -218,7 +206,7 @@ def read_segment(
 ) -> Iterator[pa.RecordBatch]:
     """The records that start in ``[start, stop)`` of a segment file as Arrow batches of ``MESSAGE_SCHEMA``.
 
-    ``on_error="fail"`` raises :class:`store.format.RecordError` (file and position) at an undecodable
+    ``on_error="fail"`` raises :class:`store.format.records.RecordError` (file and position) at an undecodable
     record; ``"stop"`` ends there.
     """
     if on_error not in ("fail", "stop"):
@@ -230,25 +218,26 @@ def read_segment(
         return
     try:
         stop = len(mm) if stop is None else min(stop, len(mm))
-        pos = fmt.find_record_boundary(mm, base, start, stop)
+        pos = records.find_record_boundary(mm, base, start, stop)
         segment = pa.array([path.name])
         while pos < stop:
             chunk_stop = min(stop, pos + _BATCH_BYTES)
-            w = fmt.walk_records(mm, pos, chunk_stop, max_records=batch_records)
+            w = records.RecordWalk(mm, pos, chunk_stop, max_records=batch_records)
+            positions = w.positions()
             error = None
-            if w.positions:
-                layout = fmt.layout_records(mm, w.positions, source=str(path))
+            if positions:
+                layout = columnar.layout_records(mm, positions, source=str(path))
                 error = layout.error
                 if len(layout):
-                    yield _batch(fmt.decode_columns(mm, layout), segment)
+                    yield _batch(columnar.decode_columns(mm, layout), segment)
                 del layout
-            if error is None and w.stop == fmt.WALK_INVALID:
-                error = _error_at(mm, w.end, str(path))
+            if error is None and w.ended is records.WalkEnd.INVALID:
+                error = records.RecordError(w.end, w.reason, str(path))
             if error is not None:
                 if on_error == "fail":
                     raise error
                 return
-            if w.stop != fmt.WALK_LIMIT:
+            if w.ended is not records.WalkEnd.LIMIT:
                 return  # BLANK, zeros or the end of the file
             pos = w.end
     finally:

@@ -7,7 +7,8 @@ import mmap
 import os
 from pathlib import Path
 
-from store import format as fmt
+from store.errors import MQLakeError
+from store.format import units
 
 
 class StoreCheckpoint:
@@ -17,11 +18,12 @@ class StoreCheckpoint:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(fd).st_size < fmt.CHECKPOINT_SIZE:
-            os.ftruncate(fd, fmt.CHECKPOINT_SIZE)
+        if os.fstat(fd).st_size < units.CHECKPOINT_SIZE:
+            os.ftruncate(fd, units.CHECKPOINT_SIZE)
         self._fd = fd
-        self.mm = mmap.mmap(fd, fmt.CHECKPOINT_SIZE)
-        self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = fmt.decode_checkpoint(self.mm)
+        self.mm = mmap.mmap(fd, units.CHECKPOINT_SIZE)
+        stamps = units.decode_checkpoint(self.mm)
+        self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = stamps
 
     @property
     def min_timestamp(self) -> int:
@@ -33,7 +35,7 @@ class StoreCheckpoint:
         return min(self.min_timestamp, self.index_msg_timestamp)
 
     def flush(self) -> None:
-        data = fmt.encode_checkpoint(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp)
+        data = units.encode_checkpoint(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp)
         self.mm[: len(data)] = data
         os.fdatasync(self._fd)
 
@@ -44,8 +46,8 @@ class StoreCheckpoint:
             os.close(self._fd)
 
 
-class StoreLockedError(RuntimeError):
-    pass
+class StoreLockedError(MQLakeError, RuntimeError):
+    """Another process holds the store's lock file (a broker runs on it)."""
 
 
 class StoreLock:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from store import format as fmt
+from store.format import records
 from store.mapped_file import MappedFile, MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class CommitLog:
         return self.append_batch((record,), topic, queue_id, sys_flag, len(record))
 
     def append_batch(
-        self, records: Sequence[bytes], topic: str, queue_id: int, sys_flag: int, total: int | None = None
+        self, encoded: Sequence[bytes], topic: str, queue_id: int, sys_flag: int, total: int | None = None
     ) -> AppendResult:
         """Append consecutive records of one topic-queue; they never straddle two segments.
 
@@ -65,21 +65,21 @@ class CommitLog:
         behind, rather than a complete-looking one with queue offset 0 and physical offset 0.
         """
         if total is None:
-            total = sum(len(r) for r in records)
-        if total + fmt.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            total = sum(len(r) for r in encoded)
+        if total + records.END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return AppendResult(AppendStatus.MESSAGE_SIZE_EXCEEDED)
         key = f"{topic}-{queue_id}"
         # Half and rollback records take queue offset 0 and do not advance the queue (doAppend).
-        advances = fmt.is_consumable(sys_flag)
-        patch = fmt.patch_record
-        head_len = fmt.SIZE_MAGIC_LENGTH
+        advances = records.is_consumable(sys_flag)
+        patch = records.patch_record
+        head_len = records.SIZE_MAGIC_LENGTH
         with self.put_lock:
             if not self.writable:
                 return AppendResult(AppendStatus.NOT_WRITABLE)
             store_ts = time.time_ns() // 1_000_000
             self.begin_time_in_lock = store_ts
             mf = self.queue.last_or_new()
-            if mf.file_size - mf.wrote < total + fmt.END_FILE_MIN_BLANK_LENGTH:
+            if mf.file_size - mf.wrote < total + records.END_FILE_MIN_BLANK_LENGTH:
                 self._write_blank(mf)
                 mf = self.queue.last_or_new()
             queue_offset = self.topic_queue_table.get(key, 0) if advances else 0
@@ -87,7 +87,7 @@ class CommitLog:
             base = mf.file_from_offset
             view = mf.view
             q = queue_offset
-            for r in records:
+            for r in encoded:
                 n = len(r)
                 view[pos + head_len : pos + n] = memoryview(r)[head_len:]
                 patch(view, pos, q, base + pos, store_ts)
@@ -95,7 +95,7 @@ class CommitLog:
                 if advances:
                     q += 1
             head = pos
-            for r in reversed(records):
+            for r in reversed(encoded):
                 head -= len(r)
                 view[head : head + head_len] = r[:head_len]
             mf.wrote = pos
@@ -103,11 +103,11 @@ class CommitLog:
             if advances:
                 self.topic_queue_table[key] = q
             self.begin_time_in_lock = 0
-        return AppendResult(AppendStatus.PUT_OK, base + start, total, store_ts, queue_offset, len(records))
+        return AppendResult(AppendStatus.PUT_OK, base + start, total, store_ts, queue_offset, len(encoded))
 
     def _write_blank(self, mf: MappedFile) -> None:
         remaining = mf.file_size - mf.wrote
-        mf.view[mf.wrote : mf.wrote + 8] = fmt.encode_blank(remaining)
+        mf.view[mf.wrote : mf.wrote + 8] = records.encode_blank(remaining)
         mf.wrote = mf.file_size
 
     # --- positions -------------------------------------------------------------------------------------
@@ -139,16 +139,12 @@ class CommitLog:
         if mf is None:
             return None
         pos = offset - mf.file_from_offset
-        if pos + 8 > mf.wrote:
-            return None
-        size, magic = fmt.peek_size_magic(mf.mm, pos)
-        if magic not in (fmt.MESSAGE_MAGIC_V1, fmt.MESSAGE_MAGIC_V2) or size <= 0 or pos + size > mf.wrote:
-            return None
-        return mf.mm[pos : pos + size]
+        end = records.step(mf.view[: mf.wrote], pos).end
+        return mf.mm[pos:end] if end > pos else None
 
     def pickup_store_timestamp(self, offset: int, size: int) -> int:
         data = self.read(offset, size)
-        return fmt.read_store_timestamp(data, 0) if data else -1
+        return records.read_store_timestamp(data, 0) if data else -1
 
     def flush(self) -> tuple[int, int]:
         """Flush everything appended so far: (flushed offset, store time of the newest flushed record).

@@ -94,6 +94,11 @@ class MessageStoreConfig(BaseModel):
         return self.store_path_root_dir / "config"
 
     @property
+    def quarantine_dir(self) -> Path:
+        """Where recovery copies the bytes it cuts off a torn CommitLog tail."""
+        return self.store_path_root_dir / "quarantine"
+
+    @property
     def store_host_tuple(self) -> tuple[str, int]:
         host, _, port = self.store_host.rpartition(":")
         return host.strip("[]"), int(port)

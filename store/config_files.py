@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from store.errors import MQLakeError
+
 log = logging.getLogger(__name__)
 
 TOPICS = "topics.json"
@@ -26,7 +28,7 @@ SUBSCRIPTION_GROUP = "subscriptionGroup.json"
 DELAY_OFFSET = "delayOffset.json"
 
 
-class ConfigFileError(ValueError):
+class ConfigFileError(MQLakeError, ValueError):
     """A config file (and its ``.bak``) could not be read or has the wrong shape."""
 
     def __init__(self, path: str | os.PathLike[str], detail: str) -> None:

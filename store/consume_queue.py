@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
-from store import format as fmt
+from store.format import units
 from store.mapped_file import MappedFileQueue, zero_stale_tail
 
 log = logging.getLogger(__name__)
-UNIT = fmt.CQ_UNIT_SIZE
+UNIT = units.CQ_UNIT_SIZE
 
 
 class ConsumeQueue:
@@ -39,10 +41,10 @@ class ConsumeQueue:
             mf = files[idx]
             pos = 0
             while pos < mf.file_size:
-                off, size, _tags = fmt.decode_cq_unit(mf.mm, pos)
+                off, size, _tags = units.decode_cq_unit(mf.mm, pos)
                 if off >= 0 and size > 0:
                     pos += UNIT
-                    if size != fmt.CQ_FILL_SIZE:  # fillPreBlank units point nowhere
+                    if size != units.CQ_FILL_SIZE:  # fillPreBlank units point nowhere
                         self.max_physic_offset = off + size
                 else:
                     break
@@ -67,12 +69,12 @@ class ConsumeQueue:
             pos = 0
             kept_first = False
             while pos < mf.wrote:
-                off, size, _ = fmt.decode_cq_unit(mf.mm, pos)
+                off, size, _ = units.decode_cq_unit(mf.mm, pos)
                 if size <= 0 or off < 0:
                     break
-                if size != fmt.CQ_FILL_SIZE and off + size > phy_offset:
+                if size != units.CQ_FILL_SIZE and off + size > phy_offset:
                     break
-                if size != fmt.CQ_FILL_SIZE:
+                if size != units.CQ_FILL_SIZE:
                     self.max_physic_offset = off + size
                 kept_first = True
                 pos += UNIT
@@ -107,7 +109,7 @@ class ConsumeQueue:
             )  # fmt: skip
         if mf.wrote + UNIT > mf.file_size:
             mf = self.queue.new_file(mf.end_offset)
-        fmt.pack_cq_unit_into(mf.view, mf.wrote, commitlog_offset, size, tags_code)
+        units.pack_cq_unit_into(mf.view, mf.wrote, commitlog_offset, size, tags_code)
         mf.wrote += UNIT
         self.max_physic_offset = commitlog_offset + size
         if self.min_logic_offset == 0 and len(self.queue.files) == 1 and mf.file_from_offset > 0:
@@ -117,7 +119,7 @@ class ConsumeQueue:
     def _fill_pre_blank(self, mf, until: int) -> None:
         pos = 0
         while mf.file_from_offset + pos < until:
-            fmt.pack_cq_unit_into(mf.view, pos, *fmt.CQ_FILL_UNIT)
+            units.pack_cq_unit_into(mf.view, pos, *units.CQ_FILL_UNIT)
             pos += UNIT
         mf.wrote = pos
 
@@ -138,9 +140,9 @@ class ConsumeQueue:
         mf = self.queue.find(off)
         if mf is None or off - mf.file_from_offset + UNIT > mf.wrote:
             return None
-        return fmt.decode_cq_unit(mf.mm, off - mf.file_from_offset)
+        return units.decode_cq_unit(mf.mm, off - mf.file_from_offset)
 
-    def iter_units(self, start_index: int, max_units: int):
+    def iter_units(self, start_index: int, max_units: int) -> Iterator[tuple[int, int, int, int]]:
         """Yield (index, commitlog_offset, size, tags_code) from ``start_index``, within one file at most."""
         off = start_index * UNIT
         mf = self.queue.find(off)
@@ -149,7 +151,7 @@ class ConsumeQueue:
         pos = off - mf.file_from_offset
         end = min(mf.wrote, pos + max_units * UNIT)
         data = mf.mm[pos:end]
-        for i, (phy, size, tags) in enumerate(fmt.iter_cq_units(data[: len(data) - len(data) % UNIT])):
+        for i, (phy, size, tags) in enumerate(units.iter_cq_units(data[: len(data) - len(data) % UNIT])):
             yield start_index + i, phy, size, tags
 
     def last_unit(self) -> tuple[int, int, int] | None:
@@ -162,7 +164,7 @@ class ConsumeQueue:
         deleted = 0
         while len(self.queue.files) > 1:
             first = self.queue.files[0]
-            last_unit = fmt.decode_cq_unit(first.mm, first.file_size - UNIT)
+            last_unit = units.decode_cq_unit(first.mm, first.file_size - UNIT)
             if last_unit[0] + last_unit[1] <= commitlog_min_offset:
                 self.queue.delete_first()
                 deleted += 1
@@ -180,8 +182,8 @@ class ConsumeQueue:
             # data), so the scan stops at what it read: reading ``wrote`` again would skip those units.
             wrote = mf.wrote
             for pos in range(0, wrote, UNIT):
-                phy, size, _ = fmt.decode_cq_unit(mf.mm, pos)
-                if size != fmt.CQ_FILL_SIZE and phy >= commitlog_min_offset:
+                phy, size, _ = units.decode_cq_unit(mf.mm, pos)
+                if size != units.CQ_FILL_SIZE and phy >= commitlog_min_offset:
                     self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + pos)
                     return
             self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + wrote)
@@ -198,3 +200,40 @@ class ConsumeQueue:
         self.queue.destroy()
         self.max_physic_offset = -1
         self.min_logic_offset = 0
+
+
+class ConsumeQueueTable:
+    """Every ConsumeQueue of the store by (topic, queueId), created on first use (``findConsumeQueue``)."""
+
+    def __init__(self, root: Path, file_size: int) -> None:
+        self.root = root
+        self.file_size = file_size
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+
+    def find(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
+        key = (topic, queue_id)
+        cq = self._queues.get(key)
+        if cq is None and create:
+            with self._lock:
+                cq = self._queues.get(key)
+                if cq is None:
+                    cq = self._queues[key] = ConsumeQueue(self.root, topic, queue_id, self.file_size)
+        return cq
+
+    def all(self) -> list[ConsumeQueue]:
+        return list(self._queues.values())
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def load(self) -> None:
+        """Open the queues found on disk (``consumequeue/{topic}/{queueId}/``)."""
+        if not self.root.exists():
+            return
+        for topic_dir in sorted(self.root.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            for qdir in sorted(topic_dir.iterdir()):
+                if qdir.is_dir() and qdir.name.isdigit():
+                    self.find(topic_dir.name, int(qdir.name)).load()

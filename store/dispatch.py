@@ -1,21 +1,58 @@
-"""Reput: read the CommitLog behind the appender and build ConsumeQueue and IndexFile from it."""
+"""Reput: read the CommitLog behind the appender and hand every record to the dispatchers.
+
+As RocketMQ wires it (``ReputMessageService``, ``CommitLogDispatcher``): the reput service knows only the
+CommitLog and a list of dispatchers, each told of every record in CommitLog order — building the
+ConsumeQueue and the IndexFile here; schedule, transaction and HA hooks register the same way.  The
+long-polling wake-ups (arrival listeners) stay with the reput service, called once a record is dispatched.
+"""
 
 from __future__ import annotations
 
 import logging
+import mmap
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from store import format as fmt
-
-if TYPE_CHECKING:
-    from store.message_store import MessageStore
+from store.commitlog import CommitLog
+from store.consume_queue import ConsumeQueueTable
+from store.format import delay, records
+from store.index import IndexService
 
 log = logging.getLogger(__name__)
 
 ArrivalListener = Callable[[str, int, int, int, int], None]  # topic, queueId, next offset, tagsCode, storeTime
+
+
+class CommitLogDispatcher(Protocol):
+    """``CommitLogDispatcher``: told of every record the reput service reads, in CommitLog order."""
+
+    def dispatch(self, request: records.DispatchRequest) -> None: ...
+
+
+class BuildConsumeQueue:
+    """``CommitLogDispatcherBuildConsumeQueue``: a unit for each normal or committed record."""
+
+    def __init__(self, queues: ConsumeQueueTable) -> None:
+        self._find = queues.find
+        self.last_store_timestamp = 0  # of the newest unit: the checkpoint's logicsMsgTimestamp
+
+    def dispatch(self, request: records.DispatchRequest) -> None:
+        if records.is_consumable(request.sys_flag):
+            cq = self._find(request.topic, request.queue_id)
+            cq.put(request.commitlog_offset, request.msg_size, request.tags_code, request.queue_offset)
+            self.last_store_timestamp = request.store_timestamp
+
+
+class BuildIndex:
+    """``CommitLogDispatcherBuildIndex``: the record's UNIQ_KEY and KEYS into the IndexFile."""
+
+    def __init__(self, index: IndexService) -> None:
+        self._build = index.build_index
+
+    def dispatch(self, request: records.DispatchRequest) -> None:
+        self._build(request)
 
 
 @dataclass(slots=True)
@@ -28,44 +65,55 @@ class SegmentStats:
     complete: bool = False
 
 
-def count_records(buf, end: int) -> SegmentStats:
+def count_records(buf: bytes | bytearray | memoryview | mmap.mmap, end: int) -> SegmentStats:
     """Walk record headers from the start of a segment up to ``end`` (or its BLANK)."""
     stats = SegmentStats()
-    pos = 0
-    while pos < end:
-        size, magic = fmt.peek_size_magic(buf, pos)
-        if magic == fmt.BLANK_MAGIC:
-            pos = end
-            break
-        if magic not in (fmt.MESSAGE_MAGIC_V1, fmt.MESSAGE_MAGIC_V2) or size <= 0:
-            return stats  # not a record boundary: the figures stay incomplete
-        ts = fmt.read_store_timestamp(buf, pos)
+    walk = records.RecordWalk(buf, 0, end)
+    for pos, _size in walk:
+        ts = records.read_store_timestamp(buf, pos)
         if stats.first_store_time is None:
             stats.first_store_time = ts
         stats.last_store_time = ts
         stats.count += 1
-        pos += size
-    stats.complete = pos == end
+    # Anything but a BLANK or the end leaves the figures incomplete: ``end`` was not a record boundary.
+    stats.complete = walk.ended is records.WalkEnd.BLANK or walk.end == end
     return stats
 
 
 class ReputService(threading.Thread):
-    def __init__(self, store: MessageStore, reput_from: int) -> None:
+    """``ReputMessageService``: follows the CommitLog from ``reput_from`` and dispatches each record."""
+
+    def __init__(
+        self, commitlog: CommitLog, dispatchers: Sequence[CommitLogDispatcher], *,
+        delay_millis: list[int] = delay.DEFAULT_DELAY_MILLIS,
+    ) -> None:  # fmt: skip
         super().__init__(name="reput", daemon=True)
-        self.store = store
-        self.reput_from = reput_from
+        self.commitlog = commitlog
+        self.dispatchers = list(dispatchers)
+        self.delay_millis = delay_millis
+        self.reput_from = 0
+        self._listeners: list[ArrivalListener] = []
         self._stopped = threading.Event()
         self._appended = threading.Event()
         self._reput_lock = threading.Lock()
         self.sealed_stats: dict[int, SegmentStats] = {}  # base offset -> stats of finished segments
         self._current: tuple[int, SegmentStats] | None = None
-        mf = store.commitlog.queue.find(reput_from)
-        if mf is not None and reput_from > mf.file_from_offset:
-            self._stats_for(mf.file_from_offset, reput_from - mf.file_from_offset)  # at start-up, not on a put
+
+    def set_reput_from(self, offset: int) -> None:
+        """Where dispatch starts (recovery decides), before the service runs."""
+        self.reput_from = offset
+        self._current = None
+        mf = self.commitlog.queue.find(offset)
+        if mf is not None and offset > mf.file_from_offset:
+            self._stats_for(mf.file_from_offset, offset - mf.file_from_offset)  # at start-up, not on a put
+
+    def add_arrival_listener(self, listener: ArrivalListener) -> None:
+        """Called from the dispatch thread each time a message becomes readable (long-polling wake-ups)."""
+        self._listeners.append(listener)
 
     @property
     def behind_bytes(self) -> int:
-        return self.store.commitlog.max_offset - self.reput_from
+        return self.commitlog.max_offset - self.reput_from
 
     def run(self) -> None:
         while not self._stopped.is_set():
@@ -89,7 +137,12 @@ class ReputService(threading.Thread):
             return self._do_reput(limit)
 
     def _do_reput(self, limit: int | None) -> int:
-        cl = self.store.commitlog
+        cl = self.commitlog
+        check = records.check_record
+        consumable = records.is_consumable
+        delay_millis = self.delay_millis
+        dispatchers = [d.dispatch for d in self.dispatchers]
+        listeners = self._listeners
         done = 0
         while self.reput_from < cl.max_offset and (limit is None or done < limit):
             if self.reput_from < cl.min_offset:
@@ -99,28 +152,33 @@ class ReputService(threading.Thread):
                 break
             base = mf.file_from_offset
             stats = self._stats_for(base, self.reput_from - base)
-            pos = self.reput_from - base
             end = mf.wrote
             buf = mf.view
-            while pos < end:
-                res = fmt.check_record(buf, pos, check_crc=False, delay_millis=self.store.delay_millis)
-                if res.blank:
-                    pos = mf.file_size
-                    break
-                if not res.ok or res.size <= 0:
+            walk = records.RecordWalk(buf, self.reput_from - base, end, None if limit is None else limit - done)
+            for pos, size in walk:
+                res = check(buf, pos, check_crc=False, delay_millis=delay_millis, size=size)
+                if not res.ok:
                     log.error("%s: unreadable record at position %d during dispatch: %s", mf.path, pos, res.reason)
                     pos = end  # RocketMQ stops here too; recovery deals with it at the next start
                     break
                 req = res.request
-                self.store.dispatch(req)
+                for dispatch in dispatchers:
+                    dispatch(req)
+                if listeners and consumable(req.sys_flag):
+                    for listener in listeners:
+                        listener(req.topic, req.queue_id, req.queue_offset + 1, req.tags_code, req.store_timestamp)
                 stats.count += 1
                 if stats.first_store_time is None:
                     stats.first_store_time = req.store_timestamp
                 stats.last_store_time = req.store_timestamp
-                pos += res.size
                 done += 1
-                if limit is not None and done >= limit:
-                    break
+            else:
+                pos = walk.end
+                if walk.ended is records.WalkEnd.BLANK:
+                    pos = mf.file_size
+                elif walk.ended is not records.WalkEnd.LIMIT and pos < end:  # zeros or bad bytes before the end
+                    log.error("%s: unreadable record at position %d during dispatch: %s", mf.path, pos, walk.reason)
+                    pos = end
             self.reput_from = base + pos
             if pos >= mf.file_size:
                 self._seal(base, stats)
@@ -131,7 +189,7 @@ class ReputService(threading.Thread):
     def _stats_for(self, base: int, pos: int) -> SegmentStats:
         if self._current is None or self._current[0] != base:
             stats = SegmentStats(complete=pos == 0)
-            mf = self.store.commitlog.queue.find(base)
+            mf = self.commitlog.queue.find(base)
             if pos > 0 and mf is not None:
                 # Dispatch starts mid-segment (after a restart): count what lies before from the headers,
                 # so the segment still gets its figures when it is sealed.

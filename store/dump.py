@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from store import format as fmt
+from store.format import hashing, records, units
 
 
 @dataclass(slots=True)
@@ -29,7 +29,7 @@ class Problem:
 def _segments(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
-    return sorted(p for p in directory.iterdir() if p.is_file() and len(p.name) == 20 and p.name.isdigit())
+    return sorted(p for p in directory.iterdir() if p.is_file() and units.is_offset_file_name(p.name))
 
 
 def _map(path: Path) -> mmap.mmap | None:
@@ -58,25 +58,17 @@ def iter_records(store_dir: Path, check_crc: bool = True) -> Iterator[dict | Pro
 
 
 def _iter_segment(path: Path, base: int, mm: mmap.mmap, check_crc: bool) -> Iterator[dict | Problem]:
-    pos, size = 0, len(mm)
-    while pos + 8 <= size:
-        total, magic = fmt.peek_size_magic(mm, pos)
-        if magic == fmt.BLANK_MAGIC:
-            if pos + total != size:
-                yield Problem(str(path), pos, base + pos, "blank", f"BLANK of {total} bytes does not reach the end")
-            return
-        if total == 0 and magic == 0:
-            if any(mm[pos : min(size, pos + 4096)]):
-                yield Problem(str(path), pos, base + pos, "torn-tail", "non-zero bytes after the last record")
-            return  # the active tail: zeros from here on
+    size = len(mm)
+    walk = records.RecordWalk(mm)
+    for pos, total in walk:
         try:
-            rec = fmt.decode_record(mm, pos, check_crc=False, source=str(path))
-        except fmt.RecordError as e:
+            rec = records.decode_record(mm, pos, check_crc=False, source=str(path), size=total)
+        except records.RecordError as e:
             yield Problem(str(path), pos, base + pos, "record", e.reason)
             return
-        crc_ok = fmt.body_crc32(rec.body) == rec.body_crc
+        crc_ok = hashing.body_crc32(rec.body) == rec.body_crc
         if check_crc and rec.body and not crc_ok:
-            detail = f"stored {rec.body_crc}, computed {fmt.body_crc32(rec.body)}"
+            detail = f"stored {rec.body_crc}, computed {hashing.body_crc32(rec.body)}"
             yield Problem(str(path), pos, base + pos, "crc", detail)
         if rec.physical_offset != base + pos:
             yield Problem(
@@ -97,7 +89,16 @@ def _iter_segment(path: Path, base: int, mm: mmap.mmap, check_crc: bool) -> Iter
             "sys_flag": rec.sys_flag,
             "crc_ok": crc_ok,
         }
-        pos += total
+    pos = walk.end
+    if walk.ended is records.WalkEnd.BLANK:
+        if pos + walk.blank_size != size:
+            detail = f"BLANK of {walk.blank_size} bytes does not reach the end"
+            yield Problem(str(path), pos, base + pos, "blank", detail)
+    elif walk.ended is records.WalkEnd.ZEROS:
+        if any(mm[pos : min(size, pos + 4096)]):  # the active tail is zeros from here on
+            yield Problem(str(path), pos, base + pos, "torn-tail", "non-zero bytes after the last record")
+    elif walk.ended is records.WalkEnd.INVALID:
+        yield Problem(str(path), pos, base + pos, "record", walk.reason)
 
 
 def iter_cq_units(store_dir: Path) -> Iterator[dict]:
@@ -111,8 +112,9 @@ def iter_cq_units(store_dir: Path) -> Iterator[dict]:
                 if mm is None:
                     continue
                 with mm:
-                    base = int(path.name) // fmt.CQ_UNIT_SIZE
-                    for i, (phy, size, tags) in enumerate(fmt.iter_cq_units(mm[: len(mm) - len(mm) % 20])):
+                    base = int(path.name) // units.CQ_UNIT_SIZE
+                    whole = len(mm) - len(mm) % units.CQ_UNIT_SIZE
+                    for i, (phy, size, tags) in enumerate(units.iter_cq_units(mm[:whole])):
                         if size <= 0 and phy == 0:
                             break
                         yield {
@@ -132,26 +134,26 @@ def iter_index_headers(store_dir: Path) -> Iterator[dict]:
         return
     for path in sorted(root.iterdir()):
         with open(path, "rb") as f:
-            h = fmt.decode_index_header(f.read(fmt.INDEX_HEADER_SIZE))
+            h = units.decode_index_header(f.read(units.INDEX_HEADER_SIZE))
         yield {"file": path.name, "size": path.stat().st_size, **{k: getattr(h, k) for k in h.__slots__}}
 
 
-def verify_consume_queues(store_dir: Path, records: dict[int, dict], unreadable: list[Problem]) -> Iterator[Problem]:
+def verify_consume_queues(store_dir: Path, by_offset: dict[int, dict], unreadable: list[Problem]) -> Iterator[Problem]:
     """Each unit must point at a record of its topic and queue, with its queue offset and size.
 
     Units pointing past a CommitLog problem (where the scan had to stop) are counted per queue rather
     than reported one by one: the CommitLog problem already names the place.
     """
-    lowest = min(records, default=0)
+    lowest = min(by_offset, default=0)
     seg = {}
     for p in unreadable:
         seg[int(Path(p.file).name)] = p.offset
     blind: dict[tuple[str, int], list] = {}
     for u in iter_cq_units(store_dir):
         phy = u["commitlog_offset"]
-        if u["size"] == fmt.CQ_FILL_SIZE or phy < lowest:
+        if u["size"] == units.CQ_FILL_SIZE or phy < lowest:
             continue  # filler, or data deleted by retention
-        rec = records.get(phy)
+        rec = by_offset.get(phy)
         want = (u["topic"], u["queue_id"], u["queue_offset"], u["size"])
         got = rec and (rec["topic"], rec["queue_id"], rec["queue_offset"], rec["size"])
         if got == want:
@@ -160,16 +162,16 @@ def verify_consume_queues(store_dir: Path, records: dict[int, dict], unreadable:
         if rec is None and cut:
             blind.setdefault((u["topic"], u["queue_id"]), []).append(u)
             continue
-        pos = (u["queue_offset"] * fmt.CQ_UNIT_SIZE) % max(1, Path(u["file"]).stat().st_size)
+        pos = (u["queue_offset"] * units.CQ_UNIT_SIZE) % max(1, Path(u["file"]).stat().st_size)
         yield Problem(u["file"], pos, phy, "consumequeue", f"unit {want} but CommitLog has {got}")
-    for (topic, qid), units in blind.items():
-        first = units[0]
+    for (topic, qid), stranded in blind.items():
+        first = stranded[0]
         yield Problem(
             first["file"],
-            (first["queue_offset"] * fmt.CQ_UNIT_SIZE) % max(1, Path(first["file"]).stat().st_size),
+            (first["queue_offset"] * units.CQ_UNIT_SIZE) % max(1, Path(first["file"]).stat().st_size),
             first["commitlog_offset"],
             "consumequeue",
-            f"{topic}-{qid}: {len(units)} unit(s) from queue offset {first['queue_offset']} point past an "
+            f"{topic}-{qid}: {len(stranded)} unit(s) from queue offset {first['queue_offset']} point past an "
             "unreadable CommitLog record",
         )
 

@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from store import format as fmt
+from store.format import hashing, properties, records, units
 from store.mapped_file import StoreFileError
 
 log = logging.getLogger(__name__)
@@ -21,7 +21,7 @@ class IndexFile:
         self.path = path
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
-        size = fmt.index_file_size(hash_slot_num, index_num)
+        size = units.index_file_size(hash_slot_num, index_num)
         if create:
             # Sparse on purpose, as RocketMQ's RandomAccessFile.setLength: slots are touched at random.
             # Sized under a temp name and renamed, so a crash never leaves a short file behind.
@@ -36,7 +36,7 @@ class IndexFile:
             raise StoreFileError(f"{path}: size {actual} does not match maxHashSlotNum/maxIndexNum ({size})")
         self._fd = os.open(path, os.O_RDWR)
         self.mm = mmap.mmap(self._fd, size)
-        self.header = fmt.decode_index_header(self.mm)
+        self.header = units.decode_index_header(self.mm)
 
     @property
     def name(self) -> str:
@@ -50,19 +50,19 @@ class IndexFile:
         h = self.header
         if h.index_count >= self.index_num:
             return False
-        key_hash = fmt.index_key_hash(key)
+        key_hash = hashing.index_key_hash(key)
         slot = key_hash % self.hash_slot_num
-        slot_value = fmt.read_index_slot(self.mm, slot)
+        slot_value = units.read_index_slot(self.mm, slot)
         if slot_value <= 0 or slot_value > h.index_count:
             slot_value = 0
         if h.begin_timestamp <= 0:
             time_diff = 0
         else:
             time_diff = min(max((store_timestamp - h.begin_timestamp) // 1000, 0), 0x7FFFFFFF)
-        fmt.pack_index_entry_into(
+        units.pack_index_entry_into(
             self.mm, self.hash_slot_num, h.index_count, key_hash, phy_offset, time_diff, slot_value
         )
-        fmt.write_index_slot(self.mm, slot, h.index_count)
+        units.write_index_slot(self.mm, slot, h.index_count)
         if h.index_count <= 1:
             h.begin_phy_offset = phy_offset
             h.begin_timestamp = store_timestamp
@@ -76,7 +76,7 @@ class IndexFile:
         return True
 
     def write_header(self) -> None:
-        self.mm[: fmt.INDEX_HEADER_SIZE] = fmt.encode_index_header(self.header)
+        self.mm[: units.INDEX_HEADER_SIZE] = units.encode_index_header(self.header)
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         b, e = self.header.begin_timestamp, self.header.end_timestamp
@@ -85,13 +85,13 @@ class IndexFile:
     def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int, out: list[int]) -> None:
         """``selectPhyOffset``: walk the chain of the key's slot, newest first."""
         h = self.header
-        key_hash = fmt.index_key_hash(key)
-        slot_value = fmt.read_index_slot(self.mm, key_hash % self.hash_slot_num)
+        key_hash = hashing.index_key_hash(key)
+        slot_value = units.read_index_slot(self.mm, key_hash % self.hash_slot_num)
         if slot_value <= 0 or slot_value > h.index_count or h.index_count <= 1:
             return
         nxt = slot_value
         while len(out) < max_num:
-            entry_hash, phy, time_diff, prev = fmt.read_index_entry(self.mm, self.hash_slot_num, nxt)
+            entry_hash, phy, time_diff, prev = units.read_index_entry(self.mm, self.hash_slot_num, nxt)
             if time_diff < 0:
                 break
             time_read = h.begin_timestamp + time_diff * 1000
@@ -149,17 +149,17 @@ class IndexService:
             return last
         self.directory.mkdir(parents=True, exist_ok=True)
         now = time.time_ns() // 1_000_000  # named by wall clock, as RocketMQ does
-        name = fmt.index_file_name(now)
+        name = units.index_file_name(now)
         while (self.directory / name).exists() or (self.files and name <= self.files[-1].name):
             now += 1
-            name = fmt.index_file_name(now)
+            name = units.index_file_name(now)
         f = IndexFile(self.directory / name, self.hash_slot_num, self.index_num, create=True)
         if last is not None:
             # A new file starts where the last one ended (IndexService.getAndCreateLastIndexFile).
             h = f.header
             h.begin_phy_offset = h.end_phy_offset = last.header.end_phy_offset
             h.begin_timestamp = h.end_timestamp = last.header.end_timestamp
-            f.mm[: fmt.INDEX_HEADER_SIZE] = fmt.encode_index_header(h)
+            f.mm[: units.INDEX_HEADER_SIZE] = units.encode_index_header(h)
             threading.Thread(target=self._flush_full, args=(last,), name="index-flush", daemon=True).start()
         self.files.append(f)
         return f
@@ -172,14 +172,14 @@ class IndexService:
         if self._on_file_flushed is not None:
             self._on_file_flushed(f.header.end_timestamp)
 
-    def build_index(self, req: fmt.DispatchRequest) -> None:
+    def build_index(self, req: records.DispatchRequest) -> None:
         """``IndexService.buildIndex``: UNIQ_KEY and each KEYS entry, rollbacks and repeats skipped."""
-        if req.sys_flag & fmt.TRANSACTION_ROLLBACK_TYPE == fmt.TRANSACTION_ROLLBACK_TYPE:
+        if req.sys_flag & records.TRANSACTION_ROLLBACK_TYPE == records.TRANSACTION_ROLLBACK_TYPE:
             return
         keys = []
         if req.uniq_key:
             keys.append(req.uniq_key)
-        keys.extend(fmt.split_keys(req.keys))
+        keys.extend(properties.split_keys(req.keys))
         if not keys:
             return
         with self.lock:
@@ -198,7 +198,7 @@ class IndexService:
         """``queryOffset``: (phy offsets, indexLastUpdateTimestamp, indexLastUpdatePhyoffset)."""
         max_num = min(max_num, MAX_MSGS_NUM_BATCH)
         out: list[int] = []
-        full = fmt.index_key(topic, key)
+        full = hashing.index_key(topic, key)
         with self.lock:
             if not self.files:
                 return out, 0, 0

@@ -8,13 +8,14 @@ import os
 import threading
 from pathlib import Path
 
-from store.format import offset_to_file_name
+from store.errors import MQLakeError
+from store.format import units
 
 _FILL_CHUNK = bytes(1 << 20)
 PAGE_SIZE = 4096
 
 
-class StoreFileError(Exception):
+class StoreFileError(MQLakeError):
     """A store file that cannot be used as it is; the message names the file."""
 
 
@@ -133,7 +134,7 @@ class MappedFileQueue:
             tmp.unlink()  # an interrupted preallocation
         names = sorted(p for p in self.directory.iterdir() if p.is_file())
         for p in names:
-            if not (len(p.name) == 20 and p.name.isdigit()):
+            if not units.is_offset_file_name(p.name):
                 raise StoreFileError(f"{p}: not a segment (name must be a 20-digit start offset)")
             if p.stat().st_size == 0 and p == names[-1]:
                 p.unlink()  # 5.x: a zero-length last file is an interrupted creation
@@ -186,11 +187,11 @@ class MappedFileQueue:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self._prealloc_thread is not None:
             self._prealloc_thread.join()
-        mf = MappedFile(self.directory / offset_to_file_name(start_offset), self.file_size, create=True)
+        mf = MappedFile(self.directory / units.offset_to_file_name(start_offset), self.file_size, create=True)
         with self.lock:
             self.files.append(mf)
         if self._preallocate_next:
-            nxt = self.directory / offset_to_file_name(start_offset + self.file_size)
+            nxt = self.directory / units.offset_to_file_name(start_offset + self.file_size)
             # Like AllocateMappedFileService: the next segment is written while this one fills.
             self._prealloc_thread = threading.Thread(
                 target=lambda: nxt.exists() or preallocate(nxt, self.file_size),

@@ -11,7 +11,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from enum import Enum
 
-from store import format as fmt
 from store.checkpoint import StoreCheckpoint, StoreLock, abort_file
 from store.commitlog import (
     AppendResult,
@@ -21,14 +20,22 @@ from store.commitlog import (
     GroupCommitService,
 )
 from store.config import ExpiredSegmentPolicy, FlushDiskType, MessageStoreConfig
-from store.consume_queue import ConsumeQueue
-from store.dispatch import ArrivalListener, ReputService, count_records
+from store.consume_queue import ConsumeQueue, ConsumeQueueTable
+from store.dispatch import (
+    ArrivalListener,
+    BuildConsumeQueue,
+    BuildIndex,
+    CommitLogDispatcher,
+    ReputService,
+    count_records,
+)
+from store.format import delay, msgid, records, units
 from store.index import IndexService
 from store.recovery import RecoveryReport, recover
 from store.retention import SegmentManifest, SegmentState, disk_used_ratio, is_deletion_hour
 
 log = logging.getLogger(__name__)
-MAX_FILTER_UNITS = 16000 // fmt.CQ_UNIT_SIZE  # maxFilterMessageCount: CQ units scanned per pull at most
+MAX_FILTER_UNITS = 16000 // units.CQ_UNIT_SIZE  # maxFilterMessageCount: CQ units scanned per pull at most
 MAX_TRANSFER_BYTES = 256 * 1024
 MAX_TRANSFER_COUNT = 32
 
@@ -88,20 +95,15 @@ class QueryMessageResult:
     index_last_update_phyoffset: int
 
 
-class StoreStateError(RuntimeError):
-    pass
-
-
 class MessageStore:
     def __init__(self, config: MessageStoreConfig) -> None:
         self.config = config
         self.root = config.store_path_root_dir
-        self.delay_millis = fmt.parse_delay_levels(config.message_delay_level)
+        self.delay_millis = delay.parse_delay_levels(config.message_delay_level)
         self.store_host = config.store_host_tuple
         self._lock: StoreLock | None = None
         self.commitlog = CommitLog(config.commitlog_dir, config.mapped_file_size_commit_log)
-        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self._cq_lock = threading.Lock()
+        self.consume_queues = ConsumeQueueTable(config.consume_queue_dir, config.mapped_file_size_consume_queue)
         self.checkpoint: StoreCheckpoint | None = None
         self.index = IndexService(
             config.index_dir,
@@ -110,15 +112,17 @@ class MessageStore:
             on_file_flushed=self._on_index_file_flushed,
         )
         self.manifest = SegmentManifest(self.root)
-        self.reput: ReputService | None = None
+        self._build_cq = BuildConsumeQueue(self.consume_queues)
+        dispatchers: list[CommitLogDispatcher] = [self._build_cq]
+        if config.message_index_enable:
+            dispatchers.append(BuildIndex(self.index))
+        self.reput = ReputService(self.commitlog, dispatchers, delay_millis=self.delay_millis)
         self._flush_service: FlushRealTimeService | GroupCommitService | None = None
         self._group_commit: GroupCommitService | None = None
         self._housekeeping: _Housekeeping | None = None
-        self._listeners: list[ArrivalListener] = []
         self._running = False
         self.last_exit_ok = True
         self.recovery_report: RecoveryReport | None = None
-        self._last_dispatched_store_ts = 0
         self._manual_delete = threading.Event()
         self._clean_lock = threading.Lock()
         self.disk_ratio = 0.0  # of the fuller of the CommitLog's and the store root's disks, last measured
@@ -159,33 +163,25 @@ class MessageStore:
     def _load_and_recover(self) -> None:
         self.last_exit_ok = not abort_file(self.root).exists()
         self.commitlog.queue.load()
-        self._load_consume_queues()
+        self.consume_queues.load()
         self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
         self.index.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
-        self.recovery_report = recover(self, self.last_exit_ok)
-        self.reput = ReputService(self, self.recovery_report.dispatch_from)
+        self.recovery_report = recover(
+            self.commitlog, self.consume_queues.all(), self.index, self.checkpoint, self.config,
+            last_exit_ok=self.last_exit_ok,
+        )  # fmt: skip
+        self.reput.set_reput_from(self.recovery_report.dispatch_from)
         # Dispatch everything already in the log before queue offsets are handed out again.
         while self.reput.do_reput() > 0:
             pass
         self._recover_topic_queue_table()
         self._sync_manifest()
 
-    def _load_consume_queues(self) -> None:
-        cq_root = self.config.consume_queue_dir
-        if not cq_root.exists():
-            return
-        for topic_dir in sorted(cq_root.iterdir()):
-            if not topic_dir.is_dir():
-                continue
-            for qdir in sorted(topic_dir.iterdir()):
-                if qdir.is_dir() and qdir.name.isdigit():
-                    self.find_consume_queue(topic_dir.name, int(qdir.name)).load()
-
     def _recover_topic_queue_table(self) -> None:
         table = {}
         cl_min = self.commitlog.min_offset
-        for (topic, qid), cq in self.consume_queues.items():
-            table[f"{topic}-{qid}"] = cq.max_offset_in_queue
+        for cq in self.consume_queues.all():
+            table[f"{cq.topic}-{cq.queue_id}"] = cq.max_offset_in_queue
             cq.correct_min_offset(cl_min)
         self.commitlog.topic_queue_table = table
 
@@ -222,7 +218,7 @@ class MessageStore:
 
     def _close_files(self) -> None:
         self.commitlog.close()
-        for cq in self.consume_queues.values():
+        for cq in self.consume_queues.all():
             cq.close()
         self.index.close()
         if self.checkpoint is not None:
@@ -237,7 +233,7 @@ class MessageStore:
     # =================================================================================================
     # put
     # =================================================================================================
-    def _check(self, msg: fmt.MessageRecord) -> PutMessageResult | None:
+    def _check(self, msg: records.MessageRecord) -> PutMessageResult | None:
         if not self._running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is not running")
         if self.disk_full:
@@ -253,29 +249,29 @@ class MessageStore:
                 PutMessageStatus.MESSAGE_ILLEGAL,
                 error=f"body of {len(msg.body)} bytes exceeds maxMessageSize {self.config.max_message_size}",
             )
-        if len(msg.properties) > fmt.MAX_PROPERTIES_LENGTH:
+        if len(msg.properties) > records.MAX_PROPERTIES_LENGTH:
             return PutMessageResult(
                 PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                error=f"properties of {len(msg.properties)} bytes exceed {fmt.MAX_PROPERTIES_LENGTH}",
+                error=f"properties of {len(msg.properties)} bytes exceed {records.MAX_PROPERTIES_LENGTH}",
             )
         return None
 
-    def put_message_nowait(self, msg: fmt.MessageRecord) -> tuple[PutMessageResult, Future | None]:
+    def put_message_nowait(self, msg: records.MessageRecord) -> tuple[PutMessageResult, Future | None]:
         """Append one message; in SYNC_FLUSH also return the future of its group commit."""
         return self.put_messages_nowait((msg,))
 
-    def put_messages_nowait(self, msgs: Sequence[fmt.MessageRecord]) -> tuple[PutMessageResult, Future | None]:
+    def put_messages_nowait(self, msgs: Sequence[records.MessageRecord]) -> tuple[PutMessageResult, Future | None]:
         """Append messages of one topic-queue as consecutive records (a batch)."""
-        records = []
+        encoded = []
         for m in msgs:
             bad = self._check(m)
             if bad is not None:
                 return bad, None
             m.store_host = self.store_host
-            records.append(fmt.encode_record(m))
+            encoded.append(records.encode_record(m))
         first = msgs[0]
         try:
-            res = self.commitlog.append_batch(records, first.topic, first.queue_id, first.sys_flag)
+            res = self.commitlog.append_batch(encoded, first.topic, first.queue_id, first.sys_flag)
         except OSError as e:
             log.error("append failed: %s", e)
             return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(e)), None
@@ -283,23 +279,22 @@ class MessageStore:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is shutting down"), None
         if res.status != AppendStatus.PUT_OK:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, res, error=res.status.value), None
-        if self.reput is not None:
-            self.reput.notify_appended()
+        self.reput.notify_appended()
         off = res.wrote_offset
         ids = []
-        for r in records:
-            ids.append(fmt.create_offset_msg_id(self.store_host, off))
+        for r in encoded:
+            ids.append(msgid.create_offset_msg_id(self.store_host, off))
             off += len(r)
         result = PutMessageResult(PutMessageStatus.PUT_OK, res, ids)
         if self._group_commit is not None and _wants_wait(first):
             return result, self._group_commit.submit(off)
         return result, None
 
-    def put_message(self, msg: fmt.MessageRecord) -> PutMessageResult:
+    def put_message(self, msg: records.MessageRecord) -> PutMessageResult:
         """Append; in SYNC_FLUSH wait for the group commit (FLUSH_DISK_TIMEOUT after syncFlushTimeout)."""
         return self.put_messages([msg])
 
-    def put_messages(self, msgs: list[fmt.MessageRecord]) -> PutMessageResult:
+    def put_messages(self, msgs: list[records.MessageRecord]) -> PutMessageResult:
         result, fut = self.put_messages_nowait(msgs)
         if fut is not None:
             try:
@@ -314,38 +309,18 @@ class MessageStore:
     # dispatch
     # =================================================================================================
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
-        key = (topic, queue_id)
-        cq = self.consume_queues.get(key)
-        if cq is None and create:
-            with self._cq_lock:
-                cq = self.consume_queues.get(key)
-                if cq is None:
-                    cq = ConsumeQueue(
-                        self.config.consume_queue_dir, topic, queue_id, self.config.mapped_file_size_consume_queue
-                    )
-                    self.consume_queues[key] = cq
-        return cq
+        return self.consume_queues.find(topic, queue_id, create)
 
     def all_consume_queues(self) -> list[ConsumeQueue]:
-        return list(self.consume_queues.values())
-
-    def dispatch(self, req: fmt.DispatchRequest) -> None:
-        if fmt.is_consumable(req.sys_flag):
-            cq = self.find_consume_queue(req.topic, req.queue_id)
-            cq.put(req.commitlog_offset, req.msg_size, req.tags_code, req.queue_offset)
-            self._last_dispatched_store_ts = req.store_timestamp
-            for listener in self._listeners:
-                listener(req.topic, req.queue_id, req.queue_offset + 1, req.tags_code, req.store_timestamp)
-        if self.config.message_index_enable:
-            self.index.build_index(req)
+        return self.consume_queues.all()
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         """Called from the dispatch thread each time a message becomes readable."""
-        self._listeners.append(listener)
+        self.reput.add_arrival_listener(listener)
 
     @property
     def dispatch_behind_bytes(self) -> int:
-        return self.reput.behind_bytes if self.reput else 0
+        return self.reput.behind_bytes
 
     # =================================================================================================
     # reads
@@ -390,7 +365,7 @@ class MessageStore:
             if len(result.messages) >= max_nums or (result.messages and total + size > max_total_bytes):
                 break
             next_offset = index + 1
-            if size == fmt.CQ_FILL_SIZE:
+            if size == units.CQ_FILL_SIZE:
                 continue
             if phy < cl_min:
                 removing = True
@@ -418,7 +393,7 @@ class MessageStore:
         return self.commitlog.read_record_at(commitlog_offset)
 
     def view_message_by_id(self, offset_msg_id: str) -> bytes | None:
-        _host, off = fmt.decode_offset_msg_id(offset_msg_id)
+        _host, off = msgid.decode_offset_msg_id(offset_msg_id)
         return self.look_message_by_offset(off)
 
     def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
@@ -510,7 +485,7 @@ class MessageStore:
             self.checkpoint.flush()
 
     def _flush_consume_queues(self, thorough: bool) -> None:
-        logics_ts = self._last_dispatched_store_ts
+        logics_ts = self._build_cq.last_store_timestamp
         least = 0 if thorough else self.config.flush_consume_queue_least_pages * 4096
         for cq in self.all_consume_queues():
             if cq.queue.dirty_bytes() >= max(least, 1):
@@ -522,9 +497,8 @@ class MessageStore:
 
     def _sync_manifest(self) -> None:
         stats = {}
-        if self.reput is not None:
-            for base, s in list(self.reput.sealed_stats.items()):
-                stats[base] = (s.count, s.first_store_time, s.last_store_time)
+        for base, s in list(self.reput.sealed_stats.items()):
+            stats[base] = (s.count, s.first_store_time, s.last_store_time)
         mfs = list(self.commitlog.queue.files)
         files = [(mf.file_from_offset, mf.file_size) for mf in mfs]
         counted = {e.base_offset for e in self.manifest.entries() if e.message_count is not None}
@@ -535,9 +509,8 @@ class MessageStore:
                 if c.complete:
                     stats[mf.file_from_offset] = (c.count, c.first_store_time, c.last_store_time)
         self.manifest.sync_files(files, stats)
-        if self.reput is not None:
-            for base in stats:
-                self.reput.sealed_stats.pop(base, None)
+        for base in stats:
+            self.reput.sealed_stats.pop(base, None)
 
     def delete_expired_files_manually(self) -> None:
         """Run a clean pass now regardless of the deletion hour (mqadmin deleteExpiredCommitLog)."""
@@ -613,12 +586,12 @@ class MessageStore:
 
 def _mtime_ms(store: MessageStore, base: int) -> int:
     try:
-        return int((store.config.commitlog_dir / fmt.offset_to_file_name(base)).stat().st_mtime * 1000)
+        return int((store.config.commitlog_dir / units.offset_to_file_name(base)).stat().st_mtime * 1000)
     except FileNotFoundError:
         return 0
 
 
-def _wants_wait(msg: fmt.MessageRecord) -> bool:
+def _wants_wait(msg: records.MessageRecord) -> bool:
     return b"WAIT\x01false\x02" not in msg.properties
 
 

@@ -14,19 +14,23 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
 
-from store import format as fmt
+from store.checkpoint import StoreCheckpoint
+from store.commitlog import CommitLog
+from store.config import MessageStoreConfig
+from store.consume_queue import ConsumeQueue
+from store.errors import MQLakeError
+from store.format import records, units
+from store.index import IndexService
 from store.mapped_file import PAGE_SIZE, MappedFile
-
-if TYPE_CHECKING:
-    from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
 
-class StoreCorruptError(RuntimeError):
+class StoreCorruptError(MQLakeError, RuntimeError):
     """A record in the middle of the log is bad; truncating there would drop valid later segments."""
 
 
@@ -40,67 +44,64 @@ class RecoveryReport:
     cq_units_dropped: int = 0
 
 
-def _scan_commitlog(store: MessageStore, start_index: int) -> int:
+def _scan_commitlog(commitlog: CommitLog, start_index: int, config: MessageStoreConfig) -> int:
     """Scan valid records from segment ``start_index``; return the end of the last valid one."""
-    files = store.commitlog.queue.files
-    check_crc = store.config.check_crc_on_recover
+    files = commitlog.queue.files
+    check_crc = config.check_crc_on_recover
     process = files[start_index].file_from_offset
     for i in range(start_index, len(files)):
         mf = files[i]
-        pos = 0
-        while True:
-            res = fmt.check_record(mf.view, pos, check_crc=check_crc, delay_millis=store.delay_millis)
-            if res.ok and res.size > 0 and res.request.commitlog_offset == mf.file_from_offset + pos:
-                pos += res.size
-                continue
-            # (A record whose PHYSICALOFFSET is not where it lies was never appended there: the log ends.)
-            if res.blank:
-                pos = mf.file_size
-            break
+        walk = records.RecordWalk(mf.view)
+        for pos, size in walk:
+            res = records.check_record(mf.view, pos, check_crc=check_crc, size=size)
+            # A record whose PHYSICALOFFSET is not where it lies was never appended there: the log ends.
+            if not res.ok or res.request.commitlog_offset != mf.file_from_offset + pos:
+                break
+        else:
+            pos = mf.file_size if walk.ended is records.WalkEnd.BLANK else walk.end
         process = mf.file_from_offset + pos
         if pos < mf.file_size:
             # A short segment ends the log. If a later segment starts with a valid record, this is not a
             # torn tail but damage in the middle: refuse rather than throw the later segments away.
-            if i + 1 < len(files) and fmt.check_record(files[i + 1].view, 0, check_crc=check_crc).size > 0:
-                res = fmt.check_record(mf.view, pos, check_crc=check_crc)
+            if i + 1 < len(files) and records.check_record(files[i + 1].view, 0, check_crc=check_crc).size > 0:
+                res = records.check_record(mf.view, pos, check_crc=check_crc)
                 raise StoreCorruptError(
                     f"{mf.path}: invalid record at position {pos} (CommitLog offset {process}): {res.reason}; "
                     f"later segments hold valid data, so the store will not truncate here. "
-                    f"Inspect with `mqlake store dump --verify {store.config.store_path_root_dir}`."
+                    f"Inspect with `mqlake store dump --verify {config.store_path_root_dir}`."
                 )
             break
     return process
 
 
 def _first_record_time(mf: MappedFile, check_crc: bool) -> int | None:
-    res = fmt.check_record(mf.view, 0, check_crc=check_crc)
+    res = records.check_record(mf.view, 0, check_crc=check_crc)
     if not res.ok or res.size <= 0:
         return None
     return res.request.store_timestamp
 
 
-def _abnormal_start_index(store: MessageStore) -> int:
+def _abnormal_start_index(commitlog: CommitLog, cp: StoreCheckpoint, config: MessageStoreConfig) -> int:
     """Newest segment whose first record is valid and not newer than the checkpoint bound."""
-    files = store.commitlog.queue.files
-    cp = store.checkpoint
+    files = commitlog.queue.files
     # Bounding by the index timestamp too (RocketMQ's messageIndexSafe) is what keeps queries complete:
     # index files newer than it were just discarded and must be rebuilt from the log.
-    bound = cp.min_timestamp_index if store.config.message_index_enable else cp.min_timestamp
+    bound = cp.min_timestamp_index if config.message_index_enable else cp.min_timestamp
     if bound > time.time() * 1000:
         # A checkpoint from the future was not written by a flush; trusting it would skip re-dispatch of
         # everything before the last segment. Re-dispatch from the first segment instead.
         log.warning("checkpoint %s holds timestamps in the future; recovering from the first segment", cp.path)
         return 0
     for i in range(len(files) - 1, -1, -1):
-        ts = _first_record_time(files[i], store.config.check_crc_on_recover)
+        ts = _first_record_time(files[i], config.check_crc_on_recover)
         if ts is not None and ts != 0 and ts <= bound:
             return i
     return 0
 
 
-def _quarantine_tail(store: MessageStore, offset: int) -> tuple[int, str | None]:
-    """Copy the non-zero bytes past ``offset`` (the part about to be truncated) to quarantine/."""
-    files = store.commitlog.queue.files
+def _quarantine_tail(commitlog: CommitLog, offset: int, qdir: Path) -> tuple[int, str | None]:
+    """Copy the non-zero bytes past ``offset`` (the part about to be truncated) to ``qdir``."""
+    files = commitlog.queue.files
     chunks: list[bytes] = []
     for mf in files:
         if mf.end_offset <= offset:
@@ -117,7 +118,6 @@ def _quarantine_tail(store: MessageStore, offset: int) -> tuple[int, str | None]
     data = b"".join(chunks)
     if not data:
         return 0, None
-    qdir = store.config.store_path_root_dir / "quarantine"
     qdir.mkdir(parents=True, exist_ok=True)
     path = qdir / f"commitlog-{offset:020d}-{int(time.time() * 1000)}.bin"
     path.write_bytes(data)
@@ -125,16 +125,15 @@ def _quarantine_tail(store: MessageStore, offset: int) -> tuple[int, str | None]
     return len(data), str(path)
 
 
-def _verify_cq_tail(store: MessageStore, process: int) -> tuple[int, int]:
+def _verify_cq_tail(cl: CommitLog, consume_queues: Sequence[ConsumeQueue], process: int) -> tuple[int, int]:
     """Check the recovered ConsumeQueue units against the CommitLog; cut each queue at its first bad unit.
 
     Returns (units dropped, lowest CommitLog offset that must be re-dispatched).
     """
-    cl = store.commitlog
     dropped = 0
     redispatch_from = process
     cl_min = cl.min_offset
-    for cq in store.all_consume_queues():
+    for cq in consume_queues:
         files = cq.queue.files
         if not files:
             continue
@@ -142,17 +141,17 @@ def _verify_cq_tail(store: MessageStore, process: int) -> tuple[int, int]:
         good_end_units = None
         last_good_phy_end = None
         for mf in files[start_file:]:
-            for pos in range(0, mf.wrote, fmt.CQ_UNIT_SIZE):
-                phy, size, _tags = fmt.decode_cq_unit(mf.mm, pos)
-                if size == fmt.CQ_FILL_SIZE or phy + size <= cl_min:
+            for pos in range(0, mf.wrote, units.CQ_UNIT_SIZE):
+                phy, size, _tags = units.decode_cq_unit(mf.mm, pos)
+                if size == units.CQ_FILL_SIZE or phy + size <= cl_min:
                     continue  # filler, or data already deleted below the CommitLog minimum
-                index = (mf.file_from_offset + pos) // fmt.CQ_UNIT_SIZE
-                data = cl.read(phy, fmt.PLACEMENT_SIZE) if phy + size <= process else None
+                index = (mf.file_from_offset + pos) // units.CQ_UNIT_SIZE
+                data = cl.read(phy, records.PLACEMENT_SIZE) if phy + size <= process else None
                 ok = data is not None
                 if ok:
-                    total, magic, qid, qoff = fmt.read_record_placement(data)
+                    total, magic, qid, qoff = records.read_record_placement(data)
                     ok = (
-                        magic in (fmt.MESSAGE_MAGIC_V1, fmt.MESSAGE_MAGIC_V2)
+                        magic in (records.MESSAGE_MAGIC_V1, records.MESSAGE_MAGIC_V2)
                         and total == size
                         and qid == cq.queue_id
                         and qoff == index
@@ -170,16 +169,23 @@ def _verify_cq_tail(store: MessageStore, process: int) -> tuple[int, int]:
             "%s-%d: ConsumeQueue unit %d does not match the CommitLog; rebuilding from there",
             cq.topic, cq.queue_id, good_end_units,
         )  # fmt: skip
-        cq.queue.truncate_dirty_files(good_end_units * fmt.CQ_UNIT_SIZE)
+        cq.queue.truncate_dirty_files(good_end_units * units.CQ_UNIT_SIZE)
         cq.max_physic_offset = last_good_phy_end if last_good_phy_end is not None else -1
         dropped += n_before - cq.max_offset_in_queue
         redispatch_from = min(redispatch_from, last_good_phy_end if last_good_phy_end is not None else cl_min)
     return dropped, redispatch_from
 
 
-def recover(store: MessageStore, last_exit_ok: bool) -> RecoveryReport:
-    cl = store.commitlog
-    cqs = store.all_consume_queues()
+def recover(
+    cl: CommitLog, cqs: Sequence[ConsumeQueue], index: IndexService, checkpoint: StoreCheckpoint,
+    config: MessageStoreConfig, *, last_exit_ok: bool,
+) -> RecoveryReport:  # fmt: skip
+    """Bring the loaded CommitLog and ConsumeQueues to a consistent end; say where dispatch must restart.
+
+    The CommitLog is scanned (from the 3rd-last segment after a clean exit, else from where the
+    checkpoint says) and cut at the end of its valid data; ConsumeQueue units past it or not matching it
+    are dropped.  IndexFiles newer than the checkpoint were already discarded by ``IndexService.load``.
+    """
     for cq in cqs:
         cq.recover()
     max_cq_phy = max((cq.max_physic_offset for cq in cqs), default=-1)
@@ -188,17 +194,17 @@ def recover(store: MessageStore, last_exit_ok: bool) -> RecoveryReport:
         # The deleted-CommitLog case: queues pointing nowhere are useless.
         for cq in cqs:
             cq.destroy()
-        store.index.destroy()
+        index.destroy()
         return RecoveryReport(not last_exit_ok, 0, 0)
 
-    start = max(0, len(files) - 3) if last_exit_ok else _abnormal_start_index(store)
-    process = _scan_commitlog(store, start)
-    truncated, qpath = _quarantine_tail(store, process)
+    start = max(0, len(files) - 3) if last_exit_ok else _abnormal_start_index(cl, checkpoint, config)
+    process = _scan_commitlog(cl, start, config)
+    truncated, qpath = _quarantine_tail(cl, process, config.quarantine_dir)
     cl.queue.truncate_dirty_files(process)
     if max_cq_phy >= process or not last_exit_ok:
         for cq in cqs:
             cq.truncate_dirty_logic_files(process)
-    dropped, redispatch_from = _verify_cq_tail(store, process)
+    dropped, redispatch_from = _verify_cq_tail(cl, cqs, process)
 
     if last_exit_ok:
         dispatch_from = min(max(max_cq_phy, cl.min_offset), process, redispatch_from)

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from store.errors import MQLakeError
 from store.mapped_file import fsync_dir
 
 MANIFEST_NAME = "segments.json"
@@ -65,8 +66,8 @@ class SegmentEntry(BaseModel):
         return f"{self.base_offset:020d}"
 
 
-class ManifestError(RuntimeError):
-    pass
+class ManifestError(MQLakeError, RuntimeError):
+    """The segment manifest cannot be read, or a change to it does not fit the segment's state."""
 
 
 def claimer_id(run_id: str = "") -> str:

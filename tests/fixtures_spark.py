@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from store import format as fmt
+from store.format import msgid, properties, records, units
 from tests.helpers import SMALL_COMMITLOG, make_config, make_message
 
 LONG_TOPIC = "Long" + "x" * 150  # over 127 bytes: stored as a V2 record
@@ -93,18 +93,18 @@ def write_store(root: Path, count: int = MESSAGE_COUNT) -> WrittenStore:
             res = store.put_message(msg)
             assert res.ok, res
             a = res.append
-            props = fmt.decode_properties(msg.properties)
+            props = properties.decode_properties(msg.properties)
             expected[a.wrote_offset] = {
                 "topic": topic, "queue_id": i % 4, "queue_offset": a.queue_offset,
                 "commitlog_offset": a.wrote_offset, "msg_size": a.wrote_bytes,
-                "magic": fmt.MESSAGE_MAGIC_V2 if topic == LONG_TOPIC else fmt.MESSAGE_MAGIC_V1,
+                "magic": records.MESSAGE_MAGIC_V2 if topic == LONG_TOPIC else records.MESSAGE_MAGIC_V1,
                 "body_crc": zlib.crc32(msg.body) & 0x7FFFFFFF, "crc_ok": True, "flag": i % 3, "sys_flag": 0,
-                "born_timestamp": msg.born_timestamp, "born_host": fmt.host_string(msg.born_host),
+                "born_timestamp": msg.born_timestamp, "born_host": msgid.host_string(msg.born_host),
                 "store_timestamp": a.store_timestamp, "store_host": config.store_host, "reconsume_times": 0,
                 "prepared_txn_offset": 0, "tags": props.get("TAGS"), "keys": props.get("KEYS"),
                 "uniq_key": props.get("UNIQ_KEY"), "msg_id": res.msg_ids[0], "properties": props,
                 "body": msg.body,
-                "segment": fmt.offset_to_file_name(a.wrote_offset - a.wrote_offset % SMALL_COMMITLOG),
+                "segment": units.offset_to_file_name(a.wrote_offset - a.wrote_offset % SMALL_COMMITLOG),
                 "position": a.wrote_offset % SMALL_COMMITLOG,
             }  # fmt: skip
     return WrittenStore(Path(config.store_path_root_dir), SMALL_COMMITLOG, expected)

@@ -14,15 +14,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from store import format as fmt
 from store.config import MessageStoreConfig
+from store.format import msgid, properties, records
 
 SMALL_COMMITLOG = 64 * 1024
 SMALL_CONSUME_QUEUE = 20 * 50  # 50 units per ConsumeQueue file
 SMALL_HASH_SLOTS = 64
 SMALL_INDEX_NUM = 256
 
-_uniq = fmt.UniqKeyGenerator(ip=b"\x7f\x00\x00\x01", pid=4242, salt=0x1234ABCD)
+_uniq = msgid.UniqKeyGenerator(ip=b"\x7f\x00\x00\x01", pid=4242, salt=0x1234ABCD)
 _seq = itertools.count()
 
 
@@ -55,7 +55,7 @@ def make_message(
     sys_flag: int = 0,
     born_timestamp: int | None = None,
     **props: str,
-) -> fmt.MessageRecord:
+) -> records.MessageRecord:
     """A MessageRecord with TAGS / KEYS / UNIQ_KEY properties (plus any extra ``props``).
 
     ``uniq_key=True`` generates a client-style id, a string uses that id, False omits it.
@@ -63,19 +63,19 @@ def make_message(
     """
     p: dict[str, str] = {}
     if tags is not None:
-        p[fmt.PROPERTY_TAGS] = tags
+        p[properties.PROPERTY_TAGS] = tags
     if keys is not None:
-        p[fmt.PROPERTY_KEYS] = keys if isinstance(keys, str) else fmt.KEY_SEPARATOR.join(keys)
+        p[properties.PROPERTY_KEYS] = keys if isinstance(keys, str) else properties.KEY_SEPARATOR.join(keys)
     if uniq_key is True:
-        p[fmt.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = _uniq.next()
+        p[properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = _uniq.next()
     elif isinstance(uniq_key, str):
-        p[fmt.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
+        p[properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
     p.update(props)
-    return fmt.MessageRecord(
+    return records.MessageRecord(
         topic=topic,
         queue_id=queue_id,
         body=body.encode("utf-8") if isinstance(body, str) else bytes(body),
-        properties=fmt.encode_properties(p),
+        properties=properties.encode_properties(p),
         sys_flag=sys_flag,
         born_timestamp=int(time.time() * 1000) if born_timestamp is None else born_timestamp,
         born_host=("127.0.0.1", 50000 + next(_seq) % 10000),
@@ -139,7 +139,7 @@ def wait_dispatched(store, timeout: float = 10.0) -> None:
     )
 
 
-def read_queue(store, topic: str, queue_id: int) -> list[tuple[int, fmt.MessageRecord]]:
+def read_queue(store, topic: str, queue_id: int) -> list[tuple[int, records.MessageRecord]]:
     """Every message of a queue via get_message, following next_begin_offset, CRC-checked."""
     from store.message_store import GetMessageStatus
 
@@ -150,7 +150,9 @@ def read_queue(store, topic: str, queue_id: int) -> list[tuple[int, fmt.MessageR
         if r.status != GetMessageStatus.FOUND:
             assert r.status in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE), r.status
             return out
-        out.extend((q, fmt.decode_record(m, check_crc=True)) for q, m in zip(r.queue_offsets, r.messages, strict=True))
+        out.extend(
+            (q, records.decode_record(m, check_crc=True)) for q, m in zip(r.queue_offsets, r.messages, strict=True)
+        )
         assert r.next_begin_offset > offset
         offset = r.next_begin_offset
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from store import format as fmt  # noqa: E402
 from store.config import MessageStoreConfig  # noqa: E402
+from store.format import msgid, properties, records  # noqa: E402
 from store.message_store import MessageStore, PutMessageStatus  # noqa: E402
 
 
@@ -47,7 +47,7 @@ def main() -> None:
     if spec.get("die_in_append"):
         _die_in_append(spec["die_in_append"])
     fd = os.open(spec["ack_log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    uniq = fmt.UniqKeyGenerator()
+    uniq = msgid.UniqKeyGenerator()
     store = MessageStore(cfg).start()
     acks = 0
     acks_lock = threading.Lock()
@@ -66,11 +66,11 @@ def main() -> None:
             seq += 1
             body = (f"{key}:".encode() * (body_size // 4 + 1))[:body_size]
             props = {"KEYS": key, "TAGS": f"tag{qid}", "UNIQ_KEY": uniq.next()}
-            msg = fmt.MessageRecord(
+            msg = records.MessageRecord(
                 topic=topic,
                 queue_id=qid,
                 body=body,
-                properties=fmt.encode_properties(props),
+                properties=properties.encode_properties(props),
                 born_timestamp=time.time_ns() // 1_000_000,
                 born_host=("127.0.0.1", 40000 + t),
             )
@@ -110,7 +110,7 @@ def main() -> None:
         for s in range(upto):
             key = f"k{t}-{s}"
             res = store.query_message(topic, key, 64, 0, 2**62)
-            offs = sorted({fmt.read_physical_offset(m, 0) for m in res.messages})
+            offs = sorted({records.read_physical_offset(m, 0) for m in res.messages})
             log(f"Q {key} {','.join(map(str, offs))}")
         log("QDONE")
 
@@ -127,7 +127,7 @@ def main() -> None:
 def _die_in_append(n: int) -> None:
     """Crash-point injection: SIGKILL this process inside the ``n``-th append, after the record's bytes
     were copied into the segment and before the append finished (at the back-fill of its offsets)."""
-    real = fmt.patch_record
+    real = records.patch_record
     calls = 0
 
     def patch_record(buf, pos, *args):
@@ -137,7 +137,7 @@ def _die_in_append(n: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return real(buf, pos, *args)
 
-    fmt.patch_record = patch_record
+    records.patch_record = patch_record
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 from broker.client import Admin, Message, MessageQueue, Producer
 from broker.remoting.loop import run
 from pipelines.compaction import tables
-from store import format as fmt
+from store.format import records
 from store.retention import SegmentManifest, SegmentState
 from tests.aio import poll
 from tests.fixtures_broker import read_topic
@@ -173,8 +173,9 @@ def test_tier_dag_fails_with_the_report_when_a_segment_is_quarantined(airflow_ho
     segments = sealed_segments(written.root)
     bad = segments[1]
     good = set(rows_of(written, [s for s in segments if s != bad]))
-    rec = next(r for r in written.rows_in(bad) if r["body"] and r["magic"] == fmt.MESSAGE_MAGIC_V1)
-    flip_byte(written.commitlog / bad, rec["position"] + fmt.record_length(0, 0, 0, 0) - 3)  # a body byte: CRC fails
+    rec = next(r for r in written.rows_in(bad) if r["body"] and r["magic"] == records.MESSAGE_MAGIC_V1)
+    # a body byte: CRC fails
+    flip_byte(written.commitlog / bad, rec["position"] + records.record_length(0, 0, 0, 0) - 3)
 
     # "never": compaction_day would skip compact, the run's only leaf, as on every day but the compaction
     # weekday; the failed check must fail the run all the same (the run's state must not depend on the date)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from store import format as fmt
+from store.format import hashing, records
 from store.mapped_file import StoreFileError
 from store.message_store import GetMessageStatus, MessageStore, PutMessageStatus
 from store.recovery import StoreCorruptError
@@ -236,7 +236,7 @@ def test_torn_tail_is_cut_and_quarantined(tmp_path, crashed, damage, back):
         assert res.append.wrote_offset == victim.phy and res.append.queue_offset == victim.queue_offset
         wait_dispatched(store)
         r = store.get_message("Bad", victim.queue_id, victim.queue_offset, 32)
-        assert [fmt.decode_record(m).body for m in r.messages] == [b"again"]
+        assert [records.decode_record(m).body for m in r.messages] == [b"again"]
     assert not (cfg.store_path_root_dir / "abort").exists()
 
 
@@ -330,7 +330,7 @@ def test_corrupted_consume_queue_unit_is_rebuilt(tmp_path, crashed, unit_no, dam
         assert_serves(store, sent)
         cq = store.find_consume_queue("Bad", 0, create=False)
         for s in sent:
-            assert cq.get_unit(s.queue_offset) == (s.phy, s.size, fmt.java_string_hash(s.tags))
+            assert cq.get_unit(s.queue_offset) == (s.phy, s.size, hashing.java_string_hash(s.tags))
         res = store.put_message(make_message("Bad", 0, b"next"))
         assert res.append.queue_offset == len(sent)
 
@@ -355,7 +355,7 @@ def test_corrupted_checkpoint_still_recovers_everything(tmp_path, variant):
         now = int(time.time() * 1000) + 1000
         for s in sent[::37]:
             hits = store.query_message("Bad", s.key, 64, 0, now).messages
-            assert [fmt.decode_record(m).body for m in hits] == [s.body]
+            assert [records.decode_record(m).body for m in hits] == [s.body]
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from broker.config import build_configs
+from broker.remoting import batch_body
 from broker.remoting import headers as h
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode, ResponseCode
@@ -24,9 +25,10 @@ from broker.remoting.command import RemotingCommand
 from broker.server.controller import BrokerController
 from broker.server.queue_locks import RebalanceLockManager
 from broker.server.send import SendProcessor
-from store import format as fmt
 from store.checkpoint import abort_file
 from store.config_files import ConfigFileError
+from store.format import msgid, properties
+from store.format.records import MessageRecord, decode_record
 from tests.helpers import wait_dispatched, wait_until
 
 SMALL = {
@@ -87,14 +89,15 @@ class LiveBroker:
     # --- conveniences -----------------------------------------------------------------------------------
     def send(self, topic: str, body: bytes, queue_id: int = 0, tags: str | None = None, keys: str | None = None,
              v2: bool = True, **props: str) -> RemotingCommand:  # fmt: skip
-        p = {"UNIQ_KEY": fmt.UniqKeyGenerator().next(), **props}
+        p = {"UNIQ_KEY": msgid.UniqKeyGenerator().next(), **props}
         if tags:
             p["TAGS"] = tags
         if keys:
             p["KEYS"] = keys
         v1 = h.SendMessageRequestHeader(
             producer_group="pg", topic=topic, default_topic="TBW102", default_topic_queue_nums=4, queue_id=queue_id,
-            sys_flag=0, born_timestamp=int(time.time() * 1000), flag=0, properties=fmt.encode_properties(p).decode(),
+            sys_flag=0, born_timestamp=int(time.time() * 1000), flag=0,
+            properties=properties.encode_properties(p).decode(),
         )  # fmt: skip
         if v2:
             resp = self.call(RequestCode.SEND_MESSAGE_V2, h.SendMessageRequestHeaderV2.from_v1(v1), body)
@@ -121,10 +124,10 @@ async def _new_client(**kwargs) -> RemotingClient:
     return RemotingClient(**kwargs)
 
 
-def records(body: bytes) -> list[fmt.MessageRecord]:
+def records(body: bytes) -> list[MessageRecord]:
     out, pos = [], 0
     while pos < len(body):
-        rec = fmt.decode_record(body, pos, check_crc=True)
+        rec = decode_record(body, pos, check_crc=True)
         out.append(rec)
         pos += rec.total_size
     return out
@@ -172,7 +175,7 @@ def test_send_v1_and_v2_then_pull_the_raw_records(broker: LiveBroker) -> None:
         assert r.code == ResponseCode.SUCCESS, r.remark
         assert r.ext_fields["queueId"] == "1" and r.ext_fields["queueOffset"] == str(offset)
         assert r.ext_fields["MSG_REGION"] == "DefaultRegion" and r.ext_fields["TRACE_ON"] == "true"
-        assert fmt.decode_offset_msg_id(r.ext_fields["msgId"])[0] == ("127.0.0.1", broker.controller.port)
+        assert msgid.decode_offset_msg_id(r.ext_fields["msgId"])[0] == ("127.0.0.1", broker.controller.port)
     resp = broker.pull("SendPull", 1, 0)
     assert resp.code == ResponseCode.SUCCESS, resp.remark
     assert resp.ext_fields["nextBeginOffset"] == "2" and resp.ext_fields["maxOffset"] == "2"
@@ -210,20 +213,22 @@ def test_a_full_disk_answers_sends_with_service_not_available(fresh_broker, monk
 def test_send_batch_stores_each_message_with_its_own_properties(broker: LiveBroker, code: int) -> None:
     """Code 320 as Java clients send batches, or code 10 with ``batch=1`` as the C++ client does."""
     topic = f"Batch{int(code)}"
-    gen = fmt.UniqKeyGenerator()
+    gen = msgid.UniqKeyGenerator()
     ids = [gen.next() for _ in range(3)]
     items = [
-        fmt.BatchItem(0, f"b{i}".encode(), fmt.encode_properties({"UNIQ_KEY": ids[i], "TAGS": "T", "KEYS": f"bk{i}"}))
+        batch_body.BatchItem(
+            0, f"b{i}".encode(), properties.encode_properties({"UNIQ_KEY": ids[i], "TAGS": "T", "KEYS": f"bk{i}"})
+        )
         for i in range(3)
     ]
     v1 = h.SendMessageRequestHeader(
         producer_group="pg", topic=topic, default_topic="TBW102", default_topic_queue_nums=4, queue_id=2,
         sys_flag=0, born_timestamp=int(time.time() * 1000), flag=0, batch=True,
-        properties=fmt.encode_properties({"UNIQ_KEY": gen.next(), "WAIT": "true"}).decode(),
+        properties=properties.encode_properties({"UNIQ_KEY": gen.next(), "WAIT": "true"}).decode(),
     )  # fmt: skip
     header = h.SendMessageRequestHeaderV2.from_v1(v1) if code == RequestCode.SEND_BATCH_MESSAGE else v1
     ext = {} if code == RequestCode.SEND_BATCH_MESSAGE else {"batch": "1"}  # the C++ client's boolean
-    r = broker.call(code, header, fmt.encode_batch_body(items), **ext)
+    r = broker.call(code, header, batch_body.encode_batch_body(items), **ext)
     assert r.code == ResponseCode.SUCCESS, r.remark
     broker.dispatched()
     assert len(r.ext_fields["msgId"].split(",")) == 3 and r.ext_fields["queueOffset"] == "0"
@@ -236,19 +241,19 @@ def test_send_batch_stores_each_message_with_its_own_properties(broker: LiveBrok
 
 def test_batch_body_codec_round_trip_and_errors() -> None:
     items = [
-        fmt.BatchItem(7, b"body-a", b"TAGS\x01A\x02"),
-        fmt.BatchItem(0, b"", b""),
-        fmt.BatchItem(1, b"z" * 300, b""),
+        batch_body.BatchItem(7, b"body-a", b"TAGS\x01A\x02"),
+        batch_body.BatchItem(0, b"", b""),
+        batch_body.BatchItem(1, b"z" * 300, b""),
     ]
-    body = fmt.encode_batch_body(items)
-    assert fmt.decode_batch_body(body) == items
-    first = len(fmt.encode_batch_body(items[:1]))
+    body = batch_body.encode_batch_body(items)
+    assert batch_body.decode_batch_body(body) == items
+    first = len(batch_body.encode_batch_body(items[:1]))
     with pytest.raises(ValueError, match=f"offset {first}"):
-        fmt.decode_batch_body(body[: first + 10])  # the second message cut short
+        batch_body.decode_batch_body(body[: first + 10])  # the second message cut short
     bad_size = bytearray(body)
     bad_size[3] += 1  # TOTALSIZE of the first message no longer matches its fields
     with pytest.raises(ValueError, match="offset 0: size"):
-        fmt.decode_batch_body(bytes(bad_size))
+        batch_body.decode_batch_body(bytes(bad_size))
 
 
 def test_pull_filters_by_tags(broker: LiveBroker) -> None:
@@ -543,7 +548,7 @@ def test_query_by_key_and_view_by_offset(broker: LiveBroker) -> None:
     assert int(found.ext_fields["indexLastUpdatePhyoffset"]) >= 0 and "indexLastUpdateTimestamp" in found.ext_fields
     hdr.key = "order-78"
     assert broker.call(RequestCode.QUERY_MESSAGE, hdr).code == ResponseCode.QUERY_NOT_FOUND
-    _, offset = fmt.decode_offset_msg_id(r.ext_fields["msgId"])
+    _, offset = msgid.decode_offset_msg_id(r.ext_fields["msgId"])
     view = broker.call(RequestCode.VIEW_MESSAGE_BY_ID, h.ViewMessageRequestHeader(offset=offset))
     assert records(view.body)[0].body == b"find me"
     assert broker.call(RequestCode.VIEW_MESSAGE_BY_ID, h.ViewMessageRequestHeader(offset=offset + 3)).code == 1
@@ -551,7 +556,7 @@ def test_query_by_key_and_view_by_offset(broker: LiveBroker) -> None:
 
 def test_consumer_send_back_goes_to_retry_then_dlq(broker: LiveBroker) -> None:
     r = broker.send("Failing", b"bad news", tags="T")
-    _, offset = fmt.decode_offset_msg_id(r.ext_fields["msgId"])
+    _, offset = msgid.decode_offset_msg_id(r.ext_fields["msgId"])
     back = h.ConsumerSendMsgBackRequestHeader(offset=offset, group="rg", delay_level=0, origin_topic="Failing")
     assert broker.call(RequestCode.CONSUMER_SEND_MSG_BACK, back).code == ResponseCode.SUCCESS
     broker.dispatched()
@@ -575,7 +580,7 @@ def test_client_side_retry_past_the_limit_lands_in_the_dlq(broker: LiveBroker) -
     v1 = h.SendMessageRequestHeader(
         producer_group="pg", topic="%RETRY%xg", default_topic="TBW102", default_topic_queue_nums=4, queue_id=0,
         sys_flag=0, born_timestamp=0, flag=0, reconsume_times=17, max_reconsume_times=16,
-        properties=fmt.encode_properties({"RETRY_TOPIC": "Orig"}).decode(),
+        properties=properties.encode_properties({"RETRY_TOPIC": "Orig"}).decode(),
     )  # fmt: skip
     r = broker.call(RequestCode.SEND_MESSAGE, v1, b"too many tries")
     assert r.code == ResponseCode.SUCCESS
@@ -697,7 +702,7 @@ def test_sync_flush_send_is_durable_before_the_answer(fresh_broker) -> None:
     b.controller.server.register(RequestCode.SEND_MESSAGE_V2, lambda cmd, conn: answer(proc.send_inline(cmd, conn)))
     r = b.send("Durable", b"on disk")
     assert r.code == ResponseCode.SUCCESS
-    offset = fmt.decode_offset_msg_id(r.ext_fields["msgId"])[1]
+    offset = msgid.decode_offset_msg_id(r.ext_fields["msgId"])[1]
     (stored,) = records(b.pull("Durable", 0, 0).body)
     assert stored.body == b"on disk" and stored.physical_offset == offset
     assert len(flushed_at_answer) == 1

@@ -13,7 +13,7 @@ from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.loop import run
 from broker.remoting.server import RemotingServer
-from store.format import java_string_hash
+from store.format.hashing import java_string_hash
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,7 +14,7 @@ from broker.client.message import Message, MessageExt, MessageQueue, decode_mess
 from broker.client.pull_consumer import Subscription
 from broker.client.route import RouteError, parse_route
 from cli.admin import consumer_progress_table, messages_table, topic_status_table
-from store import format as fmt
+from store.format import hashing, msgid, records
 from tests.helpers import make_message
 
 
@@ -85,21 +85,21 @@ def test_decode_messages_reads_raw_records_back_to_back():
     recs = [make_message("T", 1, f"body-{i}", tags="A", keys=f"k{i}", color="red") for i in range(3)]
     for i, r in enumerate(recs):
         r.queue_offset, r.physical_offset, r.store_host = i, 1000 * i, ("10.1.2.3", 10911)
-    body = b"".join(fmt.encode_record(r) for r in recs)
+    body = b"".join(records.encode_record(r) for r in recs)
     msgs = decode_messages(body, "b1")
     assert [m.body for m in msgs] == [b"body-0", b"body-1", b"body-2"]
     m = msgs[2]
     assert (m.topic, m.queue_id, m.queue_offset, m.commit_log_offset, m.broker_name) == ("T", 1, 2, 2000, "b1")
     assert m.tags == "A" and m.keys == "k2" and m.user_properties == {"color": "red"}
-    assert m.msg_id == recs[2].uniq_key and m.offset_msg_id == fmt.create_offset_msg_id(("10.1.2.3", 10911), 2000)
-    with pytest.raises(fmt.RecordError, match="pull body at offset"):
+    assert m.msg_id == recs[2].uniq_key and m.offset_msg_id == msgid.create_offset_msg_id(("10.1.2.3", 10911), 2000)
+    with pytest.raises(records.RecordError, match="pull body at offset"):
         decode_messages(body[:-3], source="pull body")
 
 
 def test_message_ext_json_marks_binary_bodies():
     rec = make_message("T", 0, b"\xff\x00")
     rec.store_host = ("127.0.0.1", 1)
-    j = MessageExt.from_record(fmt.decode_record(fmt.encode_record(rec))).to_json()
+    j = MessageExt.from_record(records.decode_record(records.encode_record(rec))).to_json()
     assert j["bodyEncoding"] == "hex" and j["body"] == "ff00"
 
 
@@ -108,7 +108,7 @@ def test_subscription_expressions():
     assert s.tags == {"TagA", "TagB"} and s.matches("TagB") and not s.matches("TagC") and not s.matches(None)
     j = s.to_json()
     assert j["tagsSet"] == ["TagA", "TagB"]
-    assert j["codeSet"] == [fmt.java_string_hash("TagA"), fmt.java_string_hash("TagB")]
+    assert j["codeSet"] == [hashing.java_string_hash("TagA"), hashing.java_string_hash("TagB")]
     assert Subscription.parse("T", "*").tags is None and Subscription.parse("T", None).matches(None)
 
 
@@ -129,6 +129,6 @@ def test_admin_tables_render():
     console.print(consumer_progress_table([QueueProgress("T", "b1", 0, 12, 5, 0)]))
     rec = make_message("T", 0, "payload", tags="A", keys="K")
     rec.store_host = ("127.0.0.1", 1)
-    console.print(messages_table([MessageExt.from_record(fmt.decode_record(fmt.encode_record(rec)))]))
+    console.print(messages_table([MessageExt.from_record(records.decode_record(records.encode_record(rec)))]))
     out = console.export_text()
     assert "b1" in out and "12" in out and "Diff Total: 7" in out and "payload" in out

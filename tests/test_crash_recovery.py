@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from store import format as fmt
 from store.checkpoint import abort_file
 from store.config import FlushDiskType, MessageStoreConfig
+from store.format import hashing, properties, records, units
 from store.message_store import GetMessageStatus, MessageStore, PutMessageStatus
 from tests.helpers import make_config, make_message, wait_dispatched, wait_until
 
@@ -135,9 +135,9 @@ def segment_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if len(p.name) == 20 and p.name.isdigit())
 
 
-def scan_commitlog(cfg: MessageStoreConfig) -> tuple[dict[int, fmt.MessageRecord], int]:
+def scan_commitlog(cfg: MessageStoreConfig) -> tuple[dict[int, records.MessageRecord], int]:
     """Every valid record from the first segment on, decoded from the files; and the end of the valid data."""
-    records: dict[int, fmt.MessageRecord] = {}
+    by_offset: dict[int, records.MessageRecord] = {}
     files = segment_files(cfg.commitlog_dir)
     end = int(files[0].name) if files else 0
     for p in files:
@@ -146,18 +146,18 @@ def scan_commitlog(cfg: MessageStoreConfig) -> tuple[dict[int, fmt.MessageRecord
         if base != end:
             break
         while True:
-            res = fmt.check_record(data, pos, check_crc=True)
+            res = records.check_record(data, pos, check_crc=True)
             if res.blank:
                 pos = len(data)
                 break
             if not res.ok or res.size <= 0:
                 break
-            records[base + pos] = fmt.decode_record(data, pos)
+            by_offset[base + pos] = records.decode_record(data, pos)
             pos += res.size
         end = base + pos
         if pos < len(data):
             break
-    return records, end
+    return by_offset, end
 
 
 def cq_units_on_disk(cfg: MessageStoreConfig, topic: str, queue_id: int) -> list[tuple[int, int, int]]:
@@ -165,63 +165,63 @@ def cq_units_on_disk(cfg: MessageStoreConfig, topic: str, queue_id: int) -> list
     if not qdir.exists():
         return []
     data = b"".join(p.read_bytes() for p in segment_files(qdir))
-    units = []
-    for unit in fmt.iter_cq_units(data):
+    on_disk = []
+    for unit in units.iter_cq_units(data):
         if unit[1] == 0:
             break
-        units.append(unit)
-    return units
+        on_disk.append(unit)
+    return on_disk
 
 
-def index_headers(cfg: MessageStoreConfig) -> dict[str, fmt.IndexHeader]:
+def index_headers(cfg: MessageStoreConfig) -> dict[str, units.IndexHeader]:
     if not cfg.index_dir.exists():
         return {}
-    return {p.name: fmt.decode_index_header(p.read_bytes()) for p in sorted(cfg.index_dir.iterdir())}
+    return {p.name: units.decode_index_header(p.read_bytes()) for p in sorted(cfg.index_dir.iterdir())}
 
 
-def record_keys(rec: fmt.MessageRecord) -> list[str]:
-    return fmt.split_keys(rec.keys) + ([rec.uniq_key] if rec.uniq_key else [])
+def record_keys(rec: records.MessageRecord) -> list[str]:
+    return properties.split_keys(rec.keys) + ([rec.uniq_key] if rec.uniq_key else [])
 
 
 def query_offsets(store: MessageStore, topic: str, key: str) -> set[int]:
     res = store.query_message(topic, key, 64, 0, 2**62)
-    return {fmt.read_physical_offset(m, 0) for m in res.messages}
+    return {records.read_physical_offset(m, 0) for m in res.messages}
 
 
-def assert_store_consistent(store: MessageStore, *, strict_index: bool = True) -> dict[int, fmt.MessageRecord]:
+def assert_store_consistent(store: MessageStore, *, strict_index: bool = True) -> dict[int, records.MessageRecord]:
     """ConsumeQueue and IndexFile agree with the CommitLog as the files hold it; returns the scanned records."""
     cfg = store.config
-    records, end = scan_commitlog(cfg)
+    by_offset, end = scan_commitlog(cfg)
     assert end == store.max_phy_offset, "the store's max offset is not the end of the valid data on disk"
-    by_queue: dict[tuple[str, int], list[fmt.MessageRecord]] = {}
-    for rec in records.values():
-        assert rec.physical_offset in records
+    by_queue: dict[tuple[str, int], list[records.MessageRecord]] = {}
+    for rec in by_offset.values():
+        assert rec.physical_offset in by_offset
         by_queue.setdefault((rec.topic, rec.queue_id), []).append(rec)
     for (topic, qid), recs in by_queue.items():
         offsets = sorted(r.queue_offset for r in recs)
         assert offsets == list(range(len(recs))), f"{topic}-{qid}: duplicate or missing queue offsets in the log"
-        units = cq_units_on_disk(cfg, topic, qid)
-        assert len(units) == len(recs) == store.get_max_offset_in_queue(topic, qid), f"{topic}-{qid}"
-        for i, (phy, size, tags) in enumerate(units):
-            rec = records.get(phy)
+        on_disk = cq_units_on_disk(cfg, topic, qid)
+        assert len(on_disk) == len(recs) == store.get_max_offset_in_queue(topic, qid), f"{topic}-{qid}"
+        for i, (phy, size, tags) in enumerate(on_disk):
+            rec = by_offset.get(phy)
             assert rec is not None, f"{topic}-{qid} unit {i} points at {phy}, which is not a record"
             assert (rec.topic, rec.queue_id, rec.queue_offset) == (topic, qid, i)
-            assert size == rec.total_size and tags == fmt.tags_code(rec.tags)
-    assert sum(len(v) for v in by_queue.values()) == len(records)
+            assert size == rec.total_size and tags == hashing.tags_code(rec.tags)
+    assert sum(len(v) for v in by_queue.values()) == len(by_offset)
     # every key of every record is found by a query, at the record's offset
-    for phy, rec in records.items():
+    for phy, rec in by_offset.items():
         for key in record_keys(rec):
             assert phy in query_offsets(store, rec.topic, key), f"key {key} of the record at {phy} is not found"
     if strict_index:
         # and every index entry is one of those keys (nothing points into a cut-off tail)
-        hashes = {phy: {fmt.index_key_hash(fmt.index_key(r.topic, k)) for k in record_keys(r)}
-                  for phy, r in records.items()}  # fmt: skip
+        hashes = {phy: {hashing.index_key_hash(hashing.index_key(r.topic, k)) for k in record_keys(r)}
+                  for phy, r in by_offset.items()}  # fmt: skip
         for f in store.index.files:
             for n in range(1, f.header.index_count):
-                key_hash, phy, _diff, _prev = fmt.read_index_entry(f.mm, f.hash_slot_num, n)
-                assert phy in records, f"{f.path} entry {n} points at {phy}, which is not a record"
+                key_hash, phy, _diff, _prev = units.read_index_entry(f.mm, f.hash_slot_num, n)
+                assert phy in by_offset, f"{f.path} entry {n} points at {phy}, which is not a record"
                 assert key_hash in hashes[phy], f"{f.path} entry {n}: hash is not a key of the record at {phy}"
-    return records
+    return by_offset
 
 
 def assert_acked_readable(store: MessageStore, acks: list[Ack]) -> None:
@@ -229,7 +229,7 @@ def assert_acked_readable(store: MessageStore, acks: list[Ack]) -> None:
         res = store.get_message(TOPIC, a.queue_id, a.queue_offset, 1)
         assert res.status == GetMessageStatus.FOUND, f"acked {a.key} at {a.queue_id}/{a.queue_offset}: {res.status}"
         assert res.queue_offsets == [a.queue_offset]
-        rec = fmt.decode_record(res.messages[0])
+        rec = records.decode_record(res.messages[0])
         assert (rec.body, rec.keys, rec.physical_offset) == (a.body, a.key, a.phy), f"acked {a.key} differs"
         assert a.phy in query_offsets(store, TOPIC, a.key), f"acked {a.key} is not found by key"
 
@@ -286,7 +286,7 @@ def append_one_per_queue(store: MessageStore, tag: str) -> list[tuple[int, int, 
     wait_dispatched(store)
     for q, qoff, _phy, body in out:
         got = store.get_message(TOPIC, q, qoff, 1)
-        assert got.status == GetMessageStatus.FOUND and fmt.decode_record(got.messages[0]).body == body
+        assert got.status == GetMessageStatus.FOUND and records.decode_record(got.messages[0]).body == body
     return out
 
 
@@ -312,8 +312,8 @@ def test_sync_flush_crash_loses_no_acknowledged_message(tmp_path, writer_factory
         per_queue = {q: sorted(a.queue_offset for a in acks if a.queue_id == q) for q in range(QUEUES)}
         for q, offs in per_queue.items():
             assert len(offs) == len(set(offs)), f"queue {q}: two acks share a queue offset"
-        records = assert_store_consistent(store, strict_index=False)
-        assert {a.phy for a in acks} <= set(records)
+        by_offset = assert_store_consistent(store, strict_index=False)
+        assert {a.phy for a in acks} <= set(by_offset)
         append_one_per_queue(store, "sync")
         assert_store_consistent(store, strict_index=False)
     finally:
@@ -328,13 +328,13 @@ def test_torn_tail_is_cut_and_quarantined(tmp_path, writer_factory, garbage):
     w.wait_for(lambda log: len(log.acks) >= 400, "400 acknowledged messages")
     acks = w.kill().acks
 
-    records, old_end = scan_commitlog(cfg)
-    last = records[max(records)]
+    by_offset, old_end = scan_commitlog(cfg)
+    last = by_offset[max(by_offset)]
     # A header that looks right (size, magic, queue and offsets of the next record) but whose record never
     # finished: the first 60 bytes of a real record, the rest of it missing.
-    header = bytearray(fmt.encode_record(last)[:60])
-    struct.pack_into(">q", header, fmt.QUEUE_OFFSET_POS, last.queue_offset + 1)
-    struct.pack_into(">q", header, fmt.PHYSICAL_OFFSET_POS, old_end)
+    header = bytearray(records.encode_record(last)[:60])
+    struct.pack_into(">q", header, records.QUEUE_OFFSET_POS, last.queue_offset + 1)
+    struct.pack_into(">q", header, records.PHYSICAL_OFFSET_POS, old_end)
     rng = random.Random(20240601)
     if garbage == "random-then-header":
         noise = bytearray(rng.randbytes(200))
@@ -342,7 +342,7 @@ def test_torn_tail_is_cut_and_quarantined(tmp_path, writer_factory, garbage):
         junk = bytes(noise) + bytes(header)
     else:
         junk = bytes(header) + rng.randbytes(40)
-    seg = cfg.commitlog_dir / fmt.offset_to_file_name(old_end - old_end % cfg.mapped_file_size_commit_log)
+    seg = cfg.commitlog_dir / units.offset_to_file_name(old_end - old_end % cfg.mapped_file_size_commit_log)
     pos = old_end - int(seg.name)
     junk = junk[: cfg.mapped_file_size_commit_log - pos]
     with open(seg, "r+b") as f:
@@ -362,7 +362,7 @@ def test_torn_tail_is_cut_and_quarantined(tmp_path, writer_factory, garbage):
         res = store.put_message(msg)
         assert res.status == PutMessageStatus.PUT_OK
         room = cfg.mapped_file_size_commit_log - pos
-        if room >= res.append.wrote_bytes + fmt.END_FILE_MIN_BLANK_LENGTH:
+        if room >= res.append.wrote_bytes + records.END_FILE_MIN_BLANK_LENGTH:
             assert res.append.wrote_offset == old_end, "the next append lands exactly where the valid data ended"
         else:  # no room left in that segment: a blank record fills it and the append opens the next one
             assert res.append.wrote_offset == old_end + room
@@ -432,7 +432,7 @@ def acked_present(store: MessageStore, acks: list[Ack]) -> list[bool]:
     present = []
     for a in acks:
         res = store.get_message(TOPIC, a.queue_id, a.queue_offset, 1)
-        present.append(res.status == GetMessageStatus.FOUND and fmt.decode_record(res.messages[0]).body == a.body)
+        present.append(res.status == GetMessageStatus.FOUND and records.decode_record(res.messages[0]).body == a.body)
     return present
 
 
@@ -455,15 +455,15 @@ def test_kill_inside_an_append_leaves_no_half_record(tmp_path, writer_factory):
     assert len(acks) == 300
     end = acks[-1].phy + acks[-1].size
     seg_size = cfg.mapped_file_size_commit_log
-    seg = cfg.commitlog_dir / fmt.offset_to_file_name(end - end % seg_size)
-    if end % seg_size and fmt.check_record(seg.read_bytes(), end % seg_size).blank:
+    seg = cfg.commitlog_dir / units.offset_to_file_name(end - end % seg_size)
+    if end % seg_size and records.check_record(seg.read_bytes(), end % seg_size).blank:
         end += seg_size - end % seg_size  # the dying append had rolled to the next segment first
 
     store = reopen(cfg)
     try:
         assert store.max_phy_offset == end, "the interrupted record is not part of the log"
-        records = assert_store_consistent(store)
-        assert len(records) == 300
+        by_offset = assert_store_consistent(store)
+        assert len(by_offset) == 300
         assert_acked_readable(store, acks)
         res = store.put_message(make_message(TOPIC, 0, b"next", keys="next"))
         assert res.status == PutMessageStatus.PUT_OK and res.append.wrote_offset == end
@@ -479,7 +479,7 @@ def first_record_times(cfg: MessageStoreConfig) -> list[tuple[int, int]]:
     for p in segment_files(cfg.commitlog_dir):
         with open(p, "rb") as f:
             head = f.read(4096)
-        res = fmt.check_record(head, 0, check_crc=False)
+        res = records.check_record(head, 0, check_crc=False)
         if res.ok and res.size > 0:
             out.append((int(p.name), res.request.store_timestamp))
     return out
@@ -509,11 +509,11 @@ def test_index_files_newer_than_checkpoint_are_rebuilt(tmp_path, writer_factory)
     wait_until(lambda: all(checkpoint()) and expected_abnormal_start(cfg, checkpoint()) > 0, 30,
                "the checkpoint to move past the first segment")  # fmt: skip
     log = w.kill()
-    assert cp_path.stat().st_size == fmt.CHECKPOINT_SIZE
+    assert cp_path.stat().st_size == units.CHECKPOINT_SIZE
     cp = checkpoint()
     physic, logics, index_ts = cp
-    records, _end = scan_commitlog(cfg)
-    newest = max(r.store_timestamp for r in records.values())
+    by_offset, _end = scan_commitlog(cfg)
+    newest = max(r.store_timestamp for r in by_offset.values())
     for ts in cp:
         assert w.started_ms - 1000 <= ts <= newest, f"checkpoint {cp} is outside the run"
     start = expected_abnormal_start(cfg, cp)

@@ -10,7 +10,7 @@ from expectations.rules import MESSAGES, QUEUES, RULES, SEGMENTS, checked_messag
 from expectations.runner import QUALITY_RESULTS_SCHEMA, validate
 from pipelines.compaction import checks
 from pipelines.segments import scan_segment
-from store import format as fmt
+from store.format import records
 from store.retention import SegmentManifest, SegmentState
 
 
@@ -117,10 +117,10 @@ def test_flipped_byte_in_a_segment_copy_is_caught(spark, clean, spark_store, tmp
     a = names[0]
     store = tmp_path / "store"
     shutil.copytree(spark_store.root, store)
-    row = next(r for r in spark_store.rows_in(a) if r["body"] and r["magic"] == fmt.MESSAGE_MAGIC_V1)
+    row = next(r for r in spark_store.rows_in(a) if r["body"] and r["magic"] == records.MESSAGE_MAGIC_V1)
     path = store / "commitlog" / a
     data = bytearray(path.read_bytes())
-    data[row["position"] + fmt.record_length(0, 0, 0, 0) - 3] ^= 0x01  # first body byte
+    data[row["position"] + records.record_length(0, 0, 0, 0) - 3] ^= 0x01  # first body byte
     path.write_bytes(data)
     df = spark.read.format("commitlog").option("segments", str(int(a))).load(str(store))
     facts = [scan_segment(path)]

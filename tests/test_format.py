@@ -1,4 +1,4 @@
-"""Byte-compatibility tests for store/format.py against values computed independently of it.
+"""Byte-compatibility tests for store/format/ against values computed independently of it.
 
 The expected values come from the JVM, not from our codec: ``tests/vectors/java_vectors.json`` is the
 output of ``tests/vectors/Vectors.java`` (JDK only: String.hashCode, Math.abs, java.util.zip.CRC32,
@@ -14,7 +14,7 @@ The JSON records the SHA-256 of the Vectors.java that wrote it, and
 also rebuilds the vectors and checks they equal the committed JSON.  The local-time vectors run in zones read
 from the pinned ``tzdata`` package, not the host's tz database.
 
-Other expectations are built here with ``struct``/``zlib``/``time`` by hand, never through format.py.
+Other expectations are built here with ``struct``/``zlib``/``time`` by hand, never through store/format.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from store import format as fmt
+from store.format import delay, hashing, msgid, properties, records, units
 
 VECTORS_DIR = Path(__file__).parent / "vectors"
 V = json.loads((VECTORS_DIR / "java_vectors.json").read_text(encoding="utf-8"))
@@ -43,7 +43,7 @@ RECORDS = {r["name"]: r for r in V["records"]}
 IPV4 = RECORDS["ipv4"]
 
 
-def _record_from_vector(r: dict, **overrides) -> fmt.MessageRecord:
+def _record_from_vector(r: dict, **overrides) -> records.MessageRecord:
     kw = dict(
         topic=r["topic"],
         queue_id=r["queue_id"],
@@ -61,7 +61,7 @@ def _record_from_vector(r: dict, **overrides) -> fmt.MessageRecord:
         physical_offset=r["physical_offset"],
     )
     kw.update(overrides)
-    return fmt.MessageRecord(**kw)
+    return records.MessageRecord(**kw)
 
 
 @contextlib.contextmanager
@@ -92,13 +92,13 @@ def local_zone(name: str):
 
 @pytest.mark.parametrize("vec", V["string_hash"], ids=lambda v: repr(v["s"])[:24])
 def test_java_string_hash_matches_java(vec):
-    assert fmt.java_string_hash(vec["s"]) == vec["hash"]
+    assert hashing.java_string_hash(vec["s"]) == vec["hash"]
 
 
 @pytest.mark.parametrize("vec", V["string_hash"], ids=lambda v: repr(v["s"])[:24])
 def test_index_key_hash_matches_java_abs_semantics(vec):
-    assert fmt.index_key_hash(vec["s"]) == vec["index_key_hash"]
-    assert 0 <= fmt.index_key_hash(vec["s"]) <= 0x7FFFFFFF
+    assert hashing.index_key_hash(vec["s"]) == vec["index_key_hash"]
+    assert 0 <= hashing.index_key_hash(vec["s"]) <= 0x7FFFFFFF
 
 
 def test_index_key_hash_of_integer_min_value_is_zero():
@@ -106,8 +106,8 @@ def test_index_key_hash_of_integer_min_value_is_zero():
     assert vec["hash"] == V["integer_min_value"] == -(2**31)
     assert vec["math_abs"] == -(2**31)  # Java's Math.abs leaves MIN_VALUE negative ...
     assert vec["index_key_hash"] == 0  # ... so IndexFile forces it to 0
-    assert fmt.java_string_hash("polygenelubricants") == -(2**31)
-    assert fmt.index_key_hash("polygenelubricants") == 0
+    assert hashing.java_string_hash("polygenelubricants") == -(2**31)
+    assert hashing.index_key_hash("polygenelubricants") == 0
 
 
 def test_vectors_cover_the_interesting_cases():
@@ -119,12 +119,12 @@ def test_vectors_cover_the_interesting_cases():
 
 
 def test_tags_code():
-    assert fmt.tags_code(None) == 0
-    assert fmt.tags_code("") == 0
+    assert hashing.tags_code(None) == 0
+    assert hashing.tags_code("") == 0
     for vec in V["string_hash"]:
         if vec["s"]:
-            assert fmt.tags_code(vec["s"]) == vec["tags_code"] == vec["hash"]  # sign-extended int
-    assert fmt.tags_code("TopicTest") == -1902610879
+            assert hashing.tags_code(vec["s"]) == vec["tags_code"] == vec["hash"]  # sign-extended int
+    assert hashing.tags_code("TopicTest") == -1902610879
 
 
 # =====================================================================================================
@@ -135,14 +135,14 @@ def test_tags_code():
 @pytest.mark.parametrize("vec", V["crc32"], ids=lambda v: v["name"])
 def test_body_crc32_matches_masked_java_crc32(vec):
     data = bytes.fromhex(vec["hex"])
-    assert fmt.body_crc32(data) == vec["masked"] == vec["crc32"] & 0x7FFFFFFF
-    assert fmt.body_crc32(bytearray(data)) == vec["masked"]
-    assert fmt.body_crc32(memoryview(data)) == vec["masked"]
+    assert hashing.body_crc32(data) == vec["masked"] == vec["crc32"] & 0x7FFFFFFF
+    assert hashing.body_crc32(bytearray(data)) == vec["masked"]
+    assert hashing.body_crc32(memoryview(data)) == vec["masked"]
 
 
 def test_crc32_standard_check_value():
     assert zlib.crc32(b"123456789") == 0xCBF43926
-    assert fmt.body_crc32(b"123456789") == 0x4BF43926
+    assert hashing.body_crc32(b"123456789") == 0x4BF43926
     (vec,) = [v for v in V["crc32"] if v["name"] == "check_123456789"]
     assert vec["crc32"] == 0xCBF43926 and vec["masked"] == 0x4BF43926
 
@@ -162,7 +162,7 @@ def test_crc_vectors_have_the_intended_inputs():
 @pytest.mark.parametrize("name", list(RECORDS))
 def test_encode_record_equals_java_bytes(name):
     r = RECORDS[name]
-    encoded = fmt.encode_record(_record_from_vector(r, sys_flag=r["sys_flag"] & ~0x30))  # host bits derived
+    encoded = records.encode_record(_record_from_vector(r, sys_flag=r["sys_flag"] & ~0x30))  # host bits derived
     assert encoded.hex() == r["hex"]
     assert len(encoded) == r["total_size"]
 
@@ -171,7 +171,7 @@ def test_encode_record_equals_java_bytes(name):
 def test_decode_record_round_trips_java_bytes(name):
     r = RECORDS[name]
     raw = bytes.fromhex(r["hex"])
-    rec = fmt.decode_record(raw, check_crc=True)
+    rec = records.decode_record(raw, check_crc=True)
     assert rec.topic == r["topic"]
     assert rec.queue_id == r["queue_id"]
     assert rec.body == r["body"].encode("utf-8")
@@ -189,9 +189,9 @@ def test_decode_record_round_trips_java_bytes(name):
     assert rec.body_crc == r["body_crc"]
     assert rec.magic == r["magic"]
     assert rec.total_size == r["total_size"] == len(raw)
-    assert bytes(fmt.encode_record(rec)) == raw
+    assert bytes(records.encode_record(rec)) == raw
     topic_len = len(r["topic"].encode("utf-8"))
-    assert fmt.record_length(rec.sys_flag, len(rec.body), topic_len, len(rec.properties), rec.magic) == len(raw)
+    assert records.record_length(rec.sys_flag, len(rec.body), topic_len, len(rec.properties), rec.magic) == len(raw)
 
 
 def test_java_records_have_expected_flags_and_magic():
@@ -199,8 +199,9 @@ def test_java_records_have_expected_flags_and_magic():
     assert RECORDS["ipv6_store"]["sys_flag"] == 0x20
     assert RECORDS["ipv6_both"]["sys_flag"] == 0x30
     assert RECORDS["committed_tx_utf8"]["sys_flag"] == 0x8
-    assert RECORDS["v2_topic200"]["magic"] == fmt.MESSAGE_MAGIC_V2 == struct.unpack(">i", bytes.fromhex("DAA320AB"))[0]
-    assert RECORDS["ipv4"]["magic"] == fmt.MESSAGE_MAGIC_V1 == struct.unpack(">i", bytes.fromhex("DAA320A7"))[0]
+    v2 = struct.unpack(">i", bytes.fromhex("DAA320AB"))[0]
+    assert RECORDS["v2_topic200"]["magic"] == records.MESSAGE_MAGIC_V2 == v2
+    assert RECORDS["ipv4"]["magic"] == records.MESSAGE_MAGIC_V1 == struct.unpack(">i", bytes.fromhex("DAA320A7"))[0]
     assert len(RECORDS["v2_topic200"]["topic"].encode()) == 200
 
 
@@ -213,18 +214,19 @@ def test_ipv4_fixed_positions():
     assert struct.unpack_from(">q", raw, 56)[0] == 1700000000123  # STORETIMESTAMP at 56
     assert struct.unpack_from(">q", raw, 40)[0] == 1700000000000  # BORNTIMESTAMP at 40
     assert struct.unpack_from(">q", raw, 28)[0] == 1024  # PHYSICALOFFSET at 28
-    assert fmt.store_timestamp_position(0) == 56
-    assert fmt.read_store_timestamp(raw, 0) == 1700000000123
-    assert fmt.read_physical_offset(raw, 0) == 1024
-    assert fmt.peek_size_magic(raw) == (len(raw), fmt.MESSAGE_MAGIC_V1)
-    assert fmt.record_length(0, 11, 9, len(IPV4["properties"].encode()), fmt.MESSAGE_MAGIC_V1) == len(raw) == 132
+    assert records.store_timestamp_position(0) == 56
+    assert records.read_store_timestamp(raw, 0) == 1700000000123
+    assert records.read_physical_offset(raw, 0) == 1024
+    assert records.peek_size_magic(raw) == (len(raw), records.MESSAGE_MAGIC_V1)
+    props_len = len(IPV4["properties"].encode())
+    assert records.record_length(0, 11, 9, props_len, records.MESSAGE_MAGIC_V1) == len(raw) == 132
 
 
 def test_ipv6_born_host_shifts_store_timestamp():
     raw = bytes.fromhex(RECORDS["ipv6_both"]["hex"])
-    assert fmt.store_timestamp_position(0x30) == 48 + 20 == 68
+    assert records.store_timestamp_position(0x30) == 48 + 20 == 68
     assert struct.unpack_from(">q", raw, 68)[0] == 1700000000123
-    assert fmt.read_store_timestamp(raw, 0) == 1700000000123
+    assert records.read_store_timestamp(raw, 0) == 1700000000123
 
 
 def test_record_assembled_with_struct_pack_equals_codec_and_java():
@@ -257,47 +259,47 @@ def test_record_assembled_with_struct_pack_equals_codec_and_java():
     )
     assert len(raw) == total == 132
     assert raw.hex() == IPV4["hex"]
-    assert bytes(fmt.encode_record(_record_from_vector(IPV4))) == raw
+    assert bytes(records.encode_record(_record_from_vector(IPV4))) == raw
 
 
 def test_v2_chosen_automatically_for_long_topics():
     r = RECORDS["v2_topic200"]
     rec = _record_from_vector(r)
     assert rec.magic is None
-    assert fmt.encode_record(rec).hex() == r["hex"]
-    assert fmt.magic_for_topic(b"x" * 127) == fmt.MESSAGE_MAGIC_V1
-    assert fmt.magic_for_topic(b"x" * 128) == fmt.MESSAGE_MAGIC_V2
+    assert records.encode_record(rec).hex() == r["hex"]
+    assert records.magic_for_topic(b"x" * 127) == records.MESSAGE_MAGIC_V1
+    assert records.magic_for_topic(b"x" * 128) == records.MESSAGE_MAGIC_V2
     with pytest.raises(ValueError):
-        fmt.encode_record(_record_from_vector(r, magic=fmt.MESSAGE_MAGIC_V1))
+        records.encode_record(_record_from_vector(r, magic=records.MESSAGE_MAGIC_V1))
 
 
 def test_127_byte_topic_stays_v1_with_one_byte_length():
     rec = _record_from_vector(IPV4, topic="t" * 127)
-    raw = bytes(fmt.encode_record(rec))
+    raw = bytes(records.encode_record(rec))
     assert raw[4:8] == bytes.fromhex("DAA320A7")
     assert raw[88 + 11] == 127
-    assert fmt.decode_record(raw).topic == "t" * 127
+    assert records.decode_record(raw).topic == "t" * 127
 
 
 def test_encode_rejects_oversized_properties():
     with pytest.raises(ValueError):
-        fmt.encode_record(_record_from_vector(IPV4, properties=b"a" * 32768))
+        records.encode_record(_record_from_vector(IPV4, properties=b"a" * 32768))
 
 
 def test_patch_record_back_fills_like_java():
     for name in ("ipv4", "ipv6_both"):
         r = RECORDS[name]
         unpatched = _record_from_vector(r, queue_offset=0, physical_offset=0, store_timestamp=0)
-        buf = bytearray(100) + fmt.encode_record(unpatched)
-        fmt.patch_record(buf, 100, r["queue_offset"], r["physical_offset"], r["store_timestamp"])
+        buf = bytearray(100) + records.encode_record(unpatched)
+        records.patch_record(buf, 100, r["queue_offset"], r["physical_offset"], r["store_timestamp"])
         assert buf[100:].hex() == r["hex"]
 
 
 def test_decode_record_at_nonzero_position():
     raw = bytes.fromhex(IPV4["hex"])
     buf = bytes(37) + raw + bytes.fromhex(RECORDS["ipv6_store"]["hex"])
-    assert fmt.decode_record(buf, 37).total_size == len(raw)
-    assert fmt.decode_record(buf, 37 + len(raw)).store_host == ("2001:db8::2", 10911)
+    assert records.decode_record(buf, 37).total_size == len(raw)
+    assert records.decode_record(buf, 37 + len(raw)).store_host == ("2001:db8::2", 10911)
 
 
 # =====================================================================================================
@@ -306,19 +308,19 @@ def test_decode_record_at_nonzero_position():
 
 
 def test_encode_blank():
-    blank = fmt.encode_blank(4096)
-    assert len(blank) == 8 == fmt.END_FILE_MIN_BLANK_LENGTH
+    blank = records.encode_blank(4096)
+    assert len(blank) == 8 == records.END_FILE_MIN_BLANK_LENGTH
     assert blank.hex() == V["blank_4096"]
     assert blank == struct.pack(">i", 4096) + bytes.fromhex("CBD43194")
-    res = fmt.check_record(blank + bytes(4088), 0)
+    res = records.check_record(blank + bytes(4088), 0)
     assert res.ok and res.blank and res.size == 0
-    with pytest.raises(fmt.RecordError):
-        fmt.decode_record(blank + bytes(4088))
+    with pytest.raises(records.RecordError):
+        records.decode_record(blank + bytes(4088))
 
 
 def test_check_record_dispatch_request_from_java_record():
     raw = bytes.fromhex(IPV4["hex"])
-    res = fmt.check_record(raw, 0)
+    res = records.check_record(raw, 0)
     assert res.ok and not res.blank and res.size == len(raw)
     req = res.request
     assert req.topic == "TopicTest"
@@ -332,68 +334,69 @@ def test_check_record_dispatch_request_from_java_record():
     assert req.uniq_key is None
     assert req.sys_flag == 0
     assert req.prepared_transaction_offset == 0
-    tx = fmt.check_record(bytes.fromhex(RECORDS["committed_tx_utf8"]["hex"]), 0).request
-    assert tx.prepared_transaction_offset == 1024 and fmt.transaction_type(tx.sys_flag) == fmt.TRANSACTION_COMMIT_TYPE
+    tx = records.check_record(bytes.fromhex(RECORDS["committed_tx_utf8"]["hex"]), 0).request
+    assert tx.prepared_transaction_offset == 1024
+    assert records.transaction_type(tx.sys_flag) == records.TRANSACTION_COMMIT_TYPE
     assert tx.uniq_key == "0A0000010000000000000000000000"
-    assert tx.tags_code == fmt.java_string_hash("\u6807\u7b7e")
+    assert tx.tags_code == hashing.java_string_hash("\u6807\u7b7e")
 
 
 def test_random_bytes_are_rejected():
     rng = random.Random(20240601)
     for _ in range(200):
         data = bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 300)))
-        res = fmt.check_record(data, 0)
+        res = records.check_record(data, 0)
         assert not res.ok and res.reason
-        with pytest.raises(fmt.RecordError):
-            fmt.decode_record(data, 0)
+        with pytest.raises(records.RecordError):
+            records.decode_record(data, 0)
 
 
 def test_zeros_are_not_a_record():
-    res = fmt.check_record(bytes(256), 0)
+    res = records.check_record(bytes(256), 0)
     assert not res.ok and not res.blank
 
 
 def test_truncated_record_is_rejected():
     raw = bytes.fromhex(IPV4["hex"])
     for cut in (1, 10, 47, 48, 90, len(raw) - 1):
-        res = fmt.check_record(raw[:cut], 0)
+        res = records.check_record(raw[:cut], 0)
         assert not res.ok and res.reason, cut
-        with pytest.raises(fmt.RecordError):
-            fmt.decode_record(raw[:cut])
+        with pytest.raises(records.RecordError):
+            records.decode_record(raw[:cut])
 
 
 def test_size_field_not_matching_contents_is_rejected():
     raw = bytearray.fromhex(IPV4["hex"]) + bytes(16)
     struct.pack_into(">i", raw, 0, len(raw))  # claims 16 more bytes than its fields add up to
-    res = fmt.check_record(raw, 0)
+    res = records.check_record(raw, 0)
     assert not res.ok and res.reason
-    with pytest.raises(fmt.RecordError):
-        fmt.decode_record(raw)
+    with pytest.raises(records.RecordError):
+        records.decode_record(raw)
 
 
 def test_flipped_body_byte_fails_crc_check():
     raw = bytearray.fromhex(IPV4["hex"])
     raw[88] ^= 0x01  # first body byte
-    res = fmt.check_record(raw, 0, check_crc=True)
+    res = records.check_record(raw, 0, check_crc=True)
     assert not res.ok and res.size == -1 and "CRC" in res.reason
-    with pytest.raises(fmt.RecordError) as ei:
-        fmt.decode_record(raw, check_crc=True)
+    with pytest.raises(records.RecordError) as ei:
+        records.decode_record(raw, check_crc=True)
     assert "CRC" in ei.value.reason
-    assert fmt.decode_record(raw, check_crc=False).body == b"iello world"
-    assert fmt.check_record(raw, 0, check_crc=False).ok
+    assert records.decode_record(raw, check_crc=False).body == b"iello world"
+    assert records.check_record(raw, 0, check_crc=False).ok
 
 
 def test_record_error_names_source_and_offset():
     raw = bytearray(64) + bytearray.fromhex(IPV4["hex"])
     raw[64 + 88] ^= 0xFF
-    with pytest.raises(fmt.RecordError) as ei:
-        fmt.decode_record(raw, 64, check_crc=True, source="commitlog/00000000000000000000")
+    with pytest.raises(records.RecordError) as ei:
+        records.decode_record(raw, 64, check_crc=True, source="commitlog/00000000000000000000")
     msg = str(ei.value)
     assert "commitlog/00000000000000000000" in msg and "64" in msg
     assert ei.value.position == 64 and ei.value.source == "commitlog/00000000000000000000"
     assert isinstance(ei.value, ValueError)
-    with pytest.raises(fmt.RecordError) as ei:
-        fmt.decode_record(b"\x00" * 10, 0, source="seg-A")
+    with pytest.raises(records.RecordError) as ei:
+        records.decode_record(b"\x00" * 10, 0, source="seg-A")
     assert "seg-A" in str(ei.value) and "offset 0" in str(ei.value)
 
 
@@ -408,7 +411,7 @@ def test_encode_properties_matches_java_serialiser():
     props_with_null = dict(props)
     props_with_null[ser["null_key"]] = None
     for p in (props, props_with_null):
-        out = fmt.encode_properties(p)
+        out = properties.encode_properties(p)
         assert out == ser["string"].encode("utf-8")
         assert out.hex() == ser["utf8_hex"]
         assert out.endswith(b"\x02")
@@ -417,22 +420,22 @@ def test_encode_properties_matches_java_serialiser():
 
 @pytest.mark.parametrize("vec", V["properties_parse"], ids=lambda v: repr(v["input"])[:30])
 def test_decode_properties_matches_java_parser(vec):
-    assert fmt.decode_properties(vec["input"]) == vec["map"]
-    assert fmt.decode_properties(vec["input"].encode("utf-8")) == vec["map"]
+    assert properties.decode_properties(vec["input"]) == vec["map"]
+    assert properties.decode_properties(vec["input"].encode("utf-8")) == vec["map"]
 
 
 def test_properties_parser_quirks():
-    assert fmt.decode_properties(b"ab\x02") == {}  # segment shorter than 3 chars
-    assert fmt.decode_properties(b"a\x01\x02") == {}  # empty value dropped
-    assert fmt.decode_properties(b"key\x01\x02") == {}  # empty value dropped (long segment)
-    assert fmt.decode_properties(b"\x01value\x02") == {}  # missing key dropped
-    assert fmt.decode_properties(b"") == {}
-    a = fmt.decode_properties(b"KEYS\x01k1\x02TAGS\x01t\x02")
-    b = fmt.decode_properties(b"TAGS\x01t\x02KEYS\x01k1\x02")
+    assert properties.decode_properties(b"ab\x02") == {}  # segment shorter than 3 chars
+    assert properties.decode_properties(b"a\x01\x02") == {}  # empty value dropped
+    assert properties.decode_properties(b"key\x01\x02") == {}  # empty value dropped (long segment)
+    assert properties.decode_properties(b"\x01value\x02") == {}  # missing key dropped
+    assert properties.decode_properties(b"") == {}
+    a = properties.decode_properties(b"KEYS\x01k1\x02TAGS\x01t\x02")
+    b = properties.decode_properties(b"TAGS\x01t\x02KEYS\x01k1\x02")
     assert a == b == {"KEYS": "k1", "TAGS": "t"}  # order not significant
     m = {"UNIQ_KEY": "X", "TAGS": "\u6807\u7b7e", "KEYS": "a b"}
-    assert fmt.decode_properties(fmt.encode_properties(m)) == m
-    assert fmt.split_keys("k1  k2 ") == ["k1", "k2"] and fmt.split_keys(None) == []
+    assert properties.decode_properties(properties.encode_properties(m)) == m
+    assert properties.split_keys("k1  k2 ") == ["k1", "k2"] and properties.split_keys(None) == []
 
 
 # =====================================================================================================
@@ -443,24 +446,24 @@ def test_properties_parser_quirks():
 @pytest.mark.parametrize("vec", V["offset_msg_ids"], ids=lambda v: v["host"][0])
 def test_offset_msg_id_matches_java(vec):
     host = tuple(vec["host"])
-    msg_id = fmt.create_offset_msg_id(host, vec["offset"])
+    msg_id = msgid.create_offset_msg_id(host, vec["offset"])
     assert msg_id == vec["id"]
     assert msg_id == msg_id.upper()
     assert len(msg_id) == (56 if ":" in host[0] else 32)
-    assert fmt.decode_offset_msg_id(msg_id) == (host, vec["offset"])
-    assert fmt.decode_offset_msg_id(msg_id.lower()) == (host, vec["offset"])
+    assert msgid.decode_offset_msg_id(msg_id) == (host, vec["offset"])
+    assert msgid.decode_offset_msg_id(msg_id.lower()) == (host, vec["offset"])
 
 
 def test_offset_msg_id_by_hand_and_via_record():
     expected = (bytes([10, 0, 0, 2]) + struct.pack(">iq", 10911, 1024)).hex().upper()
     assert expected == "0A00000200002A9F0000000000000400"
-    assert fmt.decode_record(bytes.fromhex(IPV4["hex"])).offset_msg_id == expected
+    assert records.decode_record(bytes.fromhex(IPV4["hex"])).offset_msg_id == expected
 
 
 @pytest.mark.parametrize("bad", ["", "XYZ", "0A0000020", "0A00000200002A9F00000000000004", "G" * 32, "00" * 20])
 def test_decode_offset_msg_id_rejects_bad_input(bad):
     with pytest.raises(ValueError):
-        fmt.decode_offset_msg_id(bad)
+        msgid.decode_offset_msg_id(bad)
 
 
 # =====================================================================================================
@@ -473,7 +476,7 @@ UNIQ_PREFIX = {v["ip"]: v for v in V["uniq_prefix"]}
 def test_uniq_key_prefix_matches_java():
     for ip, length in (("10.0.0.1", 32), ("2001:db8::1", 56)):
         vec = UNIQ_PREFIX[ip]
-        gen = fmt.UniqKeyGenerator(ip=bytes.fromhex(vec["ip_hex"]), pid=vec["pid"], salt=vec["salt"])
+        gen = msgid.UniqKeyGenerator(ip=bytes.fromhex(vec["ip_hex"]), pid=vec["pid"], salt=vec["salt"])
         a = gen.next(1795320580000)
         b = gen.next(1795320580001)
         assert len(a) == len(b) == length
@@ -482,7 +485,7 @@ def test_uniq_key_prefix_matches_java():
 
 
 def test_uniq_key_prefix_fixed_across_calls_with_defaults():
-    gen = fmt.UniqKeyGenerator(ip=b"\x0a\x00\x00\x01")
+    gen = msgid.UniqKeyGenerator(ip=b"\x0a\x00\x00\x01")
     ids = [gen.next() for _ in range(50)]
     assert len({i[:20] for i in ids}) == 1
     assert all(len(i) == 32 and i == i.upper() for i in ids)
@@ -494,7 +497,7 @@ AMBIGUOUS_MIDNIGHT_ZONES = {"America/Havana"}  # local 00:00 on day 1 occurred t
 
 def _uniq_time_field(vec: dict) -> str:
     with local_zone(vec["tz"]):
-        gen = fmt.UniqKeyGenerator(ip=b"\x0a\x00\x00\x01", pid=1, salt=2)
+        gen = msgid.UniqKeyGenerator(ip=b"\x0a\x00\x00\x01", pid=1, salt=2)
         return gen.next(vec["now_ms"])[20:28]
 
 
@@ -535,13 +538,13 @@ def test_uniq_key_time_field_in_local_zone_computed_independently():
     lt = time.localtime(now_s)
     month_start = int(time.mktime((lt.tm_year, lt.tm_mon, 1, 0, 0, 0, 0, 0, -1))) * 1000
     now_ms = month_start + 3 * 86_400_000 + 4_567  # the 4th of the current month, 00:00:04.567
-    gen = fmt.UniqKeyGenerator(ip=b"\x7f\x00\x00\x01", pid=7, salt=9)
+    gen = msgid.UniqKeyGenerator(ip=b"\x7f\x00\x00\x01", pid=7, salt=9)
     uid = gen.next(now_ms)
     assert int(uid[20:28], 16) == now_ms - month_start
 
 
 def test_uniq_key_counter_increments_mod_65536():
-    gen = fmt.UniqKeyGenerator(ip=b"\x0a\x00\x00\x01", pid=1, salt=2)
+    gen = msgid.UniqKeyGenerator(ip=b"\x0a\x00\x00\x01", pid=1, salt=2)
     counters = [int(gen.next(1795320580000)[28:32], 16) for _ in range(65_538)]
     assert all((b - a) % 65536 == 1 for a, b in zip(counters, counters[1:], strict=False))
     assert 65535 in counters and counters.count(counters[0]) == 2  # wrapped around
@@ -554,92 +557,92 @@ def test_uniq_key_counter_increments_mod_65536():
 
 @pytest.mark.parametrize("vec", V["cq_units"], ids=lambda v: str(v["tags_code"]))
 def test_cq_unit_matches_java(vec):
-    unit = fmt.encode_cq_unit(vec["offset"], vec["size"], vec["tags_code"])
-    assert len(unit) == fmt.CQ_UNIT_SIZE == 20
+    unit = units.encode_cq_unit(vec["offset"], vec["size"], vec["tags_code"])
+    assert len(unit) == units.CQ_UNIT_SIZE == 20
     assert unit.hex() == vec["hex"]
     assert unit == struct.pack(">qiq", vec["offset"], vec["size"], vec["tags_code"])
-    assert fmt.decode_cq_unit(unit) == (vec["offset"], vec["size"], vec["tags_code"])
+    assert units.decode_cq_unit(unit) == (vec["offset"], vec["size"], vec["tags_code"])
     buf = bytearray(60)
-    fmt.pack_cq_unit_into(buf, 40, vec["offset"], vec["size"], vec["tags_code"])
+    units.pack_cq_unit_into(buf, 40, vec["offset"], vec["size"], vec["tags_code"])
     assert bytes(buf[40:]) == unit
-    assert list(fmt.iter_cq_units(bytes(buf)))[2] == (vec["offset"], vec["size"], vec["tags_code"])
+    assert list(units.iter_cq_units(bytes(buf)))[2] == (vec["offset"], vec["size"], vec["tags_code"])
 
 
 def test_cq_negative_tags_code_is_sign_extended():
-    code = fmt.tags_code("TopicTest#KEY1")
+    code = hashing.tags_code("TopicTest#KEY1")
     assert code == -1656969516
-    assert fmt.encode_cq_unit(0, 1, code)[12:] == bytes.fromhex("ffffffff9d3ca6d4")
-    assert fmt.CQ_FILL_UNIT == (0, 0x7FFFFFFF, 0)
-    assert fmt.encode_cq_unit(*fmt.CQ_FILL_UNIT).hex() == V["cq_units"][2]["hex"]
+    assert units.encode_cq_unit(0, 1, code)[12:] == bytes.fromhex("ffffffff9d3ca6d4")
+    assert units.CQ_FILL_UNIT == (0, 0x7FFFFFFF, 0)
+    assert units.encode_cq_unit(*units.CQ_FILL_UNIT).hex() == V["cq_units"][2]["hex"]
 
 
 def test_index_header_matches_java():
     vec = V["index_header"]
-    h = fmt.IndexHeader(
+    h = units.IndexHeader(
         vec["begin_timestamp"], vec["end_timestamp"], vec["begin_phy_offset"], vec["end_phy_offset"],
         vec["hash_slot_count"], vec["index_count"],
     )  # fmt: skip
-    raw = fmt.encode_index_header(h)
-    assert len(raw) == fmt.INDEX_HEADER_SIZE == 40
+    raw = units.encode_index_header(h)
+    assert len(raw) == units.INDEX_HEADER_SIZE == 40
     assert raw.hex() == vec["hex"]
     assert raw == struct.pack(">qqqqii", *(vec[k] for k in (
         "begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count", "index_count",
     )))  # fmt: skip
-    assert fmt.decode_index_header(raw) == h
-    zero = fmt.decode_index_header(bytes(40))
+    assert units.decode_index_header(raw) == h
+    zero = units.decode_index_header(bytes(40))
     assert zero.index_count == 1  # a loaded value <= 0 is forced to 1
-    assert fmt.IndexHeader().index_count == 1
+    assert units.IndexHeader().index_count == 1
 
 
 def test_index_entry_and_slots_match_java():
     vec = V["index_entry"]
-    assert fmt.index_key_hash(vec["key"]) == vec["key_hash"]
-    raw = fmt.encode_index_entry(vec["key_hash"], vec["phy_offset"], vec["time_diff"], vec["prev_index"])
-    assert len(raw) == fmt.INDEX_ENTRY_SIZE == 20
+    assert hashing.index_key_hash(vec["key"]) == vec["key_hash"]
+    raw = units.encode_index_entry(vec["key_hash"], vec["phy_offset"], vec["time_diff"], vec["prev_index"])
+    assert len(raw) == units.INDEX_ENTRY_SIZE == 20
     assert raw.hex() == vec["hex"]
     assert raw == struct.pack(">iqii", vec["key_hash"], vec["phy_offset"], vec["time_diff"], vec["prev_index"])
     slots, entries = 8, 4
-    size = fmt.index_file_size(slots, entries)
+    size = units.index_file_size(slots, entries)
     assert size == 40 + 8 * 4 + 4 * 20
     buf = bytearray(size)
-    fmt.write_index_slot(buf, 5, 3)
+    units.write_index_slot(buf, 5, 3)
     assert buf[40 + 5 * 4 : 40 + 6 * 4] == struct.pack(">i", 3)
-    assert fmt.read_index_slot(buf, 5) == 3
-    fmt.pack_index_entry_into(buf, slots, 3, vec["key_hash"], vec["phy_offset"], vec["time_diff"], vec["prev_index"])
+    assert units.read_index_slot(buf, 5) == 3
+    units.pack_index_entry_into(buf, slots, 3, vec["key_hash"], vec["phy_offset"], vec["time_diff"], vec["prev_index"])
     pos = 40 + slots * 4 + 3 * 20
     assert buf[pos : pos + 20].hex() == vec["hex"]
     fields = (vec["key_hash"], vec["phy_offset"], vec["time_diff"], vec["prev_index"])
-    assert fmt.read_index_entry(buf, slots, 3) == fields
+    assert units.read_index_entry(buf, slots, 3) == fields
 
 
 def test_index_file_size_default():
-    assert fmt.index_file_size(5_000_000, 20_000_000) == 420_000_040 == V["index_file_size_default"]
+    assert units.index_file_size(5_000_000, 20_000_000) == 420_000_040 == V["index_file_size_default"]
 
 
 @pytest.mark.parametrize("vec", V["local_time"], ids=lambda v: f"{v['tz']}-{v['now_ms']}")
 def test_index_file_name_matches_java_local_time(vec):
     with local_zone(vec["tz"]):
-        name = fmt.index_file_name(vec["now_ms"])
+        name = units.index_file_name(vec["now_ms"])
     assert name == vec["human"]
     assert len(name) == 17 and name.isdigit()
 
 
 def test_checkpoint_matches_java():
     vec = V["checkpoint"]
-    raw = fmt.encode_checkpoint(vec["physic"], vec["logics"], vec["index"])
+    raw = units.encode_checkpoint(vec["physic"], vec["logics"], vec["index"])
     assert raw.hex() == vec["hex"]
-    page = raw + bytes(fmt.CHECKPOINT_SIZE - len(raw))
+    page = raw + bytes(units.CHECKPOINT_SIZE - len(raw))
     assert len(page) == 4096
-    assert fmt.decode_checkpoint(page) == (vec["physic"], vec["logics"], vec["index"])
+    assert units.decode_checkpoint(page) == (vec["physic"], vec["logics"], vec["index"])
 
 
 @pytest.mark.parametrize("vec", V["offset_file_names"], ids=lambda v: str(v["offset"]))
 def test_offset_to_file_name_matches_java(vec):
-    assert fmt.offset_to_file_name(vec["offset"]) == vec["name"]
+    assert units.offset_to_file_name(vec["offset"]) == vec["name"]
 
 
 def test_offset_to_file_name_1gib():
-    assert fmt.offset_to_file_name(1073741824) == "00000000001073741824"
+    assert units.offset_to_file_name(1073741824) == "00000000001073741824"
 
 
 # =====================================================================================================
@@ -649,40 +652,40 @@ def test_offset_to_file_name_1gib():
 
 def test_default_delay_levels_match_java():
     vec = V["delay_levels"]
-    assert vec["levels"] == fmt.DEFAULT_DELAY_LEVELS
-    levels = fmt.parse_delay_levels()
+    assert vec["levels"] == delay.DEFAULT_DELAY_LEVELS
+    levels = delay.parse_delay_levels()
     assert levels == vec["millis"]
     assert len(levels) == 18
     assert levels[3 - 1] == 10_000
-    assert fmt.delay_deliver_timestamp(3, 1700000000123) == vec["deliver_level3_at_1700000000123"]
-    assert fmt.parse_delay_levels("1s 2m 3h 1d") == [1000, 120_000, 10_800_000, 86_400_000]
+    assert delay.delay_deliver_timestamp(3, 1700000000123) == vec["deliver_level3_at_1700000000123"]
+    assert delay.parse_delay_levels("1s 2m 3h 1d") == [1000, 120_000, 10_800_000, 86_400_000]
 
 
-def _schedule_record(delay: str | None, tags: str | None = "tagA", topic: str = fmt.SCHEDULE_TOPIC) -> bytes:
-    props = {"TAGS": tags, "DELAY": delay, "REAL_TOPIC": "TopicTest", "REAL_QID": "3"}
-    rec = _record_from_vector(IPV4, topic=topic, queue_id=2, properties=fmt.encode_properties(props))
-    return bytes(fmt.encode_record(rec))
+def _schedule_record(level: str | None, tags: str | None = "tagA", topic: str = delay.SCHEDULE_TOPIC) -> bytes:
+    props = {"TAGS": tags, "DELAY": level, "REAL_TOPIC": "TopicTest", "REAL_QID": "3"}
+    rec = _record_from_vector(IPV4, topic=topic, queue_id=2, properties=properties.encode_properties(props))
+    return bytes(records.encode_record(rec))
 
 
 def test_check_record_schedule_topic_tags_code_is_delivery_time():
-    res = fmt.check_record(_schedule_record("3"), 0)
+    res = records.check_record(_schedule_record("3"), 0)
     assert res.ok
     assert res.request.tags_code == 1700000000123 + 10_000
 
 
 def test_check_record_schedule_topic_level_capped_at_max():
-    res = fmt.check_record(_schedule_record("99"), 0)
+    res = records.check_record(_schedule_record("99"), 0)
     assert res.request.tags_code == 1700000000123 + 7_200_000  # level 18 = 2h
 
 
 def test_check_record_delay_outside_schedule_topic_keeps_tags_hash():
-    res = fmt.check_record(_schedule_record("3", topic="TopicTest"), 0)
+    res = records.check_record(_schedule_record("3", topic="TopicTest"), 0)
     assert res.request.tags_code == 3552231
 
 
 def test_check_record_schedule_topic_delay_level_zero_keeps_tags_hash():
     """CommitLog.checkMessageAndReturnSize (4.9.8 and 5.x) only replaces tagsCode when ``delayLevel > 0``."""
-    res = fmt.check_record(_schedule_record("0"), 0)
+    res = records.check_record(_schedule_record("0"), 0)
     assert res.ok
     assert res.request.tags_code == 3552231  # "tagA".hashCode(), not storeTimestamp + 1000
 

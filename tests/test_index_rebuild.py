@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from store import format as fmt
 from store.dump import iter_records
+from store.format import delay, hashing, records, units
 from tests.fixtures_spark import write_store
 from tests.helpers import SMALL_CONSUME_QUEUE, SMALL_HASH_SLOTS, make_config, make_message, read_queue
 
-PER_FILE = SMALL_CONSUME_QUEUE // fmt.CQ_UNIT_SIZE
+PER_FILE = SMALL_CONSUME_QUEUE // units.CQ_UNIT_SIZE
 
 
 @pytest.fixture(scope="session")
@@ -34,9 +34,9 @@ def base_store(tmp_path_factory) -> Path:
             msg = make_message(topic, i % 5, f"extra {i}", tags=f"t{i % 4}", keys=[f"x{i}", "shared"])
             assert store.put_message(msg).ok
         for i in range(12):  # a delay-level message's unit carries its deliver time as tagsCode
-            msg = make_message(fmt.SCHEDULE_TOPIC, 2, f"delayed {i}", tags="d", keys=f"dk{i}", DELAY="3")
+            msg = make_message(delay.SCHEDULE_TOPIC, 2, f"delayed {i}", tags="d", keys=f"dk{i}", DELAY="3")
             assert store.put_message(msg).ok
-        for i, flag in enumerate([fmt.TRANSACTION_PREPARED_TYPE, fmt.TRANSACTION_ROLLBACK_TYPE] * 5):
+        for i, flag in enumerate([records.TRANSACTION_PREPARED_TYPE, records.TRANSACTION_ROLLBACK_TYPE] * 5):
             msg = make_message("Orders", 0, f"tx {i}", keys=f"tx{i}", sys_flag=flag)  # no unit; half ones indexed
             assert store.put_message(msg).ok
     return written.root
@@ -75,13 +75,13 @@ def consumable_by_queue(store_dir: Path) -> dict[tuple[str, int], list[tuple[int
     out: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for r in iter_records(store_dir):
         assert isinstance(r, dict), r
-        if fmt.is_consumable(r["sys_flag"]):
+        if records.is_consumable(r["sys_flag"]):
             out.setdefault((r["topic"], r["queue_id"]), []).append((r["queue_offset"], r["offset"]))
     return {k: sorted(v) for k, v in out.items()}
 
 
-def index_headers(store_dir: Path) -> list[tuple[str, fmt.IndexHeader]]:
-    return [(p.name, fmt.decode_index_header(p.read_bytes())) for p in sorted((store_dir / "index").iterdir())]
+def index_headers(store_dir: Path) -> list[tuple[str, units.IndexHeader]]:
+    return [(p.name, units.decode_index_header(p.read_bytes())) for p in sorted((store_dir / "index").iterdir())]
 
 
 # =====================================================================================================
@@ -103,7 +103,7 @@ def test_clean_store_verifies_through_the_cli_with_report_and_lake(spark, base_s
     expected = consumable_by_queue(store_dir)
     assert rep["summary"]["ok"] and not rep["broker_running"]
     assert {(q["topic"], q["queue_id"]) for q in rep["consume_queues"]} == set(expected)
-    assert len(expected) >= 12 and (fmt.SCHEDULE_TOPIC, 2) in expected
+    assert len(expected) >= 12 and (delay.SCHEDULE_TOPIC, 2) in expected
     for q in rep["consume_queues"]:
         assert q["matched"] == len(expected[(q["topic"], q["queue_id"])]) and q["files_identical"], q
     n_index = len(index_headers(store_dir))
@@ -179,7 +179,7 @@ def test_unreadable_commitlog_record_is_named(spark, base_store, tmp_path):
     store_dir = copy_store(base_store, tmp_path)
     seg = sorted((store_dir / "commitlog").iterdir())[2]
     with open(seg, "r+b") as f:
-        f.seek(fmt.MAGIC_POS)
+        f.seek(records.MAGIC_POS)
         f.write(b"\xde\xad\xbe\xef")  # the segment's first record: bad magic
     with pytest.raises(VerifyError, match=seg.name):
         verify(spark, store_dir)
@@ -192,7 +192,7 @@ def test_deleted_consume_queue_file(spark, base_store, tmp_path):
     rep = verify(spark, store_dir)
     assert not rep["summary"]["ok"]
     [q] = bad_queues(rep)
-    first = int(victim.name) // fmt.CQ_UNIT_SIZE
+    first = int(victim.name) // units.CQ_UNIT_SIZE
     assert (q["topic"], q["queue_id"], q["status"]) == ("Orders", 0, "mismatch")
     assert q["missing"] == PER_FILE and q["mismatched"] == q["extra"] == 0
     assert q["first_bad_queue_offset"] == first and q["files_missing"] == [victim.name]
@@ -223,7 +223,7 @@ def test_truncated_consume_queue(spark, base_store, tmp_path):
     victim = cq_file(store_dir, "Payments", 1, -1)
     keep_units = 7
     total_units = len(consumable_by_queue(store_dir)[("Payments", 1)])
-    base = int(victim.name) // fmt.CQ_UNIT_SIZE
+    base = int(victim.name) // units.CQ_UNIT_SIZE
     with open(victim, "r+b") as f:
         f.truncate(keep_units * 20 + 10)  # a torn unit at the end, too
     rep = verify(spark, store_dir)
@@ -253,7 +253,7 @@ def test_removed_index_file(spark, base_store, tmp_path):
 
 
 def _index_entry(path: Path, e: int) -> tuple[int, int, int, int]:
-    return fmt.read_index_entry(path.read_bytes(), SMALL_HASH_SLOTS, e)
+    return units.read_index_entry(path.read_bytes(), SMALL_HASH_SLOTS, e)
 
 
 def test_corrupted_slot(spark, base_store, tmp_path):
@@ -263,14 +263,14 @@ def test_corrupted_slot(spark, base_store, tmp_path):
     data = bytearray(path.read_bytes())
     last_hash = _index_entry(path, header.index_count - 1)[0]
     slot = last_hash % SMALL_HASH_SLOTS
-    fmt.write_index_slot(data, slot, 0)  # the slot forgets its chain
+    units.write_index_slot(data, slot, 0)  # the slot forgets its chain
     path.write_bytes(bytes(data))
     rep = verify(spark, store_dir)
     [r] = bad_index(rep)
     assert r["file"] == name and r["unreachable"] >= 1 and r["missing"] == r["mismatched"] == 0
     p = r["problems"][0]
     assert p["kind"] == "unreachable" and p["slot"] == slot and p["file"] == str(path)
-    assert f"slot {slot} (byte {fmt.index_slot_position(slot)}) holds entry 0" in p["reason"]
+    assert f"slot {slot} (byte {units.index_slot_position(slot)}) holds entry 0" in p["reason"]
     assert p["key"] and p["topic"] and p["commitlog_offset"] > 0
 
 
@@ -282,7 +282,7 @@ def test_broken_chain(spark, base_store, tmp_path):
     # the newest entry whose chain continues: cut its link to older entries of the same slot
     e = next(e for e in range(header.index_count - 1, 0, -1) if _index_entry(path, e)[3] > 0)
     h, phy, tdiff, prev = _index_entry(path, e)
-    fmt.pack_index_entry_into(data, SMALL_HASH_SLOTS, e, h, phy, tdiff, 0)
+    units.pack_index_entry_into(data, SMALL_HASH_SLOTS, e, h, phy, tdiff, 0)
     path.write_bytes(bytes(data))
     rep = verify(spark, store_dir)
     [r] = bad_index(rep)
@@ -290,7 +290,7 @@ def test_broken_chain(spark, base_store, tmp_path):
     lost = {p["entry"] for p in r["problems"] if p["kind"] == "unreachable"}
     assert prev in lost
     p = next(p for p in r["problems"] if p["entry"] == prev)
-    assert f"chain broken at entry {e} (byte {fmt.index_entry_position(SMALL_HASH_SLOTS, e) + 16})" in p["reason"]
+    assert f"chain broken at entry {e} (byte {units.index_entry_position(SMALL_HASH_SLOTS, e) + 16})" in p["reason"]
 
 
 def test_repair_then_adopt_restores_a_store_that_serves_and_verifies(spark, base_store, tmp_path):
@@ -334,15 +334,15 @@ def test_repair_then_adopt_restores_a_store_that_serves_and_verifies(spark, base
     assert names[0] < installed[1] < names[2]
 
     with MessageStore(make_config(tmp_path)) as store:
-        for (topic, qid), units in expected.items():
+        for (topic, qid), want in expected.items():
             got = [(q, rec.physical_offset) for q, rec in read_queue(store, topic, qid)]
-            assert got == units, (topic, qid)
+            assert got == want, (topic, qid)
         # the restored index answers key queries: every message of a key from the removed file's range
-        h = fmt.decode_index_header((store_dir / "index" / installed[1]).read_bytes())
+        h = units.decode_index_header((store_dir / "index" / installed[1]).read_bytes())
         rec = next(r for r in iter_records(store_dir) if isinstance(r, dict) and r["offset"] == h.end_phy_offset)
         key = rec["keys"].split()[0]  # unique per message in this store
         found = store.query_message(rec["topic"], key, 64, 0, 2**62).messages
-        assert rec["offset"] in {fmt.decode_record(m).physical_offset for m in found}
+        assert rec["offset"] in {records.decode_record(m).physical_offset for m in found}
     rep2 = verify(spark, store_dir)
     assert rep2["summary"]["ok"], (bad_queues(rep2), bad_index(rep2))
 
@@ -423,7 +423,7 @@ def test_vectorised_index_key_hash_equals_the_java_hash():
     assert ("polygenelubricants", 0) in cases and any(not k.isascii() for k, _ in cases)
     keys = [k for k, _ in cases]
     arr = pa.array(["pad"] + keys).slice(1)  # a sliced array: offsets not starting at 0
-    assert list(fmt.index_key_hashes(arr)) == [want for _, want in cases]
+    assert list(hashing.index_key_hashes(arr)) == [want for _, want in cases]
 
 
 def _lone_surrogate(s: str) -> bool:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from store import format as fmt
 from store.config import ExpiredSegmentPolicy, MessageStoreConfig
+from store.format import records, units
 from store.message_store import GetMessageStatus, MessageStore, PutMessageStatus
 from store.retention import ManifestError, SegmentManifest, SegmentState, claimer_id, disk_used_ratio
 from tests.helpers import make_config, make_message, wait_dispatched
@@ -149,7 +149,7 @@ class Filled:
             for off in (lo, lo + 1, max(bodies)):
                 res = s.get_message(TOPIC, q, off, 1)
                 assert res.status == GetMessageStatus.FOUND, f"queue {q} offset {off}: {res.status}"
-                assert fmt.decode_record(res.messages[0]).body == bodies[off]
+                assert records.decode_record(res.messages[0]).body == bodies[off]
 
     def close(self) -> None:
         self.store.shutdown()
@@ -211,27 +211,27 @@ def test_claim_mark_and_delete_from_another_process(filled, claimers):
         e = a.call("mark_tiered", base, note="delta v7")
         assert e["state"] == "tiered" and e["claimed_by"] is None
     cq_files = {q: segment_names(cfg.consume_queue_dir / TOPIC / str(q)) for q in range(QUEUES)}
-    idx_before = {p.name: fmt.decode_index_header(p.read_bytes()) for p in cfg.index_dir.iterdir()}
+    idx_before = {p.name: units.decode_index_header(p.read_bytes()) for p in cfg.index_dir.iterdir()}
 
     store.delete_expired_files_manually()
     new_min = tiered[-1] + cfg.mapped_file_size_commit_log
     assert store.min_phy_offset == new_min
-    assert segment_names(cfg.commitlog_dir)[0] == fmt.offset_to_file_name(new_min)
+    assert segment_names(cfg.commitlog_dir)[0] == units.offset_to_file_name(new_min)
     for base in tiered:
-        assert not (cfg.commitlog_dir / fmt.offset_to_file_name(base)).exists()
+        assert not (cfg.commitlog_dir / units.offset_to_file_name(base)).exists()
     states = manifest_states(root)
     assert {b: states[b] for b in f.bases} == {
         **{b: "deleted" for b in tiered}, **{b: "tiering" for b in f.sealed[3:]}, f.active: "active"}  # fmt: skip
 
     # ConsumeQueue files whose every unit points below the new minimum are gone (never the last one)
-    units_per_file = cfg.mapped_file_size_consume_queue // fmt.CQ_UNIT_SIZE
+    units_per_file = cfg.mapped_file_size_consume_queue // units.CQ_UNIT_SIZE
     ends = {(q, qoff): phy + size for q, qoff, phy, size, _b in f.puts}
     removed_cq = 0
     for q, names in cq_files.items():
         expected = [
             name for i, name in enumerate(names)
             if i == len(names) - 1
-            or ends[(q, (int(name) // fmt.CQ_UNIT_SIZE) + units_per_file - 1)] > new_min
+            or ends[(q, (int(name) // units.CQ_UNIT_SIZE) + units_per_file - 1)] > new_min
         ]  # fmt: skip
         removed_cq += len(names) - len(expected)
         assert segment_names(cfg.consume_queue_dir / TOPIC / str(q)) == expected, f"queue {q}"
@@ -350,7 +350,7 @@ def test_treat_sealed_as_expired_never_claims_the_active_segment(filled):
     m.release(f.active, owner)
     f.store.delete_expired_files_manually()
     assert f.store.min_phy_offset == f.active
-    assert segment_names(f.cfg.commitlog_dir)[0] == fmt.offset_to_file_name(f.active)
+    assert segment_names(f.cfg.commitlog_dir)[0] == units.offset_to_file_name(f.active)
     f.assert_reads(f.active)
 
 
@@ -364,7 +364,7 @@ def test_delete_policy_deletes_expired_segments_without_tiering(filled):
     assert {b: states[b] for b in f.bases} == {**{b: "expired" for b in f.sealed}, f.active: "active"}
     f.store.delete_expired_files_manually()
     assert f.store.min_phy_offset == f.active
-    assert segment_names(cfg.commitlog_dir)[0] == fmt.offset_to_file_name(f.active)
+    assert segment_names(cfg.commitlog_dir)[0] == units.offset_to_file_name(f.active)
     states = manifest_states(root)
     assert {b: states[b] for b in f.bases} == {**{b: "deleted" for b in f.sealed}, f.active: "active"}
     f.assert_reads(f.active)
@@ -399,10 +399,10 @@ def test_manifest_records_what_each_sealed_segment_holds(filled):
     cfg, root = f.cfg, f.cfg.store_path_root_dir
 
     def scan(base: int) -> tuple[int, int, int]:
-        data = (cfg.commitlog_dir / fmt.offset_to_file_name(base)).read_bytes()
+        data = (cfg.commitlog_dir / units.offset_to_file_name(base)).read_bytes()
         pos, times = 0, []
         while True:
-            res = fmt.check_record(data, pos)
+            res = records.check_record(data, pos)
             if res.blank or not res.ok or res.size <= 0:
                 break
             times.append(res.request.store_timestamp)
@@ -447,7 +447,7 @@ def test_released_claim_on_an_unexpired_segment_is_not_deleted_early(filled):
     for base in f.sealed:
         assert m.release(base, owner).state == SegmentState.SEALED
     f.store.delete_expired_files_manually()
-    assert segment_names(f.cfg.commitlog_dir)[: len(f.sealed)] == [fmt.offset_to_file_name(b) for b in f.sealed]
+    assert segment_names(f.cfg.commitlog_dir)[: len(f.sealed)] == [units.offset_to_file_name(b) for b in f.sealed]
     assert {b: manifest_states(root)[b] for b in f.sealed} == {b: "sealed" for b in f.sealed}
     f.assert_reads(0)
 

@@ -14,7 +14,8 @@ from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.errors import HeaderError
 from broker.server.send import SendProcessor
-from store import format as fmt
+from store.format import msgid, properties
+from store.format.records import decode_record
 from tests.test_broker_protocol import LiveBroker, records
 
 FULL_V2 = {
@@ -61,7 +62,7 @@ def _request(topic: str, body: bytes, uniq: str) -> RemotingCommand:
     v1 = h.SendMessageRequestHeader(
         producer_group="pg", topic=topic, default_topic="TBW102", default_topic_queue_nums=4, queue_id=1,
         sys_flag=0, born_timestamp=int(time.time() * 1000), flag=0,
-        properties=fmt.encode_properties({"UNIQ_KEY": uniq, "TAGS": "T"}).decode(),
+        properties=properties.encode_properties({"UNIQ_KEY": uniq, "TAGS": "T"}).decode(),
     )  # fmt: skip
     cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, h.SendMessageRequestHeaderV2.from_v1(v1), body)
     cmd.opaque = 42
@@ -95,8 +96,8 @@ def test_async_flush_send_is_answered_inline_with_the_stored_record(live) -> Non
         parsed = h.SendMessageResponseHeader.from_ext(resp.ext_fields)
         assert (parsed.queue_id, parsed.queue_offset, parsed.transaction_id) == (1, i, f"UNIQ{i}")
         assert list(resp.ext_fields) == ["msgId", "queueId", "queueOffset", "transactionId", "MSG_REGION", "TRACE_ON"]
-        raw = b.controller.store.look_message_by_offset(fmt.decode_offset_msg_id(parsed.msg_id)[1])
-        rec = fmt.decode_record(raw, check_crc=True)
+        raw = b.controller.store.look_message_by_offset(msgid.decode_offset_msg_id(parsed.msg_id)[1])
+        rec = decode_record(raw, check_crc=True)
         assert (rec.topic, rec.body, rec.queue_offset, rec.born_host) == ("Inline", f"m{i}".encode(), i,
                                                                           ("127.0.0.1", 5555))  # fmt: skip
     # and over the wire, through the registered route, the same shape comes back
@@ -134,5 +135,5 @@ def test_sync_flush_send_inline_waits_for_the_group_commit(live) -> None:
     is_awaitable, resp, flushed = b.run(send())
     assert is_awaitable, "SYNC_FLUSH must not answer before the group commit"
     assert resp.code == ResponseCode.SUCCESS
-    offset = fmt.decode_offset_msg_id(resp.ext_fields["msgId"])[1]
+    offset = msgid.decode_offset_msg_id(resp.ext_fields["msgId"])[1]
     assert flushed > offset  # the record's bytes were on disk when the answer was made

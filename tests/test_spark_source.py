@@ -9,7 +9,7 @@ import pytest
 
 from pipelines import segments as seg
 from pipelines.schema import MESSAGE_COLUMNS, SEGMENT_FACTS_SCHEMA
-from store import format as fmt
+from store.format import msgid, properties, records, units
 from tests.fixtures_spark import LONG_TOPIC, TOPICS, spark_row
 
 
@@ -45,7 +45,7 @@ def test_rows_equal_what_was_written(spark, spark_store):
         assert got == want, f"record at {offset} differs"
     # the data is as varied as it claims: every topic, a V2 record, non-UTF-8 bodies, absent tags/uniq keys
     assert {r["topic"] for r in rows.values()} == set(TOPICS)
-    assert {r["magic"] for r in rows.values() if r["topic"] == LONG_TOPIC} == {fmt.MESSAGE_MAGIC_V2}
+    assert {r["magic"] for r in rows.values() if r["topic"] == LONG_TOPIC} == {records.MESSAGE_MAGIC_V2}
     assert any(r["tags"] is None for r in rows.values()) and any(r["uniq_key"] is None for r in rows.values())
     assert len(spark_store.segment_names()) >= 4
 
@@ -115,7 +115,7 @@ def test_select_segments_and_file_lists(spark, spark_store):
 
 
 def _record_at(store_root, offset: int, size: int):
-    name = fmt.offset_to_file_name(offset - offset % size)
+    name = units.offset_to_file_name(offset - offset % size)
     return store_root / "commitlog" / name, offset % size
 
 
@@ -123,8 +123,8 @@ def test_flipped_body_byte_is_crc_not_ok(spark, spark_store, tmp_path):
     root = copy_store(spark_store, tmp_path)
     victim = sorted(spark_store.expected)[17]
     path, pos = _record_at(root, victim, spark_store.segment_size)
-    rec = fmt.decode_record(path.read_bytes(), pos)
-    body_at = pos + rec.total_size - len(rec.body) - (2 if rec.magic == fmt.MESSAGE_MAGIC_V2 else 1) - len(
+    rec = records.decode_record(path.read_bytes(), pos)
+    body_at = pos + rec.total_size - len(rec.body) - (2 if rec.magic == records.MESSAGE_MAGIC_V2 else 1) - len(
         rec.topic.encode()) - 2 - len(rec.properties)  # fmt: skip
     data = bytearray(path.read_bytes())
     data[body_at + 3] ^= 0x40
@@ -172,8 +172,8 @@ def test_torn_tail_of_the_active_segment(spark, spark_store, tmp_path):
     path = root / "commitlog" / tail
     end = sum(r["msg_size"] for r in spark_store.rows_in(tail))
     # a torn append: the record's bytes after its size and magic landed, those two (written last) did not
-    props = fmt.encode_properties({"TAGS": "t"})  # the record's last byte is not zero
-    rec = fmt.encode_record(fmt.MessageRecord(topic="Orders", queue_id=0, body=b"torn" * 10, properties=props))
+    props = properties.encode_properties({"TAGS": "t"})  # the record's last byte is not zero
+    rec = records.encode_record(records.MessageRecord(topic="Orders", queue_id=0, body=b"torn" * 10, properties=props))
     data = bytearray(path.read_bytes())
     data[end + 8 : end + len(rec)] = rec[8:]
     path.write_bytes(data)
@@ -234,24 +234,24 @@ def test_columnar_decode_matches_the_record_decoder_for_ipv6_and_odd_properties(
     ]  # fmt: skip
     data = bytearray()
     for i, props in enumerate(raw_props):
-        rec = fmt.MessageRecord(
+        rec = records.MessageRecord(
             topic="V6" if i % 2 else "T" * 200, queue_id=i, body=b"" if i == 3 else bytes([i]) * (i * 5),
             properties=props, born_host=("::1", 4000 + i) if i % 3 else ("10.1.2.3", 9),
             store_host=("fe80::1", 10911) if i % 2 else ("127.0.0.1", 10911), physical_offset=len(data),
             store_timestamp=1_000 + i,
         )  # fmt: skip
-        data += fmt.encode_record(rec)
-    path = tmp_path / fmt.offset_to_file_name(0)
+        data += records.encode_record(rec)
+    path = tmp_path / units.offset_to_file_name(0)
     path.write_bytes(bytes(data) + bytes(64))
     rows = [r for b in seg.read_segment(path, batch_records=3) for r in b.to_pylist()]
     assert len(rows) == len(raw_props)
     for row in rows:
-        rec = fmt.decode_record(data, row["position"], check_crc=True)
+        rec = records.decode_record(data, row["position"], check_crc=True)
         assert row["topic"] == rec.topic and row["body"] == rec.body and row["queue_id"] == rec.queue_id
         assert dict(row["properties"]) == rec.property_map
         assert (row["tags"], row["keys"], row["uniq_key"]) == (rec.tags, rec.keys, rec.uniq_key)
-        assert row["born_host"] == fmt.host_string(rec.born_host)
-        assert row["store_host"] == fmt.host_string(rec.store_host)
+        assert row["born_host"] == msgid.host_string(rec.born_host)
+        assert row["store_host"] == msgid.host_string(rec.store_host)
         assert row["msg_id"] == rec.offset_msg_id and row["crc_ok"]
         assert row["store_timestamp"] == rec.store_timestamp and row["msg_size"] == rec.total_size
     facts = seg.scan_segment(path)

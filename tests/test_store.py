@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from store import format as fmt
 from store.checkpoint import StoreLockedError
 from store.commitlog import GroupCommitService
+from store.format import msgid, properties, records, units
 from store.message_store import GetMessageStatus, MessageStore, PutMessageStatus
 from store.retention import SegmentManifest
 from tests.helpers import Worker, make_config, make_message, read_queue, wait_dispatched, wait_until
@@ -46,7 +46,7 @@ def running(config):
         store.shutdown()
 
 
-def put_ok(store: MessageStore, msg: fmt.MessageRecord):
+def put_ok(store: MessageStore, msg: records.MessageRecord):
     res = store.put_message(msg)
     assert res.status == PutMessageStatus.PUT_OK, res
     return res
@@ -62,7 +62,7 @@ def cl_file_bytes(config, offset: int, size: int) -> bytes:
 
 
 def body_len_for_total(total: int, topic: str, props_len: int) -> int:
-    return total - fmt.record_length(0, 0, len(topic.encode()), props_len)
+    return total - records.record_length(0, 0, len(topic.encode()), props_len)
 
 
 # =====================================================================================================
@@ -72,7 +72,7 @@ def body_len_for_total(total: int, topic: str, props_len: int) -> int:
 
 def test_put_get_round_trip(tmp_path):
     cfg = make_config(tmp_path)
-    sent: dict[int, list[fmt.MessageRecord]] = {0: [], 1: []}
+    sent: dict[int, list[records.MessageRecord]] = {0: [], 1: []}
     results = []
     with running(cfg) as store:
         for i in range(40):
@@ -93,7 +93,7 @@ def test_put_get_round_trip(tmp_path):
                 assert b.append.wrote_offset == a.append.wrote_offset + a.append.wrote_bytes
 
         for _q, res in results:
-            (host, port), phy = fmt.decode_offset_msg_id(res.msg_ids[0])
+            (host, port), phy = msgid.decode_offset_msg_id(res.msg_ids[0])
             assert phy == res.append.wrote_offset
             assert f"{host}:{port}" == cfg.store_host
             assert len(res.msg_ids[0]) == 32 and res.msg_ids[0] == res.msg_ids[0].upper()
@@ -103,7 +103,7 @@ def test_put_get_round_trip(tmp_path):
             assert got.status == GetMessageStatus.FOUND
             assert got.queue_offsets == list(range(20))
             for i, raw in enumerate(got.messages):
-                rec = fmt.decode_record(raw, check_crc=True)
+                rec = records.decode_record(raw, check_crc=True)
                 want = sent[q][i]
                 assert rec.topic == "RoundTrip" and rec.queue_id == q
                 assert rec.body == want.body
@@ -177,7 +177,7 @@ def test_record_of_exactly_file_size_minus_8_fills_a_fresh_segment(tmp_path):
     cfg = make_config(tmp_path)
     with running(cfg) as store:
         put_ok(store, make_message("Edge", 0, b"small", uniq_key=False))
-        props_len = len(fmt.encode_properties({}))
+        props_len = len(properties.encode_properties({}))
         big = make_message("Edge", 0, b"", uniq_key=False)
         big.body = b"x" * body_len_for_total(SEG - 8, "Edge", props_len)
         res = put_ok(store, big)
@@ -300,7 +300,7 @@ def test_flush_disk_timeout_keeps_the_message(tmp_path, monkeypatch):
             wait_dispatched(store)
             got = store.get_message("Slow", 0, 0, 32)
             assert got.status == GetMessageStatus.FOUND
-            assert fmt.decode_record(got.messages[0]).body == b"late"
+            assert records.decode_record(got.messages[0]).body == b"late"
 
             # a message that does not wait for the flush is not timed out
             nowait = store.put_message(make_message("Slow", 0, b"nowait", WAIT="false"))
@@ -329,7 +329,7 @@ def test_tag_filtering(tmp_path):
         r = store.get_message("Tags", 0, 0, 32, tag_codes={TAG_A_HASH})
         assert r.status == GetMessageStatus.FOUND
         assert r.queue_offsets == list(range(0, 30, 3))
-        assert [fmt.decode_record(m).tags for m in r.messages] == ["TagA"] * 10
+        assert [records.decode_record(m).tags for m in r.messages] == ["TagA"] * 10
         assert r.next_begin_offset == 30
 
         # the batch ends at max_msg_nums; the next begin is the first unit not looked at
@@ -395,7 +395,7 @@ def test_offset_too_small_after_head_segments_are_deleted(tmp_path):
         assert r.next_begin_offset == lo == r.min_offset
         r = store.get_message("Ret", 0, lo, 32)
         assert r.status == GetMessageStatus.FOUND and r.queue_offsets[0] == lo
-        first = fmt.decode_record(r.messages[0])
+        first = records.decode_record(r.messages[0])
         assert first.physical_offset >= cl_min and first.body == bytes([lo]) * 1500
         # the unit just below the minimum pointed into the deleted segment
         prev = store.find_consume_queue("Ret", 0, create=False).get_unit(lo - 1)
@@ -432,7 +432,7 @@ def test_query_by_key_across_index_files(tmp_path):
         for p in idx_files:
             data = p.read_bytes()
             assert len(data) == size
-            headers.append(fmt.decode_index_header(data))
+            headers.append(units.decode_index_header(data))
             entry0 = 40 + 64 * 4
             assert data[entry0 : entry0 + 20] == bytes(20)  # indexCount starts at 1: entry 0 is never used
         total_entries = sum(h.index_count - 1 for h in headers)
@@ -448,7 +448,7 @@ def test_query_by_key_across_index_files(tmp_path):
 
         def query(key, begin=0, end=now, max_num=64):
             q = store.query_message("Idx", key, max_num, begin, end)
-            return [fmt.decode_record(m) for m in q.messages], q
+            return [records.decode_record(m) for m in q.messages], q
 
         old, q = query("k5")
         assert [r.body for r in old] == [b"q5"] and old[0].physical_offset == phys[5]
@@ -511,24 +511,26 @@ def test_transaction_records_per_type(tmp_path):
     with running(cfg) as store:
         put_ok(store, make_message("Tx", 0, b"n0", keys="normal0"))
         put_ok(store, make_message("Tx", 0, b"n1", keys="normal1"))
-        prepared = put_ok(store, make_message("Tx", 0, b"half", keys="halfkey", sys_flag=fmt.TRANSACTION_PREPARED_TYPE))
-        rollback = put_ok(store, make_message("Tx", 0, b"rb", keys="rbkey", sys_flag=fmt.TRANSACTION_ROLLBACK_TYPE))
-        commit = put_ok(store, make_message("Tx", 0, b"commit", keys="commitkey", sys_flag=fmt.TRANSACTION_COMMIT_TYPE))
+        half = records.TRANSACTION_PREPARED_TYPE
+        prepared = put_ok(store, make_message("Tx", 0, b"half", keys="halfkey", sys_flag=half))
+        rollback = put_ok(store, make_message("Tx", 0, b"rb", keys="rbkey", sys_flag=records.TRANSACTION_ROLLBACK_TYPE))
+        committed = records.TRANSACTION_COMMIT_TYPE
+        commit = put_ok(store, make_message("Tx", 0, b"commit", keys="commitkey", sys_flag=committed))
         wait_dispatched(store)
 
         assert prepared.append.queue_offset == 0 and rollback.append.queue_offset == 0
         assert commit.append.queue_offset == 2
         for res in (prepared, rollback):
-            rec = fmt.decode_record(cl_file_bytes(cfg, res.append.wrote_offset, res.append.wrote_bytes))
+            rec = records.decode_record(cl_file_bytes(cfg, res.append.wrote_offset, res.append.wrote_bytes))
             assert rec.queue_offset == 0
-        assert fmt.decode_record(store.look_message_by_offset(prepared.append.wrote_offset)).sys_flag & 0xC == 0x4
+        assert records.decode_record(store.look_message_by_offset(prepared.append.wrote_offset)).sys_flag & 0xC == 0x4
 
         assert store.get_max_offset_in_queue("Tx", 0) == 3
         got = read_queue(store, "Tx", 0)
         assert [(q, r.body) for q, r in got] == [(0, b"n0"), (1, b"n1"), (2, b"commit")]
 
         now = int(time.time() * 1000) + 1000
-        assert [fmt.decode_record(m).body for m in store.query_message("Tx", "halfkey", 64, 0, now).messages] == [
+        assert [records.decode_record(m).body for m in store.query_message("Tx", "halfkey", 64, 0, now).messages] == [
             b"half"
         ]
         assert store.query_message("Tx", "rbkey", 64, 0, now).messages == []
@@ -597,13 +599,12 @@ def test_dispatch_lag_and_runtime_info(tmp_path, monkeypatch):
     cfg = make_config(tmp_path)
     with running(cfg) as store:
         gate = threading.Event()
-        real_dispatch = store.dispatch
 
-        def gated(req):
-            gate.wait(30)  # the dispatcher is held up until the test lets it go
-            real_dispatch(req)
+        class Gate:  # a CommitLogDispatcher ahead of the others: dispatch is held up until the test lets it go
+            def dispatch(self, req):
+                gate.wait(30)
 
-        monkeypatch.setattr(store, "dispatch", gated)
+        monkeypatch.setattr(store.reput, "dispatchers", [Gate(), *store.reput.dispatchers])
         try:
             puts = [put_ok(store, make_message("Lag", 0, b"z" * 500)) for _ in range(50)]
             total = sum(r.append.wrote_bytes for r in puts)
@@ -654,7 +655,7 @@ def test_normal_restart(tmp_path):
         assert [q for q, _ in got] == list(range(41))
         assert len(read_queue(store, "Re", 1)) == 40
         hits = store.query_message("Re", "ka3", 64, 0, int(time.time() * 1000) + 1000).messages
-        assert sorted(fmt.decode_record(m).body for m in hits) == [b"a0-3", b"a1-3"]
+        assert sorted(records.decode_record(m).body for m in hits) == [b"a0-3", b"a1-3"]
 
 
 def test_arrival_listener(tmp_path):
@@ -663,7 +664,7 @@ def test_arrival_listener(tmp_path):
     with running(cfg) as store:
         store.add_arrival_listener(lambda *args: seen.append(args))
         res = [put_ok(store, make_message("Arr", i % 2, f"x{i}", tags="TagA")) for i in range(6)]
-        put_ok(store, make_message("Arr", 0, "half", sys_flag=fmt.TRANSACTION_PREPARED_TYPE))
+        put_ok(store, make_message("Arr", 0, "half", sys_flag=records.TRANSACTION_PREPARED_TYPE))
         wait_until(lambda: len(seen) >= 6, 10, "6 arrival notifications")
         wait_dispatched(store)
     assert len(seen) == 6  # the prepared record is not readable, so no notification
@@ -717,7 +718,7 @@ def test_reads_racing_retention_do_not_fail(tmp_path, monkeypatch):
         lo = store.get_min_offset_in_queue("Race", 0)
         assert r.status == GetMessageStatus.FOUND
         assert r.queue_offsets == [0, lo, lo + 1, lo + 2]
-        assert [fmt.decode_record(m).body for m in r.messages] == [bytes([i]) * 1500 for i in r.queue_offsets]
+        assert [records.decode_record(m).body for m in r.messages] == [bytes([i]) * 1500 for i in r.queue_offsets]
         monkeypatch.undo()
         r = store.get_message("Race", 0, 0, 4)  # later readers see the deletion
         assert r.status == GetMessageStatus.OFFSET_TOO_SMALL
@@ -741,7 +742,7 @@ def test_reads_racing_retention_do_not_fail(tmp_path, monkeypatch):
         fired = retention_inside(store.commitlog.queue, 2 * SEG)
         raw = store.look_message_by_offset(off)
         assert fired and store.min_phy_offset == 3 * SEG
-        assert raw is not None and fmt.decode_record(raw).physical_offset == off
+        assert raw is not None and records.decode_record(raw).physical_offset == off
 
 
 def test_long_topic_ipv6_store_host_and_batches(tmp_path):
@@ -756,11 +757,11 @@ def test_long_topic_ipv6_store_host_and_batches(tmp_path):
 
         raw = bytes(store.get_message(long_topic, 0, 0, 1).messages[0])
         assert raw[4:8] == bytes.fromhex("DAA320AB")
-        rec = fmt.decode_record(raw)
+        rec = records.decode_record(raw)
         assert rec.topic == long_topic and rec.store_host == ("::1", 10912)
-        assert rec.sys_flag & fmt.STOREHOSTADDRESS_V6_FLAG
+        assert rec.sys_flag & records.STOREHOSTADDRESS_V6_FLAG
         assert len(res.msg_ids[0]) == 56
-        assert fmt.decode_offset_msg_id(res.msg_ids[0]) == (("::1", 10912), res.append.wrote_offset)
+        assert msgid.decode_offset_msg_id(res.msg_ids[0]) == (("::1", 10912), res.append.wrote_offset)
         assert bytes(store.view_message_by_id(res.msg_ids[0])) == raw
         assert (cfg.consume_queue_dir / long_topic / "0" / f"{0:020d}").exists()
 
@@ -768,7 +769,7 @@ def test_long_topic_ipv6_store_host_and_batches(tmp_path):
         assert [(q, r.body) for q, r in got] == [(i, f"b{i}".encode()) for i in range(5)]
         off = batch.append.wrote_offset
         for msg_id, (_, r) in zip(batch.msg_ids, got, strict=True):
-            assert fmt.decode_offset_msg_id(msg_id)[1] == r.physical_offset == off
+            assert msgid.decode_offset_msg_id(msg_id)[1] == r.physical_offset == off
             off += r.total_size
 
 
@@ -816,11 +817,11 @@ def test_min_offset_correction_keeps_units_dispatched_during_the_scan(tmp_path, 
     they must stay consumable (min = the first of them), not be skipped until a restart."""
     from store import consume_queue as cqm
 
-    cq = cqm.ConsumeQueue(tmp_path, "Idle", 0, 10 * fmt.CQ_UNIT_SIZE)  # 10 units per file
+    cq = cqm.ConsumeQueue(tmp_path, "Idle", 0, 10 * units.CQ_UNIT_SIZE)  # 10 units per file
     for i in range(5):
         cq.put(1_000 + i * 100, 100, 0, i)  # their CommitLog bytes are deleted
     cl_min = 1_000_000
-    real, calls = fmt.decode_cq_unit, []
+    real, calls = units.decode_cq_unit, []
 
     def decode_while_dispatching(buf, pos):
         calls.append(pos)
@@ -829,7 +830,7 @@ def test_min_offset_correction_keeps_units_dispatched_during_the_scan(tmp_path, 
                 assert cq.put(cl_min + (i - 5) * 100, 100, 0, i)
         return real(buf, pos)
 
-    monkeypatch.setattr(cqm.fmt, "decode_cq_unit", decode_while_dispatching)
+    monkeypatch.setattr(cqm.units, "decode_cq_unit", decode_while_dispatching)
     cq.correct_min_offset(cl_min)
     monkeypatch.undo()
     assert cq.max_offset_in_queue == 5 + appended

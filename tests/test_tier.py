@@ -17,7 +17,7 @@ from pipelines import lake as lk
 from pipelines.compaction import tables
 from pipelines.compaction.job import CRASH_ENV, tier
 from pipelines.compaction.upkeep import compact
-from store import format as fmt
+from store.format import records
 from store.message_store import MessageStore
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_spark import spark_row, write_store
@@ -227,9 +227,9 @@ def test_corrupt_segments_are_quarantined_and_kept(spark, tmp_path):
     lake = tmp_path / "lake"
     segments = sealed(written.root)
     crc_bad, frame_bad = segments[1], segments[3]
-    rec = next(r for r in written.rows_in(crc_bad) if r["body"] and r["magic"] == fmt.MESSAGE_MAGIC_V1)
+    rec = next(r for r in written.rows_in(crc_bad) if r["body"] and r["magic"] == records.MESSAGE_MAGIC_V1)
     # IPv4 hosts, V1: the body starts after the fixed header, i.e. a record's length minus the two length fields
-    flip_byte(written.commitlog / crc_bad, rec["position"] + fmt.record_length(0, 0, 0, 0) - 3)
+    flip_byte(written.commitlog / crc_bad, rec["position"] + records.record_length(0, 0, 0, 0) - 3)
     bad = written.rows_in(frame_bad)[3]
     flip_byte(written.commitlog / frame_bad, bad["position"] + 4)  # MAGICCODE
 

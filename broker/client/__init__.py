@@ -1,7 +1,7 @@
 """An asyncio RocketMQ client: ``Producer``, ``PullConsumer``, ``PushConsumer`` and ``Admin``.
 
 Speaks the remoting protocol through ``broker.remoting.client.RemotingClient`` and decodes every received message
-with store/format.py, so it reads exactly the bytes the broker stores.
+with store/format/records.py, so it reads exactly the bytes the broker stores.
 """
 
 from broker.client.admin import Admin

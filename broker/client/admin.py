@@ -22,7 +22,7 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.protocol import body, fastjson
 from broker.remoting.protocol.body import ConsumeStats, KVTable, TopicList, TopicStatsTable
 from broker.remoting.protocol.route import ClusterInfo
-from store import format as fmt
+from store.format import msgid
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 RETRY_PREFIX = "%RETRY%"
@@ -244,7 +244,7 @@ class Admin:
 
     async def view_message(self, offset_msg_id: str) -> MessageExt:
         """VIEW_MESSAGE_BY_ID on the broker address the offset id encodes."""
-        (ip, port), offset = fmt.decode_offset_msg_id(offset_msg_id)
+        (ip, port), offset = msgid.decode_offset_msg_id(offset_msg_id)
         addr = f"{ip}:{port}"
         resp = await self._invoke(
             addr, RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, h.ViewMessageRequestHeader(offset=offset))
@@ -264,7 +264,7 @@ class Admin:
         ``topic`` (or in every topic when none is given)."""
         brokers = await self._known_broker_addrs()
         try:
-            (ip, port), _ = fmt.decode_offset_msg_id(msg_id)
+            (ip, port), _ = msgid.decode_offset_msg_id(msg_id)
             addr = f"{ip}:{port}"
         except ValueError:
             addr = None

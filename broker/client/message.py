@@ -1,6 +1,6 @@
 """The client's message model: what a producer sends, what a consumer receives, and the result types.
 
-Received messages are decoded from raw CommitLog records with store/format.py (pull, query and view bodies
+Received messages are decoded from raw CommitLog records with store/format/records.py (pull, query and view bodies
 are the records exactly as stored), so the client can never disagree with the store about a layout.
 """
 
@@ -10,10 +10,12 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from store import format as fmt
+from store.format import properties, records
 
 # Properties the client manages itself; a user-supplied value for them would be overwritten or confusing.
-_RESERVED = frozenset({fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS, fmt.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX})
+_RESERVED = frozenset(
+    {properties.PROPERTY_TAGS, properties.PROPERTY_KEYS, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}
+)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -50,17 +52,17 @@ class Message:
         if bad:
             raise ValueError(f"property {bad[0]!r} is set by the client; use Message(tags=/keys=) instead")
         for k, v in self.properties.items():
-            if not k or fmt.NAME_VALUE_SEPARATOR in k + v or fmt.PROPERTY_SEPARATOR in k + v:
+            if not k or properties.NAME_VALUE_SEPARATOR in k + v or properties.PROPERTY_SEPARATOR in k + v:
                 raise ValueError(f"property {k!r} must be non-empty and free of the 0x01/0x02 separators")
         props = dict(self.properties)
         if self.tags:
-            props[fmt.PROPERTY_TAGS] = self.tags
+            props[properties.PROPERTY_TAGS] = self.tags
         if self.keys:
-            keys = self.keys if isinstance(self.keys, str) else fmt.KEY_SEPARATOR.join(self.keys)
-            props[fmt.PROPERTY_KEYS] = keys
-        props[fmt.PROPERTY_WAIT_STORE_MSG_OK] = "true" if self.wait_store_msg_ok else "false"
+            keys = self.keys if isinstance(self.keys, str) else properties.KEY_SEPARATOR.join(self.keys)
+            props[properties.PROPERTY_KEYS] = keys
+        props[properties.PROPERTY_WAIT_STORE_MSG_OK] = "true" if self.wait_store_msg_ok else "false"
         if uniq_key is not None:
-            props[fmt.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
+            props[properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
         return props
 
 
@@ -88,19 +90,19 @@ class MessageExt:
 
     @property
     def tags(self) -> str | None:
-        return self.properties.get(fmt.PROPERTY_TAGS)
+        return self.properties.get(properties.PROPERTY_TAGS)
 
     @property
     def keys(self) -> str | None:
-        return self.properties.get(fmt.PROPERTY_KEYS)
+        return self.properties.get(properties.PROPERTY_KEYS)
 
     @property
     def key_list(self) -> list[str]:
-        return fmt.split_keys(self.keys)
+        return properties.split_keys(self.keys)
 
     @property
     def uniq_key(self) -> str | None:
-        return self.properties.get(fmt.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        return self.properties.get(properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
     @property
     def user_properties(self) -> dict[str, str]:
@@ -108,13 +110,13 @@ class MessageExt:
         return {k: v for k, v in self.properties.items() if k not in _SYSTEM_PROPERTIES}
 
     @classmethod
-    def from_record(cls, rec: fmt.MessageRecord, broker_name: str = "") -> MessageExt:
+    def from_record(cls, rec: records.MessageRecord, broker_name: str = "") -> MessageExt:
         props = rec.property_map
         offset_id = rec.offset_msg_id
         return cls(
             topic=rec.topic, body=rec.body, properties=props, queue_id=rec.queue_id, queue_offset=rec.queue_offset,
             commit_log_offset=rec.physical_offset,
-            msg_id=props.get(fmt.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or offset_id, offset_msg_id=offset_id,
+            msg_id=props.get(properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or offset_id, offset_msg_id=offset_id,
             born_timestamp=rec.born_timestamp, store_timestamp=rec.store_timestamp,
             born_host=f"{rec.born_host[0]}:{rec.born_host[1]}", store_host=f"{rec.store_host[0]}:{rec.store_host[1]}",
             reconsume_times=rec.reconsume_times, sys_flag=rec.sys_flag, flag=rec.flag, body_crc=rec.body_crc or 0,
@@ -140,8 +142,9 @@ class MessageExt:
 
 _SYSTEM_PROPERTIES = frozenset(
     {
-        fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS, fmt.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-        fmt.PROPERTY_WAIT_STORE_MSG_OK, fmt.PROPERTY_CLUSTER, "MSG_REGION", "TRACE_ON", "MIN_OFFSET", "MAX_OFFSET",
+        properties.PROPERTY_TAGS, properties.PROPERTY_KEYS, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+        properties.PROPERTY_WAIT_STORE_MSG_OK, properties.PROPERTY_CLUSTER, "MSG_REGION", "TRACE_ON", "MIN_OFFSET",
+        "MAX_OFFSET",
     }
 )  # fmt: skip
 
@@ -149,16 +152,16 @@ _SYSTEM_PROPERTIES = frozenset(
 def decode_messages(body: bytes, broker_name: str = "", source: str = "") -> list[MessageExt]:
     """Every record of a pull / query body (raw CommitLog records back to back).
 
-    A malformed record raises ``store.format.RecordError`` naming ``source`` and the offset in the body.
+    A malformed record raises ``store.format.records.RecordError`` naming ``source`` and the offset in the body.
     """
-    out: list[MessageExt] = []
-    pos = 0
     view = memoryview(body)
-    end = len(body)
-    while pos < end:
-        rec = fmt.decode_record(view, pos, source=source)
-        out.append(MessageExt.from_record(rec, broker_name))
-        pos += rec.total_size
+    walk = records.RecordWalk(view)
+    out = [
+        MessageExt.from_record(records.decode_record(view, pos, source=source, size=size), broker_name)
+        for pos, size in walk
+    ]
+    if walk.ended is not records.WalkEnd.EOF:
+        raise records.RecordError(walk.end, walk.reason, source)
     return out
 
 

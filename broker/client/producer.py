@@ -17,11 +17,12 @@ from broker.client.errors import MQBrokerError, MQClientError
 from broker.client.instance import ClientInstance
 from broker.client.message import Message, MessageQueue, SendResult, SendStatus
 from broker.client.route import AUTO_CREATE_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, TopicRouteData
+from broker.remoting import batch_body
 from broker.remoting import headers as h
 from broker.remoting.client import RemotingError
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
-from store import format as fmt
+from store.format import hashing, msgid, properties, records
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ RETRY_CODES = frozenset(
 
 def check_topic(topic: str) -> None:
     """``Validators.checkTopic``: fail before the wire for names the broker would refuse anyway."""
-    if not topic or len(topic) > fmt.MAX_TOPIC_LENGTH_V1 or not _TOPIC_CHARS.match(topic):
+    if not topic or len(topic) > records.MAX_TOPIC_LENGTH_V1 or not _TOPIC_CHARS.match(topic):
         raise MQClientError(f"invalid topic {topic!r}: 1-127 characters of [%|a-zA-Z0-9_-]")
 
 
@@ -74,7 +75,7 @@ class Producer:
         self._client.add_route_listener(self._on_route)
         self._publish: dict[str, list[MessageQueue]] = {}
         self._rr = itertools.count()
-        self._uniq = fmt.UniqKeyGenerator()
+        self._uniq = msgid.UniqKeyGenerator()
         self._valid_topics: set[str] = set()
         self._started = False
 
@@ -140,7 +141,7 @@ class Producer:
     @staticmethod
     def select_by_key(queues: list[MessageQueue], key: object) -> MessageQueue:
         """``SelectMessageQueueByHash``: the same key always lands on the same queue (ordered messages)."""
-        code = fmt.java_string_hash(key) if isinstance(key, str) else hash(key)
+        code = hashing.java_string_hash(key) if isinstance(key, str) else hash(key)
         return queues[abs(code) % len(queues)]
 
     # -- sending ---------------------------------------------------------------------------------------------------
@@ -165,7 +166,7 @@ class Producer:
         if len(body) > MAX_MESSAGE_SIZE:
             raise MQClientError(f"message body of {len(body)} bytes exceeds {MAX_MESSAGE_SIZE}")
         uniq = self._uniq.next()
-        props = fmt.encode_properties(msg.wire_properties(uniq)).decode("utf-8")
+        props = properties.encode_properties(msg.wire_properties(uniq)).decode("utf-8")
         return body, props, uniq
 
     async def send(
@@ -186,15 +187,15 @@ class Producer:
         uniqs = []
         for m in msgs:
             body, props, uniq = self._prepare(m)
-            encoded.append(fmt.BatchItem(m.flag, body, props.encode("utf-8")))
+            encoded.append(batch_body.BatchItem(m.flag, body, props.encode("utf-8")))
             uniqs.append(uniq)
-        payload = fmt.encode_batch_body(encoded)
+        payload = batch_body.encode_batch_body(encoded)
         if len(payload) > MAX_MESSAGE_SIZE:
             raise MQClientError(f"batch of {len(payload)} bytes exceeds {MAX_MESSAGE_SIZE}")
         # The wrapper carries no UNIQ_KEY: brokers up to 5.3.3 append the wrapper's properties to every inner
         # message, which would give them all the wrapper's id (RocketMQ issue 9416).
         wrapper = Message(topic, payload, born_timestamp=msgs[0].born_timestamp)
-        wrapper_props = fmt.encode_properties(wrapper.wire_properties(None)).decode("utf-8")
+        wrapper_props = properties.encode_properties(wrapper.wire_properties(None)).decode("utf-8")
         result = await self._send(wrapper, payload, wrapper_props, ",".join(uniqs), queue, None, batch=True)
         return result
 

@@ -14,7 +14,7 @@ from broker.remoting.protocol.body import KVTable, TopicList
 from broker.remoting.protocol.fastjson import dumps_legacy, dumps_standard
 from broker.remoting.protocol.topic import DataVersion
 from broker.remoting.protocol.wire import BodyError, WireModel
-from store import format as fmt
+from store.format import hashing
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class NamesrvProcessor:
     async def register_broker(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         hdr = cmd.read_header(h.RegisterBrokerRequestHeader)
         if hdr.body_crc32 != 0:
-            actual = fmt.body_crc32(cmd.body)
+            actual = hashing.body_crc32(cmd.body)
             if actual != hdr.body_crc32:
                 log.warning("REGISTER_BROKER from %s (%s): bodyCrc32 %d, body has %d", conn.remote_addr,
                             hdr.broker_addr, hdr.body_crc32, actual)

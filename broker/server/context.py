@@ -20,8 +20,8 @@ from broker.server.offsets import ConsumerOffsetManager
 from broker.server.queue_locks import RebalanceLockManager
 from broker.server.stats import BrokerStats
 from broker.server.topics import TopicConfigManager
-from store import format as fmt
 from store.config import MessageStoreConfig
+from store.format import records
 from store.message_store import MessageStore, PutMessageResult
 
 
@@ -47,7 +47,7 @@ class BrokerContext(Protocol):
         """Shutting down: pulls no longer park."""
         ...
 
-    async def put(self, records: list[fmt.MessageRecord]) -> PutMessageResult:
+    async def put(self, msgs: list[records.MessageRecord]) -> PutMessageResult:
         """Append; in SYNC_FLUSH wait (without blocking the loop) for the group commit that makes it durable."""
         ...
 

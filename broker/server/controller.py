@@ -36,8 +36,8 @@ from broker.server.queue_offsets import OffsetProcessor
 from broker.server.registration import NamesrvRegistrar
 from broker.server.send import SendProcessor
 from broker.server.stats import BrokerStats
-from store import format as fmt
 from store.config import MessageStoreConfig
+from store.format import records
 from store.message_store import MessageStore, PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)
@@ -244,9 +244,9 @@ class BrokerController:
     def _max_offset(self, topic: str, queue_id: int) -> int:
         return self._store.get_max_offset_in_queue(topic, queue_id) if self._store is not None else 0
 
-    async def put(self, records: list[fmt.MessageRecord]) -> PutMessageResult:
+    async def put(self, msgs: list[records.MessageRecord]) -> PutMessageResult:
         """Append; in SYNC_FLUSH wait (without blocking the loop) for the group commit that makes it durable."""
-        result, fut = self.store.put_messages_nowait(records)
+        result, fut = self.store.put_messages_nowait(msgs)
         if fut is not None:
             try:
                 async with asyncio.timeout(self.store_config.sync_flush_timeout / 1000):
@@ -256,7 +256,7 @@ class BrokerController:
             if not flushed and result.status == PutMessageStatus.PUT_OK:
                 result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         if result.ok:
-            self.stats.put(len(records))
+            self.stats.put(len(msgs))
         return result
 
     def create_retry_topic(self, group: str, queue_nums: int = 1) -> tp.TopicConfig:

@@ -14,7 +14,7 @@ from broker.remoting.errors import RemotingError
 from broker.remoting.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
 from broker.remoting.protocol.topic import RegisterBrokerBody
 from broker.server.topics import TopicConfigManager
-from store import format as fmt
+from store.format import hashing
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class NamesrvRegistrar:
                 **self._identity(),
                 ha_server_addr=f"{c.broker_ip1}:{c.listen_port + 1}",
                 compressed=False,
-                body_crc32=fmt.body_crc32(body),
+                body_crc32=hashing.body_crc32(body),
             )
             results = await asyncio.gather(*(self._register(a, header, body) for a in addrs))
         return sum(results)

@@ -16,6 +16,7 @@ import logging
 import random
 from collections.abc import Awaitable
 
+from broker.remoting import batch_body
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
@@ -28,8 +29,8 @@ from broker.remoting.headers import (
 from broker.remoting.protocol.topic import FLAG_UNIT
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
-from store import format as fmt
 from store.config import FlushDiskType
+from store.format import properties, records
 from store.message_store import PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ def _with_property(props: bytes, name: str, value: str) -> bytes:
     """Append ``name=value`` unless present; the client's bytes are kept as they came."""
     if _property(props, name) is not None:
         return props
-    return props + fmt.encode_properties({name: value})
+    return props + properties.encode_properties({name: value})
 
 
 class SendProcessor:
@@ -130,12 +131,12 @@ class SendProcessor:
             )
 
     def _record(self, h: SendMessageRequestHeader, tc: tp.TopicConfig, conn: Channel, body: bytes, props: bytes,
-                flag: int) -> fmt.MessageRecord:  # fmt: skip
-        props = _with_property(props, fmt.PROPERTY_CLUSTER, self.broker.config.broker_cluster_name)
+                flag: int) -> records.MessageRecord:  # fmt: skip
+        props = _with_property(props, properties.PROPERTY_CLUSTER, self.broker.config.broker_cluster_name)
         sys_flag = h.sys_flag
         if tc.topic_filter_type == "MULTI_TAG":
-            sys_flag |= fmt.MULTI_TAGS_FLAG
-        return fmt.MessageRecord(
+            sys_flag |= records.MULTI_TAGS_FLAG
+        return records.MessageRecord(
             topic=h.topic,
             queue_id=h.queue_id,
             body=body,
@@ -180,58 +181,58 @@ class SendProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
         try:
             if _is_batch(cmd, h):
-                records, rec = self._batch_records(cmd, conn, h), None
+                msgs, rec = self._batch_records(cmd, conn, h), None
             else:
                 rec = self._one_record(cmd, conn, h)
-                records = [rec]
+                msgs = [rec]
         except RequestRefused as e:
             return cmd.response(e.code, e.remark)
         if self.broker.store_config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
-            return self._put_and_wait(cmd, records, h.queue_id, rec)
-        result, _ = self.broker.store.put_messages_nowait(records)  # ASYNC_FLUSH: never a future to wait for
+            return self._put_and_wait(cmd, msgs, h.queue_id, rec)
+        result, _ = self.broker.store.put_messages_nowait(msgs)  # ASYNC_FLUSH: never a future to wait for
         if result.ok:
-            self.broker.stats.put(len(records))
+            self.broker.stats.put(len(msgs))
         return self._reply(cmd, result, h.queue_id, rec)
 
     async def _put_and_wait(
-        self, cmd: RemotingCommand, records: list[fmt.MessageRecord], queue_id: int, rec: fmt.MessageRecord | None
+        self, cmd: RemotingCommand, msgs: list[records.MessageRecord], queue_id: int, rec: records.MessageRecord | None
     ) -> RemotingCommand:
-        result = await self.broker.put(records)
+        result = await self.broker.put(msgs)
         return self._reply(cmd, result, queue_id, rec)
 
-    def _one_record(self, cmd: RemotingCommand, conn: Channel, h: SendMessageRequestHeader) -> fmt.MessageRecord:
+    def _one_record(self, cmd: RemotingCommand, conn: Channel, h: SendMessageRequestHeader) -> records.MessageRecord:
         tc = self._check(h)
         self._check_body(cmd.body)
         if h.queue_id < 0:
             h.queue_id = random.randrange(tc.write_queue_nums)
         props = (h.properties or "").encode("utf-8")
-        if _property(props, fmt.PROPERTY_TRANSACTION_PREPARED) == "true":
+        if _property(props, properties.PROPERTY_TRANSACTION_PREPARED) == "true":
             raise RequestRefused(ResponseCode.NO_PERMISSION, "transaction messages are not supported by this broker")
         tc = self._route_retry(h, tc)
         return self._record(h, tc, conn, cmd.body, props, h.flag)
 
     def _batch_records(
         self, cmd: RemotingCommand, conn: Channel, h: SendMessageRequestHeader
-    ) -> list[fmt.MessageRecord]:
+    ) -> list[records.MessageRecord]:
         tc = self._check(h)
         if h.topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX):
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group topic")
         if h.queue_id < 0:
             h.queue_id = random.randrange(tc.write_queue_nums)
         try:
-            items = fmt.decode_batch_body(cmd.body)
-        except ValueError as e:
+            items = batch_body.decode_batch_body(cmd.body)
+        except batch_body.BatchBodyError as e:
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}") from None
         if not items:
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
-        records = []
+        msgs = []
         for it in items:
             self._check_body(it.body)
-            records.append(self._record(h, tc, conn, it.body, it.properties, it.flag))
-        return records
+            msgs.append(self._record(h, tc, conn, it.body, it.properties, it.flag))
+        return msgs
 
     def _reply(
-        self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int, rec: fmt.MessageRecord | None
+        self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int, rec: records.MessageRecord | None
     ) -> RemotingCommand:
         code = _STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
         if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
@@ -244,7 +245,7 @@ class SendProcessor:
             "queueOffset": str(result.append.queue_offset),
         }
         if rec is not None:
-            txid = _property(rec.properties, fmt.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            txid = _property(rec.properties, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
             if txid is not None:
                 ext["transactionId"] = txid
         c = self.broker.config
@@ -264,8 +265,8 @@ class SendProcessor:
         if raw is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")
         try:
-            orig = fmt.decode_record(raw)
-        except fmt.RecordError as e:
+            orig = records.decode_record(raw)
+        except records.RecordError as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
         props = dict(orig.property_map)
         props.setdefault(PROPERTY_RETRY_TOPIC, orig.topic)
@@ -278,13 +279,13 @@ class SendProcessor:
             target = b.create_retry_topic(h.group)
         if not tp.is_writeable(target.perm):
             return cmd.response(ResponseCode.NO_PERMISSION, f"topic {target.topic_name} is not writable")
-        props.setdefault(fmt.PROPERTY_ORIGIN_MESSAGE_ID, h.origin_msg_id or orig.uniq_key or orig.offset_msg_id)
-        props.pop(fmt.PROPERTY_DELAY_TIME_LEVEL, None)  # no delay levels yet: the retry is due now
-        rec = fmt.MessageRecord(
+        props.setdefault(properties.PROPERTY_ORIGIN_MESSAGE_ID, h.origin_msg_id or orig.uniq_key or orig.offset_msg_id)
+        props.pop(properties.PROPERTY_DELAY_TIME_LEVEL, None)  # no delay levels yet: the retry is due now
+        rec = records.MessageRecord(
             topic=target.topic_name,
             queue_id=random.randrange(target.write_queue_nums),
             body=orig.body,
-            properties=fmt.encode_properties(props),
+            properties=properties.encode_properties(props),
             flag=orig.flag,
             sys_flag=orig.sys_flag,
             born_timestamp=orig.born_timestamp,

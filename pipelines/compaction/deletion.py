@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from store import format as fmt
 from store.checkpoint import StoreLock, StoreLockedError
 from store.config import MessageStoreConfig
+from store.format import units
 from store.message_store import MessageStore
 from store.retention import SegmentManifest, SegmentState
 
@@ -37,8 +37,8 @@ def infer_store_config(store_dir: Path) -> MessageStoreConfig:
         # The header counts used slots, not configured ones, so the size is all there is to go by:
         # 40 + 4 * slots + 20 * entries, with RocketMQ's entries = 4 * slots (5M / 20M by default).
         size = index[0].stat().st_size
-        per_slot = fmt.index_file_size(1, 4) - fmt.index_file_size(0, 0)
-        slots, rest = divmod(size - fmt.index_file_size(0, 0), per_slot)
+        per_slot = units.index_file_size(1, 4) - units.index_file_size(0, 0)
+        slots, rest = divmod(size - units.index_file_size(0, 0), per_slot)
         if rest:
             raise ValueError(
                 f"{index[0]}: size {size} is not maxIndexNum = 4 x maxHashSlotNum; pass the broker's config "

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from pipelines.index_rebuild.live import CQ_DTYPE, cq_files, queue_dirs, read_units
-from store import format as fmt
+from pipelines.index_rebuild.live import cq_files, queue_dirs, read_units
+from store.format import records, units
 
-UNIT = fmt.CQ_UNIT_SIZE
+UNIT = units.CQ_UNIT_SIZE
 MAX_PROBLEMS = 20  # listed per queue; the counts are always complete
 
 
@@ -27,7 +27,7 @@ class RebuiltQueue:
     topic: str
     queue_id: int
     queue_offsets: np.ndarray  # sorted
-    units: np.ndarray  # CQ_DTYPE, aligned with queue_offsets
+    units: np.ndarray  # units.CQ_UNIT_DTYPE, aligned with queue_offsets
 
     @property
     def first(self) -> int:
@@ -41,8 +41,9 @@ class RebuiltQueue:
 def rebuild_queues(table: pa.Table) -> dict[tuple[str, int], RebuiltQueue]:
     """Group the consumable records per (topic, queue) and sort them by queue offset."""
     sys_flag = table.column("sys_flag").to_numpy()
-    tx = sys_flag & fmt.TRANSACTION_ROLLBACK_TYPE
-    keep = np.flatnonzero((tx == fmt.TRANSACTION_NOT_TYPE) | (tx == fmt.TRANSACTION_COMMIT_TYPE))  # is_consumable
+    tx = sys_flag & records.TRANSACTION_ROLLBACK_TYPE
+    # records.is_consumable, over the whole column
+    keep = np.flatnonzero((tx == records.TRANSACTION_NOT_TYPE) | (tx == records.TRANSACTION_COMMIT_TYPE))
     if len(keep) == 0:
         return {}
     t = table.select(["topic", "queue_id", "queue_offset", "commitlog_offset", "msg_size", "tags_code"]).take(keep)
@@ -52,17 +53,17 @@ def rebuild_queues(table: pa.Table) -> dict[tuple[str, int], RebuiltQueue]:
     qo = t.column("queue_offset").to_numpy()
     order = np.lexsort((qo, qid, codes))
     codes, qid, qo = codes[order], qid[order], qo[order]
-    units = np.empty(len(order), CQ_DTYPE)
-    units["phy"] = t.column("commitlog_offset").to_numpy()[order]
-    units["size"] = t.column("msg_size").to_numpy()[order]
-    units["tags"] = t.column("tags_code").to_numpy()[order]
+    rows = np.empty(len(order), units.CQ_UNIT_DTYPE)
+    rows["phy"] = t.column("commitlog_offset").to_numpy()[order]
+    rows["size"] = t.column("msg_size").to_numpy()[order]
+    rows["tags"] = t.column("tags_code").to_numpy()[order]
     starts = np.flatnonzero(np.r_[True, (codes[1:] != codes[:-1]) | (qid[1:] != qid[:-1])])
     ends = np.r_[starts[1:], len(order)]
     names = topics.dictionary.to_pylist()
     out = {}
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
         key = (names[codes[a]], int(qid[a]))
-        out[key] = RebuiltQueue(key[0], key[1], qo[a:b], units[a:b])
+        out[key] = RebuiltQueue(key[0], key[1], qo[a:b], rows[a:b])
     return out
 
 
@@ -107,19 +108,19 @@ def compare_queue(
     lo = min(x for x in (live_lo, rebuilt.first if rebuilt else None) if x is not None) if (files or rebuilt) else 0
     hi = max(x for x in (live_hi, rebuilt.end if rebuilt else None) if x is not None) if (files or rebuilt) else 0
     n = hi - lo
-    live = np.zeros(n, CQ_DTYPE)
+    live = np.zeros(n, units.CQ_UNIT_DTYPE)
     live_file = np.full(n, -1, np.int32)  # which file a position was read from
     for i, path in enumerate(files):
         size = path.stat().st_size
         if size != file_size:
             res.problems.append({"kind": "file_size", "topic": topic, "queue_id": queue_id, "file": str(path),
                                  "position": 0, "detail": f"size {size}, mappedFileSizeConsumeQueue is {file_size}"})
-        units = read_units(path)[:per_file]
+        in_file = read_units(path)[:per_file]
         at = int(path.name) // UNIT - lo
-        live[at : at + len(units)] = units
-        live_file[at : at + len(units)] = i
+        live[at : at + len(in_file)] = in_file
+        live_file[at : at + len(in_file)] = i
     live_present = (live["phy"] != 0) | (live["size"] != 0) | (live["tags"] != 0)
-    exp = np.zeros(n, CQ_DTYPE)
+    exp = np.zeros(n, units.CQ_UNIT_DTYPE)
     exp_present = np.zeros(n, bool)
     if rebuilt is not None:
         exp[rebuilt.queue_offsets - lo] = rebuilt.units
@@ -130,7 +131,7 @@ def compare_queue(
     first = rebuilt.first - lo if rebuilt is not None else n
     ahead = np.arange(n) < first
     gone = live_present & ~exp_present & ahead & (
-        (live["size"] == fmt.CQ_FILL_SIZE) | (live["phy"].astype(np.int64) + live["size"] <= cl_min)
+        (live["size"] == units.CQ_FILL_SIZE) | (live["phy"].astype(np.int64) + live["size"] <= cl_min)
     )
     late = np.zeros(n, bool)
     if bound is not None:
@@ -151,7 +152,7 @@ def compare_queue(
     for k in bad[:MAX_PROBLEMS].tolist():
         q = k + lo
         f = live_file[k]
-        path = str(files[f]) if f >= 0 else str(qdir / fmt.offset_to_file_name(q // per_file * file_size))
+        path = str(files[f]) if f >= 0 else str(qdir / units.offset_to_file_name(q // per_file * file_size))
         kind = "missing" if missing[k] else "mismatched" if mismatched[k] else "extra"
         p = {"kind": kind, "topic": topic, "queue_id": queue_id, "queue_offset": q, "file": path,
              "position": (q % per_file) * UNIT,
@@ -165,7 +166,7 @@ def compare_queue(
         a, b = max(base_q, lo) - lo, min(base_q + per_file, hi) - lo
         if not judged[a:b].any():
             continue
-        name = fmt.offset_to_file_name(base_q * UNIT)
+        name = units.offset_to_file_name(base_q * UNIT)
         if base_q * UNIT not in names:
             res.files_missing.append(name)
         elif (matched[a:b] | ~judged[a:b]).all():
@@ -208,16 +209,16 @@ def write_queue(out_root: Path, q: RebuiltQueue, file_size: int) -> list[Path]:
     written = []
     first_file = q.first // per_file
     for f in range(first_file, (q.end - 1) // per_file + 1):
-        units = np.zeros(per_file, CQ_DTYPE)
+        in_file = np.zeros(per_file, units.CQ_UNIT_DTYPE)
         if f == first_file:
-            fill = np.zeros(1, CQ_DTYPE)
-            fill["phy"], fill["size"], fill["tags"] = fmt.CQ_FILL_UNIT
-            units[: q.first - f * per_file] = fill
+            fill = np.zeros(1, units.CQ_UNIT_DTYPE)
+            fill["phy"], fill["size"], fill["tags"] = units.CQ_FILL_UNIT
+            in_file[: q.first - f * per_file] = fill
         sel = (q.queue_offsets >= f * per_file) & (q.queue_offsets < (f + 1) * per_file)
-        units[q.queue_offsets[sel] - f * per_file] = q.units[sel]
-        path = qdir / fmt.offset_to_file_name(f * file_size)
+        in_file[q.queue_offsets[sel] - f * per_file] = q.units[sel]
+        path = qdir / units.offset_to_file_name(f * file_size)
         with open(path, "wb") as fh:
-            fh.write(units.tobytes())
+            fh.write(in_file.tobytes())
             os.fsync(fh.fileno())
         written.append(path)
     return written

@@ -23,14 +23,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.index_rebuild.live import ENTRY_DTYPE, LiveIndexFile
-from store import format as fmt
+from pipelines.index_rebuild.live import LiveIndexFile
+from store.format import units
 
 MAX_PROBLEMS = 20
-HEADER_FIELDS = ("begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count",
-                 "index_count")  # fmt: skip
 _MAX_TDIFF = 0x7FFFFFFF
-_HEADER_POS = dict(zip(HEADER_FIELDS, (0, 8, 16, 24, 32, 36), strict=True))
 
 
 @dataclass
@@ -88,7 +85,7 @@ def reindexed_records(ent: IndexEntries, live: list[LiveIndexFile], cl_min: int)
     if not live or not len(ent):
         return {}
     parts = [lf.entries[1 : lf.count] for lf in live]
-    allent = np.concatenate(parts) if parts else np.zeros(0, ENTRY_DTYPE)
+    allent = np.concatenate(parts) if parts else np.zeros(0, units.INDEX_ENTRY_DTYPE)
     allent = allent[allent["phy"] >= cl_min]
     if not len(allent):
         return {}
@@ -129,9 +126,9 @@ def repeat_records(ent: IndexEntries, extra_by_phy: dict[int, int]) -> IndexEntr
 
 @dataclass
 class RebuiltIndexFile:
-    header: fmt.IndexHeader
+    header: units.IndexHeader
     slots: np.ndarray  # int32 per slot (native order)
-    entries: np.ndarray  # ENTRY_DTYPE, entries 0..index_count-1
+    entries: np.ndarray  # units.INDEX_ENTRY_DTYPE, entries 0..index_count-1
     first_new: int  # entry number of the first rebuilt (not carried) entry
     entry_index: np.ndarray  # for entries first_new.., their position in IndexEntries
     carried_from: str | None = None  # the live file the carried entries came from
@@ -141,7 +138,7 @@ class RebuiltIndexFile:
         return self.header.index_count
 
     def header_bytes(self) -> bytes:
-        return fmt.encode_index_header(self.header)
+        return units.encode_index_header(self.header)
 
 
 def _tdiff(ts: np.ndarray, begin: int) -> np.ndarray:
@@ -174,7 +171,7 @@ def _put_run(f: RebuiltIndexFile, ent: IndexEntries, lo: int, hi: int, slot_num:
     prev[order] = prev_sorted
     last_of_group = np.r_[new_group[1:], True]
     f.slots[s_sorted[last_of_group]] = e_sorted[last_of_group]
-    entries = np.zeros(start + n, ENTRY_DTYPE)
+    entries = np.zeros(start + n, units.INDEX_ENTRY_DTYPE)
     entries[:start] = f.entries[:start]
     entries["hash"][start:], entries["phy"][start:] = hashes, phy
     entries["tdiff"][start:], entries["prev"][start:] = tdiff, prev
@@ -197,7 +194,7 @@ def _carry(live: LiveIndexFile, cl_min: int, slot_num: int) -> RebuiltIndexFile 
     slot = entries["hash"][1:].astype(np.int64) % slot_num
     slots[slot] = np.arange(1, keep)  # later entries overwrite earlier ones: the newest per slot
     # The end fields are the live ones; if the rebuild continues in this file, its puts overwrite them.
-    h = fmt.IndexHeader(live.header.begin_timestamp, live.header.end_timestamp, live.header.begin_phy_offset,
+    h = units.IndexHeader(live.header.begin_timestamp, live.header.end_timestamp, live.header.begin_phy_offset,
                         int(entries["phy"][-1]), len(np.unique(slot)), keep)  # fmt: skip
     return RebuiltIndexFile(h, slots, entries, keep, np.zeros(0, np.int64), carried_from=live.name)
 
@@ -219,7 +216,7 @@ def rebuild_index(
     while pos < n:
         last = files[-1] if files else None
         if last is None or last.count >= index_num:
-            h = fmt.IndexHeader()
+            h = units.IndexHeader()
             if last is None and cl_min > 0 and live and n:
                 # The first file left after tiering was rolled from a deleted one: its first entry's time
                 # difference counts from that file's end, which is gone. Take it from the live entry when
@@ -230,7 +227,7 @@ def rebuild_index(
             if last is not None:  # IndexService._writable_file: a new file starts where the last one ended
                 h.begin_phy_offset = h.end_phy_offset = last.header.end_phy_offset
                 h.begin_timestamp = h.end_timestamp = last.header.end_timestamp
-            last = RebuiltIndexFile(h, np.zeros(slot_num, np.int64), np.zeros(1, ENTRY_DTYPE), 1,
+            last = RebuiltIndexFile(h, np.zeros(slot_num, np.int64), np.zeros(1, units.INDEX_ENTRY_DTYPE), 1,
                                     np.zeros(0, np.int64))  # fmt: skip
             files.append(last)
         take = min(n - pos, index_num - last.count)
@@ -242,6 +239,11 @@ def rebuild_index(
 # =====================================================================================================
 # comparison
 # =====================================================================================================
+
+
+def _header_position(name: str) -> int:
+    """Byte position of an IndexFile header field."""
+    return units.INDEX_HEADER_DTYPE.fields[name][1]
 
 
 @dataclass
@@ -340,15 +342,15 @@ def compare_file(
         return res
     running_last = bound is not None and last
     lh = lf.header
-    for name in HEADER_FIELDS:
+    for name, _ in units.INDEX_HEADER_FIELDS:
         if running_last and name not in ("begin_timestamp", "begin_phy_offset"):
             continue  # the broker keeps appending to this file
         lv, rv = getattr(lh, name), getattr(rf.header, name)
         if lv != rv:
             res.header[name] = {"live": lv, "rebuilt": rv}
     for name, d in res.header.items():
-        res.problems.append({"kind": "header", "file": str(lf.path), "position": _HEADER_POS[name], "field": name,
-                             "expected": d["rebuilt"], "actual": d["live"]})  # fmt: skip
+        res.problems.append({"kind": "header", "file": str(lf.path), "position": _header_position(name),
+                             "field": name, "expected": d["rebuilt"], "actual": d["live"]})  # fmt: skip
     n = rf.count
     live_n = min(len(lf.entries), n)
     same_entries = live_n == n and bool((lf.entries[rf.first_new:n] == rf.entries[rf.first_new:n]).all())
@@ -375,12 +377,12 @@ def _first_byte_difference(rf: RebuiltIndexFile, lf: LiveIndexFile, slot_num: in
         diff = np.flatnonzero(lf.slots.astype(np.int64) != rf.slots)
         if len(diff):
             s = int(diff[0])
-            return d | {"slot": s, "position": fmt.index_slot_position(s), "expected": int(rf.slots[s]),
+            return d | {"slot": s, "position": units.index_slot_position(s), "expected": int(rf.slots[s]),
                         "actual": lf.slot(s)}  # fmt: skip
     n = min(rf.count, len(lf.entries))
     diff = np.flatnonzero(lf.entries[rf.first_new : n] != rf.entries[rf.first_new : n])
     e = int(diff[0]) + rf.first_new if len(diff) else n
-    return d | {"entry": e, "position": fmt.index_entry_position(slot_num, e)}
+    return d | {"entry": e, "position": units.index_entry_position(slot_num, e)}
 
 
 def _walk_compare(
@@ -413,7 +415,7 @@ def _walk_compare(
         topic, key = ent.name(int(rf.entry_index[i]))
         s = int(slots[i])
         p = {"file": str(lf.path), "entry": e, "slot": s, "topic": topic, "key": key,
-             "commitlog_offset": t[1], "position": fmt.index_entry_position(slot_num, e),
+             "commitlog_offset": t[1], "position": units.index_entry_position(slot_num, e),
              "expected": _entry_dict(r.tolist())}  # fmt: skip
         if le is None:
             res.missing += 1
@@ -434,7 +436,7 @@ def _walk_compare(
         if len(problems) < MAX_PROBLEMS:
             e = reached_at[t]
             problems.append({"kind": "extra", "file": str(lf.path), "entry": e, "commitlog_offset": t[1],
-                             "position": fmt.index_entry_position(slot_num, e), "actual": _entry_dict(lf.entry(e))})
+                             "position": units.index_entry_position(slot_num, e), "actual": _entry_dict(lf.entry(e))})
     res.problems.extend(problems)
 
 
@@ -443,14 +445,14 @@ def _why_unreachable(rf: RebuiltIndexFile, lf: LiveIndexFile, s: int, slot_num: 
     want = int(rf.slots[s])
     have = lf.slot(s)
     if have != want:
-        return f"slot {s} (byte {fmt.index_slot_position(s)}) holds entry {have}, expected {want}"
+        return f"slot {s} (byte {units.index_slot_position(s)}) holds entry {have}, expected {want}"
     e = want
     while e > 0:
         live_e = lf.entry(e)
         want_prev = int(rf.entries[e]["prev"])
         if live_e is None or live_e[3] != want_prev:
             got = None if live_e is None else live_e[3]
-            pos = fmt.index_entry_position(slot_num, e) + 16
+            pos = units.index_entry_position(slot_num, e) + 16
             return f"chain broken at entry {e} (byte {pos}): prev is {got}, expected {want_prev}"
         e = want_prev
     return f"slot {s}: the live chain does not reach it (header indexCount {lf.header.index_count})"
@@ -458,13 +460,13 @@ def _why_unreachable(rf: RebuiltIndexFile, lf: LiveIndexFile, s: int, slot_num: 
 
 def write_index_file(path: Path, rf: RebuiltIndexFile, slot_num: int, index_num: int) -> None:
     """Write a rebuilt file at its full (sparse) size, as ``IndexFile`` creates it."""
-    size = fmt.index_file_size(slot_num, index_num)
+    size = units.index_file_size(slot_num, index_num)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as fh:
         fh.truncate(size)
         fh.write(rf.header_bytes())
-        fh.write(rf.slots.astype(">i4").tobytes())
-        fh.seek(fmt.index_entry_position(slot_num, 1))
+        fh.write(rf.slots.astype(units.INDEX_SLOT_DTYPE).tobytes())
+        fh.seek(units.index_entry_position(slot_num, 1))
         fh.write(rf.entries[1:].tobytes())
         os.fsync(fh.fileno())
     os.replace(tmp, path)

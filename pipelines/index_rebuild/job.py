@@ -22,9 +22,9 @@ from pathlib import Path
 from pipelines.index_rebuild import consume_queue as cqmod
 from pipelines.index_rebuild import index_file as idxmod
 from pipelines.index_rebuild.live import LiveIndexFile, broker_running, dispatched_bound, index_files, indexed_bound
-from store import format as fmt
 from store.config import MessageStoreConfig
 from store.errors import MQLakeError
+from store.format import delay, units
 
 log = logging.getLogger(__name__)
 REPAIR_MANIFEST = "repair.json"
@@ -52,7 +52,7 @@ def _index_names(pairs: list[tuple]) -> list[str | None]:
         ms = _name_ms(lf.name) if lf is not None else rf.header.begin_timestamp
         ms = max(ms, prev + 1)
         prev = ms
-        names.append(fmt.index_file_name(ms))
+        names.append(units.index_file_name(ms))
     return names
 
 
@@ -107,7 +107,7 @@ def verify_index(
 
         spark = get_spark(master, app_name="mqlake-verify-index", conf=conf)
     try:
-        millis = fmt.parse_delay_levels(cfg.message_delay_level)
+        millis = delay.parse_delay_levels(cfg.message_delay_level)
         scan = scan_dispatch(spark, store_dir, bound=bound, delay_millis=millis)
     except Exception as e:  # a RecordError raised in a Spark task arrives wrapped; keep its words
         text = str(e)

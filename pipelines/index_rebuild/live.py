@@ -4,21 +4,13 @@ and its ConsumeQueue and IndexFile files (read-only; nothing here writes or lock
 from __future__ import annotations
 
 import fcntl
+import mmap
 import os
 from pathlib import Path
 
 import numpy as np
 
-from store import format as fmt
-
-# One ConsumeQueue unit as numpy sees the file.
-CQ_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-# One IndexFile entry.
-ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("tdiff", ">i4"), ("prev", ">i4")])
-
-
-def is_segment_name(name: str) -> bool:
-    return len(name) == 20 and name.isdigit()
+from store.format import records, units
 
 
 def broker_running(store_dir: Path) -> bool:
@@ -57,13 +49,14 @@ def queue_dirs(store_dir: Path) -> dict[tuple[str, int], Path]:
 def cq_files(qdir: Path) -> list[Path]:
     if not qdir.is_dir():
         return []
-    return sorted((p for p in qdir.iterdir() if p.is_file() and is_segment_name(p.name)), key=lambda p: int(p.name))
+    names = (p for p in qdir.iterdir() if p.is_file() and units.is_offset_file_name(p.name))
+    return sorted(names, key=lambda p: int(p.name))
 
 
 def read_units(path: Path) -> np.ndarray:
     """Every whole unit of a ConsumeQueue file (a truncated file yields fewer)."""
     raw = np.fromfile(path, np.uint8)
-    return raw[: len(raw) - len(raw) % fmt.CQ_UNIT_SIZE].view(CQ_DTYPE)
+    return raw[: len(raw) - len(raw) % units.CQ_UNIT_SIZE].view(units.CQ_UNIT_DTYPE)
 
 
 def dispatched_bound(store_dir: Path) -> int:
@@ -76,8 +69,8 @@ def dispatched_bound(store_dir: Path) -> int:
     for qdir in queue_dirs(store_dir).values():
         files = cq_files(qdir)
         for path in reversed(files):  # the last non-empty file holds the queue's newest unit
-            units = read_units(path)
-            used = units[(units["size"] > 0) & (units["size"] != fmt.CQ_FILL_SIZE)]
+            in_file = read_units(path)
+            used = in_file[(in_file["size"] > 0) & (in_file["size"] != units.CQ_FILL_SIZE)]
             if len(used):
                 bound = max(bound, int((used["phy"].astype(np.int64) + used["size"]).max()))
                 break
@@ -96,24 +89,30 @@ def indexed_bound(store_dir: Path) -> int | None:
     if not files:
         return None
     with open(files[-1], "rb") as fh:
-        head = fh.read(fmt.INDEX_HEADER_SIZE)
-    if len(head) < fmt.INDEX_HEADER_SIZE:
+        head = fh.read(units.INDEX_HEADER_SIZE)
+    if len(head) < units.INDEX_HEADER_SIZE:
         return None
-    end = fmt.decode_index_header(head).end_phy_offset
+    end = units.decode_index_header(head).end_phy_offset
     seg = next((f for f in reversed(segment_files(store_dir)) if int(f.name) <= end), None)
     if seg is None:
         return None
     with open(seg, "rb") as fh:
-        raw = os.pread(fh.fileno(), fmt.SIZE_MAGIC_LENGTH, end - int(seg.name))
-    size, magic = fmt.peek_size_magic(raw.ljust(fmt.SIZE_MAGIC_LENGTH, b"\0"))
-    return end + size if magic in (fmt.MESSAGE_MAGIC_V1, fmt.MESSAGE_MAGIC_V2) and size > 0 else None
+        if os.fstat(fh.fileno()).st_size == 0:
+            return None
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        pos = end - int(seg.name)
+        found = records.step(mm, pos).end
+        return end + found - pos if found > pos else None
+    finally:
+        mm.close()
 
 
 def index_files(store_dir: Path) -> list[Path]:
     root = Path(store_dir) / "index"
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_file() and len(p.name) == 17 and p.name.isdigit())
+    return sorted(p for p in root.iterdir() if p.is_file() and units.is_index_file_name(p.name))
 
 
 class LiveIndexFile:
@@ -123,17 +122,19 @@ class LiveIndexFile:
         self.path = path
         self.name = path.name
         self.size = path.stat().st_size
-        self.expected_size = fmt.index_file_size(hash_slot_num, index_num)
+        self.expected_size = units.index_file_size(hash_slot_num, index_num)
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.raw = np.memmap(path, np.uint8, mode="r") if self.size else np.zeros(0, np.uint8)
-        head = bytes(self.raw[: fmt.INDEX_HEADER_SIZE])
-        self.header = fmt.decode_index_header(head.ljust(fmt.INDEX_HEADER_SIZE, b"\0"))
-        slots_end = fmt.index_slot_position(hash_slot_num)
-        self.slots = self.raw[fmt.INDEX_HEADER_SIZE : min(slots_end, self.size)]
-        self.slots = self.slots[: len(self.slots) // 4 * 4].view(">i4")
+        head = bytes(self.raw[: units.INDEX_HEADER_SIZE])
+        self.header = units.decode_index_header(head.ljust(units.INDEX_HEADER_SIZE, b"\0"))
+        slots_end = units.index_slot_position(hash_slot_num)
+        self.slots = self.raw[units.INDEX_HEADER_SIZE : min(slots_end, self.size)]
+        whole = len(self.slots) // units.INDEX_SLOT_SIZE * units.INDEX_SLOT_SIZE
+        self.slots = self.slots[:whole].view(units.INDEX_SLOT_DTYPE)
         body = self.raw[slots_end:] if self.size > slots_end else np.zeros(0, np.uint8)
-        self.entries = body[: len(body) // fmt.INDEX_ENTRY_SIZE * fmt.INDEX_ENTRY_SIZE].view(ENTRY_DTYPE)
+        whole = len(body) // units.INDEX_ENTRY_SIZE * units.INDEX_ENTRY_SIZE
+        self.entries = body[:whole].view(units.INDEX_ENTRY_DTYPE)
 
     @property
     def count(self) -> int:

@@ -1,8 +1,8 @@
 """The Spark half of the rebuild: CommitLog records -> what dispatch derives from each one.
 
 Spark tasks read the CommitLog segments in splits (as the ``commitlog`` source does: a split owns the
-records that start in it, found with ``store.format.find_record_boundary``) and run the store's own
-dispatch extraction, ``store.format.check_record``, on every record: the same function the reput
+records that start in it, found with ``store.format.records.find_record_boundary``) and run the store's own
+dispatch extraction, ``store.format.records.check_record``, on every record: the same function the reput
 service uses, so the tagsCode (tag hash, or a SCHEDULE_TOPIC_XXXX message's deliver time) and the keys
 cannot differ from what the store derives.  Each task then adds the IndexFile keys in the order
 ``IndexService.build_index`` puts them (UNIQ_KEY, then each KEYS entry) with their hashes.
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from store import format as fmt
+from store.format import delay, hashing, properties, records
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,12 +49,12 @@ DEFAULT_SPLIT_SIZE = 64 * 1024 * 1024
 BATCH_RECORDS = 65536
 
 
-def _index_keys(req: fmt.DispatchRequest) -> list[str]:
+def _index_keys(req: records.DispatchRequest) -> list[str]:
     """``IndexService.build_index``: rollbacks are not indexed; UNIQ_KEY first, then each KEYS entry."""
-    if req.sys_flag & fmt.TRANSACTION_ROLLBACK_TYPE == fmt.TRANSACTION_ROLLBACK_TYPE:
+    if req.sys_flag & records.TRANSACTION_ROLLBACK_TYPE == records.TRANSACTION_ROLLBACK_TYPE:
         return []
     keys = [req.uniq_key] if req.uniq_key else []
-    keys.extend(fmt.split_keys(req.keys))
+    keys.extend(properties.split_keys(req.keys))
     return keys
 
 
@@ -64,7 +64,7 @@ class _Columns:
     def __init__(self) -> None:
         self.cols: list[list] = [[] for _ in range(9)]
 
-    def add(self, req: fmt.DispatchRequest) -> None:
+    def add(self, req: records.DispatchRequest) -> None:
         c = self.cols
         c[0].append(req.topic)
         c[1].append(req.queue_id)
@@ -87,8 +87,8 @@ class _Columns:
         keys = pa.array(self.cols.pop(), pa.list_(pa.string()))
         arrays = [pa.array(col, f.type) for col, f in zip(self.cols, list(DISPATCH_SCHEMA)[:8], strict=True)]
         topics = arrays[0].take(pc.list_parent_indices(keys))
-        full = pc.binary_join_element_wise(topics, pc.list_flatten(keys), "#")  # fmt.index_key, per key
-        hashes = pa.array(fmt.index_key_hashes(full).astype(np.int32))
+        full = pc.binary_join_element_wise(topics, pc.list_flatten(keys), "#")  # hashing.index_key, per key
+        hashes = pa.array(hashing.index_key_hashes(full).astype(np.int32))
         arrays.append(pa.ListArray.from_arrays(keys.offsets, hashes))
         self.cols = [[] for _ in range(9)]
         return pa.RecordBatch.from_arrays(arrays, schema=DISPATCH_SCHEMA)
@@ -102,11 +102,11 @@ def read_split(
 
     Zeros where a record would start end the data (the active segment's tail); so do bytes that are not
     a record when no record follows them in the ``last`` segment (a torn tail, which recovery truncates).
-    Other bad bytes raise :class:`store.format.RecordError` naming the file and position.
+    Other bad bytes raise :class:`store.format.records.RecordError` naming the file and position.
     """
     import mmap
 
-    millis = delay_millis or fmt.parse_delay_levels()
+    millis = delay_millis or delay.parse_delay_levels()
     base = int(Path(path).name)
     with open(path, "rb") as fh:
         if Path(path).stat().st_size == 0:
@@ -114,25 +114,29 @@ def read_split(
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     try:
         stop = min(stop, len(mm))
-        pos = fmt.find_record_boundary(mm, base, start, stop)
+        walk = records.RecordWalk(mm, records.find_record_boundary(mm, base, start, stop), stop)
         out = _Columns()
-        check = fmt.check_record
-        while pos < stop:
-            res = check(mm, pos, check_crc=False, delay_millis=millis)
-            if res.blank or (res.size == 0 and not res.ok):
-                break  # end-of-file BLANK, or zeros: the end of the data
+        check = records.check_record
+        for pos, size in walk:
+            res = check(mm, pos, check_crc=False, delay_millis=millis, size=size)
             req = res.request
-            if not res.ok or res.size <= 0 or req.commitlog_offset != base + pos:
-                if last and fmt.find_record_boundary(mm, base, pos + 1) >= len(mm):
+            if not res.ok or req.commitlog_offset != base + pos:
+                if last and records.find_record_boundary(mm, base, pos + 1) >= len(mm):
                     break  # a torn tail: nothing valid follows
                 reason = res.reason or f"PHYSICALOFFSET {req.commitlog_offset} is not {base + pos}"
-                raise fmt.RecordError(pos, reason, path)
+                raise records.RecordError(pos, reason, path)
             if bound is not None and req.commitlog_offset + req.msg_size > bound:
                 break  # records are in offset order: the rest is past the dispatched bound too
             out.add(req)
             if len(out) >= BATCH_RECORDS:
                 yield out.batch()
-            pos += res.size
+        else:
+            # BLANK or zeros end the data; so do bytes that are not a record with nothing valid after them
+            # in the last segment (a torn tail)
+            if walk.ended is records.WalkEnd.INVALID and not (
+                last and records.find_record_boundary(mm, base, walk.end + 1) >= len(mm)
+            ):
+                raise records.RecordError(walk.end, walk.reason, path)
         if len(out):
             yield out.batch()
     finally:
@@ -151,7 +155,7 @@ def index_key_at(store_dir: Path, commitlog_offset: int, n: int) -> str | None:
     with open(seg, "rb") as fh:
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     try:
-        res = fmt.check_record(mm, commitlog_offset - int(seg.name), check_crc=False)
+        res = records.check_record(mm, commitlog_offset - int(seg.name), check_crc=False)
         keys = _index_keys(res.request) if res.ok and res.request is not None else []
         return keys[n] if n < len(keys) else None
     finally:
@@ -189,7 +193,7 @@ def scan_dispatch(
     parts = splits(store_dir, split_size)
     if not parts:
         return ScanResult(DISPATCH_SCHEMA.empty_table(), 0, 0, 0)
-    millis = delay_millis or fmt.parse_delay_levels()
+    millis = delay_millis or delay.parse_delay_levels()
     df = spark.sparkContext.parallelize(parts, len(parts)).toDF("path string, start long, stop long, last boolean")
 
     def derive(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -30,13 +30,13 @@ from broker.client import Message, MessageQueue, Producer, PullConsumer
 from broker.client.message import PullStatus
 from pipelines.replay import progress as prog
 from pipelines.replay.progress import QueueKey, QueueProgress, TargetKey
-from store import format as fmt
 from store.errors import MQLakeError
+from store.format import properties, records
 
 log = logging.getLogger(__name__)
 
 # Provenance carried by every replayed message.
-ORIGIN_MESSAGE_ID = fmt.PROPERTY_ORIGIN_MESSAGE_ID
+ORIGIN_MESSAGE_ID = properties.PROPERTY_ORIGIN_MESSAGE_ID
 REPLAY_SOURCE_TOPIC = "REPLAY_SOURCE_TOPIC"
 REPLAY_SOURCE_QUEUE = "REPLAY_SOURCE_QUEUE"
 REPLAY_SOURCE_OFFSET = "REPLAY_SOURCE_OFFSET"
@@ -49,10 +49,10 @@ REPLAY_ID = "REPLAY_ID"
 # trace details, not message content.
 DROPPED_PROPERTIES = frozenset(
     {
-        fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS, fmt.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-        fmt.PROPERTY_WAIT_STORE_MSG_OK, fmt.PROPERTY_CLUSTER, fmt.PROPERTY_DELAY_TIME_LEVEL,
-        fmt.PROPERTY_REAL_TOPIC, fmt.PROPERTY_REAL_QUEUE_ID,
-        fmt.PROPERTY_TRANSACTION_PREPARED, "PGROUP", "RETRY_TOPIC", "MIN_OFFSET", "MAX_OFFSET", "MSG_REGION",
+        properties.PROPERTY_TAGS, properties.PROPERTY_KEYS, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+        properties.PROPERTY_WAIT_STORE_MSG_OK, properties.PROPERTY_CLUSTER, properties.PROPERTY_DELAY_TIME_LEVEL,
+        properties.PROPERTY_REAL_TOPIC, properties.PROPERTY_REAL_QUEUE_ID,
+        properties.PROPERTY_TRANSACTION_PREPARED, "PGROUP", "RETRY_TOPIC", "MIN_OFFSET", "MAX_OFFSET", "MSG_REGION",
         "TRACE_ON", "CONSUME_START_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "__STARTDELIVERTIME", "TIMER_DELIVER_MS",
         "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_OUT_MS",
         ORIGIN_MESSAGE_ID, REPLAY_SOURCE_TOPIC, REPLAY_SOURCE_QUEUE, REPLAY_SOURCE_OFFSET, REPLAY_ID,
@@ -110,9 +110,9 @@ class TaskPlan:
 def source_body(body: bytes, sys_flag: int, where: str) -> bytes:
     """The body a consumer of the source saw: compressed records (Java clients compress > 4 KiB) are inflated,
     because the replayed message is sent uncompressed (its sysFlag has no compression bit)."""
-    if not sys_flag & fmt.COMPRESSED_FLAG:
+    if not sys_flag & records.COMPRESSED_FLAG:
         return body
-    kind = sys_flag & fmt.COMPRESSION_TYPE_MASK
+    kind = sys_flag & records.COMPRESSION_TYPE_MASK
     if kind not in _ZLIB_TYPES:
         raise ReplayError(f"{where}: body compressed with type {kind >> 8}, only zlib is supported")
     try:
@@ -367,7 +367,7 @@ class PartitionSender:
 
     @staticmethod
     def _by_key(targets: list[MessageQueue], it: _Item, key: QueueKey) -> MessageQueue:
-        keys = fmt.split_keys(it.message.keys if isinstance(it.message.keys, str) else None)
+        keys = properties.split_keys(it.message.keys if isinstance(it.message.keys, str) else None)
         if not keys:
             return targets[key[1] % len(targets)]
         return Producer.select_by_key(targets, keys[0])

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, field_serializer, model_validator
 
 from broker.remoting.protocol.wire import WireModel
-from store import format as fmt
+from store.format import hashing
 
 SUB_ALL = "*"
 EXPRESSION_TYPE_TAG = "TAG"
@@ -38,7 +38,7 @@ def _enum_name(names: tuple[str, ...]) -> BeforeValidator:
 
 def tag_codes(tags: list[str]) -> set[int]:
     """The ConsumeQueue tag codes (Java ``String.hashCode``) of tags."""
-    return {fmt.java_string_hash(t) for t in tags}
+    return {hashing.java_string_hash(t) for t in tags}
 
 
 class SubscriptionData(WireModel):

@@ -1,0 +1,18 @@
+"""The one codec package: every byte offset of RocketMQ's store files lives here, split by what it holds.
+
+- :mod:`store.format.records` — CommitLog records: layout constants, :class:`~store.format.records.MessageRecord`,
+  encode / patch / BLANK, the one walk from record to record (``RecordWalk``), the per-record decoders
+  (``decode_record``, ``check_record`` → ``DispatchRequest``), single-field readers, split boundaries.
+- :mod:`store.format.properties` — the properties string and the property names.
+- :mod:`store.format.msgid` — hosts as stored, offset message ids, the client's UNIQ_KEY generator.
+- :mod:`store.format.hashing` — Java ``String.hashCode``, tagsCode, IndexFile key hashes, the 31-bit body CRC.
+- :mod:`store.format.units` — ConsumeQueue units, IndexFile header/slots/entries, the checkpoint and file
+  names; their numpy dtypes for the pipelines.
+- :mod:`store.format.delay` — delay levels and the tagsCode of a SCHEDULE_TOPIC_XXXX unit.
+- :mod:`store.format.columnar` — many records at once into numpy / Arrow arrays (the Spark source).
+
+Layouts follow Apache RocketMQ 4.9.8 / 5.x (``MessageDecoder``, ``CommitLog.doAppend``, ``ConsumeQueue``,
+``IndexFile``, ``StoreCheckpoint``); every integer is big-endian.  Pure functions over bytes: the broker, the
+pipelines and the tests all encode and decode through these modules, imported one by one
+(``from store.format import records``); nothing is re-exported here.
+"""

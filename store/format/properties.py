@@ -1,0 +1,48 @@
+"""The properties string of a message (``MessageDecoder.messageProperties2String`` / ``string2messageProperties``)
+and the property names the store and the broker read (``MessageConst``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+KEY_SEPARATOR = " "
+
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+
+
+def encode_properties(props: Mapping[str, str | None]) -> bytes:
+    """``messageProperties2String``: ``name 0x01 value 0x02`` per entry, null values skipped."""
+    return "".join(
+        f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items() if v is not None
+    ).encode("utf-8")
+
+
+def iter_properties(raw: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """(name, value) byte pairs of a properties string, with ``string2messageProperties``'s quirks:
+    a segment without 0x01, with an empty name or with an empty value is dropped."""
+    for seg in raw.split(b"\x02"):
+        name, sep, value = seg.partition(b"\x01")
+        if sep and name and value:
+            yield name, value
+
+
+def decode_properties(data: bytes | bytearray | memoryview | str) -> dict[str, str]:
+    """``string2messageProperties``."""
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return {n.decode("utf-8", "replace"): v.decode("utf-8", "replace") for n, v in iter_properties(raw)}
+
+
+def split_keys(keys: str | None) -> list[str]:
+    """The entries of a KEYS property (space-separated, empties dropped), each indexed on its own."""
+    return [k for k in keys.split(KEY_SEPARATOR) if k] if keys else []
