@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from tests import host_disk
 from tests.helpers import make_config
 
 pytest_plugins = ["tests.fixtures_spark", "tests.fixtures_broker"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    host_disk.pin()  # the stores of this process read a half-full disk, whatever the host's holds
 
 
 @pytest.fixture

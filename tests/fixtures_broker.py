@@ -48,6 +48,7 @@ from broker.remoting.client import RemotingClient
 from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import Header
 from broker.remoting.loop import run
+from tests import host_disk
 from tests.helpers import wait_until
 
 START_TIMEOUT = 60.0
@@ -64,6 +65,8 @@ TEST_CONF = {
     "maxIndexNum": "40000",
     "flushDiskType": "ASYNC_FLUSH",
 }
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def remoting_call(addr: str, code: int, header: Header | None = None, body: bytes = b"") -> RemotingCommand:
@@ -135,10 +138,10 @@ class MqlakeServer:
         self._ended_by_test = False
         cmd = [
             # -P: the work dir (the cwd) holds a "store" directory that must not shadow the store package
-            sys.executable, "-P", "-c", "from cli.main import main; main()", "up",
+            sys.executable, "-P", "-c", host_disk.PIN + "from cli.main import main; main()", "up",
             "-c", str(self.conf_path), "--namesrv-port", str(self.namesrv_port), "--log-level", "INFO",
         ]  # fmt: skip
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.work_dir, env=env, start_new_session=True,

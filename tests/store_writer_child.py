@@ -30,9 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from store.config import MessageStoreConfig  # noqa: E402
 from store.format import msgid, properties, records  # noqa: E402
 from store.message_store import MessageStore, PutMessageStatus  # noqa: E402
+from tests import host_disk  # noqa: E402
 
 
 def main() -> None:
+    host_disk.pin()
     spec = json.loads(sys.argv[1])
     cfg = MessageStoreConfig(**spec["config"])
     topic = spec.get("topic", "CrashTopic")

@@ -155,14 +155,10 @@ class Filled:
         self.store.shutdown()
 
 
-HALF_FULL = 0.50  # the disk the stores of these tests measure: below every threshold (75 %, 85 %, 90 %)
-
-
 @pytest.fixture
-def filled(tmp_path, monkeypatch):
-    # Ages and the deletion hour decide here, not this machine's disk: the store's measurement reads a half-full
-    # disk (a test may patch it again for its own figures; the thresholds and what follows from them are real).
-    monkeypatch.setattr("store.message_store.disk_used_ratio", lambda _path: HALF_FULL)
+def filled(tmp_path):
+    # Ages and the deletion hour decide here, not this machine's disk: the stores read a half-full disk
+    # (tests/host_disk.py; a test may patch it again for its own figures).
     made: list[Filled] = []
 
     def factory(segments: int = 4, **overrides) -> Filled:
