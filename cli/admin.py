@@ -35,8 +35,6 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a ta
 
 def _call(namesrv: str, fn: Callable[[Admin], Awaitable[T]]) -> T:
     from broker.client.admin import Admin
-    from broker.client.errors import MQClientError
-    from broker.remoting.client import RemotingError
     from broker.remoting.loop import run
     from store.errors import MQLakeError
 
@@ -46,8 +44,8 @@ def _call(namesrv: str, fn: Callable[[Admin], Awaitable[T]]) -> T:
 
     try:
         return run(go())
-    # ValueError: a reply that does not parse (RecordError, RouteError, HeaderError, ConfigFileError), named by them
-    except (MQLakeError, MQClientError, RemotingError, ValueError) as e:
+    # the client's and the wire's errors, and a reply that does not parse (RecordError, RouteError, HeaderError, ...)
+    except MQLakeError as e:
         print_error(e)
         raise typer.Exit(1) from None
 

@@ -43,15 +43,11 @@ def _load_conf(config: Path | None, store_dir: Path | None, broker_port: int | N
 
 def _run(fn, *args, **kwargs) -> None:
     """Start-up failures the user can fix (a port in use, a locked or corrupt store) end with one line, exit 1."""
-    from store.checkpoint import StoreLockedError
-    from store.config_files import ConfigFileError
     from store.errors import MQLakeError
-    from store.mapped_file import StoreFileError
-    from store.recovery import StoreCorruptError
 
     try:
         fn(*args, **kwargs)
-    except (OSError, MQLakeError, ConfigFileError, StoreLockedError, StoreFileError, StoreCorruptError) as e:
+    except (OSError, MQLakeError) as e:
         print_error(e)
         raise typer.Exit(1) from None
 

@@ -79,12 +79,11 @@ def adopt_index_command(
 ) -> None:
     """Install rebuilt ConsumeQueue/IndexFile files into a STOPPED broker's store; replaced files are backed up."""
     from pipelines.index_rebuild.adopt import adopt_index
-    from store.checkpoint import StoreLockedError
     from store.errors import MQLakeError
 
     try:
         res = adopt_index(store_dir, from_dir)
-    except (MQLakeError, StoreLockedError, OSError) as e:
+    except (MQLakeError, OSError) as e:
         print_error(e)
         raise typer.Exit(1) from None
     console().print(f"installed {len(res.queues)} ConsumeQueue(s) and {len(res.index_files)} IndexFile(s); "
