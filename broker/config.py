@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -95,7 +96,7 @@ def _unescape(s: str, source: str, line_no: int) -> str:
     return "".join(out)
 
 
-def _logical_lines(text: str):
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
     """(first physical line number, logical line) with continuations joined, comments and blanks dropped."""
     lines = text.splitlines()
     i = 0

@@ -7,6 +7,7 @@ down gracefully (the broker unregisters, answers parked pulls, persists offsets 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from broker.config import BrokerConfig
 from broker.namesrv import NamesrvController
@@ -46,6 +47,6 @@ async def serve(
             await namesrv.stop()
 
 
-def run_servers(broker_config: BrokerConfig, store_config: MessageStoreConfig, **kwargs) -> None:
+def run_servers(broker_config: BrokerConfig, store_config: MessageStoreConfig, **kwargs: Any) -> None:
     """Blocking entry point for the CLI (uvloop when available)."""
     run(serve(broker_config, store_config, **kwargs))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from enum import Enum
@@ -163,7 +163,7 @@ class CommitLog:
 class GroupCommitService(threading.Thread):
     """SYNC_FLUSH: concurrent appenders share one ``fdatasync`` (RocketMQ's GroupCommitService)."""
 
-    def __init__(self, commitlog: CommitLog, on_flushed) -> None:
+    def __init__(self, commitlog: CommitLog, on_flushed: Callable[[int], None]) -> None:
         super().__init__(name="group-commit", daemon=True)
         self.commitlog = commitlog
         self.on_flushed = on_flushed
@@ -217,7 +217,10 @@ class GroupCommitService(threading.Thread):
 class FlushRealTimeService(threading.Thread):
     """ASYNC_FLUSH: every interval, flush when enough pages are dirty or a thorough flush is due."""
 
-    def __init__(self, commitlog: CommitLog, interval_ms: int, least_pages: int, thorough_ms: int, on_flushed) -> None:
+    def __init__(
+        self, commitlog: CommitLog, interval_ms: int, least_pages: int, thorough_ms: int,
+        on_flushed: Callable[[int], None],
+    ) -> None:  # fmt: skip
         super().__init__(name="flush-commitlog", daemon=True)
         self.commitlog = commitlog
         self.interval = interval_ms / 1000

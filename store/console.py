@@ -13,7 +13,7 @@ It lives in the lowest layer, as store/errors.py does, so that the commands of e
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -43,7 +43,7 @@ def styled(*parts: str | tuple[str, str]) -> Text:
     return Text.assemble(*parts)
 
 
-def table(*columns: str, title: str | None = None, **kwargs) -> Table:
+def table(*columns: str, title: str | None = None, **kwargs: Any) -> Table:
     """A rich Table whose cells are never cut: in a narrow terminal a long value folds onto more lines."""
     t = Table(title=title, **kwargs)
     for name in columns:
@@ -63,10 +63,11 @@ def run_app(app: typer.Typer, args: list[str] | None = None) -> NoReturn:
     :class:`MQLakeError` a command did not handle prints one ``error:`` line and exits 1.
     """
     import typer
+    from typer._click import ClickException  # typer vendors click; what its own main catches has no public name
 
     try:
         code = app(args=args, standalone_mode=False)
-    except typer.TyperException as e:  # click's exceptions (typer vendors click): usage errors, bad parameters
+    except ClickException as e:  # usage errors, bad parameters
         # NoArgsIsHelpError: building it printed the help already, as typer itself leaves it
         if type(e).__name__ != "NoArgsIsHelpError":
             if console(stderr=True).is_terminal:

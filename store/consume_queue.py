@@ -6,9 +6,10 @@ import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal, overload
 
 from store.format import units
-from store.mapped_file import MappedFileQueue, zero_stale_tail
+from store.mapped_file import MappedFile, MappedFileQueue, zero_stale_tail
 
 log = logging.getLogger(__name__)
 UNIT = units.CQ_UNIT_SIZE
@@ -116,7 +117,7 @@ class ConsumeQueue:
             self.min_logic_offset = mf.file_from_offset
         return True
 
-    def _fill_pre_blank(self, mf, until: int) -> None:
+    def _fill_pre_blank(self, mf: MappedFile, until: int) -> None:
         pos = 0
         while mf.file_from_offset + pos < until:
             units.pack_cq_unit_into(mf.view, pos, *units.CQ_FILL_UNIT)
@@ -210,6 +211,11 @@ class ConsumeQueueTable:
         self.file_size = file_size
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
+
+    @overload
+    def find(self, topic: str, queue_id: int, create: Literal[True] = True) -> ConsumeQueue: ...
+    @overload
+    def find(self, topic: str, queue_id: int, create: bool) -> ConsumeQueue | None: ...
 
     def find(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
         key = (topic, queue_id)

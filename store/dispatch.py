@@ -157,11 +157,11 @@ class ReputService(threading.Thread):
             walk = records.RecordWalk(buf, self.reput_from - base, end, None if limit is None else limit - done)
             for pos, size in walk:
                 res = check(buf, pos, check_crc=False, delay_millis=delay_millis, size=size)
-                if not res.ok:
+                req = res.request
+                if req is None:  # a record that fails its checks (given the walk's size, never a BLANK)
                     log.error("%s: unreadable record at position %d during dispatch: %s", mf.path, pos, res.reason)
                     pos = end  # RocketMQ stops here too; recovery deals with it at the next start
                     break
-                req = res.request
                 for dispatch in dispatchers:
                     dispatch(req)
                 if listeners and consumable(req.sys_flag):

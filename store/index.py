@@ -7,6 +7,7 @@ import mmap
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from store.format import hashing, properties, records, units
@@ -115,7 +116,9 @@ class IndexFile:
 
 
 class IndexService:
-    def __init__(self, directory: Path, hash_slot_num: int, index_num: int, on_file_flushed=None) -> None:
+    def __init__(self, directory: Path, hash_slot_num: int, index_num: int,
+        on_file_flushed: Callable[[int], None] | None = None,
+    ) -> None:  # fmt: skip
         self.directory = directory
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num

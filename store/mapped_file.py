@@ -192,9 +192,14 @@ class MappedFileQueue:
             self.files.append(mf)
         if self._preallocate_next:
             nxt = self.directory / units.offset_to_file_name(start_offset + self.file_size)
+
+            def allocate_next() -> None:
+                if not nxt.exists():
+                    preallocate(nxt, self.file_size)
+
             # Like AllocateMappedFileService: the next segment is written while this one fills.
             self._prealloc_thread = threading.Thread(
-                target=lambda: nxt.exists() or preallocate(nxt, self.file_size),
+                target=allocate_next,
                 name="allocate-mapped-file",
                 daemon=True,
             )

@@ -197,7 +197,8 @@ class MessageStore:
         self.reput.shutdown()
         while self.reput.do_reput() > 0:
             pass
-        self._flush_service.shutdown()
+        if self._flush_service is not None:
+            self._flush_service.shutdown()
         self._on_commitlog_flushed(self.commitlog.flush()[1])
         self._flush_consume_queues(thorough=True)
         self.index.flush()
@@ -206,7 +207,8 @@ class MessageStore:
         self._close_files()
         if fully_dispatched:
             abort_file(self.root).unlink(missing_ok=True)
-        self._lock.release()
+        if self._lock is not None:
+            self._lock.release()
 
     def prepare_segment(self) -> None:
         """Create the active CommitLog segment now if there is none (blocking; call it off the event loop).
@@ -227,7 +229,7 @@ class MessageStore:
     def __enter__(self) -> MessageStore:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
     # =================================================================================================
@@ -565,7 +567,7 @@ class MessageStore:
         if cfg.expired_segment_policy == ExpiredSegmentPolicy.DELETE:
             deletable |= {SegmentState.EXPIRED}
         states = {e.base_offset: e.state for e in self.manifest.entries()}
-        deleted = []
+        deleted: list[int] = []
         files = self.commitlog.queue.files
         while len(files) > 1 and len(deleted) < 10 and states.get(files[0].file_from_offset) in deletable:
             base = files[0].file_from_offset

@@ -54,8 +54,9 @@ def _scan_commitlog(commitlog: CommitLog, start_index: int, config: MessageStore
         walk = records.RecordWalk(mf.view)
         for pos, size in walk:
             res = records.check_record(mf.view, pos, check_crc=check_crc, size=size)
-            # A record whose PHYSICALOFFSET is not where it lies was never appended there: the log ends.
-            if not res.ok or res.request.commitlog_offset != mf.file_from_offset + pos:
+            # A bad record (no request: given the walk's size, never a BLANK) ends the log, and so does one
+            # whose PHYSICALOFFSET is not where it lies: it was never appended there.
+            if res.request is None or res.request.commitlog_offset != mf.file_from_offset + pos:
                 break
         else:
             pos = mf.file_size if walk.ended is records.WalkEnd.BLANK else walk.end
@@ -76,7 +77,7 @@ def _scan_commitlog(commitlog: CommitLog, start_index: int, config: MessageStore
 
 def _first_record_time(mf: MappedFile, check_crc: bool) -> int | None:
     res = records.check_record(mf.view, 0, check_crc=check_crc)
-    if not res.ok or res.size <= 0:
+    if res.request is None:  # a bad record, a BLANK or zeros
         return None
     return res.request.store_timestamp
 
@@ -147,8 +148,8 @@ def _verify_cq_tail(cl: CommitLog, consume_queues: Sequence[ConsumeQueue], proce
                     continue  # filler, or data already deleted below the CommitLog minimum
                 index = (mf.file_from_offset + pos) // units.CQ_UNIT_SIZE
                 data = cl.read(phy, records.PLACEMENT_SIZE) if phy + size <= process else None
-                ok = data is not None
-                if ok:
+                ok = False
+                if data is not None:
                     total, magic, qid, qoff = records.read_record_placement(data)
                     ok = (
                         magic in (records.MESSAGE_MAGIC_V1, records.MESSAGE_MAGIC_V2)

@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -171,7 +172,7 @@ class SegmentManifest:
                     out.append(e.model_copy())
         return out
 
-    def _finish(self, base_offset: int, owner: str, state: SegmentState, note: str = "", **facts) -> SegmentEntry:
+    def _finish(self, base_offset: int, owner: str, state: SegmentState, note: str = "", **facts: Any) -> SegmentEntry:
         with self.transaction() as entries:
             e = entries.get(base_offset)
             if e is None:
@@ -187,7 +188,7 @@ class SegmentManifest:
                 setattr(e, k, v)
             return e.model_copy()
 
-    def mark_tiered(self, base_offset: int, owner: str, note: str = "", **facts) -> SegmentEntry:
+    def mark_tiered(self, base_offset: int, owner: str, note: str = "", **facts: Any) -> SegmentEntry:
         """The segment's rows are committed and verified: the store may now delete it."""
         return self._finish(base_offset, owner, SegmentState.TIERED, note, **facts)
 

@@ -93,7 +93,7 @@ class Admin:
     async def __aenter__(self) -> Admin:
         return await self.start()
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def _invoke(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:

@@ -173,7 +173,7 @@ class ClientInstance:
             addr = await self.find_broker_addr(mq_or_name)
         return addr, await self.remoting.invoke(addr, cmd, timeout or self.timeout)
 
-    async def _offset_call(self, code: int, header, mq: MessageQueue, what: str) -> RemotingCommand:
+    async def _offset_call(self, code: int, header: h.Header, mq: MessageQueue, what: str) -> RemotingCommand:
         addr, resp = await self.invoke_broker(mq, RemotingCommand.request(code, header))
         check(resp, f"{what} of {mq.topic}:{mq.broker_name}:{mq.queue_id}", addr)
         return resp

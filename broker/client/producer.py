@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # DefaultMQProducer.maxMessageSize
 _TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
-_STATUS = {
+# Keyed by the frame's int code: ResponseCode is an IntEnum, whose members hash and compare as their values.
+_STATUS: dict[int, SendStatus] = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
     ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
@@ -95,7 +96,7 @@ class Producer:
     async def __aenter__(self) -> Producer:
         return await self.start()
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
     # -- routing -----------------------------------------------------------------------------------------------
@@ -145,7 +146,9 @@ class Producer:
         return queues[abs(code) % len(queues)]
 
     # -- sending ---------------------------------------------------------------------------------------------------
-    def _request(self, msg: Message, mq: MessageQueue, body: bytes, props: str, *, batch: bool, oneway: bool):
+    def _request(
+        self, msg: Message, mq: MessageQueue, body: bytes, props: str, *, batch: bool, oneway: bool
+    ) -> RemotingCommand:
         born = int(time.time() * 1000) if msg.born_timestamp is None else msg.born_timestamp
         header = h.SendMessageRequestHeaderV2(
             a=self.group, b=mq.topic, c=AUTO_CREATE_TOPIC, d=self.default_topic_queue_nums, e=mq.queue_id, f=0,

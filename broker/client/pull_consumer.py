@@ -21,7 +21,8 @@ FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
 
 
-_PULL_STATUS = {
+# Keyed by the frame's int code: ResponseCode is an IntEnum, whose members hash and compare as their values.
+_PULL_STATUS: dict[int, PullStatus] = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
     ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
@@ -111,7 +112,7 @@ class PullConsumer:
     async def __aenter__(self) -> PullConsumer:
         return await self.start()
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
     async def fetch_queues(self, topic: str) -> list[MessageQueue]:

@@ -163,7 +163,7 @@ class PushConsumer:
     async def __aenter__(self) -> PushConsumer:
         return await self.start()
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
     def _topics(self) -> list[str]:

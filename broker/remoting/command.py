@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -31,7 +32,9 @@ _SHORT = struct.Struct(">H")
 _HEADER_LEN_MAX = 0xFFFFFF
 
 _enc = json.encoder.encode_basestring  # JSON string literal, non-ASCII kept as UTF-8 like fastjson
-_scan_json = json.JSONDecoder().scan_once
+# JSONDecoder sets scan_once in __init__ (the C scanner); typeshed does not declare it.  Called directly, it
+# skips raw_decode's Python frame on every request.
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _LANGUAGE_BY_NUMBER = {lc.value: lc.name for lc in LanguageCode}
 _SERIALIZE_NAMES = {SerializeType.JSON: "JSON", SerializeType.ROCKETMQ: "ROCKETMQ"}
 
@@ -208,7 +211,7 @@ class RemotingCommand:
         return cmd
 
     @classmethod
-    def _from_json(cls, header: bytes | memoryview) -> RemotingCommand:
+    def _from_json(cls, header: bytes | bytearray | memoryview) -> RemotingCommand:
         try:
             text = str(header, "utf-8")
             obj, end = _scan_json(text, 0)

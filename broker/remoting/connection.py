@@ -16,7 +16,7 @@ import logging
 import socket
 import struct
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 from broker.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, MAX_FRAME, ResponseCode, code_name
 from broker.remoting.command import RemotingCommand
@@ -94,7 +94,8 @@ class Connection(asyncio.Protocol):
     # --- asyncio.Protocol --------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transports do not subclass asyncio's
+        # A stream's transport: an asyncio.Transport in all but name (uvloop's do not subclass asyncio's).
+        self.transport = stream = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.remote_host = (str(peer[0]), int(peer[1]))
@@ -103,7 +104,7 @@ class Connection(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
+        stream.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
         if self._on_open is not None:
             self._on_open(self)
 

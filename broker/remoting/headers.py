@@ -60,6 +60,8 @@ class Header:
     """Base of every custom header: subclasses become keyword-only dataclasses."""
 
     _specs: ClassVar[tuple[_Spec, ...]] = ()
+    # Set on each subclass by the dataclass decorator below; declared so that type checkers know it.
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -237,12 +237,14 @@ class SendProcessor:
         code = _STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
         if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
             return cmd.response(code, result.error or result.status.value)
+        append = result.append
+        assert append is not None  # a put that succeeded (or only missed its flush) always says where it went
         # SendMessageResponseHeader's extFields written directly (its to_ext would give the same keys in the
         # same order): this runs on every send.
         ext = {
             "msgId": result.msg_ids[0] if len(result.msg_ids) == 1 else ",".join(result.msg_ids),
             "queueId": str(queue_id),
-            "queueOffset": str(result.append.queue_offset),
+            "queueOffset": str(append.queue_offset),
         }
         if rec is not None:
             txid = _property(rec.properties, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)

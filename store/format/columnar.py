@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING
 
+from store.format.buffers import ReadBuffer
 from store.format.msgid import create_offset_msg_id, decode_addr, host_string, parse_host_string
 from store.format.properties import (
     NAME_VALUE_SEPARATOR,
@@ -44,11 +45,10 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-Buffer = bytes | bytearray | memoryview
 _INT = struct.Struct(">i")
 
 
-def _rows(arr, at, width: int):
+def _rows(arr: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     """``width`` bytes at each position ``at`` as an (n, width) array; positions are clipped to the buffer
     (rows found invalid are dropped later).  A sliding-window view makes this one row copy per position,
     many times faster than gathering ``at[:, None] + arange(width)``."""
@@ -60,12 +60,12 @@ def _rows(arr, at, width: int):
     return windows[np.clip(at, 0, len(arr) - width)]
 
 
-def _gather_be(arr, at, width: int, dtype: str):
+def _gather_be(arr: np.ndarray, at: np.ndarray, width: int, dtype: str) -> np.ndarray:
     """Big-endian integers of ``width`` bytes at positions ``at``, in native byte order."""
     return _rows(arr, at, width).view(dtype).reshape(-1).astype(dtype.replace(">", "="))
 
 
-def _gather_binary(pa_buf, arr, starts, lengths):
+def _gather_binary(pa_buf: pa.Buffer, arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """A binary array of ``buf[start:start+length]`` per row: Arrow binary views into ``pa_buf``, compacted."""
     import numpy as np
     import pyarrow as pa
@@ -92,7 +92,7 @@ def _gather_binary(pa_buf, arr, starts, lengths):
     return view_arr.cast(pa.binary())
 
 
-def _utf8(binary):
+def _utf8(binary: pa.Array) -> pa.Array:
     """Binary -> string; invalid UTF-8 becomes U+FFFD as in :func:`decode_record` instead of failing the batch."""
     import pyarrow as pa
 
@@ -139,7 +139,7 @@ def properties_map_array(props: pa.Array) -> pa.MapArray:
     return pa.MapArray.from_arrays(pa.array(map_offsets), names, values)
 
 
-def _host_strings(arr, at, v6):
+def _host_strings(arr: np.ndarray, at: np.ndarray, v6: np.ndarray) -> pa.Array:
     """``ip:port`` per row from the stored socket address at ``at``."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -148,7 +148,7 @@ def _host_strings(arr, at, v6):
         out = []
         for a, is6 in zip(at.tolist(), v6.tolist(), strict=True):
             n = 16 if is6 else 4
-            out.append(host_string((decode_addr(bytes(arr[a : a + n])), _INT.unpack_from(arr, a + n)[0])))
+            out.append(host_string((decode_addr(bytes(arr[a : a + n])), _INT.unpack_from(arr.data, a + n)[0])))
         return pa.array(out, pa.string())
     octets = _rows(arr, at, 4)
     parts = [pa.array(octets[:, i]).cast(pa.string()) for i in range(4)]
@@ -159,7 +159,9 @@ def _host_strings(arr, at, v6):
 _HEX = b"".join(f"{i:02X}".encode() for i in range(256))
 
 
-def _offset_msg_ids(arr, store_host_at, store_v6, phys, host_strings):
+def _offset_msg_ids(
+    arr: np.ndarray, store_host_at: np.ndarray, store_v6: np.ndarray, phys: np.ndarray, host_strings: pa.Array
+) -> pa.Array:
     """:func:`create_offset_msg_id` for every row: hex of the stored address and the physical offset."""
     import numpy as np
     import pyarrow as pa
@@ -201,13 +203,14 @@ class RecordLayout:
     topic_len: np.ndarray
     props_at: np.ndarray
     props_len: np.ndarray
+    _: KW_ONLY
     error: RecordError | None = None
 
     def __len__(self) -> int:
         return len(self.pos)
 
 
-def layout_records(buf: Buffer, positions: list[int], *, source: str = "") -> RecordLayout:
+def layout_records(buf: ReadBuffer, positions: list[int], *, source: str = "") -> RecordLayout:
     """Locate every field of the records at ``positions`` (from a :class:`RecordWalk`) and check them as
     :func:`decode_record` does: each length fits, and the size equals what the fields add up to."""
     import numpy as np
@@ -257,7 +260,7 @@ def layout_records(buf: Buffer, positions: list[int], *, source: str = "") -> Re
     return RecordLayout(*fields, error=error)
 
 
-def body_crc_ok(buf: Buffer, layout: RecordLayout) -> np.ndarray:
+def body_crc_ok(buf: ReadBuffer, layout: RecordLayout) -> np.ndarray:
     """Per record: the stored BODYCRC equals the CRC recomputed over the body (an empty body is not checked)."""
     import numpy as np
 
@@ -273,7 +276,7 @@ def body_crc_ok(buf: Buffer, layout: RecordLayout) -> np.ndarray:
     return (layout.body_len == 0) | ((computed & 0x7FFFFFFF) == stored)
 
 
-def read_columns(buf: Buffer, layout: RecordLayout, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+def read_columns(buf: ReadBuffer, layout: RecordLayout, names: tuple[str, ...]) -> dict[str, np.ndarray]:
     """Some fixed fields of the laid-out records as numpy arrays: ``store_timestamp``, ``commitlog_offset``,
     ``queue_id``, ``queue_offset`` (what a scan needs without decoding whole records)."""
     import numpy as np
@@ -288,7 +291,7 @@ def read_columns(buf: Buffer, layout: RecordLayout, names: tuple[str, ...]) -> d
     return {n: _gather_be(arr, *at[n]) for n in names}
 
 
-def decode_columns(buf: Buffer, layout: RecordLayout) -> dict[str, pa.Array]:
+def decode_columns(buf: ReadBuffer, layout: RecordLayout) -> dict[str, pa.Array]:
     """Decode the laid-out records into Arrow arrays, one per column of ``pipelines/schema.py`` but
     ``segment``: every field, ``crc_ok``, ``properties`` as a map plus ``tags``/``keys``/``uniq_key`` from
     it, ``msg_id`` and ``position``."""

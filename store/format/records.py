@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from store.errors import MQLakeError
+from store.format.buffers import ReadBuffer, WriteBuffer
 from store.format.delay import DEFAULT_DELAY_MILLIS, SCHEDULE_TOPIC, schedule_tags_code
 from store.format.hashing import body_crc32, tags_code
 from store.format.msgid import Host, create_offset_msg_id, decode_addr, pack_ip
@@ -246,7 +247,7 @@ def encode_record(rec: MessageRecord) -> bytes:
 
 
 def patch_record(
-    buf: bytearray | memoryview, pos: int, queue_offset: int, physical_offset: int, store_timestamp: int
+    buf: WriteBuffer, pos: int, queue_offset: int, physical_offset: int, store_timestamp: int
 ) -> None:
     """Back-fill what is only known inside the put lock (``doAppend``)."""
     _OFFSETS.pack_into(buf, pos + QUEUE_OFFSET_POS, queue_offset, physical_offset)  # adjacent fields
@@ -286,7 +287,7 @@ class RecordWalk:
     __slots__ = ("_buf", "start", "_stop", "_max", "end", "ended", "reason", "blank_size")
 
     def __init__(
-        self, buf: bytes | bytearray | memoryview, start: int = 0, stop: int | None = None,
+        self, buf: ReadBuffer, start: int = 0, stop: int | None = None,
         max_records: int | None = None,
     ) -> None:  # fmt: skip
         self._buf = buf
@@ -328,7 +329,7 @@ class RecordWalk:
         return [pos for pos, _ in self]
 
 
-def _no_record_at(buf: bytes | bytearray | memoryview, pos: int, end: int) -> tuple[WalkEnd, str, int]:
+def _no_record_at(buf: ReadBuffer, pos: int, end: int) -> tuple[WalkEnd, str, int]:
     """Why no record starts at ``pos``: (how the walk ends, the reason, the BLANK size)."""
     left = end - pos
     if left < SIZE_MAGIC_LENGTH:
@@ -347,7 +348,7 @@ def _no_record_at(buf: bytes | bytearray | memoryview, pos: int, end: int) -> tu
     return WalkEnd.INVALID, f"size {total} does not fit the {left} bytes left", 0
 
 
-def step(buf: bytes | bytearray | memoryview, pos: int = 0) -> RecordWalk:
+def step(buf: ReadBuffer, pos: int = 0) -> RecordWalk:
     """One step of the walk: a record starts at ``pos`` when ``.end > pos`` (its size is ``.end - pos``);
     otherwise ``.ended`` and ``.reason`` say what is there."""
     walk = RecordWalk(buf, pos, max_records=1)
@@ -356,7 +357,7 @@ def step(buf: bytes | bytearray | memoryview, pos: int = 0) -> RecordWalk:
     return walk
 
 
-def peek_size_magic(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
+def peek_size_magic(buf: ReadBuffer, pos: int = 0) -> tuple[int, int]:
     """(TOTALSIZE, MAGICCODE) at ``pos``, unchecked."""
     return _SIZE_MAGIC.unpack_from(buf, pos)
 
@@ -367,7 +368,7 @@ def peek_size_magic(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[
 
 
 def decode_record(
-    buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False, source: str = "",
+    buf: ReadBuffer, pos: int = 0, *, check_crc: bool = False, source: str = "",
     size: int | None = None,
 ) -> MessageRecord:  # fmt: skip
     """Decode the record at ``pos``; raise :class:`RecordError` naming ``source`` and the offset.
@@ -463,7 +464,7 @@ _tags_code_cache: dict[bytes, int] = {}  # a topic uses few distinct tags; hashi
 
 
 def check_record(
-    buf: bytes | bytearray | memoryview,
+    buf: ReadBuffer,
     pos: int,
     *,
     check_crc: bool = True,
@@ -539,11 +540,12 @@ def check_record(
             delay = value
     code = 0
     if tags:
-        code = _tags_code_cache.get(tags)
-        if code is None:
+        known = _tags_code_cache.get(tags)
+        if known is None:
             if len(_tags_code_cache) > 100_000:
                 _tags_code_cache.clear()
-            code = _tags_code_cache[tags] = tags_code(tags.decode("utf-8", "replace"))
+            known = _tags_code_cache[tags] = tags_code(tags.decode("utf-8", "replace"))
+        code = known
     if delay is not None and topic == SCHEDULE_TOPIC:
         code = schedule_tags_code(delay, store_ts, code, delay_millis)
     return CheckResult(
@@ -570,7 +572,7 @@ def check_record(
 # =====================================================================================================
 
 
-def read_store_timestamp(buf: bytes | bytearray | memoryview, pos: int) -> int:
+def read_store_timestamp(buf: ReadBuffer, pos: int) -> int:
     """STORETIMESTAMP of the record at ``pos`` without decoding the rest."""
     sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POS)[0]
     return _LONG.unpack_from(buf, pos + store_timestamp_position(sys_flag))[0]
@@ -580,14 +582,14 @@ _PLACEMENT = struct.Struct(">iiiiiq")  # TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLA
 PLACEMENT_SIZE = _PLACEMENT.size
 
 
-def read_record_placement(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int, int, int]:
+def read_record_placement(buf: ReadBuffer, pos: int = 0) -> tuple[int, int, int, int]:
     """(TOTALSIZE, MAGIC, QUEUEID, QUEUEOFFSET) of the record at ``pos``: what tells whether a ConsumeQueue
     unit really points at it. Needs ``PLACEMENT_SIZE`` bytes."""
     total, magic, _crc, queue_id, _flag, queue_offset = _PLACEMENT.unpack_from(buf, pos)
     return total, magic, queue_id, queue_offset
 
 
-def read_physical_offset(buf: bytes | bytearray | memoryview, pos: int) -> int:
+def read_physical_offset(buf: ReadBuffer, pos: int) -> int:
     return _LONG.unpack_from(buf, pos + PHYSICAL_OFFSET_POS)[0]
 
 

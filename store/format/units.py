@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from store.format.buffers import ReadBuffer, WriteBuffer
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -92,16 +94,16 @@ def encode_cq_unit(commitlog_offset: int, size: int, tags_code: int) -> bytes:
     return _CQ_UNIT.pack(commitlog_offset, size, tags_code)
 
 
-def pack_cq_unit_into(buf: bytearray | memoryview, pos: int, commitlog_offset: int, size: int, tags_code: int) -> None:
+def pack_cq_unit_into(buf: WriteBuffer, pos: int, commitlog_offset: int, size: int, tags_code: int) -> None:
     _CQ_UNIT.pack_into(buf, pos, commitlog_offset, size, tags_code)
 
 
-def decode_cq_unit(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int, int]:
+def decode_cq_unit(buf: ReadBuffer, pos: int = 0) -> tuple[int, int, int]:
     """(commitLogOffset, size, tagsCode)."""
     return _CQ_UNIT.unpack_from(buf, pos)
 
 
-def iter_cq_units(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, int, int]]:
+def iter_cq_units(buf: ReadBuffer) -> Iterator[tuple[int, int, int]]:
     """Every unit of ``buf`` (a whole number of units)."""
     return _CQ_UNIT.iter_unpack(buf)
 
@@ -127,7 +129,7 @@ def encode_index_header(h: IndexHeader) -> bytes:
     )
 
 
-def decode_index_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> IndexHeader:
+def decode_index_header(buf: ReadBuffer, pos: int = 0) -> IndexHeader:
     h = IndexHeader(*_INDEX_HEADER.unpack_from(buf, pos))
     if h.index_count <= 0:
         h.index_count = 1
@@ -146,11 +148,11 @@ def index_entry_position(hash_slot_num: int, entry_no: int) -> int:
     return INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT_SIZE + entry_no * INDEX_ENTRY_SIZE
 
 
-def read_index_slot(buf: bytes | bytearray | memoryview, slot: int) -> int:
+def read_index_slot(buf: ReadBuffer, slot: int) -> int:
     return _INDEX_SLOT.unpack_from(buf, index_slot_position(slot))[0]
 
 
-def write_index_slot(buf: bytearray | memoryview, slot: int, entry_no: int) -> None:
+def write_index_slot(buf: WriteBuffer, slot: int, entry_no: int) -> None:
     _INDEX_SLOT.pack_into(buf, index_slot_position(slot), entry_no)
 
 
@@ -159,7 +161,7 @@ def encode_index_entry(key_hash: int, phy_offset: int, time_diff: int, prev_inde
 
 
 def pack_index_entry_into(
-    buf: bytearray | memoryview, hash_slot_num: int, entry_no: int, key_hash: int, phy_offset: int,
+    buf: WriteBuffer, hash_slot_num: int, entry_no: int, key_hash: int, phy_offset: int,
     time_diff: int, prev_index: int,
 ) -> None:  # fmt: skip
     _INDEX_ENTRY.pack_into(
@@ -168,7 +170,7 @@ def pack_index_entry_into(
 
 
 def read_index_entry(
-    buf: bytes | bytearray | memoryview, hash_slot_num: int, entry_no: int
+    buf: ReadBuffer, hash_slot_num: int, entry_no: int
 ) -> tuple[int, int, int, int]:
     """(keyHash, phyOffset, timeDiff seconds, prevIndex)."""
     return _INDEX_ENTRY.unpack_from(buf, index_entry_position(hash_slot_num, entry_no))
@@ -183,7 +185,7 @@ def encode_checkpoint(physic_msg_timestamp: int, logics_msg_timestamp: int, inde
     return _CHECKPOINT.pack(physic_msg_timestamp, logics_msg_timestamp, index_msg_timestamp)
 
 
-def decode_checkpoint(buf: bytes | bytearray | memoryview) -> tuple[int, int, int]:
+def decode_checkpoint(buf: ReadBuffer) -> tuple[int, int, int]:
     """(physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp)."""
     return _CHECKPOINT.unpack_from(buf, 0)
 
