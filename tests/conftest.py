@@ -22,3 +22,21 @@ def store_config(tmp_path):
         return make_config(tmp_path, **overrides)
 
     return factory
+
+
+KINDS = ("unit", "integration", "spark", "airflow")  # registered in pyproject.toml
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test is checked, whatever runs
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Fail the run unless each test carries exactly one kind (a module's ``pytestmark`` or its own mark)."""
+    wrong = []
+    for item in items:
+        kinds = sorted({mark.name for mark in item.iter_markers() if mark.name in KINDS})
+        if len(kinds) != 1:
+            wrong.append(f"  {item.nodeid}: {' and '.join(kinds) if kinds else 'none'}")
+    if wrong:
+        raise pytest.UsageError(
+            f"each test needs exactly one of the marks {', '.join(KINDS)} (see pyproject.toml); these have\n"
+            + "\n".join(wrong)
+        )

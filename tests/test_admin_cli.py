@@ -16,7 +16,7 @@ from broker.remoting.loop import run
 from cli.main import app
 from tests.helpers import wait_until
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 TOPIC = "AdminCliTopic"
 GROUP = "cg_admin_cli"

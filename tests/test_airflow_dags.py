@@ -29,6 +29,8 @@ from tests.fixtures_broker import read_topic
 from tests.fixtures_spark import write_store
 from tests.helpers import flip_byte
 
+pytestmark = pytest.mark.airflow
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SPARK_CONN = json.dumps({"conn_type": "spark", "host": "local[2]"})

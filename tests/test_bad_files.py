@@ -20,6 +20,8 @@ from store.message_store import GetMessageStatus, MessageStore, PutMessageStatus
 from store.recovery import StoreCorruptError
 from tests.helpers import make_config, make_message, read_queue, wait_dispatched
 
+pytestmark = pytest.mark.unit
+
 SEG = 64 * 1024
 
 

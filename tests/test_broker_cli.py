@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from store.checkpoint import abort_file
@@ -16,6 +18,8 @@ from store.config_files import load_lenient_json
 from tests.fixtures_broker import TEST_CONF, free_port
 from tests.fixtures_broker import remoting_call as broker_call
 from tests.helpers import wait_until
+
+pytestmark = pytest.mark.integration
 
 MQLAKE = [sys.executable, "-P", "-c", "from cli.main import main; main()"]
 

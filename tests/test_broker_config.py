@@ -10,6 +10,8 @@ import pytest
 from broker.config import DEFAULT_STORE_DIR, BrokerConfigError, load_broker_conf, parse_properties
 from store.config import FlushDiskType
 
+pytestmark = pytest.mark.unit
+
 
 def test_java_properties_syntax() -> None:
     text = (

@@ -168,6 +168,7 @@ def fresh_broker(tmp_path):
 # =====================================================================================================
 
 
+@pytest.mark.integration
 def test_send_v1_and_v2_then_pull_the_raw_records(broker: LiveBroker) -> None:
     r1 = broker.send("SendPull", b"one", queue_id=1, tags="A", keys="k1 k2", v2=False, color="red")
     r2 = broker.send("SendPull", b"two", queue_id=1, tags="B")
@@ -188,6 +189,7 @@ def test_send_v1_and_v2_then_pull_the_raw_records(broker: LiveBroker) -> None:
     assert got[0].offset_msg_id == r1.ext_fields["msgId"]
 
 
+@pytest.mark.integration
 def test_a_full_disk_answers_sends_with_service_not_available(fresh_broker, monkeypatch) -> None:
     # The disk measurement is replaced (no test can fill the machine's disk); the store's own clean pass, on
     # its housekeeping thread, marks the disk full and writable again, as CleanCommitLogService does.
@@ -209,6 +211,7 @@ def test_a_full_disk_answers_sends_with_service_not_available(fresh_broker, monk
     assert [r.body for r in records(b.pull("DiskFull", 0, 0).body)] == [b"before", b"after"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("code", [RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_MESSAGE])
 def test_send_batch_stores_each_message_with_its_own_properties(broker: LiveBroker, code: int) -> None:
     """Code 320 as Java clients send batches, or code 10 with ``batch=1`` as the C++ client does."""
@@ -239,6 +242,7 @@ def test_send_batch_stores_each_message_with_its_own_properties(broker: LiveBrok
     assert [g.queue_offset for g in got] == [0, 1, 2]
 
 
+@pytest.mark.unit
 def test_batch_body_codec_round_trip_and_errors() -> None:
     items = [
         batch_body.BatchItem(7, b"body-a", b"TAGS\x01A\x02"),
@@ -256,6 +260,7 @@ def test_batch_body_codec_round_trip_and_errors() -> None:
         batch_body.decode_batch_body(bytes(bad_size))
 
 
+@pytest.mark.integration
 def test_pull_filters_by_tags(broker: LiveBroker) -> None:
     for tag in ("A", "B", "A", "C"):
         assert broker.send("Tagged", tag.encode(), tags=tag).code == ResponseCode.SUCCESS
@@ -265,6 +270,7 @@ def test_pull_filters_by_tags(broker: LiveBroker) -> None:
     assert none.code == ResponseCode.PULL_RETRY_IMMEDIATELY and none.ext_fields["nextBeginOffset"] == "4"
 
 
+@pytest.mark.integration
 def test_pull_status_codes(broker: LiveBroker) -> None:
     broker.send("Codes", b"x")
     moved = broker.pull("Codes", 0, 5)
@@ -293,6 +299,7 @@ def _park(b: LiveBroker, topic: str, offset: int, expr: str = "*", suspend_ms: i
     return fut
 
 
+@pytest.mark.integration
 def test_long_poll_is_answered_when_a_message_arrives(arrival_broker: LiveBroker) -> None:
     b = arrival_broker
     b.send("Parked", b"first")
@@ -304,6 +311,7 @@ def test_long_poll_is_answered_when_a_message_arrives(arrival_broker: LiveBroker
     assert [g.body for g in records(resp.body)] == [b"second"]
 
 
+@pytest.mark.integration
 def test_long_poll_without_a_message_answers_not_found_after_the_timeout(arrival_broker: LiveBroker) -> None:
     b = arrival_broker
     b.send("ParkedEmpty", b"only")
@@ -314,6 +322,7 @@ def test_long_poll_without_a_message_answers_not_found_after_the_timeout(arrival
     assert b.controller.hold.parked_count == 0  # the timed-out pull left the hold
 
 
+@pytest.mark.integration
 def test_long_poll_ignores_messages_with_other_tags(arrival_broker: LiveBroker) -> None:
     b = arrival_broker
     arrived: list[tuple[str, int]] = []
@@ -335,6 +344,7 @@ def test_long_poll_ignores_messages_with_other_tags(arrival_broker: LiveBroker) 
 # =====================================================================================================
 
 
+@pytest.mark.integration
 def test_consumer_offsets_and_queue_offsets(broker: LiveBroker) -> None:
     for i in range(3):
         broker.send("Offsets", f"m{i}".encode())
@@ -385,6 +395,7 @@ def _heartbeat(client_id: str, group: str, topic: str) -> bytes:
     }).encode()  # fmt: skip
 
 
+@pytest.mark.integration
 def test_heartbeat_registers_consumers_and_notifies_membership_changes(broker: LiveBroker) -> None:
     notified: list[str] = []
 
@@ -434,12 +445,14 @@ def test_heartbeat_registers_consumers_and_notifies_membership_changes(broker: L
     assert offline.code == ResponseCode.CONSUMER_NOT_ONLINE
 
 
+@pytest.mark.integration
 def test_bad_heartbeat_is_refused_and_the_connection_keeps_working(broker: LiveBroker) -> None:
     assert broker.call(RequestCode.HEART_BEAT, body=b"{not json").code == ResponseCode.SYSTEM_ERROR
     assert broker.call(RequestCode.HEART_BEAT, body=b'{"consumerDataSet":[]}').code == ResponseCode.SYSTEM_ERROR
     assert broker.send("AfterBadHb", b"x").code == ResponseCode.SUCCESS
 
 
+@pytest.mark.integration
 def test_queue_locks_are_exclusive_per_group(broker: LiveBroker) -> None:
     def body(client: str, queues: list[int]) -> bytes:
         mqs = [{"topic": "Locked", "brokerName": "broker-a", "queueId": q} for q in queues]
@@ -455,6 +468,7 @@ def test_queue_locks_are_exclusive_per_group(broker: LiveBroker) -> None:
     assert locked(broker.call(RequestCode.LOCK_BATCH_MQ, body=body("B", [1]))) == [1]
 
 
+@pytest.mark.unit
 def test_queue_locks_lapse_when_not_renewed() -> None:
     locks = RebalanceLockManager(max_live_ms=200)
     mq = ("T", "broker-a", 0)
@@ -464,6 +478,7 @@ def test_queue_locks_lapse_when_not_renewed() -> None:
     wait_until(lambda: locks.try_lock_batch("g", [mq], "B") == [mq], 5, what="A's lock to lapse")
 
 
+@pytest.mark.integration
 def test_a_silent_client_is_dropped_after_channel_expired_timeout(fresh_broker) -> None:
     b = fresh_broker(channelExpiredTimeout="5000")
     silent, alive = b.run(_new_client()), b.run(_new_client())
@@ -503,6 +518,7 @@ def _create(broker: LiveBroker, topic: str, **kw) -> RemotingCommand:
     return broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, hdr)
 
 
+@pytest.mark.integration
 def test_create_topic_validates_and_persists(broker: LiveBroker) -> None:
     assert _create(broker, "Created_topic-1|%").code == ResponseCode.SUCCESS
     on_disk = json.loads((broker.store_dir / "config" / "topics.json").read_text())
@@ -517,6 +533,7 @@ def test_create_topic_validates_and_persists(broker: LiveBroker) -> None:
     assert broker.send("ReadOnly", b"x").code == ResponseCode.NO_PERMISSION
 
 
+@pytest.mark.integration
 def test_stats_and_runtime_info(broker: LiveBroker) -> None:
     for _ in range(3):
         broker.send("Stats", b"x", queue_id=1)
@@ -536,6 +553,7 @@ def test_stats_and_runtime_info(broker: LiveBroker) -> None:
     assert missing.code == ResponseCode.TOPIC_NOT_EXIST
 
 
+@pytest.mark.integration
 def test_query_by_key_and_view_by_offset(broker: LiveBroker) -> None:
     r = broker.send("Queried", b"find me", keys="order-77")
     now = int(time.time() * 1000)
@@ -554,6 +572,7 @@ def test_query_by_key_and_view_by_offset(broker: LiveBroker) -> None:
     assert broker.call(RequestCode.VIEW_MESSAGE_BY_ID, h.ViewMessageRequestHeader(offset=offset + 3)).code == 1
 
 
+@pytest.mark.integration
 def test_consumer_send_back_goes_to_retry_then_dlq(broker: LiveBroker) -> None:
     r = broker.send("Failing", b"bad news", tags="T")
     _, offset = msgid.decode_offset_msg_id(r.ext_fields["msgId"])
@@ -575,6 +594,7 @@ def test_consumer_send_back_goes_to_retry_then_dlq(broker: LiveBroker) -> None:
     assert broker.call(RequestCode.CONSUMER_SEND_MSG_BACK, gone).code == ResponseCode.SYSTEM_ERROR
 
 
+@pytest.mark.integration
 def test_client_side_retry_past_the_limit_lands_in_the_dlq(broker: LiveBroker) -> None:
     """A client that cannot send back re-sends to %RETRY%<group> itself; past the limit the broker dead-letters."""
     v1 = h.SendMessageRequestHeader(
@@ -597,6 +617,7 @@ def test_client_side_retry_past_the_limit_lands_in_the_dlq(broker: LiveBroker) -
 # =====================================================================================================
 
 
+@pytest.mark.integration
 def test_send_validation_codes(broker: LiveBroker) -> None:
     bad_name = broker.send("bad topic!", b"x")
     assert bad_name.code == ResponseCode.MESSAGE_ILLEGAL and "illegal" in bad_name.remark
@@ -615,6 +636,7 @@ def test_send_validation_codes(broker: LiveBroker) -> None:
     assert broker.send("AfterBad", b"fine").code == ResponseCode.SUCCESS
 
 
+@pytest.mark.integration
 def test_auto_create_disabled_refuses_unknown_topics(fresh_broker) -> None:
     b = fresh_broker(autoCreateTopicEnable="false")
     r = b.send("NotThere", b"x")
@@ -644,6 +666,7 @@ def _raw(addr: str, payload: bytes, read: bool = True) -> bytes:
         return b"".join(chunks)
 
 
+@pytest.mark.integration
 def test_garbage_on_the_wire_closes_only_that_connection(broker: LiveBroker) -> None:
     acked = broker.send("Survivor", b"before the garbage")
     assert acked.code == ResponseCode.SUCCESS
@@ -667,6 +690,7 @@ def test_garbage_on_the_wire_closes_only_that_connection(broker: LiveBroker) -> 
 # =====================================================================================================
 
 
+@pytest.mark.integration
 def test_graceful_shutdown_answers_parked_pulls_and_persists_offsets(fresh_broker) -> None:
     b = fresh_broker()
     b.send("Lifecycle", b"m0")
@@ -689,6 +713,7 @@ def test_graceful_shutdown_answers_parked_pulls_and_persists_offsets(fresh_broke
     assert [g.body for g in records(b.pull("Lifecycle", 0, 0).body)] == [b"m0"]
 
 
+@pytest.mark.integration
 def test_sync_flush_send_is_durable_before_the_answer(fresh_broker) -> None:
     b = fresh_broker(flushDiskType="SYNC_FLUSH")
     # The send handler, observed: the CommitLog's flushed offset at the moment the answer is made.
@@ -709,6 +734,7 @@ def test_sync_flush_send_is_durable_before_the_answer(fresh_broker) -> None:
     assert flushed_at_answer[0] >= offset + stored.total_size, "answered before the record was on disk"
 
 
+@pytest.mark.integration
 def test_config_files_on_disk_survive_restarts_and_bad_ones_stop_start_up(tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
     config = store_dir / "config"

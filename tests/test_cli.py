@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import cli_env
+
+pytestmark = pytest.mark.integration
 
 MQLAKE = Path(sys.executable).with_name("mqlake")
 

@@ -29,7 +29,7 @@ from broker.remoting.loop import run
 from store.config_files import load_consumer_offsets
 from tests.aio import poll
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 # Short client intervals keep the tests fast; rebalances in these tests are driven by NOTIFY anyway.
 FAST = {"persist_interval": 0.5, "rebalance_interval": 5.0, "retry_backoff": 0.2}

@@ -17,6 +17,8 @@ from cli.admin import consumer_progress_table, messages_table, topic_status_tabl
 from store.format import hashing, msgid, records
 from tests.helpers import make_message
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("n_queues,n_cids", list(itertools.product(range(0, 10), range(1, 6))))
 def test_allocation_covers_every_queue_once(n_queues, n_cids):

@@ -9,6 +9,8 @@ import pytest
 
 from store import config_files as cf
 
+pytestmark = pytest.mark.unit
+
 BIG = 2**63 - 1  # Java Long.MAX_VALUE
 
 

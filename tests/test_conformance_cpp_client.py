@@ -25,6 +25,8 @@ from broker.remoting.codes import RequestCode, ResponseCode
 from tests.fixtures_broker import remoting_call as broker_call
 from tests.helpers import wait_until
 
+pytestmark = pytest.mark.integration
+
 _ids = itertools.count()
 
 

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from rich.console import Console
 
 from store.console import console, print_error, table
@@ -25,6 +26,7 @@ def _render(out: io.StringIO, rows: list[tuple[str, ...]]) -> str:
     return out.getvalue()
 
 
+@pytest.mark.unit
 def test_outside_a_terminal_table_rows_and_lines_are_whole_whatever_columns_says(monkeypatch):
     monkeypatch.setenv("COLUMNS", "40")  # rich would otherwise lay the table out in 40 columns
     text = _render(io.StringIO(), [("ConsumeQueue", f"{LONG_TOPIC}-3", f"{LONG_PATH}/consumequeue/x/3/0")])
@@ -40,6 +42,7 @@ def test_outside_a_terminal_table_rows_and_lines_are_whole_whatever_columns_says
     assert out.getvalue() == message + "\n"
 
 
+@pytest.mark.unit
 def test_in_a_narrow_terminal_cells_fold_instead_of_being_cut():
     out = io.StringIO()
     t = table("kind", "topic/queue")
@@ -51,6 +54,7 @@ def test_in_a_narrow_terminal_cells_fold_instead_of_being_cut():
     assert f"{LONG_TOPIC}-3" in cells
 
 
+@pytest.mark.unit
 def test_values_are_printed_as_they_are_not_read_as_markup(monkeypatch):
     out = io.StringIO()
     console(file=out).print("TopicConfig [topicName=Orders, perm=6] body [bold]x[/bold]")
@@ -62,6 +66,7 @@ def test_values_are_printed_as_they_are_not_read_as_markup(monkeypatch):
     assert err.getvalue() == f"error: [red]{LONG_PATH}[/red] is locked\n"
 
 
+@pytest.mark.integration
 def test_usage_errors_outside_a_terminal_are_plain_unwrapped_lines(tmp_path):
     missing = tmp_path / ("deep-" * 30) / "nothing"
     res = subprocess.run([sys.executable, "-m", "pipelines.compaction", "--store-dir", str(missing), "--lake",

@@ -28,6 +28,8 @@ from store.format import hashing, properties, records, units
 from store.message_store import GetMessageStatus, MessageStore, PutMessageStatus
 from tests.helpers import make_config, make_message, wait_dispatched, wait_until
 
+pytestmark = pytest.mark.integration
+
 CHILD = Path(__file__).with_name("store_writer_child.py")
 TOPIC = "CrashTopic"
 QUEUES = 4

@@ -14,6 +14,8 @@ import pytest
 from store.message_store import MessageStore
 from tests.helpers import cli_env, make_config, make_message, wait_dispatched
 
+pytestmark = pytest.mark.integration
+
 MQLAKE = Path(sys.executable).with_name("mqlake")
 N = 300
 

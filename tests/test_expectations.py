@@ -13,6 +13,8 @@ from pipelines.segments import scan_segment
 from store.format import records
 from store.retention import SegmentManifest, SegmentState
 
+pytestmark = pytest.mark.spark
+
 
 @pytest.fixture(scope="module")
 def clean(spark, spark_store):

@@ -10,8 +10,8 @@ vectors (JDK 17+)::
         && java -cp /tmp/mqlake-vectors Vectors > java_vectors.json
 
 The JSON records the SHA-256 of the Vectors.java that wrote it, and
-``test_vectors_are_the_output_of_the_committed_generator`` checks it; where ``java``/``javac`` are on PATH it
-also rebuilds the vectors and checks they equal the committed JSON.  The local-time vectors run in zones read
+``test_vectors_record_the_generator_that_wrote_them`` checks it; tests/test_java_vectors.py rebuilds the
+vectors with the JDK and checks they equal the committed JSON.  The local-time vectors run in zones read
 from the pinned ``tzdata`` package, not the host's tz database.
 
 Other expectations are built here with ``struct``/``zlib``/``time`` by hand, never through store/format.
@@ -25,9 +25,7 @@ import importlib.resources
 import json
 import os
 import random
-import shutil
 import struct
-import subprocess
 import time
 import zlib
 from pathlib import Path
@@ -35,6 +33,8 @@ from pathlib import Path
 import pytest
 
 from store.format import delay, hashing, msgid, properties, records, units
+
+pytestmark = pytest.mark.unit
 
 VECTORS_DIR = Path(__file__).parent / "vectors"
 V = json.loads((VECTORS_DIR / "java_vectors.json").read_text(encoding="utf-8"))
@@ -695,20 +695,10 @@ def test_check_record_schedule_topic_delay_level_zero_keeps_tags_hash():
 # =====================================================================================================
 
 
-def test_vectors_are_the_output_of_the_committed_generator(tmp_path):
+def test_vectors_record_the_generator_that_wrote_them():
     """The JSON records the SHA-256 of the Vectors.java that wrote it, so a generator changed without regenerating
-    is caught on any machine; where a JDK is on PATH (CI has Java 17) the vectors are also recomputed."""
+    is caught on any machine, without a JDK (tests/test_java_vectors.py recomputes the vectors with one)."""
     source = VECTORS_DIR / "Vectors.java"
     assert V["generator_sha256"] == hashlib.sha256(source.read_bytes()).hexdigest(), (
         "tests/vectors/java_vectors.json is older than Vectors.java: regenerate it (see the top of Vectors.java)"
     )
-    if not (shutil.which("java") and shutil.which("javac")):
-        return  # the comparison above and every vector test ran; only the JVM's recomputation needs a JDK
-    subprocess.run(["javac", "-d", str(tmp_path), str(source)], check=True, capture_output=True, timeout=120)
-    out = subprocess.run(["java", "-cp", str(tmp_path), "Vectors"], cwd=VECTORS_DIR, check=True,
-                         capture_output=True, timeout=120).stdout  # fmt: skip
-    fresh = json.loads(out)
-    fresh.pop("java_version")
-    stored = dict(V)
-    stored.pop("java_version")
-    assert fresh == stored

@@ -87,6 +87,7 @@ def index_headers(store_dir: Path) -> list[tuple[str, units.IndexHeader]]:
 # =====================================================================================================
 
 
+@pytest.mark.spark
 def test_clean_store_verifies_through_the_cli_with_report_and_lake(spark, base_store, tmp_path):
     from deltalake import DeltaTable
     from typer.testing import CliRunner
@@ -126,6 +127,7 @@ def test_clean_store_verifies_through_the_cli_with_report_and_lake(spark, base_s
     assert {r["run_id"] for r in rows} == {rep["run_id"]}
 
 
+@pytest.mark.spark
 def test_rerun_under_a_run_id_replaces_its_rows_and_exit_zero_reports_without_failing(spark, base_store, tmp_path):
     """What an orchestrator relies on: a retried run leaves one set of rows; --exit-zero leaves the verdict
     to the report."""
@@ -161,6 +163,7 @@ def test_rerun_under_a_run_id_replaces_its_rows_and_exit_zero_reports_without_fa
     assert bad.exit_code == 2 and "run id" in bad.output
 
 
+@pytest.mark.integration
 def test_python_module_entry_point_and_bad_input(base_store, tmp_path):
     import subprocess
     import sys
@@ -173,6 +176,7 @@ def test_python_module_entry_point_and_bad_input(base_store, tmp_path):
     assert res.returncode == 2 and "has no commitlog directory" in res.stdout + res.stderr
 
 
+@pytest.mark.spark
 def test_unreadable_commitlog_record_is_named(spark, base_store, tmp_path):
     from pipelines.index_rebuild.job import VerifyError
 
@@ -185,6 +189,7 @@ def test_unreadable_commitlog_record_is_named(spark, base_store, tmp_path):
         verify(spark, store_dir)
 
 
+@pytest.mark.spark
 def test_deleted_consume_queue_file(spark, base_store, tmp_path):
     store_dir = copy_store(base_store, tmp_path)
     victim = cq_file(store_dir, "Orders", 0, 1)
@@ -201,6 +206,7 @@ def test_deleted_consume_queue_file(spark, base_store, tmp_path):
     assert not bad_index(rep)
 
 
+@pytest.mark.spark
 def test_flipped_bytes_in_one_unit(spark, base_store, tmp_path):
     store_dir = copy_store(base_store, tmp_path)
     victim = cq_file(store_dir, "Invoices", 3, 0)
@@ -218,6 +224,7 @@ def test_flipped_bytes_in_one_unit(spark, base_store, tmp_path):
     assert p["expected"]["size"] != p["actual"]["size"]
 
 
+@pytest.mark.spark
 def test_truncated_consume_queue(spark, base_store, tmp_path):
     store_dir = copy_store(base_store, tmp_path)
     victim = cq_file(store_dir, "Payments", 1, -1)
@@ -236,6 +243,7 @@ def test_truncated_consume_queue(spark, base_store, tmp_path):
     assert size_problem["file"] == str(victim)
 
 
+@pytest.mark.spark
 def test_removed_index_file(spark, base_store, tmp_path):
     store_dir = copy_store(base_store, tmp_path)
     name, header = index_headers(store_dir)[3]
@@ -256,6 +264,7 @@ def _index_entry(path: Path, e: int) -> tuple[int, int, int, int]:
     return units.read_index_entry(path.read_bytes(), SMALL_HASH_SLOTS, e)
 
 
+@pytest.mark.spark
 def test_corrupted_slot(spark, base_store, tmp_path):
     store_dir = copy_store(base_store, tmp_path)
     name, header = index_headers(store_dir)[2]
@@ -274,6 +283,7 @@ def test_corrupted_slot(spark, base_store, tmp_path):
     assert p["key"] and p["topic"] and p["commitlog_offset"] > 0
 
 
+@pytest.mark.spark
 def test_broken_chain(spark, base_store, tmp_path):
     store_dir = copy_store(base_store, tmp_path)
     name, header = index_headers(store_dir)[5]
@@ -293,6 +303,7 @@ def test_broken_chain(spark, base_store, tmp_path):
     assert f"chain broken at entry {e} (byte {units.index_entry_position(SMALL_HASH_SLOTS, e) + 16})" in p["reason"]
 
 
+@pytest.mark.spark
 def test_repair_then_adopt_restores_a_store_that_serves_and_verifies(spark, base_store, tmp_path):
     from typer.testing import CliRunner
 
@@ -347,6 +358,7 @@ def test_repair_then_adopt_restores_a_store_that_serves_and_verifies(spark, base
     assert rep2["summary"]["ok"], (bad_queues(rep2), bad_index(rep2))
 
 
+@pytest.mark.spark
 def test_tiered_store_verifies_from_the_local_minimum(spark, base_store, tmp_path):
     from pipelines.compaction.deletion import delete_tiered
     from store.retention import SegmentManifest
@@ -372,6 +384,7 @@ def test_tiered_store_verifies_from_the_local_minimum(spark, base_store, tmp_pat
     assert first_index["carried"] > 0 or first_index["begin_phy_offset"] >= cl_min
 
 
+@pytest.mark.spark
 def test_running_broker_is_verified_up_to_the_dispatched_offset(spark, base_store, tmp_path):
     import threading
 
@@ -412,6 +425,7 @@ def test_running_broker_is_verified_up_to_the_dispatched_offset(spark, base_stor
     assert after["summary"]["ok"] and not after["broker_running"] and after["commitlog"]["end_offset"] == final_max
 
 
+@pytest.mark.unit
 def test_vectorised_index_key_hash_equals_the_java_hash():
     import pyarrow as pa
 
@@ -434,6 +448,7 @@ def _lone_surrogate(s: str) -> bool:
     return False
 
 
+@pytest.mark.spark
 def test_verify_index_piped_to_a_file_names_the_broken_topic_and_queue_in_full(spark, base_store, tmp_path):
     """What an Airflow or CI log holds: each mismatch one line with the topic, queue and file whole."""
     import os

@@ -16,6 +16,8 @@ from pipelines import lake
 from pipelines.schema import MESSAGE_COLUMNS, MESSAGE_SCHEMA
 from tests.fixtures_spark import TOPICS, spark_row
 
+pytestmark = pytest.mark.spark
+
 PARTS = ["topic", "store_date"]
 
 

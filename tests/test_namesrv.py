@@ -24,6 +24,8 @@ from broker.remoting.server import RemotingServer
 from tests.aio import async_test, poll
 from tests.helpers import wait_until
 
+pytestmark = pytest.mark.integration
+
 CLUSTER = "DefaultCluster"
 DATA_VERSION = {"counter": 1, "timestamp": 1_700_000_000_000}
 

@@ -25,6 +25,8 @@ from broker.server.groups import SubscriptionGroupManager
 from broker.server.topics import TopicConfigManager
 from store.config_files import ConfigFileError
 
+pytestmark = pytest.mark.unit
+
 # Java's "TagA".hashCode() and "TagB".hashCode(), worked out by hand: ((84*31 + 97)*31 + 103)*31 + 65.
 TAG_A, TAG_B = 2598919, 2598920
 

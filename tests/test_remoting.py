@@ -19,6 +19,8 @@ from broker.remoting.command import FrameError, HeaderError, RemotingCommand
 from broker.remoting.server import Connection, RemotingServer
 from tests.aio import async_test, poll
 
+pytestmark = pytest.mark.unit
+
 
 def json_frame(header: bytes, body: bytes = b"", serialize: int = 0) -> bytes:
     """A frame assembled from the documented layout: length, type<<24|headerLen, header, body."""

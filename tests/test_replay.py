@@ -174,6 +174,7 @@ def expected_by_queue(history: History, pick) -> dict[int, list[Sent]]:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.spark
 def test_replay_everything_tiered_and_live_then_rerun_sends_nothing(spark, history):
     spec = history.spec("ReplayAll", replay_id="all-1")
     report = replay(spec, spark=spark)
@@ -198,6 +199,7 @@ def test_replay_everything_tiered_and_live_then_rerun_sends_nothing(spark, histo
     assert sum(len(v) for v in read_topic(history.server.namesrv_addr, "ReplayAll", TOTAL).values()) == TOTAL
 
 
+@pytest.mark.spark
 def test_time_range_and_tag_filter_read_back_with_the_cpp_client(spark, history):
     from rocketmq.client import PullConsumer as CppPullConsumer
 
@@ -225,6 +227,7 @@ def test_time_range_and_tag_filter_read_back_with_the_cpp_client(spark, history)
         assert rows == want_rows, f"queue {q}: {len(rows)} vs {len(want_rows)}, first difference at {diff}"
 
 
+@pytest.mark.spark
 def test_to_time_key_and_where_filters_select_exactly(spark, history):
     # Each filter removes rows the others keep: --keys all but these, --to the phase-2 ones (k49995 and half of
     # g5/g10), --where the ones that are not red (k3).  g5: the second key of every message with seq % 100 == 5.
@@ -237,6 +240,7 @@ def test_to_time_key_and_where_filters_select_exactly(spark, history):
     assert_replayed(read_topic(history.server.namesrv_addr, "ReplayKeys", report.sent), want, "keys-1")
 
 
+@pytest.mark.spark
 def test_hash_queue_map_and_preserved_born_timestamps(spark, history):
     keys = tuple(f"k{i}" for i in range(TOTAL - 400, TOTAL))  # the last 4 batches: one per source queue
     spec = history.spec("ReplayHash", replay_id="hash-1", queue_map="hash", keys=keys, preserve_timestamps=True)
@@ -264,6 +268,7 @@ def test_hash_queue_map_and_preserved_born_timestamps(spark, history):
     assert all(m.store_timestamp > m.born_timestamp for m in got)
 
 
+@pytest.mark.spark
 def test_rate_limit_is_never_exceeded(spark, history):
     rate = 2500.0
     spec = history.spec("ReplayRate", replay_id="rate-1", rate=rate, where="cast(properties['seq'] as int) % 5 = 0")
@@ -288,6 +293,7 @@ def test_rate_limit_is_never_exceeded(spark, history):
     assert worst <= burst, f"{worst:.0f} messages above the budget in one window (allowed: {burst:.0f})"
 
 
+@pytest.mark.spark
 def test_dry_run_counts_and_maps_without_sending(spark, history):
     spec = history.spec("ReplayDry", replay_id="dry-1", dry_run=True, tags=("TagB",))
     report = replay(spec, spark=spark)
@@ -304,6 +310,7 @@ def test_dry_run_counts_and_maps_without_sending(spark, history):
     assert prog.read_progress(history.lake, "dry-1") == {}
 
 
+@pytest.mark.spark
 def test_bad_input_is_refused_clearly(spark, history):
     with pytest.raises(ReplaySpecError, match="--where"):
         replay(history.spec("ReplayBad", replay_id="bad-1", where="no_such_column = 1"), spark=spark)
@@ -334,6 +341,7 @@ def test_bad_input_is_refused_clearly(spark, history):
         replay(history.spec("ReplaySpecA", replay_id="spec-1", keys=("k6",)), spark=spark)
 
 
+@pytest.mark.unit
 def test_cli_rejects_bad_options_before_spark(tmp_path):
     from typer.testing import CliRunner
 
@@ -348,6 +356,7 @@ def test_cli_rejects_bad_options_before_spark(tmp_path):
         assert message in result.output
 
 
+@pytest.mark.spark
 def test_sigkill_mid_replay_then_resume_loses_and_duplicates_nothing(spark, history, tmp_path):
     target, rid = "ReplayKill", "kill-1"
     where = "cast(properties['seq'] as int) % 2 = 0"
@@ -392,6 +401,7 @@ def test_sigkill_mid_replay_then_resume_loses_and_duplicates_nothing(spark, hist
     assert_replayed(read_topic(history.server.namesrv_addr, target, TOTAL // 2), want, rid)
 
 
+@pytest.mark.spark
 def test_progress_committed_after_the_plan_is_honoured_and_counted(spark, history, monkeypatch):
     # A killed run's Python worker can finish its last progress commit after a rerun's driver has read the
     # progress (PySpark keeps its workers out of the job's process group). The driver then ships rows that

@@ -174,6 +174,7 @@ def filled(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------
+@pytest.mark.unit
 def test_sealed_segments_expire_and_stay_on_disk_under_tier_policy(filled):
     f = filled(segments=4)
     root = f.cfg.store_path_root_dir
@@ -191,6 +192,7 @@ def test_sealed_segments_expire_and_stay_on_disk_under_tier_policy(filled):
     f.assert_reads(0)
 
 
+@pytest.mark.integration
 def test_claim_mark_and_delete_from_another_process(filled, claimers):
     f = filled(segments=5)
     root, cfg, store = f.cfg.store_path_root_dir, f.cfg, f.store
@@ -260,6 +262,7 @@ def test_claim_mark_and_delete_from_another_process(filled, claimers):
     f.assert_reads(f.active)
 
 
+@pytest.mark.unit
 def test_only_a_tiered_prefix_is_deleted(filled, tmp_path):
     f = filled(segments=3)
     root, cfg = f.cfg.store_path_root_dir, f.cfg
@@ -288,6 +291,7 @@ def test_only_a_tiered_prefix_is_deleted(filled, tmp_path):
     f.assert_reads(0)
 
 
+@pytest.mark.integration
 def test_dead_claimers_segments_are_taken_over(filled, claimers):
     f = filled(segments=3)
     root = f.cfg.store_path_root_dir
@@ -318,6 +322,7 @@ def test_dead_claimers_segments_are_taken_over(filled, claimers):
     f.assert_reads(f.active)
 
 
+@pytest.mark.unit
 def test_treat_sealed_as_expired_never_claims_the_active_segment(filled):
     f = filled(segments=3, file_reserved_time=72)
     root = f.cfg.store_path_root_dir
@@ -350,6 +355,7 @@ def test_treat_sealed_as_expired_never_claims_the_active_segment(filled):
     f.assert_reads(f.active)
 
 
+@pytest.mark.unit
 def test_delete_policy_deletes_expired_segments_without_tiering(filled):
     hour = time.localtime().tm_hour
     f = filled(segments=3, expired_segment_policy="delete", delete_when=f"{(hour + 2) % 24:02d}")
@@ -366,6 +372,7 @@ def test_delete_policy_deletes_expired_segments_without_tiering(filled):
     f.assert_reads(f.active)
 
 
+@pytest.mark.integration
 def test_mark_by_non_owner_raises_naming_the_manifest(filled, claimers):
     f = filled(segments=2)
     root = f.cfg.store_path_root_dir
@@ -390,6 +397,7 @@ def test_mark_by_non_owner_raises_naming_the_manifest(filled, claimers):
     assert m.get(f.sealed[0]).state == SegmentState.TIERED
 
 
+@pytest.mark.unit
 def test_manifest_records_what_each_sealed_segment_holds(filled):
     f = filled(segments=4, file_reserved_time=72)
     cfg, root = f.cfg, f.cfg.store_path_root_dir
@@ -431,6 +439,7 @@ def test_manifest_records_what_each_sealed_segment_holds(filled):
     assert recorded()[f.active] == scan(f.active)
 
 
+@pytest.mark.unit
 def test_released_claim_on_an_unexpired_segment_is_not_deleted_early(filled):
     """A job that claimed sealed segments early (treat_sealed_as_expired) and gave them back must not make
     them deletable before fileReservedTime, even under the classic delete policy."""
@@ -449,6 +458,7 @@ def test_released_claim_on_an_unexpired_segment_is_not_deleted_early(filled):
 
 
 # ---------------------------------------------------------------------------------------------------------
+@pytest.mark.unit
 def test_disk_used_ratio_is_rocketmqs_rounded_up_percent(tmp_path, monkeypatch):
     # UtilAll.getDiskPartitionSpaceUsedPercent: used = total - free, over used + usable (root's reserve counts
     # as neither), rounded up to a whole percent. 1000 blocks, 400 free, 350 usable: 600 / 950 = 63.2 % -> 0.64
@@ -461,6 +471,7 @@ def test_disk_used_ratio_is_rocketmqs_rounded_up_percent(tmp_path, monkeypatch):
     assert disk_used_ratio(tmp_path / "missing") == -1.0
 
 
+@pytest.mark.unit
 def test_disk_thresholds_are_clamped_as_rocketmq_5_clamps_them(tmp_path):
     cfg = make_config(tmp_path, diskSpaceWarningLevelRatio=99, diskSpaceCleanForciblyRatio=10)
     assert (cfg.disk_space_warning_level_ratio, cfg.disk_space_clean_forcibly_ratio) == (90, 30)
@@ -468,6 +479,7 @@ def test_disk_thresholds_are_clamped_as_rocketmq_5_clamps_them(tmp_path):
     assert (cfg.disk_space_warning_level_ratio, cfg.disk_space_clean_forcibly_ratio) == (35, 85)
 
 
+@pytest.mark.unit
 def test_a_full_disk_refuses_puts_and_keeps_what_was_acknowledged(filled, monkeypatch):
     # No test can fill the machine's disk: the measurement is replaced, the refusal and the retention are real.
     used = {"ratio": 0.50}

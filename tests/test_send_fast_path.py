@@ -24,6 +24,7 @@ FULL_V2 = {
 }  # fmt: skip
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "ext",
     [
@@ -37,6 +38,7 @@ def test_read_v1_equals_the_generic_parse(ext: dict[str, str]) -> None:
     assert h.SendMessageRequestHeaderV2.read_v1(ext) == h.SendMessageRequestHeaderV2.from_ext(ext).to_v1()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("ext", "message"),
     [
@@ -82,6 +84,7 @@ def live(tmp_path):
         b.close()
 
 
+@pytest.mark.integration
 def test_async_flush_send_is_answered_inline_with_the_stored_record(live) -> None:
     b = live()
     proc = SendProcessor(b.controller)
@@ -106,6 +109,7 @@ def test_async_flush_send_is_answered_inline_with_the_stored_record(live) -> Non
     assert [r.body for r in records(b.pull("Inline", 1, 0).body)] == [b"m0", b"m1", b"m2"]
 
 
+@pytest.mark.integration
 def test_refusals_are_answered_inline_too(live) -> None:
     b = live()
     proc = SendProcessor(b.controller)
@@ -122,6 +126,7 @@ def test_refusals_are_answered_inline_too(live) -> None:
     assert b.controller.store.commitlog.max_offset == 0  # nothing was stored
 
 
+@pytest.mark.integration
 def test_sync_flush_send_inline_waits_for_the_group_commit(live) -> None:
     b = live(flushDiskType="SYNC_FLUSH")
     proc = SendProcessor(b.controller)

@@ -36,6 +36,7 @@ def copy_store(spark_store, tmp_path):
     return dst
 
 
+@pytest.mark.spark
 def test_rows_equal_what_was_written(spark, spark_store):
     rows = read_rows(spark, spark_store.root)
     assert set(rows) == set(spark_store.expected)
@@ -50,6 +51,7 @@ def test_rows_equal_what_was_written(spark, spark_store):
     assert len(spark_store.segment_names()) >= 4
 
 
+@pytest.mark.spark
 def test_segments_view_facts(spark, spark_store):
     names = spark_store.segment_names()
     facts = segment_facts(spark, spark_store.root)
@@ -73,6 +75,7 @@ def test_segments_view_facts(spark, spark_store):
         assert seg.scan_segment(spark_store.commitlog / name).as_row() == f
 
 
+@pytest.mark.spark
 def test_splits_give_the_same_rows(spark, spark_store):
     whole = read_rows(spark, spark_store.root)
     # 4 splits per 64 KiB segment, most starting mid-record, and batches of 7 records
@@ -83,6 +86,7 @@ def test_splits_give_the_same_rows(spark, spark_store):
     assert split == whole
 
 
+@pytest.mark.unit
 def test_any_split_point_loses_and_repeats_nothing(spark_store):
     """Cut a segment in three around each record start, to the byte: each record is read by one split."""
     name = spark_store.segment_names()[0]
@@ -98,6 +102,7 @@ def test_any_split_point_loses_and_repeats_nothing(spark_store):
             assert positions(0, a) + positions(a, b) + positions(b) == starts, f"splits at {a} and {b}"
 
 
+@pytest.mark.spark
 def test_select_segments_and_file_lists(spark, spark_store):
     names = spark_store.segment_names()
     picked = [names[1], names[2]]
@@ -119,6 +124,7 @@ def _record_at(store_root, offset: int, size: int):
     return store_root / "commitlog" / name, offset % size
 
 
+@pytest.mark.spark
 def test_flipped_body_byte_is_crc_not_ok(spark, spark_store, tmp_path):
     root = copy_store(spark_store, tmp_path)
     victim = sorted(spark_store.expected)[17]
@@ -139,6 +145,7 @@ def test_flipped_body_byte_is_crc_not_ok(spark, spark_store, tmp_path):
         1, None, len(spark_store.rows_in(path.name)))  # fmt: skip
 
 
+@pytest.mark.spark
 def test_broken_size_field_is_named_not_dropped(spark, spark_store, tmp_path):
     root = copy_store(spark_store, tmp_path)
     first = spark_store.segment_names()[0]
@@ -166,6 +173,7 @@ def test_broken_size_field_is_named_not_dropped(spark, spark_store, tmp_path):
     assert seg.scan_segment(path).error == facts["error"]
 
 
+@pytest.mark.spark
 def test_torn_tail_of_the_active_segment(spark, spark_store, tmp_path):
     root = copy_store(spark_store, tmp_path)
     tail = max(r["segment"] for r in spark_store.expected.values())
@@ -194,6 +202,7 @@ def test_torn_tail_of_the_active_segment(spark, spark_store, tmp_path):
     assert f.torn_tail and f.valid_bytes == last and f"{short} at offset {last}" in f.error
 
 
+@pytest.mark.spark
 def test_bad_paths_and_options_are_clear_errors(spark, spark_store, tmp_path):
     with pytest.raises(FileNotFoundError, match="no CommitLog store"):
         seg.segment_files(tmp_path / "nope")
@@ -210,6 +219,7 @@ def test_bad_paths_and_options_are_clear_errors(spark, spark_store, tmp_path):
     assert spark.read.format("commitlog").load(str(tmp_path / "empty")).count() == 0
 
 
+@pytest.mark.spark
 def test_reading_while_the_store_appends(spark, tmp_path):
     from store.message_store import MessageStore
     from tests.helpers import make_config, make_message
@@ -225,6 +235,7 @@ def test_reading_while_the_store_appends(spark, tmp_path):
         assert again.filter("crc_ok").count() == 200
 
 
+@pytest.mark.unit
 def test_columnar_decode_matches_the_record_decoder_for_ipv6_and_odd_properties(tmp_path):
     """Records the store never writes in the fixture: IPv6 hosts, odd property strings, empty body."""
     raw_props = [
@@ -259,6 +270,7 @@ def test_columnar_decode_matches_the_record_decoder_for_ipv6_and_odd_properties(
                                                                                    None, False)  # fmt: skip
 
 
+@pytest.mark.spark
 def test_get_spark_settings_and_env(spark, monkeypatch):
     import sys
 
@@ -281,6 +293,7 @@ def test_get_spark_settings_and_env(spark, monkeypatch):
         spark.conf.set("spark.sql.shuffle.partitions", "2")
 
 
+@pytest.mark.spark
 def test_get_spark_keeps_the_master_spark_submit_was_given(tmp_path):
     """Under spark-submit (the Airflow DAGs' spark_submit runner) the submitted --master stands, even over
     $MQLAKE_SPARK_MASTER; elsewhere get_spark picks the master itself."""

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
@@ -34,6 +35,7 @@ QUERY = (
 )
 
 
+@pytest.mark.spark
 def test_json_lines(spark, spark_lake, spark_store):
     result = sql(spark_lake, QUERY, "--format", "json")
     assert result.exit_code == 0, result.output
@@ -46,6 +48,7 @@ def test_json_lines(spark, spark_lake, spark_store):
         assert len(g["store_date"]) == 10  # ISO date
 
 
+@pytest.mark.spark
 def test_csv_and_limit(spark, spark_lake, spark_store):
     result = sql(spark_lake, QUERY, "--format", "csv", "--limit", "5")
     assert result.exit_code == 0, result.output
@@ -57,6 +60,7 @@ def test_csv_and_limit(spark, spark_lake, spark_store):
     assert [json.loads(r[4]) for r in rows[1:]] == [w["properties"] for w in want]
 
 
+@pytest.mark.spark
 def test_table_with_decoded_bodies(spark, spark_lake, spark_store):
     want = [r for r in sealed(spark_store) if r["topic"] == "Payments"][:3]
     result = sql(
@@ -76,6 +80,7 @@ def test_table_with_decoded_bodies(spark, spark_lake, spark_store):
     assert {d["topic"]: d["n"] for d in map(json.loads, counts.stdout.splitlines())} == by_topic
 
 
+@pytest.mark.spark
 def test_errors(spark, spark_lake, tmp_path):
     bad = sql(spark_lake, "SELECT nope FROM messages")
     assert bad.exit_code == 1 and "error:" in bad.stderr and "nope" in bad.stderr
@@ -87,6 +92,7 @@ def test_errors(spark, spark_lake, tmp_path):
     assert fmt.exit_code == 2
 
 
+@pytest.mark.unit
 def test_print_rows_renders_nested_and_binary_values():
     out = io.StringIO()
     rows = [(b"\x00\xff", {"k": "v"}, None, [1, 2])]
@@ -94,6 +100,7 @@ def test_print_rows_renders_nested_and_binary_values():
     assert out.getvalue().splitlines() == ["b,m,n,l", 'AP8=,"{""k"": ""v""}",,"[1, 2]"']
 
 
+@pytest.mark.spark
 def test_the_console_script(spark_lake, spark_store):
     """The real entry point in its own process (its own JVM)."""
     env = dict(os.environ, JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1")
@@ -107,6 +114,7 @@ def test_the_console_script(spark_lake, spark_store):
     assert proc.stdout.splitlines() == ["n,ids", f"{n},{n}"]
 
 
+@pytest.mark.spark
 def test_piped_table_prints_long_values_whole_and_json_is_a_flag_too(spark, spark_lake, spark_store):
     """Outside a terminal no cell is cut (a terminal table stops at 60 characters a cell)."""
     want = [r for r in sealed(spark_store) if r["topic"] == LONG_TOPIC and r["body"].startswith(b"message")][:3]

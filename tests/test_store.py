@@ -70,6 +70,7 @@ def body_len_for_total(total: int, topic: str, props_len: int) -> int:
 # =====================================================================================================
 
 
+@pytest.mark.unit
 def test_put_get_round_trip(tmp_path):
     cfg = make_config(tmp_path)
     sent: dict[int, list[records.MessageRecord]] = {0: [], 1: []}
@@ -118,6 +119,7 @@ def test_put_get_round_trip(tmp_path):
             assert got.next_begin_offset == 20 and got.min_offset == 0 and got.max_offset == 20
 
 
+@pytest.mark.unit
 def test_roll_over_writes_blank_at_end_of_each_full_file(tmp_path):
     cfg = make_config(tmp_path)
     puts = []
@@ -173,6 +175,7 @@ def test_roll_over_writes_blank_at_end_of_each_full_file(tmp_path):
         assert bodies == {off: body for off, _, body in puts}
 
 
+@pytest.mark.unit
 def test_record_of_exactly_file_size_minus_8_fills_a_fresh_segment(tmp_path):
     cfg = make_config(tmp_path)
     with running(cfg) as store:
@@ -191,6 +194,7 @@ def test_record_of_exactly_file_size_minus_8_fills_a_fresh_segment(tmp_path):
         assert [rec.body for _, rec in read_queue(store, "Edge", 0)] == [b"small", big.body, b"after"]
 
 
+@pytest.mark.unit
 def test_oversized_messages_are_rejected_and_nothing_is_appended(tmp_path):
     cfg = make_config(tmp_path, max_message_size=8 * 1024)
     with running(cfg) as store:
@@ -228,6 +232,7 @@ def test_oversized_messages_are_rejected_and_nothing_is_appended(tmp_path):
 # =====================================================================================================
 
 
+@pytest.mark.unit
 def test_group_commit_groups_concurrent_writers(tmp_path, monkeypatch):
     # The disk is held at the group commit's first fdatasync until every writer waits for its own flush, so how
     # the writers share syncs does not depend on this machine's speed: the first sync serves the first writer
@@ -278,6 +283,7 @@ def test_group_commit_groups_concurrent_writers(tmp_path, monkeypatch):
             assert [r.body for _, r in read_queue(store, "Sync", t)] == [f"{t}:0".encode()]
 
 
+@pytest.mark.unit
 def test_flush_disk_timeout_keeps_the_message(tmp_path, monkeypatch):
     cfg = make_config(tmp_path, flush_disk_type="SYNC_FLUSH", sync_flush_timeout=200)
     release = threading.Event()
@@ -317,6 +323,7 @@ def test_flush_disk_timeout_keeps_the_message(tmp_path, monkeypatch):
 # =====================================================================================================
 
 
+@pytest.mark.unit
 def test_tag_filtering(tmp_path):
     cfg = make_config(tmp_path)
     tags = ["TagA", "TagB", "TagC"]
@@ -344,6 +351,7 @@ def test_tag_filtering(tmp_path):
         assert r.messages == [] and r.next_begin_offset == 30
 
 
+@pytest.mark.unit
 def test_read_statuses(tmp_path):
     cfg = make_config(tmp_path)
     with running(cfg) as store:
@@ -368,6 +376,7 @@ def test_read_statuses(tmp_path):
         assert len(r.messages) == 1  # the first message always goes, the byte limit stops the rest
 
 
+@pytest.mark.unit
 def test_offset_too_small_after_head_segments_are_deleted(tmp_path):
     cfg = make_config(tmp_path)
     with running(cfg) as store:
@@ -407,6 +416,7 @@ def test_offset_too_small_after_head_segments_are_deleted(tmp_path):
 # =====================================================================================================
 
 
+@pytest.mark.unit
 def test_query_by_key_across_index_files(tmp_path):
     cfg = make_config(tmp_path)
     n = 400
@@ -468,6 +478,7 @@ def test_query_by_key_across_index_files(tmp_path):
         assert store.query_message("Other", "k5", 64, 0, now).messages == []
 
 
+@pytest.mark.unit
 def test_offsets_by_time_and_lookups(tmp_path):
     cfg = make_config(tmp_path)
     with running(cfg) as store:
@@ -506,6 +517,7 @@ def test_offsets_by_time_and_lookups(tmp_path):
 # =====================================================================================================
 
 
+@pytest.mark.unit
 def test_transaction_records_per_type(tmp_path):
     cfg = make_config(tmp_path)
     with running(cfg) as store:
@@ -537,6 +549,7 @@ def test_transaction_records_per_type(tmp_path):
         assert len(store.query_message("Tx", "commitkey", 64, 0, now).messages) == 1
 
 
+@pytest.mark.unit
 def test_consume_queue_files_on_disk(tmp_path):
     cfg = make_config(tmp_path)
     with running(cfg) as store:
@@ -569,6 +582,7 @@ def test_consume_queue_files_on_disk(tmp_path):
 # =====================================================================================================
 
 
+@pytest.mark.integration
 def test_second_store_on_same_dir_is_refused(tmp_path):
     cfg = make_config(tmp_path)
     root = str(cfg.store_path_root_dir)
@@ -595,6 +609,7 @@ def test_second_store_on_same_dir_is_refused(tmp_path):
         assert again.get_max_offset_in_queue("L", 0) == 2
 
 
+@pytest.mark.unit
 def test_dispatch_lag_and_runtime_info(tmp_path, monkeypatch):
     cfg = make_config(tmp_path)
     with running(cfg) as store:
@@ -634,6 +649,7 @@ def test_dispatch_lag_and_runtime_info(tmp_path, monkeypatch):
         assert info["indexFileCount"] == "1"
 
 
+@pytest.mark.unit
 def test_normal_restart(tmp_path):
     cfg = make_config(tmp_path)
     with running(cfg) as store:
@@ -658,6 +674,7 @@ def test_normal_restart(tmp_path):
         assert sorted(records.decode_record(m).body for m in hits) == [b"a0-3", b"a1-3"]
 
 
+@pytest.mark.unit
 def test_arrival_listener(tmp_path):
     cfg = make_config(tmp_path)
     seen = []
@@ -676,6 +693,7 @@ def test_arrival_listener(tmp_path):
     assert [(s[1], s[2]) for s in seen] == [(0, 1), (1, 1), (0, 2), (1, 2), (0, 3), (1, 3)]
 
 
+@pytest.mark.unit
 def test_reads_racing_retention_do_not_fail(tmp_path, monkeypatch):
     """A file deleted between a reader's lookup and its copy: the read still completes.
 
@@ -745,6 +763,7 @@ def test_reads_racing_retention_do_not_fail(tmp_path, monkeypatch):
         assert raw is not None and records.decode_record(raw).physical_offset == off
 
 
+@pytest.mark.unit
 def test_long_topic_ipv6_store_host_and_batches(tmp_path):
     cfg = make_config(tmp_path, store_host="[::1]:10912")
     long_topic = "L" * 200  # over 127 bytes: the V2 record with a 2-byte topic length
@@ -773,6 +792,7 @@ def test_long_topic_ipv6_store_host_and_batches(tmp_path):
             off += r.total_size
 
 
+@pytest.mark.unit
 def test_puts_racing_shutdown_are_refused_cleanly(tmp_path):
     """Writers still putting while the store shuts down get SERVICE_NOT_AVAILABLE, never an exception,
     and every message acknowledged before is there after a restart."""
@@ -810,6 +830,7 @@ def test_puts_racing_shutdown_are_refused_cleanly(tmp_path):
         assert sum(len(read_queue(again, "Race", q)) for q in range(4)) == len(acked)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("appended", [5, 12], ids=["same-file", "into-the-next-file"])
 def test_min_offset_correction_keeps_units_dispatched_during_the_scan(tmp_path, monkeypatch, appended):
     """The clean pass corrects each queue's min offset after a deletion while the dispatch thread appends.

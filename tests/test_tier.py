@@ -56,6 +56,7 @@ def sealed_expected(written, names: list[str]) -> dict[int, dict]:
     return {off: r for off, r in written.expected.items() if r["segment"] in names}
 
 
+@pytest.mark.spark
 def test_tier_store_then_rerun_is_idempotent(spark, tmp_path):
     written = write_store(tmp_path / "s")
     lake = tmp_path / "lake"
@@ -123,6 +124,7 @@ def test_tier_store_then_rerun_is_idempotent(spark, tmp_path):
     assert tier(written.root, lake, spark=spark, file_reserved_time=0).segments == []
 
 
+@pytest.mark.spark
 def test_tier_while_the_store_appends(spark, tmp_path, monkeypatch):
     # the store's housekeeping records sealed segments in the manifest, as a running broker's does
     # Bounded, larger files: every mapped file holds a descriptor, and Spark's py4j sockets use select().
@@ -184,6 +186,7 @@ def _run_tier_process(store: Path, lake: Path, crash_at: str, max_segments: int)
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
 
 
+@pytest.mark.spark
 @pytest.mark.timeout(900)  # three cold Spark subprocesses: minutes when the shared machine is busy
 def test_sigkill_at_each_step_then_rerun_loses_and_duplicates_nothing(spark, tmp_path):
     written = write_store(tmp_path / "s", count=1100)
@@ -222,6 +225,7 @@ def test_sigkill_at_each_step_then_rerun_loses_and_duplicates_nothing(spark, tmp
     assert sorted(report.deleted) == [int(s) for s in segments]
 
 
+@pytest.mark.spark
 def test_corrupt_segments_are_quarantined_and_kept(spark, tmp_path):
     written = write_store(tmp_path / "s", count=1100)
     lake = tmp_path / "lake"
@@ -263,6 +267,7 @@ def test_corrupt_segments_are_quarantined_and_kept(spark, tmp_path):
     assert (written.commitlog / crc_bad).exists() and (written.commitlog / frame_bad).exists()
 
 
+@pytest.mark.unit
 def test_cli_reports_and_rejects_bad_input(tmp_path):
     from typer.testing import CliRunner
 
@@ -276,6 +281,7 @@ def test_cli_reports_and_rejects_bad_input(tmp_path):
     assert result.exit_code == 2 and "is not k=v" in result.output
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize("hours", [1.0])
 def test_file_reserved_time_hours_claims_only_old_segments(spark, tmp_path, hours):
     written = write_store(tmp_path / "s")
