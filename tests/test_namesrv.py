@@ -91,10 +91,17 @@ async def namesrv(**kwargs):
 # TopicRouteData for one broker and topic as RocketMQ's NameServers write it, from the Java classes (fastjson:
 # getters' fields in alphabetical order, nulls such as orderTopicConf and zoneName omitted, filterServerTable {}).
 # 4.8.0 (QueueData.getTopicSynFlag; BrokerData: brokerAddrs, brokerName, cluster), written with plain
-# toJSONString, so brokerAddrs' Long key is bare -- what a client older than V4_9_4 is answered:
+# toJSONString, so brokerAddrs' Long key is bare -- what a client older than V4_9_0 is answered:
 ROUTE_4_8 = (
     '{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911"},"brokerName":"broker-a","cluster":"DefaultCluster"}],'
     '"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSynFlag":0,'
+    '"writeQueueNums":4}]}'
+)
+# 4.9.0-4.9.3 (QueueData.getTopicSysFlag; BrokerData as in 4.8), still plain toJSONString: the key is bare --
+# what a V4_9_0..V4_9_3 client is answered:
+ROUTE_4_9 = (
+    '{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911"},"brokerName":"broker-a","cluster":"DefaultCluster"}],'
+    '"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSysFlag":0,'
     '"writeQueueNums":4}]}'
 )
 # 5.x (QueueData.getTopicSysFlag since 4.9.0; BrokerData.isEnableActingMaster since 5.0), BrowserCompatible, so
@@ -115,15 +122,18 @@ async def test_register_plain_body_and_route_in_both_dialects():
         assert r.body == b'{"table":{}}'
         assert "masterAddr" not in r.ext_fields and "haServerAddr" not in r.ext_fields
 
-        # 4.9.4+ (version >= 401)
-        r = await route(client, ns, "Orders", version=401)
-        assert r.code == ResponseCode.SUCCESS and r.body == ROUTE_5.encode()
-        # older clients
-        r = await route(client, ns, "Orders", version=399)
-        assert r.body == ROUTE_4_8.encode()
+        # MQVersion ordinals: V4_8_9 = 391, V4_9_0 = 393, V4_9_3 = 399, V4_9_4 = 401, V5_0_0 = 413
+        for version, expected in [
+            (213, ROUTE_4_8), (391, ROUTE_4_8),
+            (393, ROUTE_4_9), (399, ROUTE_4_9), (400, ROUTE_4_9),  # 400: V4_9_4_SNAPSHOT
+            (401, ROUTE_5), (413, ROUTE_5),
+        ]:  # fmt: skip
+            r = await route(client, ns, "Orders", version=version)
+            assert r.code == ResponseCode.SUCCESS and r.body == expected.encode(), version
         # a 5.x client that asks for standard JSON gets it whatever its version
-        r = await route(client, ns, "Orders", version=399, standard_only=True)
-        assert r.body == ROUTE_5.encode()
+        for version in (391, 399):
+            r = await route(client, ns, "Orders", version=version, standard_only=True)
+            assert r.body == ROUTE_5.encode()
 
         # clients ask for TBW102 themselves when auto-creating a topic
         r = await route(client, ns, "TBW102")

@@ -18,7 +18,7 @@ from broker.remoting.protocol.body import (
 )
 from broker.remoting.protocol.fastjson import dumps_legacy, dumps_standard
 from broker.remoting.protocol.heartbeat import HeartbeatData, SubscriptionData, expression_tag_codes
-from broker.remoting.protocol.route import BrokerData, ClusterInfo, QueueData, TopicRouteData
+from broker.remoting.protocol.route import BrokerData, ClusterInfo, QueueData, RouteForm, TopicRouteData
 from broker.remoting.protocol.topic import DataVersion, RegisterBrokerBody, TopicConfig
 from broker.remoting.protocol.wire import BodyError
 from broker.server.groups import SubscriptionGroupManager
@@ -143,12 +143,25 @@ def test_a_route_is_written_with_the_fields_of_the_version_it_imitates_and_read_
         queue_datas=[QueueData(broker_name="b", read_queue_nums=2, write_queue_nums=2, perm=6, topic_sys_flag=1)],
         broker_datas=[BrokerData(cluster="C", broker_name="b", broker_addrs={0: "m"})],
     )
-    v5, v48 = route.to_json(), route.to_json(legacy=True)
+    v5, v49, v48 = route.to_json(), route.to_json(RouteForm.V4_9), route.to_json(RouteForm.V4_8)
     assert v5["queueDatas"][0]["topicSysFlag"] == 1 and "topicSynFlag" not in v5["queueDatas"][0]
     assert v5["brokerDatas"][0]["enableActingMaster"] is False
+    assert v49["queueDatas"][0]["topicSysFlag"] == 1 and "topicSynFlag" not in v49["queueDatas"][0]
+    assert "enableActingMaster" not in v49["brokerDatas"][0]
     assert v48["queueDatas"][0]["topicSynFlag"] == 1 and "topicSysFlag" not in v48["queueDatas"][0]
     assert "enableActingMaster" not in v48["brokerDatas"][0]
-    assert TopicRouteData.decode(dumps_legacy(v48)) == TopicRouteData.decode(dumps_standard(v5)) == route
+    bodies = [route.encode_as(form) for form in RouteForm]
+    assert [b'"0":"m"' in b for b in bodies] == [form is RouteForm.V5 for form in RouteForm]
+    assert bodies[-1] == dumps_standard(v5) and bodies[0] == dumps_legacy(v48)
+    assert all(TopicRouteData.decode(b) == route for b in bodies)
+
+
+def test_a_clients_version_picks_its_generations_route_form():
+    # MQVersion ordinals: V4_0_0 213, V4_8_9 391, V4_9_0 393, V4_9_3 399, V4_9_4_SNAPSHOT 400, V4_9_4 401
+    assert [RouteForm.for_client(v) for v in (0, 213, 391, 393, 399, 400, 401, 413)] == (
+        [RouteForm.V4_8] * 3 + [RouteForm.V4_9] * 3 + [RouteForm.V5] * 2)
+    assert RouteForm.for_client(213, accept_standard_json_only=True) is RouteForm.V5
+    assert RouteForm.for_client(399, accept_standard_json_only=True) is RouteForm.V5
 
 
 def test_subscription_group_fields_of_other_versions_are_kept(tmp_path):

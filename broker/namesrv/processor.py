@@ -7,11 +7,12 @@ import logging
 from broker.namesrv.register_body import decode_register_body
 from broker.namesrv.route_table import RouteTable
 from broker.remoting import headers as h
-from broker.remoting.codes import VERSION_V4_9_4, RequestCode, ResponseCode
+from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
 from broker.remoting.protocol.body import KVTable, TopicList
-from broker.remoting.protocol.fastjson import dumps_legacy, dumps_standard
+from broker.remoting.protocol.fastjson import dumps_standard
+from broker.remoting.protocol.route import RouteForm
 from broker.remoting.protocol.topic import DataVersion
 from broker.remoting.protocol.wire import BodyError, WireModel
 from store.format import hashing
@@ -117,11 +118,9 @@ class NamesrvProcessor:
             return cmd.response(
                 ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {hdr.topic}"
             )
-        # 4.9.4+ clients (and 5.x ones asking explicitly) get a 5.x NameServer's route: quoted map keys,
-        # topicSysFlag. Older ones get a 4.8 NameServer's: fastjson's default bare keys, topicSynFlag.
-        standard = cmd.version >= VERSION_V4_9_4 or bool(hdr.accept_standard_json_only)
-        data = route.to_json(legacy=not standard)
-        return cmd.response(ResponseCode.SUCCESS, body=dumps_standard(data) if standard else dumps_legacy(data))
+        # Each client reads the field names and key style of its own generation's NameServer.
+        form = RouteForm.for_client(cmd.version, bool(hdr.accept_standard_json_only))
+        return cmd.response(ResponseCode.SUCCESS, body=route.encode_as(form))
 
     async def get_cluster_info(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         return cmd.response(ResponseCode.SUCCESS, body=_standard(self.table.cluster_info()))

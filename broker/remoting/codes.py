@@ -11,8 +11,9 @@ FLAG_RESPONSE = 1  # bit 0 of `flag`: this command is a response (RPC_TYPE)
 FLAG_ONEWAY = 2  # bit 1 of `flag`: the sender expects no answer (RPC_ONEWAY)
 MAX_FRAME = 16 * 1024 * 1024  # com.rocketmq.remoting.frameMaxLength default
 
-# MQVersion ordinals carried in the `version` header field.
+# MQVersion ordinals carried in the `version` header field (each release follows its _SNAPSHOT).
 VERSION_V4_0_0 = 213
+VERSION_V4_9_0 = 393
 VERSION_V4_9_4 = 401
 VERSION_V4_9_8 = 409
 VERSION_V5_0_0 = 413

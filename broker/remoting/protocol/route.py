@@ -1,21 +1,38 @@
 """Routes: ``TopicRouteData`` (GET_ROUTEINFO_BY_TOPIC) with its ``QueueData`` and ``BrokerData``, and
 ``ClusterInfo`` (GET_BROKER_CLUSTER_INFO). Written by the NameServer, read by clients.
 
-A route is written as the NameServer version it answers as would: 5.x's fields by default, or with
-``to_json(legacy=True)`` those of 4.0-4.8 (``topicSynFlag`` instead of ``topicSysFlag``, no
-``enableActingMaster``). Both spellings are read.
+A route is written as the NameServer of the asking client's generation writes it (``RouteForm``): field
+spelling and map-key style changed in different releases. Every spelling is read.
 """
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 from pydantic import field_serializer, model_validator
 
+from broker.remoting.codes import VERSION_V4_9_0, VERSION_V4_9_4
+from broker.remoting.protocol.fastjson import dumps_legacy, dumps_standard
 from broker.remoting.protocol.wire import WireModel
 
 MASTER_ID = 0  # brokerAddrs key of the master; slaves are 1, 2, ...
-LEGACY = "legacy"  # serialization context key: write the fields of RocketMQ 4.0-4.8
+FORM = "route_form"  # serialization context key: the RouteForm to write
+
+
+class RouteForm(Enum):
+    """How a RocketMQ generation's NameServer writes a route."""
+
+    V4_8 = "4.0-4.8"  # QueueData.getTopicSynFlag; plain toJSONString: Long map keys bare
+    V4_9 = "4.9.0-4.9.3"  # getTopicSysFlag since 4.9.0; still plain toJSONString
+    V5 = "4.9.4+/5.x"  # BrowserCompatible (keys quoted) since 4.9.4; BrokerData.enableActingMaster since 5.0
+
+    @classmethod
+    def for_client(cls, version: int, accept_standard_json_only: bool = False) -> RouteForm:
+        """The form a client of MQVersion ordinal ``version`` reads (a 5.x client may ask for the standard one)."""
+        if accept_standard_json_only or version >= VERSION_V4_9_4:
+            return cls.V5
+        return cls.V4_9 if version >= VERSION_V4_9_0 else cls.V4_8
 
 
 class QueueData(WireModel):
@@ -34,8 +51,7 @@ class QueueData(WireModel):
         return data
 
     def _as_written_by(self, out: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-        # 4.0-4.8's getter was getTopicSynFlag; 4.9.0 and 5.x write topicSysFlag.
-        if context.get(LEGACY) and "topicSysFlag" in out:
+        if context.get(FORM) is RouteForm.V4_8 and "topicSysFlag" in out:
             out["topicSynFlag"] = out.pop("topicSysFlag")
         return out
 
@@ -55,8 +71,8 @@ class BrokerData(WireModel):
         return dict(sorted(addrs.items()))
 
     def _as_written_by(self, out: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-        if context.get(LEGACY):
-            out.pop("enableActingMaster", None)  # 5.0's
+        if context.get(FORM) in (RouteForm.V4_8, RouteForm.V4_9):
+            out.pop("enableActingMaster", None)
         return out
 
 
@@ -66,9 +82,14 @@ class TopicRouteData(WireModel):
     filter_server_table: dict[str, list[str]] = {}
     order_topic_conf: str | None = None
 
-    def to_json(self, legacy: bool = False) -> dict[str, Any]:
-        """``legacy``: as a 4.0-4.8 NameServer writes it (what a client older than V4_9_4 is answered)."""
-        return self.model_dump(exclude_none=True, context={LEGACY: legacy})
+    def to_json(self, form: RouteForm = RouteForm.V5) -> dict[str, Any]:
+        """The route's fields as a NameServer of ``form``'s generation writes them."""
+        return self.model_dump(exclude_none=True, context={FORM: form})
+
+    def encode_as(self, form: RouteForm) -> bytes:
+        """The body a NameServer of ``form``'s generation answers GET_ROUTEINFO_BY_TOPIC with."""
+        data = self.to_json(form)
+        return dumps_standard(data) if form is RouteForm.V5 else dumps_legacy(data)
 
     def master_addr(self, broker_name: str) -> str | None:
         for b in self.broker_datas:
