@@ -93,6 +93,12 @@ def test_heartbeat_from_the_cpp_client_enum_ordinals_and_bare_expressions():
     # Java clients write the names; an unknown name is kept as given.
     assert HeartbeatData.decode(b'{"clientID":"x","consumerDataSet":[{"groupName":"g","consumeType":"CONSUME_POP"}]}'
                                 ).consumer_data_set[0].consume_type == "CONSUME_POP"  # fmt: skip
+    # Anything else -- empty, null, an ordinal out of range, another type -- is the field's default.
+    for bad in ("", None, 9, -1, True, []):
+        consumer = {"groupName": "g", "consumeType": bad, "messageModel": bad, "consumeFromWhere": bad}
+        c = HeartbeatData.decode(json.dumps({"clientID": "x", "consumerDataSet": [consumer]})).consumer_data_set[0]
+        assert (c.consume_type, c.message_model, c.consume_from_where) == (
+            "CONSUME_PASSIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET"), bad  # fmt: skip
     with pytest.raises(BodyError, match=r"consumerDataSet\[0\]\.groupName: Field required"):
         HeartbeatData.decode(b'{"clientID":"x","consumerDataSet":[{"consumeType":1}]}')
     with pytest.raises(BodyError, match="clientID"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_serializer, model_validator
+from pydantic_core import PydanticUseDefault
 
 from broker.remoting.protocol.wire import WireModel
 from store.format import hashing
@@ -28,10 +29,15 @@ CONSUME_FROM = (
 
 
 def _enum_name(names: tuple[str, ...]) -> BeforeValidator:
-    def name(value: Any) -> Any:
+    """A Java enum as its name: a name is kept (other versions add some), an ordinal is looked up; anything
+    else (``""``, an ordinal out of range, another type) leaves the field's default."""
+
+    def name(value: Any) -> str:
         if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
             return names[value]
-        return value
+        if isinstance(value, str) and value:
+            return value
+        raise PydanticUseDefault()
 
     return BeforeValidator(name)
 
