@@ -4,15 +4,18 @@ subscription expressions, fastjson object-keyed maps and the admin tables.  No n
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 from rich.console import Console
 
 from broker.client.admin import QueueProgress, QueueStatus, _mq_from_key, load_fastjson
 from broker.client.allocate import allocate_averagely
-from broker.client.message import Message, MessageExt, MessageQueue, decode_messages
+from broker.client.message import Message, MessageExt, MessageModel, MessageQueue, decode_messages
 from broker.client.pull_consumer import Subscription
+from broker.client.push_consumer import PushConsumer
 from broker.client.route import RouteError, parse_route
+from broker.remoting.protocol.heartbeat import HeartbeatData
 from cli.admin import consumer_progress_table, messages_table, topic_status_table
 from store.format import hashing, msgid, records
 from tests.helpers import make_message
@@ -112,6 +115,27 @@ def test_subscription_expressions():
     assert j["tagsSet"] == ["TagA", "TagB"]
     assert j["codeSet"] == [hashing.java_string_hash("TagA"), hashing.java_string_hash("TagB")]
     assert Subscription.parse("T", "*").tags is None and Subscription.parse("T", None).matches(None)
+
+
+@pytest.mark.parametrize("expression,tags_set,code_set", [
+    (b"*", b"[]", b"[]"),  # FilterAPI.buildSubscriptionData leaves both sets empty for "*"
+    (b"a || b", b'["a","b"]', b"[97,98]"),  # String.hashCode("a") = 97, "b" = 98
+])  # fmt: skip
+def test_our_push_consumers_heartbeat_is_what_a_java_client_sends(expression, tags_set, code_set):
+    consumer = PushConsumer("cg", "127.0.0.1:9876", MessageModel.BROADCASTING)
+    consumer.subscribe("T", expression.decode(), lambda msg: None)
+    body = consumer.heartbeat_body()
+    body = re.sub(rb'"subVersion":\d+', b'"subVersion":0', body)  # the subscription's time in ms
+    assert body == (
+        b'{"clientID":"' + consumer.client_id.encode() + b'","consumerDataSet":[{"consumeFromWhere":'
+        b'"CONSUME_FROM_LAST_OFFSET","consumeType":"CONSUME_PASSIVELY","groupName":"cg","messageModel":"BROADCASTING",'
+        b'"subscriptionDataSet":[{"classFilterMode":false,"codeSet":' + code_set + b',"expressionType":"TAG",'
+        b'"subString":"' + expression + b'","subVersion":0,"tagsSet":' + tags_set + b',"topic":"T"}],'
+        b'"unitMode":false}],"producerDataSet":[]}'
+    )
+    # and the broker reads it back as the same subscription: "*" matches every message
+    sub = HeartbeatData.decode(body).consumer_data_set[0].subscription_data_set[0]
+    assert sub.tag_codes == (None if expression == b"*" else {97, 98})
 
 
 def test_fastjson_object_keyed_maps():

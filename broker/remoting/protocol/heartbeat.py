@@ -84,15 +84,17 @@ class SubscriptionData(WireModel):
 
 
 def parse_expression(expression: str | None) -> tuple[list[str], set[int]]:
-    """A TAG expression's tags and their codes: ``"*"`` (or nothing) is ``["*"]`` and no code."""
+    """A TAG expression's tags and their codes: ``"*"`` (or nothing) is no tag and no code, as Java's
+    ``FilterAPI`` builds it (and sends it: ``"tagsSet":[]``)."""
     expr = (expression or "").strip()
     if not expr or expr == SUB_ALL:
-        return [SUB_ALL], set()
+        return [], set()
     tags = [t.strip() for t in expr.split("||") if t.strip()]
     return tags, tag_codes(tags)
 
 
 def _matched(tags: list[str], codes: set[int]) -> set[int] | None:
+    # No tag (Java's form of "*") or a "*" among them (some clients send it) is every message.
     return None if not tags or SUB_ALL in tags else codes
 
 
