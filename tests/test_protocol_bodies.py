@@ -5,6 +5,7 @@ the topic and group managers load and persist through the same models."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -22,8 +23,9 @@ from broker.remoting.protocol.route import BrokerData, ClusterInfo, QueueData, R
 from broker.remoting.protocol.topic import DataVersion, RegisterBrokerBody, TopicConfig
 from broker.remoting.protocol.wire import BodyError
 from broker.server.groups import SubscriptionGroupManager
-from broker.server.topics import TopicConfigManager
+from broker.server.topics import TableBody, TopicConfigManager
 from store.config_files import ConfigFileError
+from tests.aio import async_test
 
 pytestmark = pytest.mark.unit
 
@@ -196,3 +198,26 @@ def test_a_topic_entry_that_does_not_fit_stops_the_load_naming_file_and_field(tm
                                 default_topic_queue_nums=8)  # fmt: skip
     with pytest.raises(ConfigFileError, match=r"topics\.json: topic config 'T': perm: Input should be a valid integer"):
         topics.load()
+
+
+@async_test
+async def test_the_topic_table_body_is_encoded_off_the_loop_once_per_data_version(tmp_path):
+    topics = TopicConfigManager(tmp_path, cluster_name="C", broker_name="b", auto_create_topic_enable=True,
+                                default_topic_queue_nums=8)  # fmt: skip
+    topics.load()
+    threads = []
+
+    def register_body(wrapper):
+        threads.append(threading.current_thread())
+        return RegisterBrokerBody(topic_config_serialize_wrapper=wrapper)
+
+    body = TableBody(topics, register_body)
+    first = await body.encode()
+    assert first == RegisterBrokerBody(topic_config_serialize_wrapper=topics.wrapper()).encode()
+    assert threads and threading.main_thread() not in threads  # the loop runs on the main thread
+    assert await body.encode() == first and len(threads) == 1  # unchanged table: the same bytes, not re-encoded
+
+    topics.update(TopicConfig(topic_name="Orders", read_queue_nums=2, write_queue_nums=2))
+    second = await body.encode()
+    assert len(threads) == 2 and b'"Orders":{' in second and b'"Orders":{' not in first
+    assert second == RegisterBrokerBody(topic_config_serialize_wrapper=topics.wrapper()).encode()

@@ -45,6 +45,7 @@ def _connection(ch: ClientChannel) -> ClientConnection:
 class AdminProcessor:
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
+        self._all_topics = tp.TableBody(broker.topics, lambda wrapper: wrapper)
 
     def routes(self) -> dict[int, Handler]:
         return {
@@ -80,7 +81,7 @@ class AdminProcessor:
         return cmd.response(ResponseCode.SUCCESS)
 
     async def get_all_topic_config(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
-        return cmd.response(ResponseCode.SUCCESS, body=self.broker.topics.wrapper().encode())
+        return cmd.response(ResponseCode.SUCCESS, body=await self._all_topics.encode())
 
     def runtime_info(self) -> dict[str, str]:
         b = self.broker

@@ -13,7 +13,7 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.errors import RemotingError
 from broker.remoting.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
 from broker.remoting.protocol.topic import RegisterBrokerBody
-from broker.server.topics import TopicConfigManager
+from broker.server.topics import TableBody, TopicConfigManager
 from store.format import hashing
 
 log = logging.getLogger(__name__)
@@ -27,6 +27,7 @@ class NamesrvRegistrar:
     def __init__(self, config: BrokerConfig, topics: TopicConfigManager) -> None:
         self.config = config
         self.topics = topics
+        self._body = TableBody(topics, lambda wrapper: RegisterBrokerBody(topic_config_serialize_wrapper=wrapper))
         self.client = RemotingClient(language="JAVA")
         self._lock = asyncio.Lock()  # one registration round at a time, so versions arrive in order
 
@@ -45,7 +46,7 @@ class NamesrvRegistrar:
         if not addrs:
             return 0
         async with self._lock:
-            body = RegisterBrokerBody(topic_config_serialize_wrapper=self.topics.wrapper()).encode()
+            body = await self._body.encode()
             c = self.config
             header = RegisterBrokerRequestHeader(
                 **self._identity(),
