@@ -9,13 +9,15 @@ import re
 import pytest
 from rich.console import Console
 
-from broker.client.admin import QueueProgress, QueueStatus, _mq_from_key, load_fastjson
+from broker.client.admin import QueueProgress, QueueStatus
 from broker.client.allocate import allocate_averagely
 from broker.client.message import Message, MessageExt, MessageModel, MessageQueue, decode_messages
 from broker.client.pull_consumer import Subscription
 from broker.client.push_consumer import PushConsumer
 from broker.client.route import RouteError, parse_route
+from broker.remoting.protocol.body import ConsumeStats, TopicStatsTable
 from broker.remoting.protocol.heartbeat import HeartbeatData
+from broker.remoting.protocol.wire import BodyError
 from cli.admin import consumer_progress_table, messages_table, topic_status_table
 from store.format import hashing, msgid, records
 from tests.helpers import make_message
@@ -138,15 +140,26 @@ def test_our_push_consumers_heartbeat_is_what_a_java_client_sends(expression, ta
     assert sub.tag_codes == (None if expression == b"*" else {97, 98})
 
 
-def test_fastjson_object_keyed_maps():
+def test_stats_bodies_keyed_by_queue_objects_decode_as_the_admin_reads_them():
+    # fastjson writes a Map<MessageQueue, V> with the key objects themselves as keys, and Map<Integer, V> bare.
     text = (
         '{"consumeTps":0.0,"offsetTable":{{"brokerName":"b,{x}","queueId":0,"topic":"T"}:{"brokerOffset":5},'
         '{"brokerName":"b","queueId":1,"topic":"T"}:{"brokerOffset":7}},"other":{0:1}}'
     )
-    data = load_fastjson(text, "stats")
-    keys = sorted(data["offsetTable"])
-    assert [_mq_from_key(k, "stats") for k in keys] == [MessageQueue("T", "b", 1), MessageQueue("T", "b,{x}", 0)]
-    assert data["other"] == {"0": 1}
+    stats = ConsumeStats.decode(text, "stats")
+    keys = sorted((q.topic, q.broker_name, q.queue_id) for q in stats.offset_table)
+    assert keys == [("T", "b", 1), ("T", "b,{x}", 0)]
+    assert sorted(v.broker_offset for v in stats.offset_table.values()) == [5, 7]
+    assert ConsumeStats.load_json(text, "stats")["other"] == {"0": 1}  # the JSON decode() reads
+
+    table = TopicStatsTable.decode(
+        '{"offsetTable":{{"brokerName":"b","queueId":2,"topic":"T"}:'
+        '{"lastUpdateTimestamp":9,"maxOffset":7,"minOffset":1}}}', "topic stats")  # fmt: skip
+    [(q, v)] = table.offset_table.items()
+    assert (q.topic, q.broker_name, q.queue_id, v.min_offset, v.max_offset, v.last_update_timestamp) == (
+        "T", "b", 2, 1, 7, 9)  # fmt: skip
+    with pytest.raises(BodyError, match="topic stats"):
+        TopicStatsTable.decode('{"offsetTable":{{"brokerName":"b","queueId":"x","topic":"T"}:{}}}', "topic stats")
 
 
 def test_admin_tables_render():

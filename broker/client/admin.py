@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from broker.client.errors import MQBrokerError, MQClientError
 from broker.client.instance import ClientInstance, check
@@ -19,25 +18,12 @@ from broker.remoting import headers as h
 from broker.remoting.client import RemotingError
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
-from broker.remoting.protocol import body, fastjson
 from broker.remoting.protocol.body import ConsumeStats, KVTable, TopicList, TopicStatsTable
 from broker.remoting.protocol.route import ClusterInfo
 from store.format import msgid
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 RETRY_PREFIX = "%RETRY%"
-
-
-def load_fastjson(text: str, source: str) -> Any:
-    """JSON as fastjson writes it: bare integer keys, and object keys (``Map<MessageQueue, V>``) as their text.
-    (The stats calls read their bodies through the models; this is for a body read by hand.)"""
-    return fastjson.loads(text, source, object_keys=True)
-
-
-def _mq_from_key(key: str, source: str) -> MessageQueue:
-    """A ``Map<MessageQueue, V>`` key, as ``load_fastjson`` returns it."""
-    mq = body.MessageQueue.from_json(key, f"{source}: map key {key!r}")
-    return MessageQueue(mq.topic, mq.broker_name, mq.queue_id)
 
 
 @dataclass(frozen=True, slots=True)
