@@ -196,41 +196,6 @@ def next_data_version(previous: Mapping[str, Any] | None = None) -> dict[str, An
     return version
 
 
-def topic_config(
-    name: str,
-    read_queue_nums: int = 8,
-    write_queue_nums: int = 8,
-    perm: int = 6,
-    order: bool = False,
-    topic_sys_flag: int = 0,
-) -> dict[str, Any]:
-    """One ``topicConfigTable`` entry (4.x ``TopicConfig``; fields in fastjson's alphabetical order)."""
-    return {
-        "order": order,
-        "perm": perm,
-        "readQueueNums": read_queue_nums,
-        "topicFilterType": "SINGLE_TAG",
-        "topicName": name,
-        "topicSysFlag": topic_sys_flag,
-        "writeQueueNums": write_queue_nums,
-    }
-
-
-def subscription_group_config(group: str) -> dict[str, Any]:
-    """One ``subscriptionGroupTable`` entry with 4.9.8 ``SubscriptionGroupConfig`` defaults."""
-    return {
-        "brokerId": 0,
-        "consumeBroadcastEnable": True,
-        "consumeEnable": True,
-        "consumeFromMinEnable": True,
-        "groupName": group,
-        "notifyConsumerIdsChangedEnable": True,
-        "retryMaxTimes": 16,
-        "retryQueueNums": 1,
-        "whichBrokerWhenConsumeSlowly": 1,
-    }
-
-
 def _load_versioned(config_dir: Path, name: str, table_key: str) -> dict[str, Any]:
     path = Path(config_dir) / name
     data = read_config(path) or {}

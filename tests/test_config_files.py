@@ -154,21 +154,22 @@ def test_round_trips(tmp_path: Path) -> None:
 
     version = cf.next_data_version({"counter": 4, "timestamp": 1})
     assert version["counter"] == 5 and version["timestamp"] > 1
-    topics = {"TopicTest": cf.topic_config("TopicTest"), "Ord": cf.topic_config("Ord", 4, 4, order=True)}
+    # 4.x TopicConfig entries, fields in fastjson's alphabetical order
+    topic_test = {"order": False, "perm": 6, "readQueueNums": 8, "topicFilterType": "SINGLE_TAG",
+                  "topicName": "TopicTest", "topicSysFlag": 0, "writeQueueNums": 8}  # fmt: skip
+    ordered = {**topic_test, "order": True, "readQueueNums": 4, "topicName": "Ord", "writeQueueNums": 4}
+    topics = {"TopicTest": topic_test, "Ord": ordered}
     cf.save_topics(tmp_path, topics, version)
     assert cf.load_topics(tmp_path) == {"dataVersion": version, "topicConfigTable": topics}
     raw = json.loads((tmp_path / "topics.json").read_text(encoding="utf-8"))
-    assert raw["topicConfigTable"]["TopicTest"] == {
-        "order": False,
-        "perm": 6,
-        "readQueueNums": 8,
-        "topicFilterType": "SINGLE_TAG",
-        "topicName": "TopicTest",
-        "topicSysFlag": 0,
-        "writeQueueNums": 8,
-    }
+    assert list(raw["topicConfigTable"]["TopicTest"].items()) == list(topic_test.items())
 
-    groups = {"g1": cf.subscription_group_config("g1"), "组": cf.subscription_group_config("组")}
+    def group(name: str) -> dict:  # 4.9.8 SubscriptionGroupConfig defaults
+        return {"brokerId": 0, "consumeBroadcastEnable": True, "consumeEnable": True, "consumeFromMinEnable": True,
+                "groupName": name, "notifyConsumerIdsChangedEnable": True, "retryMaxTimes": 16, "retryQueueNums": 1,
+                "whichBrokerWhenConsumeSlowly": 1}  # fmt: skip
+
+    groups = {"g1": group("g1"), "组": group("组")}
     cf.save_subscription_groups(tmp_path, groups, version)
     assert cf.load_subscription_groups(tmp_path) == {"dataVersion": version, "subscriptionGroupTable": groups}
     assert "组" in (tmp_path / "subscriptionGroup.json").read_text(encoding="utf-8")  # UTF-8, not \u escapes

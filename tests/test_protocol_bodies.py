@@ -172,6 +172,14 @@ def test_a_clients_version_picks_its_generations_route_form():
     assert RouteForm.for_client(399, accept_standard_json_only=True) is RouteForm.V5
 
 
+def test_a_new_subscription_group_has_rocketmqs_defaults():
+    # RocketMQ 4.9.8 SubscriptionGroupConfig's field initialisers (brokerId: MixAll.MASTER_ID)
+    assert SubscriptionGroupConfig(group_name="g").encode() == (
+        b'{"brokerId":0,"consumeBroadcastEnable":true,"consumeEnable":true,"consumeFromMinEnable":true,'
+        b'"groupName":"g","notifyConsumerIdsChangedEnable":true,"retryMaxTimes":16,"retryQueueNums":1,'
+        b'"whichBrokerWhenConsumeSlowly":1}')  # fmt: skip
+
+
 def test_subscription_group_fields_of_other_versions_are_kept(tmp_path):
     cfg = SubscriptionGroupConfig.from_json({"groupName": "g", "retryMaxTimes": 3, "groupRetryPolicy": {"type": "X"}})
     assert cfg.retry_max_times == 3 and cfg.consume_enable is True

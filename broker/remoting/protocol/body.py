@@ -130,23 +130,21 @@ class ConsumeStats(_QueueTable):
 
 
 # --- config tables ---------------------------------------------------------------------------------------------
-_GROUP_DEFAULTS = cf.subscription_group_config("")  # 4.9.8's defaults, defined once with the file format
-
-
 class SubscriptionGroupConfig(WireModel):
-    """A consumer group's settings (subscriptionGroup.json, GET_ALL_SUBSCRIPTIONGROUP_CONFIG)."""
+    """A consumer group's settings (subscriptionGroup.json, GET_ALL_SUBSCRIPTIONGROUP_CONFIG), with RocketMQ
+    4.9.8's ``SubscriptionGroupConfig`` defaults."""
 
     model_config = ConfigDict(extra="allow")  # fields of other versions this broker does not act on are kept
 
     group_name: str
-    consume_enable: bool = _GROUP_DEFAULTS["consumeEnable"]
-    consume_from_min_enable: bool = _GROUP_DEFAULTS["consumeFromMinEnable"]
-    consume_broadcast_enable: bool = _GROUP_DEFAULTS["consumeBroadcastEnable"]
-    retry_queue_nums: int = _GROUP_DEFAULTS["retryQueueNums"]
-    retry_max_times: int = _GROUP_DEFAULTS["retryMaxTimes"]
-    broker_id: int = _GROUP_DEFAULTS["brokerId"]
-    which_broker_when_consume_slowly: int = _GROUP_DEFAULTS["whichBrokerWhenConsumeSlowly"]
-    notify_consumer_ids_changed_enable: bool = _GROUP_DEFAULTS["notifyConsumerIdsChangedEnable"]
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0  # MixAll.MASTER_ID
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
 
 
 class SubscriptionGroupWrapper(WireModel):
