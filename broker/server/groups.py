@@ -64,7 +64,3 @@ class SubscriptionGroupManager(ConfigManager[dict[str, Any]]):
             cfg = self.table[group] = SubscriptionGroupConfig(group_name=group)
             self.changed()
         return cfg
-
-    def update(self, cfg: SubscriptionGroupConfig) -> None:
-        self.table[cfg.group_name] = cfg
-        self.changed()

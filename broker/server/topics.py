@@ -145,12 +145,6 @@ class TopicConfigManager(ConfigManager[dict[str, Any]]):
         log.info("topic %s: read %d write %d perm %d", tc.topic_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm)
         self.changed()
 
-    def delete(self, topic: str) -> bool:
-        if self.table.pop(topic, None) is None:
-            return False
-        self.changed()
-        return True
-
     def create_in_send(
         self, topic: str, default_topic: str | None, queue_nums: int, sys_flag: int
     ) -> TopicConfig | None:

@@ -357,11 +357,6 @@ def step(buf: ReadBuffer, pos: int = 0) -> RecordWalk:
     return walk
 
 
-def peek_size_magic(buf: ReadBuffer, pos: int = 0) -> tuple[int, int]:
-    """(TOTALSIZE, MAGICCODE) at ``pos``, unchecked."""
-    return _SIZE_MAGIC.unpack_from(buf, pos)
-
-
 # =====================================================================================================
 # Per-record decoders
 # =====================================================================================================

@@ -14,14 +14,12 @@ from pydantic import Field, field_validator, model_validator
 from broker.remoting.protocol.wire import BodyError, WireModel
 
 # PermName bits
-PERM_PRIORITY = 8
 PERM_READ = 4
 PERM_WRITE = 2
 PERM_INHERIT = 1
 
 # TopicSysFlag bits
 FLAG_UNIT = 0x1
-FLAG_UNIT_SUB = 0x2
 
 
 class DataVersion(WireModel):
