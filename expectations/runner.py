@@ -22,10 +22,19 @@ from typing import Any
 import pyarrow as pa
 
 from expectations.rules import DATASETS, RULES, SEGMENTS, Rule, flagged, rules_for
+from store.errors import MQLakeError
 
 log = logging.getLogger(__name__)
 
 SAMPLE_ROWS = 5  # unexpected rows kept per (segment, rule) in the results
+
+
+class MissingDatasetError(MQLakeError, ValueError):
+    """``validate`` was not given every dataset the rules read."""
+
+
+class ExpectationsError(MQLakeError, RuntimeError):
+    """Great Expectations gave no usable verdict (an expectation could not run, or its result contradicts itself)."""
 
 QUALITY_RESULTS_SCHEMA = pa.schema(
     [
@@ -144,7 +153,7 @@ def validate(
     t0 = time.perf_counter()
     missing = set(DATASETS) - set(frames)
     if missing:
-        raise ValueError(f"missing datasets for the expectations: {sorted(missing)}")
+        raise MissingDatasetError(f"missing datasets for the expectations: {sorted(missing)}")
     counts: dict[tuple[str, str], int] = {}
     flagged_frames: dict[str, Any] = {}
     for dataset in DATASETS:
@@ -216,14 +225,14 @@ def _run_expectations(
     for er in result.results:
         name = er.expectation_config.meta["rule"]
         if er.exception_info and er.exception_info.get("raised_exception"):
-            raise RuntimeError(f"expectation {name} could not run: {er.exception_info.get('exception_message')}")
+            raise ExpectationsError(f"expectation {name} could not run: {er.exception_info.get('exception_message')}")
         broken = {row["segment"]: int(row[name]) for row in er.result.get("unexpected_index_list") or []}
         if er.success != (not broken):
-            raise RuntimeError(f"expectation {name}: GE says success={er.success} but lists {broken}")
+            raise ExpectationsError(f"expectation {name}: GE says success={er.success} but lists {broken}")
         out[name] = broken
     missing = {r.name for r in rules} - set(out)
     if missing:
-        raise RuntimeError(f"Great Expectations returned no result for {sorted(missing)}")
+        raise ExpectationsError(f"Great Expectations returned no result for {sorted(missing)}")
     return out
 
 

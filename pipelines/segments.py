@@ -35,6 +35,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from pipelines.schema import MESSAGE_SCHEMA, SEGMENT_FACTS_SCHEMA, spark_schema
+from store.errors import MQLakeError
 from store.format import columnar, records, units
 
 DEFAULT_SPLIT_SIZE = 1024 * 1024 * 1024
@@ -42,6 +43,14 @@ DEFAULT_BATCH_RECORDS = 8192
 _BATCH_BYTES = 16 * 1024 * 1024  # a batch also ends here, so large messages do not make huge batches
 _TAIL_WINDOW = 4 * 1024 * 1024 + 64 * 1024  # a torn append is at most one record (maxMessageSize 4 MiB)
 _SCAN_RECORDS = 65536
+
+
+class CommitLogSourceError(MQLakeError, ValueError):
+    """A path or an option the commitlog source cannot use."""
+
+
+class CommitLogNotFoundError(MQLakeError, FileNotFoundError):
+    """A path given to the commitlog source does not exist."""
 
 
 def segment_files(path: str | Path | Sequence[str | Path]) -> list[Path]:
@@ -57,7 +66,7 @@ def segment_files(path: str | Path | Sequence[str | Path]) -> list[Path]:
     for item in items:
         p = Path(item)
         if not p.exists():
-            raise FileNotFoundError(f"no CommitLog store, directory or segment at {p}")
+            raise CommitLogNotFoundError(f"no CommitLog store, directory or segment at {p}")
         if p.is_dir():
             d = p / "commitlog" if (p / "commitlog").is_dir() else p
             for f in d.iterdir():
@@ -66,7 +75,7 @@ def segment_files(path: str | Path | Sequence[str | Path]) -> list[Path]:
         elif units.is_offset_file_name(p.name):
             found[p] = None
         else:
-            raise ValueError(f"{p} is not a CommitLog segment (its name must be a 20-digit base offset)")
+            raise CommitLogSourceError(f"{p} is not a CommitLog segment (its name must be a 20-digit base offset)")
     return sorted(found, key=lambda f: int(f.name))
 
 
@@ -210,7 +219,7 @@ def read_segment(
     record; ``"stop"`` ends there.
     """
     if on_error not in ("fail", "stop"):
-        raise ValueError(f"onError must be 'fail' or 'stop', not {on_error!r}")
+        raise CommitLogSourceError(f"onError must be 'fail' or 'stop', not {on_error!r}")
     path = Path(path)
     base = int(path.name)
     mm = _map(path)
@@ -275,9 +284,9 @@ def _positive_int(options: dict, name: str, default: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"commitlog option {name}={raw!r} is not an integer") from None
+        raise CommitLogSourceError(f"commitlog option {name}={raw!r} is not an integer") from None
     if value <= 0:
-        raise ValueError(f"commitlog option {name}={raw!r} must be positive")
+        raise CommitLogSourceError(f"commitlog option {name}={raw!r} must be positive")
     return value
 
 
@@ -294,7 +303,7 @@ class CommitLogDataSource(DataSource):
     def _view(self) -> str:
         view = self._options().get("view", "messages")
         if view not in ("messages", "segments"):
-            raise ValueError(f"commitlog option view={view!r}: use 'messages' or 'segments'")
+            raise CommitLogSourceError(f"commitlog option view={view!r}: use 'messages' or 'segments'")
         return view
 
     def schema(self):
@@ -308,21 +317,21 @@ class CommitLogReader(DataSourceReader):
     def __init__(self, options: dict, view: str) -> None:
         path = options.get("path")
         if not path:
-            raise ValueError('commitlog source needs a path: spark.read.format("commitlog").load(path)')
+            raise CommitLogSourceError('commitlog source needs a path: spark.read.format("commitlog").load(path)')
         self.files = [str(f) for f in segment_files(path)]
         wanted = options.get("segments")
         if wanted:
             try:
                 bases = {int(b) for b in wanted.split(",") if b.strip()}
             except ValueError:
-                raise ValueError(f"commitlog option segments={wanted!r}: expected base offsets") from None
+                raise CommitLogSourceError(f"commitlog option segments={wanted!r}: expected base offsets") from None
             self.files = [f for f in self.files if int(Path(f).name) in bases]
         self.view = view
         self.split_size = _positive_int(options, "splitsize", DEFAULT_SPLIT_SIZE)
         self.batch_records = _positive_int(options, "batchrecords", DEFAULT_BATCH_RECORDS)
         self.on_error = options.get("onerror", "fail")
         if self.on_error not in ("fail", "stop"):
-            raise ValueError(f"commitlog option onError={self.on_error!r}: use 'fail' or 'stop'")
+            raise CommitLogSourceError(f"commitlog option onError={self.on_error!r}: use 'fail' or 'stop'")
 
     def partitions(self) -> Sequence[InputPartition]:
         splits: list[InputPartition] = []

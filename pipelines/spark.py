@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from store.errors import MQLakeError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -30,8 +32,12 @@ ConfOption = Annotated[
 ]
 
 
+class SparkConfError(MQLakeError, ValueError):
+    """A Spark conf item that is not ``k=v``."""
+
+
 def parse_conf(items: str | list[str] | None) -> dict[str, str]:
-    """``k=v`` items (or one ``k=v,k=v`` string) -> dict; a malformed item raises ValueError naming it."""
+    """``k=v`` items (or one ``k=v,k=v`` string) -> dict; a malformed item raises SparkConfError naming it."""
     if not items:
         return {}
     if isinstance(items, str):
@@ -40,7 +46,7 @@ def parse_conf(items: str | list[str] | None) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"Spark conf {item!r} is not k=v")
+            raise SparkConfError(f"Spark conf {item!r} is not k=v")
         out[key.strip()] = value.strip()
     return out
 
@@ -49,7 +55,7 @@ def add_spark_options(master: str | None, conf: list[str] | None) -> dict:
     """The keyword arguments of :func:`get_spark` from the shared CLI options (a bad --conf is a usage error)."""
     try:
         return {"master": master, "conf": parse_conf(conf)}
-    except ValueError as e:
+    except SparkConfError as e:
         raise typer.BadParameter(str(e), param_hint="--conf") from None
 
 

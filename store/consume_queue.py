@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal, overload
 
+from store.errors import MQLakeError
 from store.format import units
 from store.mapped_file import MappedFile, MappedFileQueue, zero_stale_tail
 
@@ -15,10 +16,14 @@ log = logging.getLogger(__name__)
 UNIT = units.CQ_UNIT_SIZE
 
 
+class ConsumeQueueSizeError(MQLakeError, ValueError):
+    """mappedFileSizeConsumeQueue does not hold whole units."""
+
+
 class ConsumeQueue:
     def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
         if file_size % UNIT:
-            raise ValueError(f"mappedFileSizeConsumeQueue {file_size} is not a multiple of {UNIT}")
+            raise ConsumeQueueSizeError(f"mappedFileSizeConsumeQueue {file_size} is not a multiple of {UNIT}")
         self.topic = topic
         self.queue_id = queue_id
         self.queue = MappedFileQueue(root / topic / str(queue_id), file_size)

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from broker.client.admin import QueueProgress, QueueStatus
 from broker.client.allocate import allocate_averagely
+from broker.client.errors import MessageError
 from broker.client.message import Message, MessageExt, MessageModel, MessageQueue, decode_messages
 from broker.client.pull_consumer import Subscription
 from broker.client.push_consumer import PushConsumer
@@ -19,6 +20,7 @@ from broker.remoting.protocol.body import ConsumeStats, TopicStatsTable
 from broker.remoting.protocol.heartbeat import HeartbeatData
 from broker.remoting.protocol.wire import BodyError
 from cli.admin import consumer_progress_table, messages_table, topic_status_table
+from store.errors import MQLakeError
 from store.format import hashing, msgid, records
 from tests.helpers import make_message
 
@@ -82,9 +84,10 @@ def test_message_properties_as_the_java_client_sets_them():
     m = Message("T", "hello", tags="TagA", keys=["k1", "k2"], properties={"color": "red"})
     props = m.wire_properties("UNIQ")
     assert props == {"color": "red", "TAGS": "TagA", "KEYS": "k1 k2", "WAIT": "true", "UNIQ_KEY": "UNIQ"}
-    with pytest.raises(ValueError, match="set by the client"):
+    with pytest.raises(MessageError, match="set by the client") as e:
         Message("T", b"x", properties={"TAGS": "x"}).wire_properties(None)
-    with pytest.raises(ValueError, match="separators"):
+    assert isinstance(e.value, MQLakeError) and isinstance(e.value, ValueError)
+    with pytest.raises(MessageError, match="separators"):
         Message("T", b"x", properties={"a": "b\x01c"}).wire_properties(None)
 
 

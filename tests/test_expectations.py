@@ -167,3 +167,12 @@ def test_queue_continuity_across_the_tier(spark, clean):
     gap = dataclasses.replace(tiered, queues=short, file_size=first.file_size - 4096)
     assert run([gap]) == {}
     assert run([]) == {}  # nothing tiered: the batch's first segment starts the run, its offsets are checked
+
+
+def test_validate_without_every_dataset_is_an_mqlake_error():
+    from expectations.runner import MissingDatasetError
+    from store.errors import MQLakeError
+
+    with pytest.raises(MissingDatasetError, match="missing datasets") as e:
+        validate(None, {MESSAGES: None}, [], "no-run")  # refused before Spark is touched
+    assert isinstance(e.value, MQLakeError) and isinstance(e.value, ValueError)

@@ -176,6 +176,25 @@ def test_python_module_entry_point_and_bad_input(base_store, tmp_path):
     assert res.returncode == 2 and "has no commitlog directory" in res.stdout + res.stderr
 
 
+@pytest.mark.unit
+def test_a_store_whose_sizes_cannot_be_read_is_a_clear_error(tmp_path):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from pipelines.compaction.deletion import StoreSizeError, infer_store_config
+    from store.errors import MQLakeError
+
+    (tmp_path / "commitlog").mkdir()
+    (tmp_path / "index").mkdir()
+    odd = tmp_path / "index" / "20240101000000000"
+    odd.write_bytes(b"\0" * (units.index_file_size(0, 0) + 7))  # not 40 + 4 * slots + 20 * 4 * slots
+    with pytest.raises(StoreSizeError, match="maxIndexNum") as e:
+        infer_store_config(tmp_path)
+    assert isinstance(e.value, MQLakeError) and isinstance(e.value, ValueError)
+    res = CliRunner().invoke(app, ["verify-index", "--store-dir", str(tmp_path)])
+    assert res.exit_code == 2 and f"error: {odd}: size" in res.output, res.output
+
+
 @pytest.mark.spark
 def test_unreadable_commitlog_record_is_named(spark, base_store, tmp_path):
     from pipelines.index_rebuild.job import VerifyError

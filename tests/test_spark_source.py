@@ -9,6 +9,7 @@ import pytest
 
 from pipelines import segments as seg
 from pipelines.schema import MESSAGE_COLUMNS, SEGMENT_FACTS_SCHEMA
+from store.errors import MQLakeError
 from store.format import msgid, properties, records, units
 from tests.fixtures_spark import LONG_TOPIC, TOPICS, spark_row
 
@@ -219,6 +220,28 @@ def test_bad_paths_and_options_are_clear_errors(spark, spark_store, tmp_path):
     assert spark.read.format("commitlog").load(str(tmp_path / "empty")).count() == 0
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("options,error", [
+    ({}, "needs a path"),
+    ({"segments": "0,x"}, "expected base offsets"),
+    ({"splitsize": "big"}, "splitsize='big' is not an integer"),
+    ({"batchrecords": "0"}, "batchrecords='0' must be positive"),
+    ({"onerror": "skip"}, "use 'fail' or 'stop'"),
+])  # fmt: skip
+def test_the_sources_option_errors_are_mqlake_errors(tmp_path, options, error):
+    (tmp_path / "commitlog").mkdir()
+    if options:
+        options = {"path": str(tmp_path), **options}
+    with pytest.raises(seg.CommitLogSourceError, match=error) as e:
+        seg.CommitLogReader(options, "messages")
+    assert isinstance(e.value, MQLakeError) and isinstance(e.value, ValueError)  # callers catching ValueError
+    with pytest.raises(seg.CommitLogSourceError, match="onError"):
+        next(seg.read_segment(tmp_path / "commitlog" / ("0" * 20), on_error="skip"))
+    with pytest.raises(seg.CommitLogNotFoundError) as e:
+        seg.segment_files(tmp_path / "nope")
+    assert isinstance(e.value, MQLakeError) and isinstance(e.value, FileNotFoundError)
+
+
 @pytest.mark.spark
 def test_reading_while_the_store_appends(spark, tmp_path):
     from store.message_store import MessageStore
@@ -280,8 +303,9 @@ def test_get_spark_settings_and_env(spark, monkeypatch):
     assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "TIMESTAMP_MICROS"
     assert spark.sparkContext.getConf().get("spark.pyspark.python") == sys.executable
     assert parse_conf("a=1, b = x=y") == {"a": "1", "b": "x=y"}
-    with pytest.raises(ValueError, match="not k=v"):
+    with pytest.raises(ValueError, match="not k=v") as e:
         parse_conf(["novalue"])
+    assert isinstance(e.value, MQLakeError)
     # $MQLAKE_SPARK_CONF applies, explicit conf wins over it; the same (session-scoped) session comes back
     monkeypatch.setenv("MQLAKE_SPARK_CONF", "spark.sql.shuffle.partitions=3,spark.sql.ansi.enabled=false")
     try:

@@ -856,3 +856,14 @@ def test_min_offset_correction_keeps_units_dispatched_during_the_scan(tmp_path, 
     monkeypatch.undo()
     assert cq.max_offset_in_queue == 5 + appended
     assert cq.min_offset_in_queue == 5
+
+
+@pytest.mark.unit
+def test_a_consume_queue_file_size_must_hold_whole_units(tmp_path: Path) -> None:
+    from store.consume_queue import ConsumeQueue, ConsumeQueueSizeError
+    from store.errors import MQLakeError
+
+    with pytest.raises(ConsumeQueueSizeError, match="30 is not a multiple of 20") as e:
+        ConsumeQueue(tmp_path, "T", 0, 30)
+    assert isinstance(e.value, MQLakeError) and isinstance(e.value, ValueError)
+    assert ConsumeQueue(tmp_path, "T", 0, 40).file_size == 40

@@ -9,6 +9,10 @@ class MQClientError(MQLakeError):
     """The client could not do what was asked (no route, no broker address, not started, ...)."""
 
 
+class MessageError(MQClientError, ValueError):
+    """A message the client will not send as it is (a property it sets itself, or one it cannot encode)."""
+
+
 class MQBrokerError(MQClientError):
     """A broker or NameServer answered with a non-success response code (``MQBrokerException``)."""
 

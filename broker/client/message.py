@@ -10,6 +10,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from broker.client.errors import MessageError
 from store.format import properties, records
 
 # Properties the client manages itself; a user-supplied value for them would be overwritten or confusing.
@@ -50,10 +51,10 @@ class Message:
         """The properties as sent: user properties, then TAGS / KEYS / WAIT / UNIQ_KEY as the Java client sets them."""
         bad = [k for k in self.properties if k in _RESERVED]
         if bad:
-            raise ValueError(f"property {bad[0]!r} is set by the client; use Message(tags=/keys=) instead")
+            raise MessageError(f"property {bad[0]!r} is set by the client; use Message(tags=/keys=) instead")
         for k, v in self.properties.items():
             if not k or properties.NAME_VALUE_SEPARATOR in k + v or properties.PROPERTY_SEPARATOR in k + v:
-                raise ValueError(f"property {k!r} must be non-empty and free of the 0x01/0x02 separators")
+                raise MessageError(f"property {k!r} must be non-empty and free of the 0x01/0x02 separators")
         props = dict(self.properties)
         if self.tags:
             props[properties.PROPERTY_TAGS] = self.tags

@@ -14,11 +14,16 @@ from pathlib import Path
 
 from store.checkpoint import StoreLock, StoreLockedError
 from store.config import MessageStoreConfig
+from store.errors import MQLakeError
 from store.format import units
 from store.message_store import MessageStore
 from store.retention import SegmentManifest, SegmentState
 
 log = logging.getLogger(__name__)
+
+
+class StoreSizeError(MQLakeError, ValueError):
+    """The store's file sizes cannot be read off its files."""
 
 
 def infer_store_config(store_dir: Path) -> MessageStoreConfig:
@@ -40,7 +45,7 @@ def infer_store_config(store_dir: Path) -> MessageStoreConfig:
         per_slot = units.index_file_size(1, 4) - units.index_file_size(0, 0)
         slots, rest = divmod(size - units.index_file_size(0, 0), per_slot)
         if rest:
-            raise ValueError(
+            raise StoreSizeError(
                 f"{index[0]}: size {size} is not maxIndexNum = 4 x maxHashSlotNum; pass the broker's config "
                 f"(--broker-conf) so the store can be opened to delete tiered segments"
             )

@@ -45,8 +45,9 @@ def verify_index_command(
     Exit 0 when everything matches, 1 on any mismatch (each named by topic, queue, offsets and file),
     2 when the store cannot be verified.
     """
-    from pipelines.index_rebuild.job import VerifyError, verify_index
+    from pipelines.index_rebuild.job import verify_index
     from pipelines.index_rebuild.report import print_summary
+    from store.errors import MQLakeError
 
     if repair != (out is not None):
         raise typer.BadParameter("--repair and --out go together", param_hint="--out")
@@ -63,7 +64,7 @@ def verify_index_command(
     try:
         result = verify_index(store_dir, report_path=report, lake=lake, repair_out=out, store_config=store_config,
                               run_id=run_id, **spark_kwargs)  # fmt: skip
-    except VerifyError as e:
+    except MQLakeError as e:  # VerifyError, or the store's own (a file of a size it cannot open, ...)
         print_error(e)
         raise typer.Exit(2) from None
     if json_out:

@@ -32,7 +32,7 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,100}$")  # it goes into a Delta predicat
 
 
 class VerifyError(MQLakeError, RuntimeError):
-    """The store cannot be verified as given (no CommitLog, an unreadable record, sizes that do not fit)."""
+    """The store cannot be verified as given (no CommitLog, an unreadable record, a bad run id, a used --out)."""
 
 
 def _name_ms(name: str) -> int:
@@ -87,10 +87,7 @@ def verify_index(
         raise VerifyError(f"run id {run_id!r}: 1-100 characters of [A-Za-z0-9_-]")
     started = datetime.now(UTC)
     t0 = time.perf_counter()
-    try:
-        cfg = store_config or infer_store_config(store_dir)
-    except ValueError as e:
-        raise VerifyError(str(e)) from None
+    cfg = store_config or infer_store_config(store_dir)
     running = broker_running(store_dir)
     bound = None
     if running:
