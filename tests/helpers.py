@@ -83,9 +83,11 @@ def make_message(
 
 
 def cli_env(**extra: str) -> dict[str, str]:
-    """The environment for running a command-line tool in a subprocess: a console wide enough (COLUMNS) that no
-    table cell, path or message is wrapped or cut, whatever the width of the terminal the tests run from."""
-    return {**os.environ, "COLUMNS": "10000", **extra}
+    """The environment for running a command-line tool in a subprocess, without ``COLUMNS``: outside a terminal
+    the output must not depend on it, so a test neither sets it (that would hide a regression) nor inherits the
+    width of the terminal the tests run from."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    return {**env, **extra}
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "") -> object:

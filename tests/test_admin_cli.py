@@ -25,7 +25,7 @@ runner = CliRunner()
 
 def admin(server, *args: str, as_json: bool = True):
     argv = ["admin", *args, "-n", server.namesrv_addr] + (["--json"] if as_json else [])
-    return runner.invoke(app, argv, env={"COLUMNS": "300"})
+    return runner.invoke(app, argv)
 
 
 def admin_json(server, *args: str):

@@ -21,7 +21,7 @@ from store.format import records
 from store.message_store import MessageStore
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_spark import spark_row, write_store
-from tests.helpers import Worker, flip_byte, make_config, make_message, wait_until
+from tests.helpers import Worker, cli_env, flip_byte, make_config, make_message, wait_until
 
 MESSAGE_CHECK = [
     "topic", "queue_id", "queue_offset", "commitlog_offset", "msg_size", "body", "body_crc", "keys", "tags",
@@ -267,18 +267,18 @@ def test_corrupt_segments_are_quarantined_and_kept(spark, tmp_path):
     assert (written.commitlog / crc_bad).exists() and (written.commitlog / frame_bad).exists()
 
 
-@pytest.mark.unit
+@pytest.mark.integration
 def test_cli_reports_and_rejects_bad_input(tmp_path):
-    from typer.testing import CliRunner
+    # The console script as a user runs it, its stderr a pipe: each usage error is one whole line.
+    def tier_cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(Path(sys.executable).with_name("mqlake")), "tier", "--lake", str(tmp_path), *args],
+                              env=cli_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
 
-    from cli.main import app
-
-    runner = CliRunner(env={"COLUMNS": "300"})
-    result = runner.invoke(app, ["tier", "--store-dir", str(tmp_path / "none"), "--lake", str(tmp_path)])
-    assert result.exit_code == 2 and "has no commitlog directory" in result.output
+    result = tier_cli("--store-dir", str(tmp_path / "none"))
+    assert result.returncode == 2 and f"{tmp_path / 'none'} has no commitlog directory" in result.stderr, result.stderr
     (tmp_path / "commitlog").mkdir()
-    result = runner.invoke(app, ["tier", "--store-dir", str(tmp_path), "--lake", str(tmp_path), "--conf", "x"])
-    assert result.exit_code == 2 and "is not k=v" in result.output
+    result = tier_cli("--store-dir", str(tmp_path), "--conf", "x")
+    assert result.returncode == 2 and "Spark conf 'x' is not k=v" in result.stderr, result.stderr
 
 
 @pytest.mark.spark
