@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from broker.remoting.protocol.body import MessageQueueKey as MessageQueue
+from broker.remoting.protocol.body import MessageQueueKey
 
 LOCK_MAX_LIVE_MS = 60_000
 
@@ -17,13 +17,13 @@ LOCK_MAX_LIVE_MS = 60_000
 class RebalanceLockManager:
     def __init__(self, max_live_ms: int = LOCK_MAX_LIVE_MS) -> None:
         self.max_live_ms = max_live_ms
-        self._locks: dict[str, dict[MessageQueue, tuple[str, float]]] = {}  # group -> mq -> (client, time)
+        self._locks: dict[str, dict[MessageQueueKey, tuple[str, float]]] = {}  # group -> mq -> (client, time)
 
-    def _held_by_other(self, group: str, mq: MessageQueue, client_id: str, now: float) -> bool:
+    def _held_by_other(self, group: str, mq: MessageQueueKey, client_id: str, now: float) -> bool:
         entry = self._locks.get(group, {}).get(mq)
         return entry is not None and entry[0] != client_id and now - entry[1] < self.max_live_ms
 
-    def try_lock_batch(self, group: str, mqs: Iterable[MessageQueue], client_id: str) -> list[MessageQueue]:
+    def try_lock_batch(self, group: str, mqs: Iterable[MessageQueueKey], client_id: str) -> list[MessageQueueKey]:
         """Lock (or renew) every queue not held by another live client; returns the ones now held."""
         now = time.monotonic() * 1000
         table = self._locks.setdefault(group, {})
@@ -35,7 +35,7 @@ class RebalanceLockManager:
             locked.append(mq)
         return locked
 
-    def unlock_batch(self, group: str, mqs: Iterable[MessageQueue], client_id: str) -> None:
+    def unlock_batch(self, group: str, mqs: Iterable[MessageQueueKey], client_id: str) -> None:
         table = self._locks.get(group, {})
         for mq in mqs:
             entry = table.get(mq)
