@@ -72,6 +72,18 @@ def test_a_body_that_does_not_fit_is_named_down_to_the_field(body: bytes, where:
     assert isinstance(e.value, ValueError)
 
 
+def test_a_body_in_any_buffer_decodes_and_a_bad_one_is_a_body_error():
+    # the remoting layer may hand a body over as a memoryview of the frame
+    good = b'{"filterServerList":["a"]}'
+    for buf in (good, bytearray(good), memoryview(b"xx" + good)[2:]):
+        assert RegisterBrokerBody.decode(buf).filter_server_list == ["a"]
+    for bad, where in ((b"\xff{}", "RegisterBrokerBody is not JSON: 'utf-8' codec"),
+                       (b"{not json", "RegisterBrokerBody is not JSON"), (b" ", "RegisterBrokerBody is empty")):
+        for buf in (memoryview(bad), bytearray(bad)):
+            with pytest.raises(BodyError, match=where):
+                RegisterBrokerBody.decode(buf)
+
+
 def test_heartbeat_from_the_cpp_client_enum_ordinals_and_bare_expressions():
     hb = HeartbeatData.decode(json.dumps({
         "clientID": "10.0.0.1@1", "producerDataSet": [{"groupName": "pg"}, {"groupName": None}],

@@ -68,7 +68,7 @@ class WireModel(BaseModel):
         """The JSON of a body as this model's bodies are written (object keys where they may be)."""
         name = source or cls.__name__
         try:
-            text = body.decode("utf-8") if isinstance(body, bytes | bytearray | memoryview) else body
+            text = str(body, "utf-8") if isinstance(body, bytes | bytearray | memoryview) else body
             if not text.strip():
                 raise BodyError(f"{name} is empty")
             return fastjson.loads(text, name, object_keys=cls.object_keys)
