@@ -55,7 +55,14 @@ class ConfigManager(ABC, Generic[Content]):
         self.decode(self.read_file())
 
     def snapshot(self) -> Content | None:
-        """What to persist now, or None when nothing changed since the last snapshot (take it on the event loop)."""
+        """What to persist now, or None when nothing changed since the last snapshot.
+
+        Topics and groups take it in a worker thread (``persist``) while the event loop may change the table:
+        their ``encode`` reads the data version, then copies the table in one step (``list(table.items())``, atomic
+        under the GIL), and no entry is changed in place after loading (a change replaces it); each change
+        schedules its own persist, so the newest state is written last. Consumer offsets change in place on every
+        commit: theirs is taken on the event loop, and only the write runs in a thread.
+        """
         return self.encode()
 
     def write(self, content: Content) -> None:
@@ -64,7 +71,7 @@ class ConfigManager(ABC, Generic[Content]):
             self.write_file(content)
 
     def persist(self) -> None:
-        """Write the current table (safe from a worker thread: the newest state is written last)."""
+        """Write the current table (from a worker thread only where ``snapshot`` allows it)."""
         with self._persist_lock:
             content = self.snapshot()
             if content is not None:

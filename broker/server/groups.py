@@ -40,8 +40,9 @@ class SubscriptionGroupManager(ConfigManager[dict[str, Any]]):
             raise cf.ConfigFileError(self.config_dir / cf.SUBSCRIPTION_GROUP, str(e)) from None
 
     def encode(self) -> dict[str, Any]:
+        version = self.data_version  # first: the table written is never older than the version it claims
         groups = {name: cfg.to_json() for name, cfg in list(self.table.items())}
-        return {"dataVersion": dict(self.data_version), "subscriptionGroupTable": groups}
+        return {"dataVersion": dict(version), "subscriptionGroupTable": groups}
 
     def load(self) -> None:
         super().load()

@@ -39,7 +39,8 @@ class ConsumerOffsetManager(ConfigManager[OffsetTable]):
         return {k: dict(v) for k, v in self.table.items()}
 
     def snapshot(self) -> OffsetTable | None:
-        """A copy to persist, or None when nothing changed since the last snapshot."""
+        """A copy to persist, or None when nothing changed since the last snapshot; take it on the event loop,
+        where commits change the table in place."""
         if not self._dirty:
             return None
         self._dirty = False

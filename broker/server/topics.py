@@ -115,8 +115,9 @@ class TopicConfigManager(ConfigManager[dict[str, Any]]):
                 raise cf.ConfigFileError(self.config_dir / cf.TOPICS, str(e)) from None
 
     def encode(self) -> dict[str, Any]:
+        version = self.data_version  # first: the table written is never older than the version it claims
         table = {name: tc.to_json() for name, tc in list(self.table.items())}
-        return {"dataVersion": dict(self.data_version), "topicConfigTable": table}
+        return {"dataVersion": dict(version), "topicConfigTable": table}
 
     def load(self) -> None:
         """Read topics.json (or its .bak); add missing system topics. The file wins, except TBW102's perm."""
