@@ -125,13 +125,9 @@ def test_tier_store_then_rerun_is_idempotent(spark, tmp_path):
 
 
 @pytest.mark.spark
-def test_tier_while_the_store_appends(spark, tmp_path, monkeypatch):
+def test_tier_while_the_store_appends(spark, tmp_path):
     # the store's housekeeping records sealed segments in the manifest, as a running broker's does
     # Bounded, larger files: every mapped file holds a descriptor, and Spark's py4j sockets use select().
-    # No disk-pressure rules, whatever this machine's disk holds: the store measures a half-full disk (above
-    # 90 % it would refuse the writer's puts, above 85 % expire every sealed segment before the test sees it
-    # sealed, above 75 % run deletion passes outside the deletion hour).
-    monkeypatch.setattr("store.message_store.disk_used_ratio", lambda _path: 0.5)
     config = make_config(
         tmp_path, cleanResourceInterval=100, mappedFileSizeCommitLog=128 * 1024, mappedFileSizeConsumeQueue=20 * 20_000,
     )  # fmt: skip
