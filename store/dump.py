@@ -180,11 +180,11 @@ def verify_store(store_dir: Path) -> tuple[int, list[Problem]]:
     """``--verify``: every CommitLog problem (CRC, offset, length, torn tail) and every ConsumeQueue unit that
     does not point at its record; returns (records checked, problems)."""
     problems: list[Problem] = []
-    records: dict[int, dict] = {}
+    by_offset: dict[int, dict] = {}
     for item in iter_records(store_dir):
         if isinstance(item, Problem):
             problems.append(item)
         else:
-            records[item["offset"]] = item
-    problems.extend(verify_consume_queues(store_dir, records, list(problems)))
-    return len(records), problems
+            by_offset[item["offset"]] = item
+    problems.extend(verify_consume_queues(store_dir, by_offset, list(problems)))
+    return len(by_offset), problems
