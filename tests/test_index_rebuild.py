@@ -177,6 +177,17 @@ def test_python_module_entry_point_and_bad_input(base_store, tmp_path):
 
 
 @pytest.mark.unit
+def test_a_stores_sizes_are_read_off_its_files(base_store):
+    from pipelines.compaction.deletion import infer_store_config
+
+    written = make_config(base_store)
+    cfg = infer_store_config(base_store)
+    assert cfg.mapped_file_size_commit_log == written.mapped_file_size_commit_log
+    assert cfg.mapped_file_size_consume_queue == written.mapped_file_size_consume_queue
+    assert (cfg.max_hash_slot_num, cfg.max_index_num) == (written.max_hash_slot_num, written.max_index_num)
+
+
+@pytest.mark.unit
 def test_a_store_whose_sizes_cannot_be_read_is_a_clear_error(tmp_path):
     from typer.testing import CliRunner
 

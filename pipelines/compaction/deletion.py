@@ -10,6 +10,7 @@ one manual clean pass) and closes it again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from store.checkpoint import StoreLock, StoreLockedError
@@ -31,13 +32,13 @@ def infer_store_config(store_dir: Path) -> MessageStoreConfig:
     root = Path(store_dir)
     # Opened only to delete: a CRC pass over the last segments would cost seconds per GiB and decide nothing.
     values: dict = {"store_path_root_dir": root, "check_crc_on_recover": False}
-    segments = sorted(p for p in (root / "commitlog").glob("[0-9]" * 20) if p.stat().st_size > 0)
+    segments = sorted(_non_empty(root / "commitlog", "*", units.is_offset_file_name))
     if segments:
         values["mapped_file_size_commit_log"] = segments[0].stat().st_size
-    cq = next((p for p in (root / "consumequeue").glob("*/*/" + "[0-9]" * 20) if p.stat().st_size > 0), None)
+    cq = next(_non_empty(root / "consumequeue", "*/*/*", units.is_offset_file_name), None)
     if cq is not None:
         values["mapped_file_size_consume_queue"] = cq.stat().st_size
-    index = sorted(p for p in (root / "index").glob("[0-9]" * 17) if p.stat().st_size > 0)
+    index = sorted(_non_empty(root / "index", "*", units.is_index_file_name))
     if index:
         # The header counts used slots, not configured ones, so the size is all there is to go by:
         # 40 + 4 * slots + 20 * entries, with RocketMQ's entries = 4 * slots (5M / 20M by default).
@@ -53,6 +54,11 @@ def infer_store_config(store_dir: Path) -> MessageStoreConfig:
     elif segments:
         values["message_index_enable"] = False  # a store with messages and no IndexFile never indexed
     return MessageStoreConfig(**values)
+
+
+def _non_empty(directory: Path, pattern: str, is_name: Callable[[str], bool]) -> Iterator[Path]:
+    """The non-empty files under ``directory`` matching ``pattern`` whose name ``is_name`` accepts."""
+    return (p for p in directory.glob(pattern) if is_name(p.name) and p.is_file() and p.stat().st_size > 0)
 
 
 def delete_tiered(store_dir: Path, config: MessageStoreConfig | None = None) -> list[int] | None:
