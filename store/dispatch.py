@@ -39,7 +39,7 @@ class BuildConsumeQueue:
         self.last_store_timestamp = 0  # of the newest unit: the checkpoint's logicsMsgTimestamp
 
     def dispatch(self, request: records.DispatchRequest) -> None:
-        if records.is_consumable(request.sys_flag):
+        if request.consumable:
             cq = self._find(request.topic, request.queue_id)
             cq.put(request.commitlog_offset, request.msg_size, request.tags_code, request.queue_offset)
             self.last_store_timestamp = request.store_timestamp
@@ -139,7 +139,6 @@ class ReputService(threading.Thread):
     def _do_reput(self, limit: int | None) -> int:
         cl = self.commitlog
         check = records.check_record
-        consumable = records.is_consumable
         delay_millis = self.delay_millis
         dispatchers = [d.dispatch for d in self.dispatchers]
         listeners = self._listeners
@@ -164,7 +163,7 @@ class ReputService(threading.Thread):
                     break
                 for dispatch in dispatchers:
                     dispatch(req)
-                if listeners and consumable(req.sys_flag):
+                if listeners and req.consumable:
                     for listener in listeners:
                         listener(req.topic, req.queue_id, req.queue_offset + 1, req.tags_code, req.store_timestamp)
                 stats.count += 1

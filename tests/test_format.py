@@ -334,9 +334,15 @@ def test_check_record_dispatch_request_from_java_record():
     assert req.uniq_key is None
     assert req.sys_flag == 0
     assert req.prepared_transaction_offset == 0
+    assert req.consumable is True
     tx = records.check_record(bytes.fromhex(RECORDS["committed_tx_utf8"]["hex"]), 0).request
     assert tx.prepared_transaction_offset == 1024
     assert records.transaction_type(tx.sys_flag) == records.TRANSACTION_COMMIT_TYPE
+    assert tx.consumable is True  # a committed transaction's record gets a unit
+    for half in (records.TRANSACTION_PREPARED_TYPE, records.TRANSACTION_ROLLBACK_TYPE):
+        flagged = bytearray(raw)
+        struct.pack_into(">i", flagged, 36, half)  # SYSFLAG at 36 (its CRC covers the body only)
+        assert records.check_record(bytes(flagged), 0).request.consumable is False
     assert tx.uniq_key == "0A0000010000000000000000000000"
     assert tx.tags_code == hashing.java_string_hash("\u6807\u7b7e")
 

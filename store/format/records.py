@@ -437,6 +437,7 @@ class DispatchRequest:
     uniq_key: str | None
     sys_flag: int
     prepared_transaction_offset: int
+    consumable: bool  # is_consumable(sys_flag): it gets a ConsumeQueue unit and wakes long polls
 
 
 @dataclass(slots=True)
@@ -558,6 +559,7 @@ def check_record(
             uniq.decode("utf-8", "replace") if uniq else None,
             sys_flag,
             prepared,
+            is_consumable(sys_flag),
         ),
     )
 
