@@ -92,7 +92,8 @@ class ReputService(threading.Thread):
         self.dispatchers = list(dispatchers)
         self.delay_millis = delay_millis
         self.reput_from = 0
-        self._listeners: list[ArrivalListener] = []
+        self._listeners: list[ArrivalListener] = []  # replaced, never changed in place: dispatch reads it unlocked
+        self._listeners_lock = threading.Lock()
         self._stopped = threading.Event()
         self._appended = threading.Event()
         self._reput_lock = threading.Lock()
@@ -109,7 +110,17 @@ class ReputService(threading.Thread):
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         """Called from the dispatch thread each time a message becomes readable (long-polling wake-ups)."""
-        self._listeners.append(listener)
+        with self._listeners_lock:
+            self._listeners = [*self._listeners, listener]
+
+    def remove_arrival_listener(self, listener: ArrivalListener) -> None:
+        """Stop calling ``listener`` (added twice, it is removed once); a record being dispatched at this moment
+        may still reach it, no later one does."""
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+            if listener in listeners:
+                listeners.remove(listener)
+            self._listeners = listeners
 
     @property
     def behind_bytes(self) -> int:
@@ -141,7 +152,6 @@ class ReputService(threading.Thread):
         check = records.check_record
         delay_millis = self.delay_millis
         dispatchers = [d.dispatch for d in self.dispatchers]
-        listeners = self._listeners
         done = 0
         while self.reput_from < cl.max_offset and (limit is None or done < limit):
             if self.reput_from < cl.min_offset:
@@ -163,8 +173,8 @@ class ReputService(threading.Thread):
                     break
                 for dispatch in dispatchers:
                     dispatch(req)
-                if listeners and req.consumable:
-                    for listener in listeners:
+                if req.consumable:
+                    for listener in self._listeners:  # read per record: an addition or removal counts at once
                         listener(req.topic, req.queue_id, req.queue_offset + 1, req.tags_code, req.store_timestamp)
                 stats.count += 1
                 if stats.first_store_time is None:

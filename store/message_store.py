@@ -320,6 +320,9 @@ class MessageStore:
         """Called from the dispatch thread each time a message becomes readable."""
         self.reput.add_arrival_listener(listener)
 
+    def remove_arrival_listener(self, listener: ArrivalListener) -> None:
+        self.reput.remove_arrival_listener(listener)
+
     @property
     def dispatch_behind_bytes(self) -> int:
         return self.reput.behind_bytes

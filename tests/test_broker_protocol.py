@@ -326,17 +326,24 @@ def test_long_poll_without_a_message_answers_not_found_after_the_timeout(arrival
 def test_long_poll_ignores_messages_with_other_tags(arrival_broker: LiveBroker) -> None:
     b = arrival_broker
     arrived: list[tuple[str, int]] = []
-    b.controller.store.add_arrival_listener(lambda topic, _q, end, _tags, _ts: arrived.append((topic, end)))
-    b.send("ParkedTags", b"a0", tags="A")
-    fut = _park(b, "ParkedTags", 1, "A")
-    b.send("ParkedTags", b"b1", tags="B")
-    # The hold service heard of b1 before this listener did; one turn of the loop runs what it decided.
-    wait_until(lambda: ("ParkedTags", 2) in arrived, 10, what="b1's arrival notification")
-    b.run(asyncio.sleep(0))
-    assert not fut.done() and b.controller.hold.parked_count == 1, "a message with another tag woke the pull"
-    b.send("ParkedTags", b"a2", tags="A")
-    resp = fut.result(LONG_SUSPEND_MS / 1000 / 2)  # woken by a2, past b1
-    assert resp.code == ResponseCode.SUCCESS and [g.body for g in records(resp.body)] == [b"a2"]
+
+    def listener(topic: str, _q: int, end: int, _tags: int, _ts: int) -> None:
+        arrived.append((topic, end))
+
+    b.controller.store.add_arrival_listener(listener)
+    try:
+        b.send("ParkedTags", b"a0", tags="A")
+        fut = _park(b, "ParkedTags", 1, "A")
+        b.send("ParkedTags", b"b1", tags="B")
+        # The hold service heard of b1 before this listener did; one turn of the loop runs what it decided.
+        wait_until(lambda: ("ParkedTags", 2) in arrived, 10, what="b1's arrival notification")
+        b.run(asyncio.sleep(0))
+        assert not fut.done() and b.controller.hold.parked_count == 1, "a message with another tag woke the pull"
+        b.send("ParkedTags", b"a2", tags="A")
+        resp = fut.result(LONG_SUSPEND_MS / 1000 / 2)  # woken by a2, past b1
+        assert resp.code == ResponseCode.SUCCESS and [g.body for g in records(resp.body)] == [b"a2"]
+    finally:
+        b.controller.store.remove_arrival_listener(listener)  # the broker outlives this test
 
 
 # =====================================================================================================

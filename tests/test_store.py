@@ -694,6 +694,25 @@ def test_arrival_listener(tmp_path):
 
 
 @pytest.mark.unit
+def test_a_removed_arrival_listener_hears_of_no_later_message(tmp_path):
+    gone, kept = [], []
+
+    def removed(*args):
+        gone.append(args)
+
+    with running(make_config(tmp_path)) as store:
+        store.add_arrival_listener(removed)
+        store.add_arrival_listener(lambda *args: kept.append(args))
+        put_ok(store, make_message("Arr", 0, "first"))
+        wait_until(lambda: len(kept) == 1 and len(gone) == 1, 10, "both listeners told of the first message")
+        store.remove_arrival_listener(removed)
+        put_ok(store, make_message("Arr", 0, "second"))
+        wait_until(lambda: len(kept) == 2, 10, "the listener still registered told of the second message")
+        assert len(gone) == 1
+        store.remove_arrival_listener(removed)  # not registered any more: nothing to do
+
+
+@pytest.mark.unit
 def test_reads_racing_retention_do_not_fail(tmp_path, monkeypatch):
     """A file deleted between a reader's lookup and its copy: the read still completes.
 
