@@ -13,7 +13,13 @@ from broker.client.message import MessageQueue, PullResult, PullStatus, decode_m
 from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
-from broker.remoting.protocol.heartbeat import EXPRESSION_TYPE_TAG, SUB_ALL, SubscriptionData, tag_codes
+from broker.remoting.protocol.heartbeat import (
+    EXPRESSION_TYPE_TAG,
+    SUB_ALL,
+    SubscriptionData,
+    parse_expression,
+    tag_codes,
+)
 
 # PullSysFlag bits (reference §7.7)
 FLAG_COMMIT_OFFSET = 0x1
@@ -44,10 +50,10 @@ class Subscription:
         expr = (expression or "").strip()
         if not expr or expr == SUB_ALL:
             return cls(topic, SUB_ALL, None, int(time.time() * 1000))
-        tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
+        tags, _ = parse_expression(expr)
         if not tags:
             raise MQClientError(f"subscription expression {expression!r} names no tag")
-        return cls(topic, expr, tags, int(time.time() * 1000))
+        return cls(topic, expr, frozenset(tags), int(time.time() * 1000))
 
     def matches(self, tags: str | None) -> bool:
         return self.tags is None or (tags is not None and tags in self.tags)

@@ -202,7 +202,7 @@ def offset_to_file_name(offset: int) -> str:
 
 def is_offset_file_name(name: str) -> bool:
     """A CommitLog or ConsumeQueue file's name: its start offset in 20 digits."""
-    return len(name) == 20 and name.isdigit()
+    return len(name) == 20 and name.isascii() and name.isdigit()
 
 
 def index_file_name(timestamp_ms: int) -> str:
@@ -213,4 +213,4 @@ def index_file_name(timestamp_ms: int) -> str:
 
 def is_index_file_name(name: str) -> bool:
     """An IndexFile's name: its creation time as yyyyMMddHHmmssSSS."""
-    return len(name) == 17 and name.isdigit()
+    return len(name) == 17 and name.isascii() and name.isdigit()
