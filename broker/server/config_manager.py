@@ -12,11 +12,13 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
+from broker.remoting.protocol.wire import BodyError, WireModel
 from store import config_files as cf
 
 Content = TypeVar("Content")
+Entry = TypeVar("Entry", bound=WireModel)
 
 
 class ConfigManager(ABC, Generic[Content]):
@@ -83,4 +85,32 @@ class ConfigManager(ABC, Generic[Content]):
             self.on_change()
         else:
             self.persist()
+
+
+class VersionedTableManager(ConfigManager[dict[str, Any]], Generic[Entry]):
+    """A table of wire models by name under a dataVersion, as topics.json and subscriptionGroup.json hold it:
+    ``{"dataVersion": {...}, "<table_key>": {name: entry}}``."""
+
+    file_name: ClassVar[str]  # under config_dir: names the file in a ConfigFileError
+    table_key: ClassVar[str]
+
+    def __init__(self, config_dir: Path) -> None:
+        super().__init__(config_dir)
+        self.table: dict[str, Entry] = {}
+
+    @abstractmethod
+    def parse_entry(self, name: str, raw: Any) -> Entry:
+        """One entry of the file as its model; BodyError when it does not fit."""
+
+    def decode(self, content: dict[str, Any]) -> None:
+        try:
+            table = {name: self.parse_entry(name, raw) for name, raw in content[self.table_key].items()}
+        except BodyError as e:
+            raise cf.ConfigFileError(self.config_dir / self.file_name, str(e)) from None
+        self.data_version, self.table = content["dataVersion"], table
+
+    def encode(self) -> dict[str, Any]:
+        version = self.data_version  # first: the table written is never older than the version it claims
+        table = {name: entry.to_json() for name, entry in list(self.table.items())}
+        return {"dataVersion": dict(version), self.table_key: table}
 

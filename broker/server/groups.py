@@ -7,21 +7,22 @@ from typing import Any
 
 from broker.remoting.protocol.body import SubscriptionGroupConfig, SubscriptionGroupWrapper
 from broker.remoting.protocol.topic import DataVersion
-from broker.remoting.protocol.wire import BodyError
-from broker.server.config_manager import ConfigManager
+from broker.server.config_manager import VersionedTableManager
 from store import config_files as cf
 
 # Groups a RocketMQ broker pre-creates for its own tools.
 SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_RMQ_SYS_TRANS")
 
 
-class SubscriptionGroupManager(ConfigManager[dict[str, Any]]):
+class SubscriptionGroupManager(VersionedTableManager[SubscriptionGroupConfig]):
     """Group configs by name (``{"dataVersion": ..., "subscriptionGroupTable": {group: config}}``)."""
+
+    file_name = cf.SUBSCRIPTION_GROUP
+    table_key = "subscriptionGroupTable"
 
     def __init__(self, config_dir: Path, auto_create: bool = True) -> None:
         super().__init__(config_dir)
         self.auto_create = auto_create
-        self.table: dict[str, SubscriptionGroupConfig] = {}
 
     def read_file(self) -> dict[str, Any]:
         return cf.load_subscription_groups(self.config_dir)
@@ -29,20 +30,10 @@ class SubscriptionGroupManager(ConfigManager[dict[str, Any]]):
     def write_file(self, content: dict[str, Any]) -> None:
         cf.save_subscription_groups(self.config_dir, content["subscriptionGroupTable"], content["dataVersion"])
 
-    def decode(self, content: dict[str, Any]) -> None:
-        self.data_version = content["dataVersion"]
-        try:
-            # An entry without groupName is named by its key.
-            self.table = {name: SubscriptionGroupConfig.from_json({"groupName": name, **cfg} if isinstance(cfg, dict)
-                                                                  else cfg, f"subscription group {name!r}")
-                          for name, cfg in content["subscriptionGroupTable"].items()}  # fmt: skip
-        except BodyError as e:
-            raise cf.ConfigFileError(self.config_dir / cf.SUBSCRIPTION_GROUP, str(e)) from None
-
-    def encode(self) -> dict[str, Any]:
-        version = self.data_version  # first: the table written is never older than the version it claims
-        groups = {name: cfg.to_json() for name, cfg in list(self.table.items())}
-        return {"dataVersion": dict(version), "subscriptionGroupTable": groups}
+    def parse_entry(self, name: str, raw: Any) -> SubscriptionGroupConfig:
+        # An entry without groupName is named by its key.
+        entry = {"groupName": name, **raw} if isinstance(raw, dict) else raw
+        return SubscriptionGroupConfig.from_json(entry, f"subscription group {name!r}")
 
     def load(self) -> None:
         super().load()

@@ -21,8 +21,8 @@ from broker.remoting.protocol.topic import (
     TopicConfig,
     TopicConfigSerializeWrapper,
 )
-from broker.remoting.protocol.wire import BodyError, WireModel
-from broker.server.config_manager import ConfigManager
+from broker.remoting.protocol.wire import WireModel
+from broker.server.config_manager import VersionedTableManager
 from store import config_files as cf
 
 log = logging.getLogger(__name__)
@@ -65,8 +65,11 @@ def topic_name_error(topic: str | None) -> str | None:
     return None
 
 
-class TopicConfigManager(ConfigManager[dict[str, Any]]):
+class TopicConfigManager(VersionedTableManager[TopicConfig]):
     """Topic configs by name (topics.json: ``{"dataVersion": ..., "topicConfigTable": {name: config}}``)."""
+
+    file_name = cf.TOPICS
+    table_key = "topicConfigTable"
 
     def __init__(
         self,
@@ -82,7 +85,6 @@ class TopicConfigManager(ConfigManager[dict[str, Any]]):
         super().__init__(config_dir)
         self.auto_create_topic_enable = auto_create_topic_enable
         self.default_topic_queue_nums = default_topic_queue_nums
-        self.table: dict[str, TopicConfig] = {}
         inherit_rw = PERM_INHERIT | PERM_READ | PERM_WRITE
         # TBW102 is the template clients route unknown topics by; INHERIT lets a send auto-create from it.
         tbw_perm = inherit_rw if auto_create_topic_enable else PERM_READ | PERM_WRITE
@@ -106,18 +108,8 @@ class TopicConfigManager(ConfigManager[dict[str, Any]]):
     def write_file(self, content: dict[str, Any]) -> None:
         cf.save_topics(self.config_dir, content["topicConfigTable"], content["dataVersion"])
 
-    def decode(self, content: dict[str, Any]) -> None:
-        self.data_version = content["dataVersion"]
-        for name, raw in content["topicConfigTable"].items():
-            try:
-                self.table[name] = TopicConfig.from_json(raw, f"topic config {name!r}")
-            except BodyError as e:
-                raise cf.ConfigFileError(self.config_dir / cf.TOPICS, str(e)) from None
-
-    def encode(self) -> dict[str, Any]:
-        version = self.data_version  # first: the table written is never older than the version it claims
-        table = {name: tc.to_json() for name, tc in list(self.table.items())}
-        return {"dataVersion": dict(version), "topicConfigTable": table}
+    def parse_entry(self, name: str, raw: Any) -> TopicConfig:
+        return TopicConfig.from_json(raw, f"topic config {name!r}")
 
     def load(self) -> None:
         """Read topics.json (or its .bak); add missing system topics. The file wins, except TBW102's perm."""
