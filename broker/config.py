@@ -11,8 +11,9 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from store.config import MessageStoreConfig, _camel
 from store.errors import MQLakeError
@@ -30,6 +31,45 @@ _LEGACY_KEYS = {
 
 class BrokerConfigError(MQLakeError, ValueError):
     """A broker.conf that cannot be used; the message names the file and the key."""
+
+
+class TlsConfig(BaseModel):
+    """RocketMQ's ``TlsSystemConfig`` keys (``tls.server.*`` for our ports, ``tls.client.*``/``tls.enable`` for
+    the connections we open). mqlake's mode defaults to disabled: it makes no certificate of its own."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    server_mode: Literal["disabled", "permissive", "enforcing"] = Field("disabled", alias="tls.server.mode")
+    server_cert_path: Path | None = Field(None, alias="tls.server.certPath")
+    server_key_path: Path | None = Field(None, alias="tls.server.keyPath")
+    server_key_password: str | None = Field(None, alias="tls.server.keyPassword", repr=False)
+    server_trust_cert_path: Path | None = Field(None, alias="tls.server.trustCertPath")
+    server_need_client_auth: Literal["none", "optional", "require"] = Field(
+        "none", alias="tls.server.need.client.auth"
+    )
+    client_enable: bool = Field(False, alias="tls.enable")
+    client_cert_path: Path | None = Field(None, alias="tls.client.certPath")
+    client_key_path: Path | None = Field(None, alias="tls.client.keyPath")
+    client_key_password: str | None = Field(None, alias="tls.client.keyPassword", repr=False)
+    client_trust_cert_path: Path | None = Field(None, alias="tls.client.trustCertPath")
+    client_auth_server: bool = Field(False, alias="tls.client.authServer")
+
+    @model_validator(mode="after")
+    def _server_files(self) -> TlsConfig:
+        if self.server_mode != "disabled" and (self.server_cert_path is None or self.server_key_path is None):
+            raise ValueError(
+                f"tls.server.mode={self.server_mode} needs tls.server.certPath and tls.server.keyPath "
+                "(mqlake does not make a self-signed certificate)"
+            )
+        if self.server_need_client_auth == "require" and self.server_trust_cert_path is None:
+            raise ValueError("tls.server.need.client.auth=require needs tls.server.trustCertPath")
+        return self
+
+
+_UNSUPPORTED_ROLES = {
+    "SLAVE": "a slave needs master/slave replication, which mqlake does not have yet",
+    "SYNC_MASTER": "a synchronous master waits for slaves, and mqlake has no replication yet",
+}
 
 
 class BrokerConfig(BaseModel):
@@ -57,6 +97,40 @@ class BrokerConfig(BaseModel):
     notify_consumer_ids_changed_enable: bool = True
     region_id: str = "DefaultRegion"
     trace_on: bool = True
+    # Safety settings: honoured, or start-up stops naming the key (never ignored with a warning).
+    acl_enable: bool = False
+    rocketmq_home: str | None = Field(default_factory=lambda: os.environ.get("ROCKETMQ_HOME") or None)
+    broker_role: str = "ASYNC_MASTER"
+    enable_dleger_commit_log: bool = Field(False, alias="enableDLegerCommitLog")
+    tls: TlsConfig = Field(default_factory=TlsConfig, exclude=True)
+
+    @field_validator("broker_role")
+    @classmethod
+    def _role(cls, v: str) -> str:
+        role = v.strip().upper()
+        if role in _UNSUPPORTED_ROLES:
+            raise ValueError(f"brokerRole={role} is not supported: {_UNSUPPORTED_ROLES[role]}; use ASYNC_MASTER")
+        if role != "ASYNC_MASTER":
+            raise ValueError(f"brokerRole must be ASYNC_MASTER, SYNC_MASTER or SLAVE, not {v!r}")
+        return role
+
+    @field_validator("enable_dleger_commit_log")
+    @classmethod
+    def _dleger(cls, v: bool) -> bool:
+        if v:
+            raise ValueError("enableDLegerCommitLog=true is not supported: mqlake has no DLedger (Raft) CommitLog")
+        return v
+
+    @model_validator(mode="after")
+    def _acl_home(self) -> BrokerConfig:
+        if self.acl_enable and not self.rocketmq_home:
+            raise ValueError("aclEnable=true needs rocketmqHome (or ROCKETMQ_HOME) to find conf/plain_acl.yml")
+        return self
+
+    @property
+    def acl_file(self) -> Path:
+        """``{rocketmqHome}/conf/plain_acl.yml``."""
+        return Path(self.rocketmq_home or ".") / "conf" / "plain_acl.yml"
 
     @property
     def broker_addr(self) -> str:
@@ -147,28 +221,46 @@ def _aliases(model: type[BaseModel]) -> set[str]:
     return {f.alias or name for name, f in model.model_fields.items()}
 
 
-def _error(source: str, err: ValidationError, values: dict[str, str]) -> BrokerConfigError:
+def _error(source: str, err: ValidationError, values: dict[str, str] | dict[str, object]) -> BrokerConfigError:
     problems = []
     for e in err.errors():
         key = str(e["loc"][0]) if e["loc"] else "?"
-        shown = values.get(key, "")
-        problems.append(f"{key}={shown!r}: {e['msg']}")
-    return BrokerConfigError(f"{source}: invalid value for " + "; ".join(problems))
+        msg = e["msg"].removeprefix("Value error, ")
+        if not e["loc"]:  # a check across keys: its message names them
+            problems.append(msg)
+        elif "password" in key.lower():
+            problems.append(f"invalid value for {key}: {msg}")
+        else:
+            problems.append(f"invalid value for {key}={values.get(key, '')!r}: {msg}")
+    return BrokerConfigError(f"{source}: " + "; ".join(problems))
+
+
+def load_tls(values: dict[str, str], source: str = "<tls config>") -> TlsConfig:
+    """The ``tls.*`` keys of a properties file as a TlsConfig; BrokerConfigError naming the key otherwise."""
+    try:
+        return TlsConfig(**values)
+    except ValidationError as e:
+        raise _error(source, e, values) from None
 
 
 def build_configs(values: dict[str, str], source: str = "<broker.conf>") -> tuple[BrokerConfig, MessageStoreConfig]:
     """Split RocketMQ-named settings between the broker and the store; warn on keys neither knows."""
-    broker_keys, store_keys = _aliases(BrokerConfig), _aliases(MessageStoreConfig) - {"storeHost"}
-    broker_values: dict[str, str] = {}
+    broker_keys, store_keys = _aliases(BrokerConfig) - {"tls"}, _aliases(MessageStoreConfig) - {"storeHost"}
+    tls_keys = _aliases(TlsConfig)
+    broker_values: dict[str, object] = {}
     store_values: dict[str, str] = {}
+    tls_values: dict[str, str] = {}
     for raw_key, value in values.items():
         key = _LEGACY_KEYS.get(raw_key, raw_key)
-        if key in broker_keys:
+        if key in tls_keys:
+            tls_values[key] = value
+        elif key in broker_keys:
             broker_values[key] = value
         elif key in store_keys:
             store_values[key] = value
         else:
             log.warning("%s: unknown key %r ignored", source, raw_key)
+    broker_values["tls"] = load_tls(tls_values, source)
     try:
         broker = BrokerConfig(**broker_values)
     except ValidationError as e:

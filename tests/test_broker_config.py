@@ -93,12 +93,12 @@ def test_defaults_without_a_file() -> None:
 
 def test_unknown_key_is_a_warning_naming_it(tmp_path: Path, caplog) -> None:
     conf = tmp_path / "broker.conf"
-    conf.write_text("brokerName=b\nbrokerRole=ASYNC_MASTER\nlistenPrt=1\n")
+    conf.write_text("brokerName=b\nfileReservedTime2=48\nlistenPrt=1\n")
     with caplog.at_level(logging.WARNING, logger="broker.config"):
         broker, _ = load_broker_conf(conf)
     assert broker.broker_name == "b"
     messages = " ".join(r.getMessage() for r in caplog.records)
-    assert "'brokerRole'" in messages and "'listenPrt'" in messages and str(conf) in messages
+    assert "'fileReservedTime2'" in messages and "'listenPrt'" in messages and str(conf) in messages
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ that answers REQUEST_CODE_NOT_SUPPORTED is asked queue by queue with the basic o
 
 from __future__ import annotations
 
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.protocol.body import ConsumeStats, KVTable, TopicList, TopicStatsTable
 from broker.remoting.protocol.route import ClusterInfo
+from broker.remoting.signing import Credentials
 from store.format import msgid
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
@@ -67,8 +69,15 @@ class BrokerInfo:
 class Admin:
     """Administration calls against the NameServer(s) and every broker they list."""
 
-    def __init__(self, namesrv_addr: str, *, timeout: float = 5.0) -> None:
-        self._client = ClientInstance(namesrv_addr, timeout=timeout)
+    def __init__(
+        self,
+        namesrv_addr: str,
+        *,
+        timeout: float = 5.0,
+        credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._client = ClientInstance(namesrv_addr, timeout=timeout, credentials=credentials, ssl_context=ssl_context)
 
     async def start(self) -> Admin:
         return self

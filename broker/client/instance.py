@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 
@@ -23,6 +24,7 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel
 from broker.remoting.protocol.body import GetConsumerListByGroupResponseBody
 from broker.remoting.protocol.route import ClusterInfo
+from broker.remoting.signing import Credentials
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +68,21 @@ class ClientInstance:
         request_handler: RequestHandler | None = None,
         connections_per_addr: int = 1,
         timeout: float = DEFAULT_TIMEOUT,
+        credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``credentials`` sign every request (RocketMQ's ``AclClientRPCHook``); ``ssl_context`` makes every
+        channel, to the NameServers and the brokers, TLS."""
         self.namesrv_addrs = split_namesrv_addr(namesrv_addr)
         self.timeout = timeout
         instance = instance_name or f"{os.getpid()}#{time.monotonic_ns()}"
         self.client_id = f"{local_ip()}@{instance}"
-        self.remoting = RemotingClient(request_handler=request_handler, connections_per_addr=connections_per_addr)
+        self.remoting = RemotingClient(
+            request_handler=request_handler,
+            connections_per_addr=connections_per_addr,
+            rpc_hook=credentials.sign if credentials is not None else None,
+            ssl_context=ssl_context,
+        )
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, str] = {}  # brokerName -> master address
         self._namesrv_index = 0

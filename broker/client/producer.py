@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
+import ssl
 import time
 from collections.abc import Sequence
 
@@ -22,6 +23,7 @@ from broker.remoting import headers as h
 from broker.remoting.client import RemotingError
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
+from broker.remoting.signing import Credentials
 from store.format import hashing, msgid, properties, records
 
 log = logging.getLogger(__name__)
@@ -65,13 +67,16 @@ class Producer:
         connections_per_addr: int = 1,
         default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
         instance_name: str | None = None,
+        credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.group = group
         self.send_timeout = send_timeout
         self.retry_times = retry_times
         self.default_topic_queue_nums = default_topic_queue_nums
         self._client = ClientInstance(
-            namesrv_addr, instance_name=instance_name, connections_per_addr=connections_per_addr, timeout=send_timeout
+            namesrv_addr, instance_name=instance_name, connections_per_addr=connections_per_addr, timeout=send_timeout,
+            credentials=credentials, ssl_context=ssl_context,
         )
         self._client.add_route_listener(self._on_route)
         self._publish: dict[str, list[MessageQueue]] = {}

@@ -4,6 +4,7 @@ call and subscription parsing that the push consumer reuses.
 
 from __future__ import annotations
 
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from broker.remoting.protocol.heartbeat import (
     parse_expression,
     tag_codes,
 )
+from broker.remoting.signing import Credentials
 
 # PullSysFlag bits (reference §7.7)
 FLAG_COMMIT_OFFSET = 0x1
@@ -103,10 +105,21 @@ async def pull_message(
 class PullConsumer:
     """Pull messages from queues the caller picks; offsets are the caller's, optionally stored on the broker."""
 
-    def __init__(self, group: str, namesrv_addr: str, *, timeout: float = 3.0, instance_name: str | None = None):
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str,
+        *,
+        timeout: float = 3.0,
+        instance_name: str | None = None,
+        credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ):
         self.group = group
         self.timeout = timeout
-        self._client = ClientInstance(namesrv_addr, instance_name=instance_name, timeout=timeout)
+        self._client = ClientInstance(
+            namesrv_addr, instance_name=instance_name, timeout=timeout, credentials=credentials, ssl_context=ssl_context
+        )
 
     async def start(self) -> PullConsumer:
         await self._client.start()

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel
 from broker.remoting.protocol.heartbeat import ConsumerData, HeartbeatData
+from broker.remoting.signing import Credentials
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,8 @@ class PushConsumer:
         max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
         retry_backoff: float = 1.0,
         instance_name: str | None = None,
+        credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.group = group
         self.message_model = message_model
@@ -81,7 +85,10 @@ class PushConsumer:
         self.persist_interval = persist_interval
         self.max_reconsume_times = max_reconsume_times
         self.retry_backoff = retry_backoff
-        self._client = ClientInstance(namesrv_addr, instance_name=instance_name, request_handler=self._on_request)
+        self._client = ClientInstance(
+            namesrv_addr, instance_name=instance_name, request_handler=self._on_request, credentials=credentials,
+            ssl_context=ssl_context,
+        )
         self._subs: dict[str, tuple[Subscription, Handler]] = {}
         self._workers: dict[MessageQueue, _Worker] = {}
         self._offsets: dict[MessageQueue, int] = {}  # next offset to consume, per queue ever assigned

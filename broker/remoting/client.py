@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
+from collections.abc import Callable
 
 from broker.remoting.codes import MAX_FRAME
 from broker.remoting.command import RemotingCommand
@@ -44,7 +46,11 @@ class RemotingClient:
         connect_timeout: float = 3.0,
         connections_per_addr: int = 1,
         max_frame: int = MAX_FRAME,
+        rpc_hook: Callable[[RemotingCommand], None] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``rpc_hook`` sees every request just before it is sent (signing); ``ssl_context`` makes every
+        channel TLS (the server's name is not checked unless the context asks for it)."""
         if connections_per_addr < 1:
             raise ValueError("connections_per_addr must be >= 1")
         self._handler = request_handler
@@ -52,6 +58,8 @@ class RemotingClient:
         self._connect_timeout = connect_timeout
         self._per_addr = connections_per_addr
         self._max_frame = max_frame
+        self._hook = rpc_hook
+        self._ssl = ssl_context
         self._addrs: dict[str, _Slots] = {}
         self._closed = False
 
@@ -67,8 +75,14 @@ class RemotingClient:
 
         try:
             async with asyncio.timeout(self._connect_timeout):
-                _, conn = await loop.create_connection(factory, host, port)
-        except (OSError, TimeoutError) as e:
+                if self._ssl is None:
+                    _, conn = await loop.create_connection(factory, host, port)
+                else:
+                    server_name = host if self._ssl.check_hostname else None
+                    _, conn = await loop.create_connection(
+                        factory, host, port, ssl=self._ssl, server_hostname=server_name
+                    )
+        except (OSError, TimeoutError) as e:  # ssl.SSLError is an OSError
             raise RemotingConnectError(f"connect to {addr} failed: {type(e).__name__}: {e}") from None
         conn.remote_addr = addr
         return conn
@@ -97,12 +111,16 @@ class RemotingClient:
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         """Send ``cmd`` to ``addr`` and return the response (its opaque is assigned here)."""
         cmd.language = self._language
+        if self._hook is not None:
+            self._hook(cmd)
         conn = await self.connection(addr)
         return await conn.invoke(cmd, timeout)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         """Send ``cmd`` with the ONEWAY flag; nothing comes back."""
         cmd.language = self._language
+        if self._hook is not None:
+            self._hook(cmd)
         conn = await self.connection(addr)
         await conn.send_oneway(cmd)
 

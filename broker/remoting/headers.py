@@ -532,3 +532,34 @@ class BrokerHeartbeatRequestHeader(Header):
     confirm_offset: int | None = None
     heartbeat_timeout_mills: int | None = None
     election_priority: int | None = None
+
+
+# --- plain ACL admin codes 50-54 ---------------------------------------------------------------------------------
+
+
+class CreateAccessConfigRequestHeader(Header):
+    access_key: str
+    secret_key: str | None = None
+    white_remote_address: str | None = None
+    admin: bool = False
+    default_topic_perm: str | None = None
+    default_group_perm: str | None = None
+    topic_perms: str | None = None  # ","-joined name=PERM
+    group_perms: str | None = None
+
+
+class DeleteAccessConfigRequestHeader(Header):
+    access_key: str
+
+
+class UpdateGlobalWhiteAddrsConfigRequestHeader(Header):
+    global_white_addrs: str  # ","-joined patterns
+    acl_file_full_path: str | None = None
+
+
+class GetBrokerAclConfigResponseHeader(Header):
+    version: str
+    all_acl_file_version: str | None = None
+    broker_name: str
+    broker_addr: str
+    cluster_name: str

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 
 from broker.remoting.codes import MAX_FRAME
 from broker.remoting.connection import Channel, Connection, Handler
+from broker.remoting.tls import SniffingServer, TlsMode
 
 __all__ = ["Channel", "Connection", "Handler", "RemotingServer"]
 
@@ -25,7 +27,12 @@ class RemotingServer:
         name: str = "remoting",
         max_frame: int = MAX_FRAME,
         max_in_flight_per_connection: int = 1024,
+        tls_mode: TlsMode = "disabled",
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls_mode`` permissive or enforcing needs ``ssl_context`` (see broker.remoting.tls)."""
+        if tls_mode != "disabled" and ssl_context is None:
+            raise ValueError(f"TLS mode {tls_mode} needs an SSL context")
         self.host = host
         self.port = port
         self.name = name
@@ -34,7 +41,9 @@ class RemotingServer:
         self._handlers: dict[int, Handler] = {}
         self._close_listeners: list[Callable[[Connection], None]] = []
         self._connections: set[Connection] = set()
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.AbstractServer | SniffingServer | None = None
+        self.tls_mode = tls_mode
+        self._ssl = ssl_context
 
     def register(self, code: int, handler: Handler) -> None:
         """Route requests with ``code`` to ``handler`` (a later registration replaces an earlier one)."""
@@ -68,9 +77,18 @@ class RemotingServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._new_connection, self.host, self.port, reuse_address=True)
+        if self.tls_mode == "permissive" and self._ssl is not None:
+            sniffing = SniffingServer(self._new_connection, self._ssl)
+            await sniffing.listen(self.host, self.port)
+            self._server = sniffing
+        else:
+            tls = self._ssl if self.tls_mode == "enforcing" else None
+            self._server = await loop.create_server(
+                self._new_connection, self.host, self.port, reuse_address=True, ssl=tls
+            )
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("%s: listening on %s:%d", self.name, self.host, self.port)
+        tls_note = "" if self.tls_mode == "disabled" else f" (TLS {self.tls_mode})"
+        log.info("%s: listening on %s:%d%s", self.name, self.host, self.port, tls_note)
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, give in-flight handlers up to ``grace`` seconds to answer, then close every channel."""

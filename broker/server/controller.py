@@ -11,17 +11,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker.config import BrokerConfig
+from broker.acl.manager import PlainAclManager
+from broker.config import BrokerConfig, TlsConfig
 from broker.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
-from broker.remoting.errors import RemotingError
+from broker.remoting.errors import RemotingError, RequestRefused
 from broker.remoting.headers import NotifyConsumerIdsChangedRequestHeader
 from broker.remoting.server import RemotingServer
+from broker.remoting.tls import server_context
 from broker.server import topics as tp
+from broker.server.acl_admin import AclAdminProcessor
 from broker.server.admin import AdminProcessor
 from broker.server.client_manage import ClientManageProcessor
 from broker.server.clients import ConsumerManager, ProducerManager
@@ -43,6 +47,15 @@ from store.message_store import MessageStore, PutMessageResult, PutMessageStatus
 log = logging.getLogger(__name__)
 
 CLIENT_SCAN_INTERVAL = 10.0
+ACL_WATCH_INTERVAL = 0.5  # how often plain_acl.yml is checked for changes (RocketMQ's FileWatchService too)
+
+
+def tls_server_context(tls: TlsConfig) -> ssl.SSLContext | None:
+    """The context of our TLS port (``tls.server.*``), None when TLS is disabled."""
+    if tls.server_mode == "disabled" or tls.server_cert_path is None or tls.server_key_path is None:
+        return None
+    return server_context(tls.server_cert_path, tls.server_key_path, password=tls.server_key_password,
+                          trust=tls.server_trust_cert_path, need_client_auth=tls.server_need_client_auth)  # fmt: skip
 
 
 class BrokerController:
@@ -72,7 +85,10 @@ class BrokerController:
         self.hold = PullRequestHoldService(self._max_offset, check)
         self.stats = BrokerStats()
         self.registrar = NamesrvRegistrar(broker_config, self.topics)
-        self.server = RemotingServer(self.host, broker_config.listen_port, name="broker")
+        self.server = RemotingServer(self.host, broker_config.listen_port, name="broker",
+                                     tls_mode=broker_config.tls.server_mode,
+                                     ssl_context=tls_server_context(broker_config.tls))  # fmt: skip
+        self.acl: PlainAclManager | None = None
         self.stopping = False
         self._ready = False
         self._tasks: set[asyncio.Task] = set()
@@ -96,6 +112,9 @@ class BrokerController:
         return self._store
 
     async def start(self) -> None:
+        if self.config.acl_enable:  # a missing or bad file stops start-up: never serve open by accident
+            self.acl = await asyncio.to_thread(PlainAclManager, self.config.acl_file)
+            log.info("ACL enabled: %s, %d accounts", self.acl.path, len(self.acl.acl.accounts))
         self._register_handlers()
         self.server.add_close_listener(self._channel_closed)
         await self.server.start()  # requests before the store is ready are answered SERVICE_NOT_AVAILABLE
@@ -125,6 +144,11 @@ class BrokerController:
                 self._every(self.config.register_name_server_period / 1000, self.registrar.register_all)
             ),
         ]
+        if self.acl is not None:
+            acl = self.acl
+            self._timers.append(asyncio.create_task(
+                self._every(ACL_WATCH_INTERVAL, lambda: asyncio.to_thread(acl.reload_if_changed))
+            ))  # fmt: skip
         log.info("broker %s (%s) serving on %s, store %s", self.config.broker_name, self.config.broker_cluster_name,
                  self.addr, self.store_config.store_path_root_dir)  # fmt: skip
 
@@ -277,12 +301,24 @@ class BrokerController:
                 return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, f"broker is {state}")
             return handler(cmd, conn)
 
-        return guarded
+        acl = self.acl
+        if acl is None:
+            return guarded
+
+        def checked(cmd: RemotingCommand, conn: Channel) -> RemotingCommand | Awaitable[RemotingCommand | None] | None:
+            try:
+                acl.check(cmd, conn.remote_host[0])
+            except RequestRefused as e:
+                log.info("refused %s from %s: %s", cmd.code, conn.remote_addr, e.remark)
+                return cmd.response(e.code, e.remark)
+            return guarded(cmd, conn)
+
+        return checked
 
     def _register_handlers(self) -> None:
         processors: list[Processor] = [
             SendProcessor(self), PullProcessor(self), OffsetProcessor(self), ClientManageProcessor(self),
-            AdminProcessor(self), QueryProcessor(self),
+            AdminProcessor(self), QueryProcessor(self), AclAdminProcessor(self.config, self.acl),
         ]  # fmt: skip
         for processor in processors:
             for code, handler in processor.routes().items():

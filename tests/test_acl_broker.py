@@ -1,0 +1,289 @@
+"""The plain ACL on a real broker (in-process, on loopback): signed and refused requests over the wire, the
+file watched and reloaded, the admin codes 50-54 writing plain_acl.yml, start-up refusing a missing or bad file,
+and the stock C++ client's ``set_session_credentials`` path against ``mqlake up``."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+from rocketmq.client import Message, Producer
+from rocketmq.exceptions import ProducerSendSyncFailed
+
+from broker.acl.rules import AclConfigError
+from broker.config import build_configs
+from broker.remoting import headers as h
+from broker.remoting.client import RemotingClient
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.command import RemotingCommand
+from broker.remoting.signing import Credentials
+from broker.server.controller import BrokerController
+from store.format import properties
+from tests.aio import async_test, poll
+
+pytestmark = pytest.mark.integration
+
+SMALL = {
+    "mappedFileSizeCommitLog": str(1024 * 1024),
+    "mappedFileSizeConsumeQueue": str(20 * 1000),
+    "maxHashSlotNum": "1000",
+    "maxIndexNum": "4000",
+}
+ADMIN = Credentials("admin-key", "admin-secret")
+PRODUCER = Credentials("producer-key", "producer-secret")
+ACL = {
+    "globalWhiteRemoteAddresses": [],
+    "accounts": [
+        {"accessKey": "admin-key", "secretKey": "admin-secret", "admin": True},
+        {"accessKey": "producer-key", "secretKey": "producer-secret", "admin": False, "defaultTopicPerm": "PUB",
+         "defaultGroupPerm": "SUB", "topicPerms": ["Denied=DENY", "ReadOnly=SUB"], "groupPerms": ["NoGroup=DENY"]},
+    ],
+}  # fmt: skip
+
+
+def write_acl(home: Path, data: dict | str) -> Path:
+    path = home / "conf" / "plain_acl.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+@contextlib.asynccontextmanager
+async def acl_broker(tmp_path: Path, acl: dict | str = ACL, **conf: str) -> AsyncIterator[BrokerController]:
+    write_acl(tmp_path / "home", acl)
+    values = {**SMALL, "listenPort": "0", "storePathRootDir": str(tmp_path / "store"), "aclEnable": "true",
+              "rocketmqHome": str(tmp_path / "home"), **conf}  # fmt: skip
+    controller = BrokerController(*build_configs(values))
+    await controller.start()
+    try:
+        yield controller
+    finally:
+        await controller.shutdown()
+
+
+def send_cmd(topic: str, body: bytes = b"hello", code: int = RequestCode.SEND_MESSAGE_V2) -> RemotingCommand:
+    v1 = h.SendMessageRequestHeader(
+        producer_group="pg", topic=topic, default_topic="TBW102", default_topic_queue_nums=4, queue_id=0, sys_flag=0,
+        born_timestamp=int(time.time() * 1000), flag=0, properties=properties.encode_properties({"K": "v"}).decode(),
+    )  # fmt: skip
+    header = h.SendMessageRequestHeaderV2.from_v1(v1) if code == RequestCode.SEND_MESSAGE_V2 else v1
+    return RemotingCommand.request(code, header, body)
+
+
+async def call(addr: str, cmd: RemotingCommand, creds: Credentials | None = None) -> RemotingCommand:
+    client = RemotingClient(rpc_hook=creds.sign if creds is not None else None)
+    try:
+        return await client.invoke(addr, cmd, 10)
+    finally:
+        await client.close()
+
+
+@async_test
+async def test_signed_requests_pass_and_every_refusal_answers_no_permission(tmp_path: Path) -> None:
+    async with acl_broker(tmp_path) as broker:
+        ok = await call(broker.addr, send_cmd("Orders"), PRODUCER)
+        assert ok.code == ResponseCode.SUCCESS, ok.remark
+        await poll(lambda: broker.store.get_max_offset_in_queue("Orders", 0) == 1, what="the send to be dispatched")
+
+        refusals = {
+            "unsigned": (await call(broker.addr, send_cmd("Orders")), "No accessKey is configured"),
+            "unknown key": (await call(broker.addr, send_cmd("Orders"), Credentials("stranger-key", "whatever1")),
+                            "No acl config for stranger-key"),
+            "wrong secret": (await call(broker.addr, send_cmd("Orders"), Credentials("producer-key", "guessed-secret")),
+                             "Check signature failed for accessKey=producer-key"),
+            "denied topic": (await call(broker.addr, send_cmd("Denied"), PRODUCER),
+                             "No default permission for topic:Denied"),
+            "read-only topic": (await call(broker.addr, send_cmd("ReadOnly", code=RequestCode.SEND_MESSAGE), PRODUCER),
+                                "No default permission for topic:ReadOnly"),
+            "admin code": (await call(broker.addr, RemotingCommand.request(
+                RequestCode.UPDATE_AND_CREATE_TOPIC, h.CreateTopicRequestHeader(
+                    topic="New", default_topic="TBW102", read_queue_nums=1, write_queue_nums=1, perm=6,
+                    topic_filter_type="SINGLE_TAG")), PRODUCER),
+                "Need admin permission for request code=17, but accessKey=producer-key is not"),
+            "denied group": (await call(broker.addr, RemotingCommand.request(
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                h.QueryConsumerOffsetRequestHeader(consumer_group="NoGroup", topic="Orders", queue_id=0)), PRODUCER),
+                "No default permission for group:NoGroup"),
+        }  # fmt: skip
+        for what, (resp, remark) in refusals.items():
+            assert (resp.code, resp.remark) == (ResponseCode.NO_PERMISSION, remark), what
+            assert "producer-secret" not in (resp.remark or "") and "admin-secret" not in (resp.remark or "")
+        assert (await call(broker.addr, send_cmd("Orders"), PRODUCER)).code == ResponseCode.SUCCESS
+        # records dispatch in order: once this last one is readable, a refused send would have been too
+        await poll(lambda: broker.store.get_max_offset_in_queue("Orders", 0) == 2, what="the send to be dispatched")
+        assert broker.store.get_max_offset_in_queue("Denied", 0) == 0
+        admin = await call(broker.addr, RemotingCommand.request(
+            RequestCode.UPDATE_AND_CREATE_TOPIC, h.CreateTopicRequestHeader(
+                topic="New", default_topic="TBW102", read_queue_nums=1, write_queue_nums=1, perm=6,
+                topic_filter_type="SINGLE_TAG")), ADMIN)  # fmt: skip
+        assert admin.code == ResponseCode.SUCCESS, admin.remark
+
+
+@async_test
+async def test_tampered_bodies_and_oversized_keys_are_refused_and_the_broker_keeps_serving(tmp_path: Path) -> None:
+    async with acl_broker(tmp_path) as broker:
+        client = RemotingClient()
+        try:
+            signed = send_cmd("Orders", b"the whole body")
+            PRODUCER.sign(signed)
+            truncated = RemotingCommand.request(signed.code, ext=dict(signed.ext_fields), body=b"the whole")
+            replayed = RemotingCommand.request(signed.code, ext=dict(signed.ext_fields), body=b"a different body")
+            huge = send_cmd("Orders")
+            huge.ext_fields.update(AccessKey="K" * 1_000_000, Signature="x")
+            for cmd in (truncated, replayed, huge):
+                resp = await client.invoke(broker.addr, cmd, 10)
+                assert resp.code == ResponseCode.NO_PERMISSION
+                assert len(resp.remark or "") < 200
+            resp = await client.invoke(broker.addr, signed, 10)  # the untouched original still goes through
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            await poll(lambda: broker.store.get_max_offset_in_queue("Orders", 0) == 1, what="the send to dispatch")
+            assert (await client.invoke(broker.addr, send_cmd("Orders"), 10)).code == ResponseCode.NO_PERMISSION
+        finally:
+            await client.close()
+
+
+@async_test
+async def test_file_changes_are_reloaded_and_a_bad_version_keeps_the_last_good_rules(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    newcomer = Credentials("newcomer-key", "newcomer-secret")
+    async with acl_broker(tmp_path) as broker:
+        assert (await call(broker.addr, send_cmd("Orders"), newcomer)).code == ResponseCode.NO_PERMISSION
+        accounts = [*ACL["accounts"], {"accessKey": "newcomer-key", "secretKey": "newcomer-secret",
+                                       "defaultTopicPerm": "PUB"}]  # fmt: skip
+        write_acl(tmp_path / "home", {**ACL, "accounts": accounts})
+
+        async def newcomer_allowed() -> bool:
+            return (await call(broker.addr, send_cmd("Orders"), newcomer)).code == ResponseCode.SUCCESS
+
+        await poll(newcomer_allowed, timeout=15, what="the new account to be loaded", interval=0.1)
+
+        with caplog.at_level(logging.ERROR, logger="broker.acl.manager"):
+            write_acl(tmp_path / "home", "accounts:\n- accessKey: newcomer-key\n  secretKey: [broken\n")
+            await poll(lambda: "cannot be used" in caplog.text, timeout=15, what="the bad version to be logged")
+        assert "plain_acl.yml:4" in caplog.text and "newcomer-secret" not in caplog.text
+        assert await newcomer_allowed()  # the last good rules are still in force
+
+        write_acl(tmp_path / "home", {**ACL, "globalWhiteRemoteAddresses": ["127.0.0.*"]})
+
+        async def unsigned_allowed() -> bool:
+            return (await call(broker.addr, send_cmd("Denied"))).code == ResponseCode.SUCCESS
+
+        await poll(unsigned_allowed, timeout=15, what="the global white list to be loaded", interval=0.1)
+
+
+@pytest.mark.parametrize(
+    ("acl", "expected"),
+    [(None, r"plain_acl\.yml: cannot read the ACL file"),
+     ("accounts:\n  - accessKey: admin-key\n    secretKey: \"unclosed\n", r"plain_acl\.yml:\d+: not valid YAML"),
+     ("accounts:\n- accessKey: admin-key\n  secretKey: admin-secret\n  defaultTopicPerm: READ\n",
+      r"plain_acl\.yml:4: invalid ACL file: accounts\.0\.defaultTopicPerm")],
+)  # fmt: skip
+@async_test
+async def test_start_up_stops_on_a_missing_or_bad_file(tmp_path: Path, acl: str | None, expected: str) -> None:
+    home = tmp_path / "home"
+    if acl is not None:
+        write_acl(home, acl)
+    values = {**SMALL, "listenPort": "0", "storePathRootDir": str(tmp_path / "store"), "aclEnable": "true",
+              "rocketmqHome": str(home)}  # fmt: skip
+    controller = BrokerController(*build_configs(values))
+    with pytest.raises(AclConfigError, match=expected) as err:
+        await controller.start()
+    assert "admin-secret" not in str(err.value)
+    assert controller.server.connections == frozenset() and controller._store is None
+
+
+@async_test
+async def test_acl_admin_codes_write_the_yaml(tmp_path: Path) -> None:
+    async with acl_broker(tmp_path) as broker:
+        create = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, h.CreateAccessConfigRequestHeader(
+            access_key="consumer-key", secret_key="consumer-secret", default_topic_perm="SUB",
+            topic_perms="Orders=SUB,Audit=DENY", group_perms="cg=SUB"))  # fmt: skip
+        refused = await call(broker.addr, create, PRODUCER)
+        assert (refused.code, refused.remark) == (
+            ResponseCode.NO_PERMISSION,
+            "Need admin permission for request code=50, but accessKey=producer-key is not",
+        )
+        create.ext_fields.pop("Signature")
+        assert (await call(broker.addr, create, ADMIN)).code == ResponseCode.SUCCESS
+        on_disk = yaml.safe_load(broker.config.acl_file.read_text())
+        written = next(a for a in on_disk["accounts"] if a["accessKey"] == "consumer-key")
+        assert written == {"accessKey": "consumer-key", "secretKey": "consumer-secret", "admin": False,
+                           "defaultTopicPerm": "SUB", "topicPerms": ["Orders=SUB", "Audit=DENY"],
+                           "groupPerms": ["cg=SUB"]}  # fmt: skip
+        assert on_disk["dataVersion"][0]["counter"] == 1
+        consumer = Credentials("consumer-key", "consumer-secret")
+        pull = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, h.QueryConsumerOffsetRequestHeader(
+            consumer_group="cg", topic="Orders", queue_id=0))  # fmt: skip
+        assert (await call(broker.addr, pull, consumer)).code != ResponseCode.NO_PERMISSION
+
+        bad = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, h.CreateAccessConfigRequestHeader(
+            access_key="short", secret_key="tiny"))  # fmt: skip
+        resp = await call(broker.addr, bad, ADMIN)
+        assert resp.code == ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED and "tiny" not in (resp.remark or "")
+
+        white = RemotingCommand.request(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+                                        h.UpdateGlobalWhiteAddrsConfigRequestHeader(
+                                            global_white_addrs="10.1.1.*,192.168.0.{1,2}"))  # fmt: skip
+        assert (await call(broker.addr, white, ADMIN)).code == ResponseCode.SUCCESS
+        bad_white = RemotingCommand.request(
+            RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+            h.UpdateGlobalWhiteAddrsConfigRequestHeader(global_white_addrs="1.2.3"),
+        )
+        assert (await call(broker.addr, bad_white, ADMIN)).code == ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED
+
+        info = await call(broker.addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_ACL_INFO), ADMIN)
+        assert info.code == ResponseCode.SUCCESS and '"counter":2' in info.ext_fields["version"]
+        conf = await call(broker.addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG), ADMIN)
+        assert conf.code == ResponseCode.SUCCESS
+        assert b"consumer-secret" not in conf.body and b"admin-secret" not in conf.body
+        assert b"192.168.0.{1,2}" in conf.body
+
+        delete = RemotingCommand.request(
+            RequestCode.DELETE_ACL_CONFIG, h.DeleteAccessConfigRequestHeader(access_key="consumer-key")
+        )
+        assert (await call(broker.addr, delete, ADMIN)).code == ResponseCode.SUCCESS
+        assert (await call(broker.addr, pull, consumer)).remark == "No acl config for consumer-key"
+        on_disk = yaml.safe_load(broker.config.acl_file.read_text())
+        assert [a["accessKey"] for a in on_disk["accounts"]] == ["admin-key", "producer-key"]
+        assert on_disk["globalWhiteRemoteAddresses"] == ["10.1.1.*", "192.168.0.{1,2}"]
+
+
+# --- the C++ client ---------------------------------------------------------------------------------------------
+
+
+def test_cpp_client_session_credentials_sign_its_sends(mqlake_server_factory, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    write_acl(home, ACL)
+    server = mqlake_server_factory(aclEnable="true", rocketmqHome=str(home))
+
+    def producer(secret: str) -> Producer:
+        p = Producer(f"acl_pg_{secret}")
+        p.set_namesrv_addr(server.namesrv_addr)
+        p.set_session_credentials("producer-key", secret, "ALIYUN")
+        p.start()
+        return p
+
+    good = producer("producer-secret")
+    try:
+        msg = Message("CppSigned")
+        msg.set_body("signed by the C++ client")
+        assert good.send_sync(msg).status == 0
+    finally:
+        good.shutdown()
+    bad = producer("not-the-secret")
+    try:
+        msg = Message("CppSigned")
+        msg.set_body("forged")
+        with pytest.raises(ProducerSendSyncFailed):
+            bad.send_sync(msg)
+    finally:
+        bad.shutdown()
+    log = server.log_text()
+    assert "Check signature failed for accessKey=producer-key" in log  # refused by the ACL, not lost elsewhere
+    assert "not-the-secret" not in log and "producer-secret" not in log
