@@ -2,13 +2,19 @@
 
 Every command takes ``-n/--namesrv`` (default ``$NAMESRV_ADDR``, else 127.0.0.1:9876, ``;``-separated for
 several) and ``--json`` (one JSON document on stdout instead of a table).  Errors go to stderr with exit code 1.
+
+Before the command: ``--access-key``/``--secret-key`` (or ``$MQLAKE_ACCESS_KEY``/``$MQLAKE_SECRET_KEY``) sign
+every request as RocketMQ's ``AclClientRPCHook`` does, for a broker with ``aclEnable=true``; ``--tls`` (or
+``$MQLAKE_TLS=true``) connects with TLS, ``--tls-trust FILE`` also checks the servers' certificates against it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
@@ -25,6 +31,35 @@ admin_app = typer.Typer(
 )
 
 
+@dataclass
+class _Connection:
+    """How every command of this run reaches the servers (set by the group's options)."""
+
+    access_key: str | None = None
+    secret_key: str | None = None
+    tls: bool = False
+    tls_trust: Path | None = None
+
+
+_conn = _Connection()
+
+
+@admin_app.callback()
+def _options(
+    access_key: Annotated[str | None, typer.Option("--access-key", envvar="MQLAKE_ACCESS_KEY",
+                                                  help="Sign requests with this ACL access key.")] = None,
+    secret_key: Annotated[str | None, typer.Option("--secret-key", envvar="MQLAKE_SECRET_KEY", show_envvar=True,
+                                                  help="Its secret (prefer the environment variable).")] = None,
+    tls: Annotated[bool, typer.Option("--tls", envvar="MQLAKE_TLS", help="Connect with TLS.")] = False,
+    tls_trust: Annotated[Path | None, typer.Option("--tls-trust", help="Check servers' certificates against this "
+                                                   "CA file (implies --tls).")] = None,
+) -> None:
+    if (access_key is None) != (secret_key is None):
+        print_error("give both --access-key and --secret-key (or MQLAKE_ACCESS_KEY and MQLAKE_SECRET_KEY), or neither")
+        raise typer.Exit(2)
+    _conn.access_key, _conn.secret_key, _conn.tls, _conn.tls_trust = access_key, secret_key, tls, tls_trust
+
+
 T = TypeVar("T")
 
 Namesrv = Annotated[
@@ -39,7 +74,16 @@ def _call(namesrv: str, fn: Callable[[Admin], Awaitable[T]]) -> T:
     from store.errors import MQLakeError
 
     async def go() -> T:
-        async with Admin(namesrv) as admin:
+        from broker.remoting.signing import Credentials
+        from broker.remoting.tls import client_context
+
+        creds = None
+        if _conn.access_key is not None and _conn.secret_key is not None:
+            creds = Credentials(_conn.access_key, _conn.secret_key)
+        ssl_context = None
+        if _conn.tls or _conn.tls_trust is not None:
+            ssl_context = client_context(trust=_conn.tls_trust, verify_server=_conn.tls_trust is not None)
+        async with Admin(namesrv, credentials=creds, ssl_context=ssl_context) as admin:
             return await fn(admin)
 
     try:
@@ -226,3 +270,129 @@ def cluster_list(namesrv: Namesrv = "127.0.0.1:9876", as_json: AsJson = False) -
                       "runtime": r.runtime} for r in rows])  # fmt: skip
     else:
         console().print(cluster_table(rows))
+
+
+# -- plain ACL ----------------------------------------------------------------------------------------------------
+
+BrokerAddr = Annotated[str | None, typer.Option("-b", "--brokerAddr", help="This broker.")]
+Cluster = Annotated[str | None, typer.Option("-c", "--clusterName", help="Every master of this cluster.")]
+
+
+def _split(text: str | None) -> tuple[str, ...]:
+    from broker.acl.addresses import split_list
+
+    return tuple(split_list(text))
+
+
+def _acl_call(
+    namesrv: str, broker_addr: str | None, cluster: str | None, fn: Callable[[Admin, list[str]], Awaitable[T]]
+) -> T:
+    if (cluster is None) == (broker_addr is None):
+        print_error("give exactly one of -c/--clusterName or -b/--brokerAddr")
+        raise typer.Exit(2)
+
+    async def go(admin: Admin) -> T:
+        from broker.client.acl_admin import target_addrs
+
+        return await fn(admin, await target_addrs(admin, broker_addr, cluster))
+
+    return _call(namesrv, go)
+
+
+@admin_app.command("updateAclConfig")
+def update_acl_config(
+    access_key: Annotated[str, typer.Option("-a", "--accessKey", help="The account's access key.")],
+    namesrv: Namesrv = "127.0.0.1:9876",
+    broker_addr: BrokerAddr = None,
+    cluster: Cluster = None,
+    secret_key: Annotated[str | None, typer.Option(
+        "-s", "--secretKey", envvar="MQLAKE_ACL_SECRET_KEY",
+        help="Its secret (kept when an account is updated without one).")] = None,
+    white: Annotated[str | None, typer.Option("-w", "--whiteRemoteAddress")] = None,
+    default_topic_perm: Annotated[str | None, typer.Option("-i", "--defaultTopicPerm", help="DENY, PUB, SUB or PUB|SUB")
+                                  ] = None,
+    default_group_perm: Annotated[str | None, typer.Option("-u", "--defaultGroupPerm")] = None,
+    topic_perms: Annotated[str | None, typer.Option("-t", "--topicPerms", help="e.g. topicA=DENY,topicB=SUB")] = None,
+    group_perms: Annotated[str | None, typer.Option("-g", "--groupPerms", help="e.g. groupA=DENY,groupB=SUB")] = None,
+    admin_flag: Annotated[bool, typer.Option("-m", "--admin", help="The account may use the admin codes.")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Create or update an account of plain_acl.yml on a broker (-b) or every broker of a cluster (-c)."""
+    from broker.client.acl_admin import AclAccount, update_account
+
+    account = AclAccount(access_key, secret_key, white, admin_flag, default_topic_perm, default_group_perm,
+                         _split(topic_perms), _split(group_perms))  # fmt: skip
+    addrs = _acl_call(namesrv, broker_addr, cluster, lambda a, addrs: update_account(a, addrs, account))
+    _done(as_json, {"accessKey": access_key, "brokers": addrs},
+          [f"update plain access config to {a} success." for a in addrs])  # fmt: skip
+
+
+@admin_app.command("deleteAclConfig")
+def delete_acl_config(
+    access_key: Annotated[str, typer.Option("-a", "--accessKey")],
+    namesrv: Namesrv = "127.0.0.1:9876",
+    broker_addr: BrokerAddr = None,
+    cluster: Cluster = None,
+    as_json: AsJson = False,
+) -> None:
+    """Delete an account of plain_acl.yml."""
+    from broker.client.acl_admin import delete_account
+
+    addrs = _acl_call(namesrv, broker_addr, cluster, lambda a, addrs: delete_account(a, addrs, access_key))
+    _done(as_json, {"accessKey": access_key, "brokers": addrs},
+          [f"delete plain access config account from {a} success." for a in addrs])  # fmt: skip
+
+
+@admin_app.command("updateGlobalWhiteAddr")
+def update_global_white_addr(
+    addresses: Annotated[str, typer.Option("-g", "--globalWhiteRemoteAddresses",
+                                           help="e.g. 10.10.103.*,192.168.0.*")],
+    namesrv: Namesrv = "127.0.0.1:9876",
+    broker_addr: BrokerAddr = None,
+    cluster: Cluster = None,
+    as_json: AsJson = False,
+) -> None:
+    """Replace globalWhiteRemoteAddresses of plain_acl.yml."""
+    from broker.client.acl_admin import update_global_white_addrs
+
+    patterns = list(_split(addresses))
+    addrs = _acl_call(namesrv, broker_addr, cluster, lambda a, addrs: update_global_white_addrs(a, addrs, patterns))
+    _done(as_json, {"globalWhiteRemoteAddresses": patterns, "brokers": addrs},
+          [f"update global white remote addresses to {a} success." for a in addrs])  # fmt: skip
+
+
+@admin_app.command("getAclConfig")
+def get_acl_config(
+    namesrv: Namesrv = "127.0.0.1:9876",
+    broker_addr: BrokerAddr = None,
+    cluster: Cluster = None,
+    as_json: AsJson = False,
+) -> None:
+    """The accounts (secrets masked) and global white addresses of each broker."""
+    from broker.client.acl_admin import acl_config
+
+    async def fetch(admin: Admin, addrs: list[str]) -> list[dict[str, Any]]:
+        return [await acl_config(admin, addr) for addr in addrs]
+
+    configs = _acl_call(namesrv, broker_addr, cluster, fetch)
+    if as_json:
+        _print_json(configs)
+        return
+    for conf in configs:
+        console().print(f"{conf['brokerName']} {conf['brokerAddr']} version {conf['version']}", markup=False)
+        t = table("#accessKey", "#admin", "#whiteRemoteAddress", "#defaultTopicPerm", "#defaultGroupPerm",
+                  "#topicPerms", "#groupPerms")  # fmt: skip
+        for a in conf.get("plainAccessConfigs", []):
+            t.add_row(a.get("accessKey", ""), str(a.get("admin", False)).lower(), a.get("whiteRemoteAddress") or "",
+                      a.get("defaultTopicPerm") or "", a.get("defaultGroupPerm") or "",
+                      ",".join(a.get("topicPerms", [])), ",".join(a.get("groupPerms", [])))  # fmt: skip
+        console().print(t)
+        console().print("globalWhiteRemoteAddresses: " + ",".join(conf.get("globalWhiteAddrs", [])), markup=False)
+
+
+def _done(as_json: bool, result: dict[str, Any], lines: list[str]) -> None:
+    if as_json:
+        _print_json(result)
+    else:
+        for line in lines:
+            console().print(line, markup=False, highlight=False)

@@ -14,9 +14,17 @@ IPv6 addresses compare in their expanded form; IPv6 wildcards and ranges are ref
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 
 from store.errors import MQLakeError
+
+_COMMA_OUTSIDE_BRACES = re.compile(r",(?![^{]*\})")
+
+
+def split_list(text: str | None) -> list[str]:
+    """A ","-joined list as the ACL admin headers carry it; a ``{1,2}`` address list stays one item."""
+    return [item.strip() for item in _COMMA_OUTSIDE_BRACES.split(text or "") if item.strip()]
 
 
 class AddressPatternError(MQLakeError, ValueError):

@@ -94,6 +94,10 @@ class Admin:
     async def _invoke(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
         return await self._client.remoting.invoke(addr, cmd, self._client.timeout)
 
+    async def invoke(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
+        """One request to a broker (signed and over TLS as this admin is), for calls kept in other modules."""
+        return await self._invoke(addr, cmd)
+
     async def topic_route(self, topic: str) -> TopicRouteData | None:
         """The NameServer's current route of ``topic`` (None when it does not know the topic)."""
         return await self._client.update_route(topic)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 
 from pydantic import ValidationError
 
+from broker.acl.addresses import split_list
 from broker.acl.manager import PlainAclManager, check_key_lengths
 from broker.acl.rules import Account, AclConfigError
 from broker.config import BrokerConfig
@@ -28,12 +28,6 @@ from broker.remoting.headers import (
 )
 
 MASKED = "******"
-_COMMA_OUTSIDE_BRACES = re.compile(r",(?![^{]*\})")
-
-
-def split_list(text: str | None) -> list[str]:
-    """A ","-joined list as the admin headers carry it; a ``{1,2}`` address list stays one item."""
-    return [item.strip() for item in _COMMA_OUTSIDE_BRACES.split(text or "") if item.strip()]
 
 
 def _why(e: Exception) -> str:
