@@ -273,3 +273,24 @@ def test_async_master_and_acl_home_are_accepted(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("ROCKETMQ_HOME", str(tmp_path))
     broker, _ = build_configs({"brokerRole": "ASYNC_MASTER", "aclEnable": "true", "enableDLegerCommitLog": "false"})
     assert broker.acl_enable and broker.acl_file == tmp_path / "conf" / "plain_acl.yml"
+
+
+@pytest.mark.parametrize(
+    ("conf", "expected", "code"),
+    [
+        ("brokerRole=SLAVE\n", "brokerRole=SLAVE is not supported", 2),
+        ("enableDLegerCommitLog=true\n", "enableDLegerCommitLog=true is not supported", 2),
+        ("aclEnable=true\nrocketmqHome={home}\n", "{home}/conf/plain_acl.yml: cannot read the ACL file", 1),
+    ],
+)
+def test_mqlake_broker_refuses_to_start(tmp_path: Path, conf: str, expected: str, code: int) -> None:
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    path = tmp_path / "broker.conf"
+    path.write_text(conf.format(home=tmp_path) + f"listenPort=0\nstorePathRootDir={tmp_path / 'store'}\n")
+    result = CliRunner().invoke(app, ["broker", "-c", str(path)])
+    assert result.exit_code == code
+    assert expected.format(home=tmp_path) in result.output
+    assert not (tmp_path / "store").exists()  # refused before the store was touched
