@@ -13,6 +13,7 @@ from broker.config import BrokerConfig
 from broker.namesrv import NamesrvController
 from broker.remoting.loop import run, wait_for_signal
 from broker.server.controller import BrokerController
+from broker.tls_settings import tls_server_context
 from store.config import MessageStoreConfig
 
 log = logging.getLogger("mqlake")
@@ -29,7 +30,12 @@ async def serve(
     """Run until SIGTERM/SIGINT: a NameServer first when ``namesrv_port`` is given, then the Broker."""
     namesrv = None
     if namesrv_port is not None:
-        namesrv = NamesrvController(namesrv_host or "127.0.0.1", namesrv_port)
+        # One process, one TLS configuration: the NameServer's port is set up as the broker's.
+        tls = broker_config.tls
+        namesrv = NamesrvController(namesrv_host or "127.0.0.1", namesrv_port, tls_mode=tls.server_mode,
+                                    ssl_context=tls_server_context(tls))  # fmt: skip
+        if tls.server_mode == "enforcing":
+            tls.client_enable = True  # the broker registers with a NameServer that speaks TLS only
         await namesrv.start()
         addr = f"{namesrv_host or '127.0.0.1'}:{namesrv.port}"
         log.info("NameServer ready at %s", addr)

@@ -70,14 +70,27 @@ def broker(
 def namesrv(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="NameServer port; 0 picks a free one.")] = 9876,
+    config: Annotated[Path | None, typer.Option(
+        "--config", "-c", help="Properties file with RocketMQ's tls.server.* keys (TLS on the port).")] = None,
     log_level: LogLevel = "INFO",
 ) -> None:
     """Run a NameServer alone; SIGTERM/SIGINT stop it."""
+    from broker.config import BrokerConfigError, TlsConfig, load_tls, parse_properties
     from broker.namesrv.controller import serve_namesrv
     from broker.remoting.loop import run
+    from broker.tls_settings import tls_server_context
 
     _setup_logging(log_level)
-    _run(run, serve_namesrv(host, port))
+    try:
+        values = parse_properties(config.read_text(encoding="latin-1"), str(config)) if config is not None else {}
+        known = {f.alias for f in TlsConfig.model_fields.values()}
+        for key in sorted(set(values) - known):
+            logging.getLogger("broker.config").warning("%s: unknown key %r ignored", config, key)
+        tls = load_tls({k: v for k, v in values.items() if k in known}, str(config))
+    except (OSError, BrokerConfigError) as e:
+        print_error(e)
+        raise typer.Exit(2) from None
+    _run(lambda: run(serve_namesrv(host, port, tls_mode=tls.server_mode, ssl_context=tls_server_context(tls))))
 
 
 def up(

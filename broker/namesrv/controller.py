@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 
 from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_table import RouteTable
 from broker.remoting.loop import wait_for_signal
 from broker.remoting.server import Channel, RemotingServer
+from broker.remoting.tls import TlsMode
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +29,15 @@ class NamesrvController:
         *,
         broker_expired_seconds: float = BROKER_CHANNEL_EXPIRED_SECONDS,
         scan_interval: float = SCAN_NOT_ACTIVE_BROKER_SECONDS,
+        tls_mode: TlsMode = "disabled",
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.scan_interval = scan_interval
         self.table = RouteTable()
         self.processor = NamesrvProcessor(self.table, broker_expired_seconds)
-        self.server = RemotingServer(host, port, name="namesrv")
+        self.server = RemotingServer(host, port, name="namesrv", tls_mode=tls_mode, ssl_context=ssl_context)
         for code, handler in self.processor.routes().items():
             self.server.register(code, handler)
         self.server.add_close_listener(self._channel_closed)
@@ -77,9 +81,11 @@ class NamesrvController:
                 log.exception("scanning for inactive brokers failed")
 
 
-async def serve_namesrv(host: str, port: int) -> None:
+async def serve_namesrv(
+    host: str, port: int, *, tls_mode: TlsMode = "disabled", ssl_context: ssl.SSLContext | None = None
+) -> None:
     """Run a NameServer until SIGTERM/SIGINT (``mqlake namesrv``); logs ``NameServer ready at host:port``."""
-    namesrv = NamesrvController(host, port)
+    namesrv = NamesrvController(host, port, tls_mode=tls_mode, ssl_context=ssl_context)
     await namesrv.start()
     try:
         logging.getLogger("mqlake").info("NameServer ready at %s", namesrv.address)

@@ -11,19 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.acl.manager import PlainAclManager
-from broker.config import BrokerConfig, TlsConfig
+from broker.config import BrokerConfig
 from broker.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
 from broker.remoting.errors import RemotingError, RequestRefused
 from broker.remoting.headers import NotifyConsumerIdsChangedRequestHeader
 from broker.remoting.server import RemotingServer
-from broker.remoting.tls import server_context
 from broker.server import topics as tp
 from broker.server.acl_admin import AclAdminProcessor
 from broker.server.admin import AdminProcessor
@@ -40,6 +38,7 @@ from broker.server.queue_offsets import OffsetProcessor
 from broker.server.registration import NamesrvRegistrar
 from broker.server.send import SendProcessor
 from broker.server.stats import BrokerStats
+from broker.tls_settings import tls_server_context
 from store.config import MessageStoreConfig
 from store.format import records
 from store.message_store import MessageStore, PutMessageResult, PutMessageStatus
@@ -48,14 +47,6 @@ log = logging.getLogger(__name__)
 
 CLIENT_SCAN_INTERVAL = 10.0
 ACL_WATCH_INTERVAL = 0.5  # how often plain_acl.yml is checked for changes (RocketMQ's FileWatchService too)
-
-
-def tls_server_context(tls: TlsConfig) -> ssl.SSLContext | None:
-    """The context of our TLS port (``tls.server.*``), None when TLS is disabled."""
-    if tls.server_mode == "disabled" or tls.server_cert_path is None or tls.server_key_path is None:
-        return None
-    return server_context(tls.server_cert_path, tls.server_key_path, password=tls.server_key_password,
-                          trust=tls.server_trust_cert_path, need_client_auth=tls.server_need_client_auth)  # fmt: skip
 
 
 class BrokerController:

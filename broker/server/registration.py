@@ -14,6 +14,7 @@ from broker.remoting.errors import RemotingError
 from broker.remoting.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
 from broker.remoting.protocol.topic import RegisterBrokerBody
 from broker.server.topics import TableBody, TopicConfigManager
+from broker.tls_settings import tls_client_context
 from store.format import hashing
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ class NamesrvRegistrar:
         self.config = config
         self.topics = topics
         self._body = TableBody(topics, lambda wrapper: RegisterBrokerBody(topic_config_serialize_wrapper=wrapper))
-        self.client = RemotingClient(language="JAVA")
+        self.client = RemotingClient(language="JAVA", ssl_context=tls_client_context(config.tls))
         self._lock = asyncio.Lock()  # one registration round at a time, so versions arrive in order
 
     def _identity(self) -> dict[str, Any]:
