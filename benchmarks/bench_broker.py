@@ -88,8 +88,17 @@ def _mqlake() -> str:
 class BrokerProcess:
     """``mqlake up -c broker.conf`` in a subprocess on free ports, optionally under cProfile."""
 
-    def __init__(self, root: Path, profile_to: Path | None = None, flush: str = "ASYNC_FLUSH") -> None:
+    def __init__(
+        self,
+        root: Path,
+        profile_to: Path | None = None,
+        flush: str = "ASYNC_FLUSH",
+        extra: dict[str, str] | None = None,
+        client: dict | None = None,
+    ) -> None:
+        """``extra``: more broker.conf keys; ``client``: keyword arguments for the Admin that waits for it."""
         self.root = root
+        self.client = client or {}
         self.namesrv_port, self.broker_port = free_port(), free_port()
         self.namesrv_addr = f"127.0.0.1:{self.namesrv_port}"
         self.broker_addr = f"127.0.0.1:{self.broker_port}"
@@ -97,7 +106,7 @@ class BrokerProcess:
         conf.write_text(
             "brokerClusterName=BenchCluster\nbrokerName=bench-a\nbrokerId=0\nbrokerIP1=127.0.0.1\n"
             f"listenPort={self.broker_port}\nnamesrvAddr={self.namesrv_addr}\nstorePathRootDir={root / 'store'}\n"
-            f"flushDiskType={flush}\n"
+            f"flushDiskType={flush}\n" + "".join(f"{k}={v}\n" for k, v in (extra or {}).items())
         )
         cmd = [_mqlake(), "up", "-c", str(conf)]
         if profile_to is not None:
@@ -111,7 +120,7 @@ class BrokerProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"mqlake up exited with {self.process.returncode}: see {self.root / 'broker.log'}")
             try:
-                async with Admin(self.namesrv_addr, timeout=1.0) as admin:
+                async with Admin(self.namesrv_addr, timeout=1.0, **self.client) as admin:
                     if any(b.addr == self.broker_addr for b in await admin.cluster_list()):
                         return
             except Exception:  # not listening yet

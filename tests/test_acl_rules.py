@@ -123,7 +123,7 @@ def test_rocketmq_sample_file_parses_with_its_permissions() -> None:
     acl = parse_acl(GOOD, "plain_acl.yml")
     rules = Rules.compile(acl)
     first = rules.accounts["RocketMQ"]
-    assert first.secret_key == "12345678"  # YAML's number read as the text it was
+    assert first.secret_key == b"12345678"  # YAML's number read as the text it was
     assert (first.default_topic_perm, first.default_group_perm) == (DENY, SUB)
     assert first.perms == {"topicA": DENY, "topicB": PUB | SUB, "topicC": SUB, "%RETRY%groupA": DENY,
                            "%RETRY%groupB": PUB | SUB}  # fmt: skip

@@ -126,7 +126,7 @@ class Owned:
     """One account, compiled (``PlainAccessResource``)."""
 
     access_key: str
-    secret_key: str = field(repr=False)
+    secret_key: bytes = field(repr=False)  # UTF-8, as the signature uses it
     white: AddressPattern
     admin: bool
     default_topic_perm: int
@@ -153,7 +153,7 @@ class Rules:
                 name, perm = parse_resource_perm(item)
                 perms[name] = perm
             accounts[a.access_key] = Owned(
-                a.access_key, a.secret_key, compile_pattern(a.white_remote_address), a.admin,
+                a.access_key, a.secret_key.encode("utf-8"), compile_pattern(a.white_remote_address), a.admin,
                 parse_perm(a.default_topic_perm), parse_perm(a.default_group_perm), perms,
             )  # fmt: skip
         return cls(tuple(acl.white_patterns()), accounts)
@@ -198,7 +198,8 @@ class Rules:
             return False
         # The broker leaves _UNIQUE_KEY_QUERY out of the content (RocketMQ's validator does) while a client's
         # hook signs it: either form is accepted, both under the account's secret.
-        expected = signature(signed_content(cmd.ext_fields, cmd.body, (SIGNATURE, UNIQUE_KEY_QUERY)), owned.secret_key)
+        content = signed_content(cmd.ext_fields, cmd.body, (SIGNATURE, UNIQUE_KEY_QUERY))
+        expected = signature(content, owned.secret_key)
         if hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace")):
             return True
         if UNIQUE_KEY_QUERY in cmd.ext_fields:

@@ -13,6 +13,7 @@ IPv6 addresses compare in their expanded form; IPv6 wildcards and ranges are ref
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ class AddressPatternError(MQLakeError, ValueError):
     """A white-list address pattern RocketMQ would refuse; the message quotes it."""
 
 
+@functools.lru_cache(maxsize=4096)  # peers are few and each sends many requests
 def _normal(addr: str) -> str:
     """The canonical text of an address (IPv6 expanded, IPv4-mapped IPv6 as IPv4); unparsable text unchanged."""
     try:
@@ -67,6 +69,8 @@ class AddressPattern:
     def matches(self, ip: str) -> bool:
         if self.any:
             return True
+        if not self.ranges and not self.addresses:  # blank: matches nothing
+            return False
         addr = _normal(ip)
         if self.ranges:
             parts = addr.split(".")

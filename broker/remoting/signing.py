@@ -25,13 +25,14 @@ SECURITY_TOKEN = "SecurityToken"
 def signed_content(ext: Mapping[str, str], body: bytes, exclude: Iterable[str] = (SIGNATURE,)) -> bytes:
     """The bytes a signature covers: the ext values sorted by key (``exclude`` left out), then the body."""
     skip = frozenset(exclude)
-    values = "".join(ext[k] for k in sorted(ext) if k not in skip)
+    values = "".join([ext[k] for k in sorted(ext) if k not in skip])
     return values.encode("utf-8") + (body or b"")
 
 
-def signature(content: bytes, secret_key: str) -> str:
+def signature(content: bytes, secret_key: str | bytes) -> str:
     """HmacSHA1 of ``content`` under ``secret_key`` (UTF-8), base64 (``AclSigner.calSignature``)."""
-    return base64.b64encode(hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()).decode("ascii")
+    key = secret_key.encode("utf-8") if isinstance(secret_key, str) else secret_key
+    return base64.b64encode(hmac.digest(key, content, hashlib.sha1)).decode("ascii")
 
 
 @dataclass(frozen=True, slots=True)
