@@ -48,6 +48,9 @@ def test_signature_matches_vectors_computed_with_openssl() -> None:
     assert cmd.ext_fields["Signature"] == "Q60uIddEVHTorw4zM8T3doEwzfI="
     # AclSignerTest's input: printf 'RocketMQ' | openssl dgst -sha1 -hmac 12345678 -binary | base64
     assert signature(b"RocketMQ", SECRET) == "IUc8rrO/0gDch8CjObLQsW2rsiA="
+    # a secret longer than SHA-1's 64-byte block is hashed first (RFC 2104):
+    # printf 'RocketMQ' | openssl dgst -sha1 -hmac "$(printf 'k%.0s' $(seq 1 100))" -binary | base64
+    assert signature(b"RocketMQ", "k" * 100) == "xFSAPpBbYfFlf9SijBJWnuHKOOw="
 
 
 def test_signature_covers_every_ext_field_and_the_body_and_ignores_an_old_signature() -> None:
