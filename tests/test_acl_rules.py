@@ -297,3 +297,20 @@ def test_mqlake_broker_refuses_to_start(tmp_path: Path, conf: str, expected: str
     assert result.exit_code == code
     assert expected.format(home=tmp_path) in result.output
     assert not (tmp_path / "store").exists()  # refused before the store was touched
+
+
+def test_unique_key_queries_pass_signed_either_way() -> None:
+    # RocketMQ's validator leaves _UNIQUE_KEY_QUERY out of the content while its client hook signs it
+    rules = Rules.compile(parse_acl(GOOD, "plain_acl.yml"))
+    by_hook = _cmd(RequestCode.QUERY_MESSAGE, topic="topicC", key="k", maxNum="32", beginTimestamp="0",
+                   endTimestamp="1", _UNIQUE_KEY_QUERY="true")  # fmt: skip
+    Credentials("RocketMQ", "12345678").sign(by_hook)
+    rules.check(by_hook, "127.0.0.1")
+    by_validator = _cmd(RequestCode.QUERY_MESSAGE, **{k: v for k, v in by_hook.ext_fields.items() if k != "Signature"})
+    content = "".join(v for k, v in sorted(by_validator.ext_fields.items()) if k != "_UNIQUE_KEY_QUERY").encode()
+    by_validator.ext_fields["Signature"] = java_hook_signature({"c": content.decode()}, b"", SECRET)
+    rules.check(by_validator, "127.0.0.1")
+    by_validator.ext_fields["_UNIQUE_KEY_QUERY"] = "false"  # the flag is not covered: changing it passes, as in Java
+    rules.check(by_validator, "127.0.0.1")
+    by_validator.ext_fields["topic"] = "topicB"
+    assert _refusal(rules, by_validator).startswith("Check signature failed")

@@ -24,12 +24,13 @@ from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.errors import RequestRefused
 from broker.remoting.protocol.heartbeat import HeartbeatData
-from broker.remoting.signing import ACCESS_KEY, SIGNATURE, signature, signed_content
+from broker.remoting.signing import ACCESS_KEY, SIGNATURE, signature, signed_values
 
 RETRY_PREFIX = "%RETRY%"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 MAX_ACCESS_KEY_LENGTH = 256  # longer ones are refused before any lookup
+_NOT_SIGNED_BY_BROKER = frozenset({SIGNATURE, UNIQUE_KEY_QUERY})  # what RocketMQ's validator leaves out
 
 ADMIN_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG, RequestCode.DELETE_TOPIC_IN_BROKER,
@@ -198,11 +199,10 @@ class Rules:
             return False
         # The broker leaves _UNIQUE_KEY_QUERY out of the content (RocketMQ's validator does) while a client's
         # hook signs it: either form is accepted, both under the account's secret.
-        content = signed_content(cmd.ext_fields, cmd.body, (SIGNATURE, UNIQUE_KEY_QUERY))
-        expected = signature(content, owned.secret_key)
+        expected = signature(signed_values(cmd.ext_fields, _NOT_SIGNED_BY_BROKER), owned.secret_key, cmd.body)
         if hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace")):
             return True
         if UNIQUE_KEY_QUERY in cmd.ext_fields:
-            expected = signature(signed_content(cmd.ext_fields, cmd.body), owned.secret_key)
+            expected = signature(signed_values(cmd.ext_fields), owned.secret_key, cmd.body)
             return hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace"))
         return False

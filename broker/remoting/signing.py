@@ -22,11 +22,17 @@ SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
 
 
-def signed_content(ext: Mapping[str, str], body: bytes, exclude: Iterable[str] = (SIGNATURE,)) -> bytes:
+NOT_SIGNED = frozenset({SIGNATURE})
+
+
+def signed_values(ext: Mapping[str, str], exclude: frozenset[str] = NOT_SIGNED) -> bytes:
+    """The ext values sorted by key (``exclude`` left out), concatenated, UTF-8: what precedes the body."""
+    return "".join([ext[k] for k in sorted(ext) if k not in exclude]).encode("utf-8")
+
+
+def signed_content(ext: Mapping[str, str], body: bytes, exclude: Iterable[str] = NOT_SIGNED) -> bytes:
     """The bytes a signature covers: the ext values sorted by key (``exclude`` left out), then the body."""
-    skip = frozenset(exclude)
-    values = "".join([ext[k] for k in sorted(ext) if k not in skip])
-    return values.encode("utf-8") + (body or b"")
+    return signed_values(ext, frozenset(exclude)) + (body or b"")
 
 
 _BLOCK = 64  # SHA-1's block size
@@ -44,11 +50,14 @@ def _keyed(key: bytes) -> tuple[hashlib._Hash, hashlib._Hash]:
     return hashlib.sha1(bytes(b ^ 0x36 for b in key)), hashlib.sha1(bytes(b ^ 0x5C for b in key))
 
 
-def signature(content: bytes, secret_key: str | bytes) -> str:
-    """HmacSHA1 of ``content`` under ``secret_key`` (UTF-8), base64 (``AclSigner.calSignature``)."""
+def signature(content: bytes, secret_key: str | bytes, body: bytes = b"") -> str:
+    """HmacSHA1 of ``content`` + ``body`` under ``secret_key`` (UTF-8), base64 (``AclSigner.calSignature``);
+    the body is hashed where it lies rather than copied onto the content."""
     inner, outer = _keyed(secret_key.encode("utf-8") if isinstance(secret_key, str) else secret_key)
     digest = inner.copy()
     digest.update(content)
+    if body:
+        digest.update(body)
     mac = outer.copy()
     mac.update(digest.digest())
     return base64.b64encode(mac.digest()).decode("ascii")
@@ -68,4 +77,4 @@ class Credentials:
         ext[ACCESS_KEY] = self.access_key
         if self.security_token is not None:
             ext[SECURITY_TOKEN] = self.security_token
-        ext[SIGNATURE] = signature(signed_content(ext, cmd.body), self.secret_key)
+        ext[SIGNATURE] = signature(signed_values(ext), self.secret_key, cmd.body)
