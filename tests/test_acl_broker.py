@@ -287,3 +287,17 @@ def test_cpp_client_session_credentials_sign_its_sends(mqlake_server_factory, tm
     log = server.log_text()
     assert "Check signature failed for accessKey=producer-key" in log  # refused by the ACL, not lost elsewhere
     assert "not-the-secret" not in log and "producer-secret" not in log
+
+
+def test_a_deleted_file_is_reported_once_and_the_rules_stay(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from broker.acl.manager import PlainAclManager
+
+    path = write_acl(tmp_path, ACL)
+    manager = PlainAclManager(path)
+    path.unlink()
+    with caplog.at_level(logging.ERROR, logger="broker.acl.manager"):
+        assert not manager.reload_if_changed() and not manager.reload_if_changed()
+    assert caplog.text.count("cannot be read") == 1
+    assert "producer-key" in manager.rules.accounts
+    write_acl(tmp_path, {"accounts": [ACL["accounts"][0]]})
+    assert manager.reload_if_changed() and "producer-key" not in manager.rules.accounts

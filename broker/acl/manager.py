@@ -34,6 +34,7 @@ class PlainAclManager:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()  # updates run in worker threads; the loop only swaps references
+        self._unreadable: str | None = None
         acl, raw = read_acl(path)
         self._install(acl, raw)
 
@@ -59,9 +60,12 @@ class PlainAclManager:
             try:
                 raw = self.path.read_bytes()
             except OSError as e:
-                log.error("ACL file %s cannot be read (%s); keeping the rules loaded before", self.path,
-                          e.strerror or e)  # fmt: skip
+                problem = f"{e.strerror or e}"
+                if problem != self._unreadable:  # once per cause, not every poll
+                    log.error("ACL file %s cannot be read (%s); keeping the rules loaded before", self.path, problem)
+                    self._unreadable = problem
                 return False
+            self._unreadable = None
             digest = hashlib.sha256(raw).digest()
             if digest == self._digest:
                 return False
