@@ -54,7 +54,9 @@ def test_signature_matches_vectors_computed_with_openssl() -> None:
 
 
 def test_signature_covers_every_ext_field_and_the_body_and_ignores_an_old_signature() -> None:
-    ext = {"a": "pg", "b": "T", "c": "TBW102", "UNIQ": "ü", "AccessKey": "RocketMQ", "Signature": "stale"}
+    # OnsChannel is what the C++ client's session credentials add: any ext field is covered alike
+    ext = {"a": "pg", "b": "T", "c": "TBW102", "UNIQ": "ü", "AccessKey": "RocketMQ", "OnsChannel": "ALIYUN",
+           "Signature": "stale"}  # fmt: skip
     cmd = RemotingCommand.request(310, ext=dict(ext), body=b"\x00\xffbody")
     Credentials("RocketMQ", SECRET).sign(cmd)
     assert cmd.ext_fields["Signature"] == java_hook_signature(ext, b"\x00\xffbody", SECRET)
@@ -226,6 +228,10 @@ def test_refusals_in_rocketmq_order_with_its_remarks() -> None:
     admin = _cmd(RequestCode.UPDATE_AND_CREATE_TOPIC, topic="X")
     signer.sign(admin)
     assert _refusal(rules, admin) == "Need admin permission for request code=17, but accessKey=RocketMQ is not"
+    consumer = {"groupName": "groupA", "subscriptionDataSet": [{"topic": "topicC", "subString": "*"}]}
+    heartbeat = _cmd(RequestCode.HEART_BEAT, json.dumps({"clientID": "c", "consumerDataSet": [consumer]}).encode())
+    signer.sign(heartbeat)
+    assert _refusal(rules, heartbeat) == "No default permission for group:groupA"
     ok = _cmd(RequestCode.PULL_MESSAGE, topic="topicC", consumerGroup="groupB")
     signer.sign(ok)
     rules.check(ok, "127.0.0.1")
