@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ssl
 
-from broker.config import TlsConfig
 from broker.remoting.tls import client_context, server_context
+from broker.tls_config import TlsConfig
 
 
 def tls_server_context(tls: TlsConfig) -> ssl.SSLContext | None:

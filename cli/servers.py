@@ -75,9 +75,10 @@ def namesrv(
     log_level: LogLevel = "INFO",
 ) -> None:
     """Run a NameServer alone; SIGTERM/SIGINT stop it."""
-    from broker.config import BrokerConfigError, TlsConfig, load_tls, parse_properties
+    from broker.config import BrokerConfigError, load_tls, parse_properties
     from broker.namesrv.controller import serve_namesrv
     from broker.remoting.loop import run
+    from broker.tls_config import TlsConfig
     from broker.tls_settings import tls_server_context
 
     _setup_logging(log_level)

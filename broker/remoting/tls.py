@@ -14,13 +14,13 @@ import socket
 import ssl
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
+from broker.tls_config import TlsMode
 from store.errors import MQLakeError
 
 log = logging.getLogger(__name__)
 
-TlsMode = Literal["disabled", "permissive", "enforcing"]
+__all__ = ["SniffingServer", "TlsConfigError", "TlsMode", "client_context", "server_context"]
 TLS_HANDSHAKE = 0x16  # the content type of a TLS handshake record: a ClientHello's first byte
 FIRST_BYTE_TIMEOUT = 30.0  # a permissive port drops a client that sends nothing this long
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "require": ssl.CERT_REQUIRED}
