@@ -5,6 +5,7 @@ with TLS enforced end to end (registration, routes, a send and a pull over TLS).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from broker.client import Admin, Message, Producer, PullConsumer
 from broker.client.errors import MQClientError
@@ -26,6 +28,7 @@ from broker.remoting.loop import run
 from broker.remoting.tls import TlsConfigError, client_context
 from broker.server.controller import BrokerController
 from broker.tls_settings import tls_server_context
+from cli.main import app
 from tests.aio import async_test, poll
 from tests.fixtures_broker import REPO, MqlakeServer, free_port, stop_servers
 from tests.helpers import wait_until
@@ -163,6 +166,12 @@ def test_mqlake_up_enforcing_tls_end_to_end(tmp_path: Path, certs: tuple[Path, P
                     await plain.cluster_info()
 
         run(go())
+        listed = CliRunner().invoke(app, ["admin", "--tls-trust", str(cert), "clusterList", "-n", server.namesrv_addr,
+                                          "--json"])  # fmt: skip
+        assert listed.exit_code == 0, listed.output
+        assert [b["addr"] for b in json.loads(listed.stdout)] == [server.broker_addr]
+        plain = CliRunner().invoke(app, ["admin", "clusterList", "-n", server.namesrv_addr])
+        assert plain.exit_code == 1 and "no NameServer" in plain.output
     finally:
         stop_servers([server])
 
