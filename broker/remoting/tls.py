@@ -103,7 +103,8 @@ class SniffingServer:
         self._pending: set[asyncio.Task[None]] = set()
 
     async def listen(self, host: str, port: int) -> None:
-        sock = socket.create_server((host, port), backlog=1024)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, port), family=family, backlog=1024)
         sock.setblocking(False)
         self.sockets = [sock]
         self._accepting = asyncio.get_running_loop().create_task(self._accept_loop(sock))
