@@ -8,8 +8,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from broker.client import Message, Producer, PullConsumer
+from broker.client import Admin, ConsumeResult, Message, MessageExt, Producer, PullConsumer, PushConsumer
 from broker.client.errors import MQBrokerError
+from broker.client.message import ConsumeFromWhere
 from broker.remoting.codes import ResponseCode
 from broker.remoting.loop import run
 from broker.remoting.signing import Credentials
@@ -113,3 +114,31 @@ def test_python_client_signs_sends_and_pulls(server) -> None:
             assert err.value.code == ResponseCode.NO_PERMISSION
 
     run(go())
+
+
+def test_python_push_consumer_heartbeats_pulls_and_commits_signed(server) -> None:
+    creds = Credentials("app-key-1", "app-secret-1")
+    got: list[bytes] = []
+    log_before = len(server.log_text())
+
+    async def go() -> None:
+        async with Producer("acl_push_pg", server.namesrv_addr, credentials=creds) as p:
+            await p.send(Message("AclPushed", "first"))  # auto-creates the topic
+        async with Admin(server.namesrv_addr) as admin:  # the NameServer knows it once the broker re-registered
+            await poll(lambda: admin.topic_route("AclPushed"), timeout=30, what="the route", interval=0.1)
+        consumer = PushConsumer("acl_push_cg", server.namesrv_addr, credentials=creds,
+                                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)  # fmt: skip
+
+        def handle(m: MessageExt) -> ConsumeResult:
+            got.append(m.body)
+            return ConsumeResult.SUCCESS
+
+        consumer.subscribe("AclPushed", "*", handle)
+        await consumer.start()
+        try:
+            await poll(lambda: b"first" in got, timeout=30, what="the pushed message", interval=0.05)
+        finally:
+            await consumer.shutdown()
+
+    run(go())
+    assert "refused" not in server.log_text()[log_before:]  # heartbeats, pulls, offset commits: all passed
