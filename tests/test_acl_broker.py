@@ -122,6 +122,9 @@ async def test_signed_requests_pass_and_every_refusal_answers_no_permission(tmp_
                 topic="New", default_topic="TBW102", read_queue_nums=1, write_queue_nums=1, perm=6,
                 topic_filter_type="SINGLE_TAG")), ADMIN)  # fmt: skip
         assert admin.code == ResponseCode.SUCCESS, admin.remark
+        info = await call(broker.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), ADMIN)
+        assert info.code == ResponseCode.SUCCESS and info.body
+        assert b"admin-secret" not in info.body and b"producer-secret" not in info.body
 
 
 @async_test
