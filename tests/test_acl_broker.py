@@ -6,25 +6,29 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import yaml
-from rocketmq.client import Message, Producer
+from rocketmq.client import Message, Producer, PushConsumer
 from rocketmq.exceptions import ProducerSendSyncFailed
 
 from broker.acl.rules import AclConfigError
+from broker.client import Admin
 from broker.config import build_configs
 from broker.remoting import headers as h
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
+from broker.remoting.loop import run
 from broker.remoting.signing import Credentials
 from broker.server.controller import BrokerController
 from store.format import properties
 from tests.aio import async_test, poll
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -260,9 +264,11 @@ async def test_acl_admin_codes_write_the_yaml(tmp_path: Path) -> None:
 # --- the C++ client ---------------------------------------------------------------------------------------------
 
 
-def test_cpp_client_session_credentials_sign_its_sends(mqlake_server_factory, tmp_path: Path) -> None:
+def test_cpp_client_session_credentials_sign_sends_and_consumption(mqlake_server_factory, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    write_acl(home, ACL)
+    reader = {"accessKey": "consumer-key", "secretKey": "consumer-secret", "defaultTopicPerm": "SUB",
+              "defaultGroupPerm": "SUB"}  # fmt: skip
+    write_acl(home, {**ACL, "accounts": [*ACL["accounts"], reader]})
     server = mqlake_server_factory(aclEnable="true", rocketmqHome=str(home))
 
     def producer(secret: str) -> Producer:
@@ -279,6 +285,39 @@ def test_cpp_client_session_credentials_sign_its_sends(mqlake_server_factory, tm
         assert good.send_sync(msg).status == 0
     finally:
         good.shutdown()
+
+    async def routed() -> None:
+        async with Admin(server.namesrv_addr) as admin:
+            await poll(lambda: admin.topic_route("CppSigned"), timeout=30, what="CppSigned's route", interval=0.1)
+
+    run(routed())
+    received: list[bytes] = []
+    lock = threading.Lock()
+
+    def on_message(m) -> None:  # called on the client's threads
+        with lock:
+            received.append(m.body)
+
+    def consumer(access_key: str, secret: str) -> PushConsumer:
+        c = PushConsumer(f"acl_cpp_cg_{access_key}")  # heartbeats, pulls and offset commits, signed by the client
+        c.set_namesrv_addr(server.namesrv_addr)
+        c.set_session_credentials(access_key, secret, "ALIYUN")
+        c.subscribe("CppSigned", on_message, "*")
+        c.start()
+        return c
+
+    publisher_only = consumer("producer-key", "producer-secret")  # PUB on topics: its heartbeat is refused
+    try:
+        wait_until(lambda: "refused 34 from" in server.log_text() and "topic:CppSigned" in server.log_text(), 30,
+                   what="the publisher's heartbeat to be refused")  # fmt: skip
+    finally:
+        publisher_only.shutdown()
+    assert received == []
+    reader = consumer("consumer-key", "consumer-secret")
+    try:
+        wait_until(lambda: b"signed by the C++ client" in received, 30, what="the C++ consumer to get the message")
+    finally:
+        reader.shutdown()
     bad = producer("not-the-secret")
     try:
         msg = Message("CppSigned")
@@ -289,7 +328,7 @@ def test_cpp_client_session_credentials_sign_its_sends(mqlake_server_factory, tm
         bad.shutdown()
     log = server.log_text()
     assert "Check signature failed for accessKey=producer-key" in log  # refused by the ACL, not lost elsewhere
-    assert "not-the-secret" not in log and "producer-secret" not in log
+    assert "not-the-secret" not in log and "producer-secret" not in log and "consumer-secret" not in log
 
 
 def test_a_deleted_file_is_reported_once_and_the_rules_stay(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
