@@ -61,6 +61,11 @@ class BrokerConfig(BaseModel):
     flush_consumer_offset_interval: int = Field(5000, ge=10)
     register_name_server_period: int = Field(30_000, ge=1000)
     channel_expired_timeout: int = Field(120_000, ge=1000)  # a client silent this long is dropped
+    enable_property_filter: bool = False  # SQL92 subscriptions (off by default, as in RocketMQ)
+    reject_transaction_message: bool = False  # refuse half messages with NO_PERMISSION
+    transaction_time_out: int = Field(6000, ge=0)  # ms a half message waits before its first check-back
+    transaction_check_max: int = Field(15, ge=0)  # check-backs before it moves to TRANS_CHECK_MAX_TIME_TOPIC
+    transaction_check_interval: int = Field(30_000, ge=10)  # ms between check rounds (5.x's default)
     notify_consumer_ids_changed_enable: bool = True
     region_id: str = "DefaultRegion"
     trace_on: bool = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -346,8 +346,11 @@ class MessageStore:
         max_msg_nums: int,
         tag_codes: set[int] | None = None,
         max_total_bytes: int = MAX_TRANSFER_BYTES,
+        record_filter: Callable[[bytes], bool] | None = None,
     ) -> GetMessageResult:
-        """``DefaultMessageStore.getMessage``: raw records from ``offset``; ``tag_codes`` None means ``*``."""
+        """``DefaultMessageStore.getMessage``: raw records from ``offset``; ``tag_codes`` None means ``*``.
+        ``record_filter`` (``MessageFilter.isMatchedByCommitLog``) sees each record that passed the tags and
+        drops those it answers False for, as a property (SQL92) filter does."""
         cq = self.find_consume_queue(topic, queue_id, create=False)
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
@@ -380,6 +383,8 @@ class MessageStore:
             data = self.commitlog.read(phy, size)
             if data is None:
                 removing = True
+                continue
+            if record_filter is not None and not record_filter(data):
                 continue
             result.messages.append(data)
             result.queue_offsets.append(index)

@@ -14,10 +14,12 @@ from broker.client.message import MessageQueue, PullResult, PullStatus, decode_m
 from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
+from broker.remoting.protocol.body import CheckClientRequestBody
 from broker.remoting.protocol.heartbeat import (
     EXPRESSION_TYPE_TAG,
     SUB_ALL,
     SubscriptionData,
+    is_tag_type,
     parse_expression,
     tag_codes,
 )
@@ -40,15 +42,21 @@ _PULL_STATUS: dict[int, PullStatus] = {
 
 @dataclass(frozen=True, slots=True)
 class Subscription:
-    """A parsed tag expression (``FilterAPI.buildSubscriptionData``): ``*`` or ``TagA || TagB``."""
+    """A parsed subscription (``FilterAPI.build``): a tag expression, ``*`` or ``TagA || TagB``, or an
+    expression of another type (SQL92) that the broker evaluates over properties."""
 
     topic: str
     expression: str
-    tags: frozenset[str] | None  # None = every message
+    tags: frozenset[str] | None  # None = every message (the broker filters a non-TAG expression itself)
     version: int
+    expression_type: str = EXPRESSION_TYPE_TAG
 
     @classmethod
-    def parse(cls, topic: str, expression: str | None) -> Subscription:
+    def parse(cls, topic: str, expression: str | None, expression_type: str = EXPRESSION_TYPE_TAG) -> Subscription:
+        if not is_tag_type(expression_type):
+            if not (expression or "").strip():
+                raise MQClientError(f"an empty {expression_type} expression")
+            return cls(topic, expression or "", None, int(time.time() * 1000), expression_type)
         expr = (expression or "").strip()
         if not expr or expr == SUB_ALL:
             return cls(topic, SUB_ALL, None, int(time.time() * 1000))
@@ -64,7 +72,7 @@ class Subscription:
         """As the HEART_BEAT body carries it."""
         tags = sorted(self.tags) if self.tags is not None else []
         return SubscriptionData(topic=self.topic, sub_string=self.expression, tags_set=tags, code_set=tag_codes(tags),
-                                sub_version=self.version, expression_type=EXPRESSION_TYPE_TAG)  # fmt: skip
+                                sub_version=self.version, expression_type=self.expression_type)  # fmt: skip
 
     def to_json(self) -> dict[str, object]:
         return self.to_wire().to_json()
@@ -88,7 +96,7 @@ async def pull_message(
     header = h.PullMessageRequestHeader(
         consumer_group=group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=offset, max_msg_nums=max_nums,
         sys_flag=sys_flag, commit_offset=commit_offset, suspend_timeout_millis=suspend_millis,
-        subscription=sub.expression, sub_version=sub.version, expression_type=EXPRESSION_TYPE_TAG,
+        subscription=sub.expression, sub_version=sub.version, expression_type=sub.expression_type,
     )  # fmt: skip
     addr, resp = await client.invoke_broker(mq, RemotingCommand.request(RequestCode.PULL_MESSAGE, header), timeout)
     status = _PULL_STATUS.get(resp.code)
@@ -100,6 +108,19 @@ async def pull_message(
         source = f"pull body from {addr} ({mq.topic}:{mq.queue_id}@{offset})"
         msgs = [m for m in decode_messages(resp.body, mq.broker_name, source) if sub.matches(m.tags)]
     return PullResult(status, rh.next_begin_offset, rh.min_offset, rh.max_offset, msgs)
+
+
+async def check_client_config(client: ClientInstance, group: str, client_id: str, sub: Subscription) -> None:
+    """CHECK_CLIENT_CONFIG (46) to every broker: a non-TAG subscription the broker cannot compile (or does not
+    allow) fails here, before any heartbeat carries it (``MQClientInstance.checkClientInBroker``)."""
+    if is_tag_type(sub.expression_type):
+        return
+    body = CheckClientRequestBody(client_id=client_id, group=group, subscription_data=sub.to_wire()).encode()
+    for addr in sorted(set(client.broker_addrs.values())):
+        resp = await client.remoting.invoke(addr, RemotingCommand.request(RequestCode.CHECK_CLIENT_CONFIG, None, body))
+        if resp.code != ResponseCode.SUCCESS:
+            what = f"check {sub.expression_type} subscription to {sub.topic}"
+            raise MQBrokerError(resp.code, resp.remark, addr, what)
 
 
 class PullConsumer:
@@ -141,10 +162,14 @@ class PullConsumer:
             raise MQClientError(f"topic {topic!r} has no route on the NameServer")
         return route.subscribe_queues(topic)
 
-    async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, expression: str = SUB_ALL) -> PullResult:
-        """Read up to ``max_nums`` messages from ``offset``; never blocks waiting for new ones."""
+    async def pull(
+        self, mq: MessageQueue, offset: int, max_nums: int = 32, expression: str = SUB_ALL,
+        expression_type: str = EXPRESSION_TYPE_TAG,
+    ) -> PullResult:  # fmt: skip
+        """Read up to ``max_nums`` messages from ``offset``; never blocks waiting for new ones.
+        ``expression_type="SQL92"`` has the broker evaluate ``expression`` over the messages' properties."""
         return await pull_message(
-            self._client, self.group, mq, offset, max_nums, Subscription.parse(mq.topic, expression),
+            self._client, self.group, mq, offset, max_nums, Subscription.parse(mq.topic, expression, expression_type),
             timeout=self.timeout,
         )  # fmt: skip
 

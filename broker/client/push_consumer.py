@@ -26,13 +26,20 @@ from broker.client.allocate import allocate_averagely
 from broker.client.errors import MQClientError
 from broker.client.instance import ClientInstance, check
 from broker.client.message import ConsumeFromWhere, ConsumeResult, MessageExt, MessageModel, MessageQueue
-from broker.client.pull_consumer import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, Subscription, pull_message
+from broker.client.pull_consumer import (
+    FLAG_COMMIT_OFFSET,
+    FLAG_SUBSCRIPTION,
+    FLAG_SUSPEND,
+    Subscription,
+    check_client_config,
+    pull_message,
+)
 from broker.remoting import headers as h
 from broker.remoting.client import RemotingError
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel
-from broker.remoting.protocol.heartbeat import ConsumerData, HeartbeatData
+from broker.remoting.protocol.heartbeat import EXPRESSION_TYPE_TAG, ConsumerData, HeartbeatData
 from broker.remoting.signing import Credentials
 
 log = logging.getLogger(__name__)
@@ -115,15 +122,19 @@ class PushConsumer:
         """Next offset to consume per queue (what is committed, or kept locally when broadcasting)."""
         return dict(self._offsets)
 
-    def subscribe(self, topic: str, expression: str | None, handler: Handler) -> None:
-        """Consume ``topic`` messages matching ``expression`` (``*`` or ``TagA || TagB``) with ``handler``.
+    def subscribe(
+        self, topic: str, expression: str | None, handler: Handler, expression_type: str = EXPRESSION_TYPE_TAG
+    ) -> None:
+        """Consume ``topic`` messages matching ``expression`` (``*`` or ``TagA || TagB``; with
+        ``expression_type="SQL92"`` an SQL92 expression over properties, checked by the brokers at start) with
+        ``handler``.
 
         The handler gets one :class:`MessageExt` and returns ``ConsumeResult.SUCCESS`` (or True/None) or
         ``ConsumeResult.RETRY`` (or False); an exception counts as RETRY.  Sync handlers run in a worker thread.
         """
         if self._started:
             raise MQClientError("subscribe before start()")
-        self._subs[topic] = (Subscription.parse(topic, expression), handler)
+        self._subs[topic] = (Subscription.parse(topic, expression, expression_type), handler)
 
     # -- life cycle ---------------------------------------------------------------------------------------------
     async def start(self) -> PushConsumer:
@@ -137,6 +148,8 @@ class PushConsumer:
             await self._client.update_route(topic)
         if not self._client.broker_addrs:
             raise MQClientError(f"no route for any of {sorted(self._subs)}")
+        for sub, _ in self._subs.values():
+            await check_client_config(self._client, self.group, self.client_id, sub)
         self._started = True
         await self._heartbeat()
         await self._rebalance()

@@ -1,4 +1,5 @@
-"""HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38), LOCK/UNLOCK_BATCH_MQ (41/42).
+"""HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38), LOCK/UNLOCK_BATCH_MQ (41/42),
+CHECK_CLIENT_CONFIG (46).
 
 A body that does not decode (BodyError) is answered SYSTEM_ERROR with its message by the remoting layer.
 """
@@ -10,16 +11,19 @@ import logging
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
+from broker.remoting.errors import RequestRefused
 from broker.remoting.headers import GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader
 from broker.remoting.protocol.body import (
+    CheckClientRequestBody,
     GetConsumerListByGroupResponseBody,
     LockBatchRequestBody,
     LockBatchResponseBody,
     MessageQueue,
 )
-from broker.remoting.protocol.heartbeat import HeartbeatData
+from broker.remoting.protocol.heartbeat import HeartbeatData, is_tag_type
 from broker.server.clients import ClientChannel
 from broker.server.context import BrokerContext
+from broker.server.filters import property_selector
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +39,7 @@ class ClientManageProcessor:
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.get_consumer_list_by_group,
             RequestCode.LOCK_BATCH_MQ: self.lock_batch_mq,
             RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch_mq,
+            RequestCode.CHECK_CLIENT_CONFIG: self.check_client_config,
         }
 
     async def heart_beat(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
@@ -77,4 +82,17 @@ class ClientManageProcessor:
     async def unlock_batch_mq(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         req = LockBatchRequestBody.decode(cmd.body, "UnlockBatchRequestBody")
         self.broker.locks.unlock_batch(req.consumer_group, [mq.key for mq in req.mq_set], req.client_id)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def check_client_config(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
+        """Compile a consumer's non-TAG expression before it subscribes, answering as Java's broker does."""
+        req = CheckClientRequestBody.decode(cmd.body)
+        sub = req.subscription_data
+        if sub is None or is_tag_type(sub.expression_type):
+            return cmd.response(ResponseCode.SUCCESS)
+        try:
+            property_selector(self.broker.config, sub.expression_type, sub.sub_string)
+        except RequestRefused as e:
+            log.warning("client %s@%s: subscription %r refused: %s", req.client_id, req.group, sub.sub_string, e.remark)
+            return cmd.response(e.code, e.remark)
         return cmd.response(ResponseCode.SUCCESS)

@@ -28,6 +28,7 @@ class _Parked:
     offset: int
     tag_codes: set[int] | None
     future: asyncio.Future
+    accept: Callable[[int], bool] | None = None  # a property filter's test of the arrived message (its next offset)
 
 
 class PullRequestHoldService:
@@ -63,13 +64,15 @@ class PullRequestHoldService:
     def parked_count(self) -> int:
         return sum(len(v) for v in self._parked.values())
 
-    async def wait(self, topic: str, queue_id: int, offset: int, tag_codes: set[int] | None, timeout: float) -> bool:
-        """Park until a message at or after ``offset`` arrives (True) or ``timeout`` seconds pass (False)."""
+    async def wait(self, topic: str, queue_id: int, offset: int, tag_codes: set[int] | None, timeout: float,
+                   accept: Callable[[int], bool] | None = None) -> bool:  # fmt: skip
+        """Park until a message at or after ``offset`` arrives (True) or ``timeout`` seconds pass (False).
+        ``accept``, when given, is asked on the loop whether an arrived message matches the pull's filter."""
         if self._closing or timeout <= 0:
             return False
         key = self.key(topic, queue_id)
         loop = asyncio.get_running_loop()
-        parked = _Parked(offset, tag_codes, loop.create_future())
+        parked = _Parked(offset, tag_codes, loop.create_future(), accept)
         self._parked.setdefault(key, []).append(parked)
         # A timer resolving the future with False, rather than wait_for + shield: every delivered message
         # re-parks a pull, and wait_for's extra futures and callbacks cost more than the pull itself.
@@ -102,7 +105,17 @@ class PullRequestHoldService:
                 continue
             if tags_code is not None and p.tag_codes is not None and tags_code not in p.tag_codes:
                 continue
+            if tags_code is not None and p.accept is not None and not self._accepts(p, max_offset):
+                continue
             p.future.set_result(True)
+
+    @staticmethod
+    def _accepts(p: _Parked, next_offset: int) -> bool:
+        try:
+            return p.accept is not None and p.accept(next_offset)
+        except Exception:  # a filter that fails wakes the pull, whose own read then answers
+            log.exception("long-poll filter failed")
+            return True
 
     async def _periodic_check(self) -> None:
         while True:

@@ -1,20 +1,29 @@
-"""PULL_MESSAGE (11): read a queue from an offset, filtered by tags, with long polling (reference §7.7)."""
+"""PULL_MESSAGE (11): read a queue from an offset, filtered by tags or an SQL92 expression over properties
+(``enablePropertyFilter``), with long polling (reference §7.7)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
 from broker.remoting.errors import RequestRefused
 from broker.remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
-from broker.remoting.protocol.heartbeat import expression_tag_codes
+from broker.remoting.protocol.heartbeat import (
+    SubscriptionData,
+    expression_tag_codes,
+    is_tag_type,
+)
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
+from broker.server.filters import property_selector
 from store.message_store import GetMessageResult, GetMessageStatus
 
 log = logging.getLogger(__name__)
+
+RecordFilter = Callable[[bytes], bool]  # a raw CommitLog record -> whether it matches
 
 # PullSysFlag
 FLAG_COMMIT_OFFSET = 0x1
@@ -47,14 +56,22 @@ class PullProcessor:
     def routes(self) -> dict[int, Handler]:
         return {RequestCode.PULL_MESSAGE: self.pull_message}
 
-    def _tag_codes(self, h: PullMessageRequestHeader) -> set[int] | None:
-        """The tag codes to match, from the pull's own expression or the group's registered subscription."""
+    def _filter(self, h: PullMessageRequestHeader) -> tuple[set[int] | None, RecordFilter | None]:
+        """(tag codes, property filter) from the pull's own expression or the group's registered subscription."""
         if h.sys_flag & FLAG_SUBSCRIPTION:
-            if (h.expression_type or "TAG").upper() != "TAG":
-                raise RequestRefused(
-                    ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"expression type {h.expression_type} is not supported"
-                )
-            return expression_tag_codes(h.subscription)
+            if is_tag_type(h.expression_type):
+                return expression_tag_codes(h.subscription), None
+            return None, self._property_filter(h.expression_type or "", h.subscription or "")
+        sub = self._registered(h)
+        if is_tag_type(sub.expression_type):
+            return sub.tag_codes, None
+        return None, self._property_filter(sub.expression_type, sub.sub_string)
+
+    def _property_filter(self, expression_type: str, expression: str) -> RecordFilter:
+        return property_selector(self.broker.config, expression_type, expression).matches_record
+
+    def _registered(self, h: PullMessageRequestHeader) -> SubscriptionData:
+        """The group's registered subscription to the pulled topic."""
         info = self.broker.consumers.groups.get(h.consumer_group)
         if info is None:
             raise RequestRefused(
@@ -69,9 +86,9 @@ class PullProcessor:
             raise RequestRefused(
                 ResponseCode.SUBSCRIPTION_NOT_LATEST, f"subscription of {h.consumer_group} is out of date"
             )
-        return sub.tag_codes
+        return sub
 
-    def _check(self, h: PullMessageRequestHeader) -> set[int] | None:
+    def _check(self, h: PullMessageRequestHeader) -> tuple[set[int] | None, RecordFilter | None]:
         b = self.broker
         if not tp.is_readable(b.config.broker_permission):
             raise RequestRefused(ResponseCode.NO_PERMISSION, f"broker {b.config.broker_name} is not readable")
@@ -90,26 +107,40 @@ class PullProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"queue {h.queue_id} is out of range: topic {h.topic} has {tc.read_queue_nums} read queues",
             )
-        return self._tag_codes(h)
+        return self._filter(h)
 
-    def _read(self, h: PullMessageRequestHeader, tag_codes: set[int] | None) -> GetMessageResult:
+    def _read(
+        self, h: PullMessageRequestHeader, tag_codes: set[int] | None, record_filter: RecordFilter | None = None
+    ) -> GetMessageResult:
         limit = h.max_msg_nums if h.max_msg_nums > 0 else 32
         kwargs = {"max_total_bytes": h.max_msg_bytes} if h.max_msg_bytes and h.max_msg_bytes > 0 else {}
-        return self.broker.store.get_message(h.topic, h.queue_id, h.queue_offset, limit, tag_codes, **kwargs)
+        return self.broker.store.get_message(h.topic, h.queue_id, h.queue_offset, limit, tag_codes,
+                                             record_filter=record_filter, **kwargs)  # fmt: skip
+
+    def _arrival_filter(self, h: PullMessageRequestHeader, record_filter: RecordFilter) -> Callable[[int], bool]:
+        """Whether the message that made a queue's end ``next_offset`` matches: a parked SQL92 pull wakes only
+        for one that does (``PullRequestHoldService`` runs the filter on arrival too)."""
+
+        def accept(next_offset: int) -> bool:
+            found = self.broker.store.get_message(h.topic, h.queue_id, next_offset - 1, 1, record_filter=record_filter)
+            return found.status == GetMessageStatus.FOUND
+
+        return accept
 
     async def pull_message(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         """A refusal (RequestRefused) and a bad header are answered by the remoting layer."""
         b = self.broker
         h = cmd.read_header(PullMessageRequestHeader)
-        tag_codes = self._check(h)
-        result = self._read(h, tag_codes)
+        tag_codes, record_filter = self._check(h)
+        result = self._read(h, tag_codes, record_filter)
         code = pull_code(result.status, h.queue_offset)
         if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
             b.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND and not b.stopping:
             timeout_ms = h.suspend_timeout_millis if b.config.long_polling_enable else b.config.short_polling_time_mills
-            await b.hold.wait(h.topic, h.queue_id, h.queue_offset, tag_codes, timeout_ms / 1000)
-            result = self._read(h, tag_codes)
+            accept = None if record_filter is None else self._arrival_filter(h, record_filter)
+            await b.hold.wait(h.topic, h.queue_id, h.queue_offset, tag_codes, timeout_ms / 1000, accept)
+            result = self._read(h, tag_codes, record_filter)
             code = pull_code(result.status, h.queue_offset)
         if result.status == GetMessageStatus.FOUND:
             b.stats.got(len(result.messages))

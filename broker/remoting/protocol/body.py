@@ -42,6 +42,16 @@ class MessageQueue(WireModel):
         return self.topic, self.broker_name, self.queue_id
 
 
+# --- CHECK_CLIENT_CONFIG (46) -----------------------------------------------------------------------------------
+class CheckClientRequestBody(WireModel):
+    """What a consumer with a non-TAG subscription asks the broker to compile before it heartbeats."""
+
+    client_id: str | None = None
+    group: str | None = None
+    subscription_data: SubscriptionData | None = None
+    namespace: str | None = None
+
+
 # --- queue locks (LOCK_BATCH_MQ 41, UNLOCK_BATCH_MQ 42) -------------------------------------------------------
 class LockBatchRequestBody(WireModel):
     """LOCK_BATCH_MQ's body; UNLOCK_BATCH_MQ's (``UnlockBatchRequestBody``) has the same fields."""

@@ -15,6 +15,7 @@ from store.format import hashing
 
 SUB_ALL = "*"
 EXPRESSION_TYPE_TAG = "TAG"
+EXPRESSION_TYPE_SQL92 = "SQL92"
 
 CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")
 MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
@@ -42,6 +43,11 @@ def _enum_name(names: tuple[str, ...]) -> BeforeValidator:
     return BeforeValidator(name)
 
 
+def is_tag_type(expression_type: str | None) -> bool:
+    """``ExpressionType.isTagType``: no type (old clients) or ``TAG``."""
+    return not expression_type or expression_type == EXPRESSION_TYPE_TAG
+
+
 def tag_codes(tags: list[str]) -> set[int]:
     """The ConsumeQueue tag codes (Java ``String.hashCode``) of tags."""
     return {hashing.java_string_hash(t) for t in tags}
@@ -60,8 +66,11 @@ class SubscriptionData(WireModel):
 
     @model_validator(mode="after")
     def _complete(self) -> SubscriptionData:
-        # Some clients send only the expression, some tags without their codes.
-        if not self.tags_set:
+        # Some clients send only the expression, some tags without their codes. Any other expression type
+        # (SQL92) is evaluated over properties by the broker: it names no tag.
+        if not is_tag_type(self.expression_type):
+            self.tags_set, self.code_set = [], set()
+        elif not self.tags_set:
             self.sub_string = self.sub_string.strip() or SUB_ALL
             self.tags_set, self.code_set = parse_expression(self.sub_string)
         elif not self.code_set and SUB_ALL not in self.tags_set:
@@ -75,7 +84,7 @@ class SubscriptionData(WireModel):
 
     @property
     def tag_codes(self) -> set[int] | None:
-        """The ConsumeQueue tag codes to match, None for every message."""
+        """The ConsumeQueue tag codes to match, None for every message (and for an expression over properties)."""
         return _matched(self.tags_set, self.code_set)
 
     @field_serializer("code_set")
