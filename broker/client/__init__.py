@@ -21,9 +21,10 @@ from broker.client.message import (
 from broker.client.producer import Producer
 from broker.client.pull_consumer import PullConsumer
 from broker.client.push_consumer import PushConsumer
+from broker.client.transaction_producer import LocalTransactionState, TransactionProducer, TransactionSendResult
 
 __all__ = [
-    "Admin", "ConsumeFromWhere", "ConsumeResult", "MQBrokerError", "MQClientError", "Message", "MessageExt",
-    "MessageModel", "MessageQueue", "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer",
-    "SendResult", "SendStatus",
+    "Admin", "ConsumeFromWhere", "ConsumeResult", "LocalTransactionState", "MQBrokerError", "MQClientError",
+    "Message", "MessageExt", "MessageModel", "MessageQueue", "Producer", "PullConsumer", "PullResult", "PullStatus",
+    "PushConsumer", "SendResult", "SendStatus", "TransactionProducer", "TransactionSendResult",
 ]  # fmt: skip

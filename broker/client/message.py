@@ -88,6 +88,7 @@ class MessageExt:
     flag: int = 0
     body_crc: int = 0
     broker_name: str = ""
+    prepared_transaction_offset: int = 0  # a committed transactional message: its half message's CommitLog offset
 
     @property
     def tags(self) -> str | None:
@@ -121,7 +122,7 @@ class MessageExt:
             born_timestamp=rec.born_timestamp, store_timestamp=rec.store_timestamp,
             born_host=f"{rec.born_host[0]}:{rec.born_host[1]}", store_host=f"{rec.store_host[0]}:{rec.store_host[1]}",
             reconsume_times=rec.reconsume_times, sys_flag=rec.sys_flag, flag=rec.flag, body_crc=rec.body_crc or 0,
-            broker_name=broker_name,
+            broker_name=broker_name, prepared_transaction_offset=rec.prepared_transaction_offset,
         )  # fmt: skip
 
     def to_json(self) -> dict[str, object]:

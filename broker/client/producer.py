@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 
 from broker.client.errors import MQBrokerError, MQClientError
-from broker.client.instance import ClientInstance
+from broker.client.instance import ClientInstance, RequestHandler
 from broker.client.message import Message, MessageQueue, SendResult, SendStatus
 from broker.client.route import AUTO_CREATE_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, TopicRouteData
 from broker.remoting import batch_body
@@ -69,6 +69,7 @@ class Producer:
         instance_name: str | None = None,
         credentials: Credentials | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        request_handler: RequestHandler | None = None,
     ) -> None:
         self.group = group
         self.send_timeout = send_timeout
@@ -76,8 +77,8 @@ class Producer:
         self.default_topic_queue_nums = default_topic_queue_nums
         self._client = ClientInstance(
             namesrv_addr, instance_name=instance_name, connections_per_addr=connections_per_addr, timeout=send_timeout,
-            credentials=credentials, ssl_context=ssl_context,
-        )
+            credentials=credentials, ssl_context=ssl_context, request_handler=request_handler,
+        )  # fmt: skip
         self._client.add_route_listener(self._on_route)
         self._publish: dict[str, list[MessageQueue]] = {}
         self._rr = itertools.count()
@@ -152,11 +153,11 @@ class Producer:
 
     # -- sending ---------------------------------------------------------------------------------------------------
     def _request(
-        self, msg: Message, mq: MessageQueue, body: bytes, props: str, *, batch: bool, oneway: bool
+        self, msg: Message, mq: MessageQueue, body: bytes, props: str, *, batch: bool, oneway: bool, sys_flag: int = 0
     ) -> RemotingCommand:
         born = int(time.time() * 1000) if msg.born_timestamp is None else msg.born_timestamp
         header = h.SendMessageRequestHeaderV2(
-            a=self.group, b=mq.topic, c=AUTO_CREATE_TOPIC, d=self.default_topic_queue_nums, e=mq.queue_id, f=0,
+            a=self.group, b=mq.topic, c=AUTO_CREATE_TOPIC, d=self.default_topic_queue_nums, e=mq.queue_id, f=sys_flag,
             g=born, h=msg.flag, i=props, j=0, k=False, m=batch, n=mq.broker_name,
         )  # fmt: skip
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
@@ -215,8 +216,9 @@ class Producer:
         await self._client.remoting.invoke_oneway(addr, self._request(msg, mq, body, props, batch=False, oneway=True))
 
     async def _send(
-        self, msg: Message, body: bytes, props: str, uniq: str, queue: MessageQueue | None, key: object, *, batch: bool
-    ) -> SendResult:
+        self, msg: Message, body: bytes, props: str, uniq: str, queue: MessageQueue | None, key: object, *,
+        batch: bool, sys_flag: int = 0,
+    ) -> SendResult:  # fmt: skip
         fixed = queue is not None or key is not None
         attempts = 1 if fixed else 1 + self.retry_times
         last_broker: str | None = None
@@ -230,7 +232,7 @@ class Producer:
             last_broker = mq.broker_name
             try:
                 addr = await self._client.find_broker_addr(mq.broker_name, mq.topic)
-                cmd = self._request(msg, mq, body, props, batch=batch, oneway=False)
+                cmd = self._request(msg, mq, body, props, batch=batch, oneway=False, sys_flag=sys_flag)
                 resp = await self._client.remoting.invoke(addr, cmd, self.send_timeout)
             except (RemotingError, MQClientError) as e:
                 error = e

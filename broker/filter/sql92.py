@@ -498,7 +498,7 @@ def _compile_cached(expression: str) -> Selector | str:
 def _describe(e: lark.exceptions.UnexpectedInput, text: str) -> str:
     where = f"line {e.line}, column {e.column}"
     if isinstance(e, lark.exceptions.UnexpectedCharacters):
-        return f"Lexical error at {where}: unexpected {text[e.pos_in_stream]!r}"
+        return f"Lexical error at {where}: unexpected {e.char!r}"
     if isinstance(e, lark.exceptions.UnexpectedToken):
         if e.token.type == "$END":
             return f"Encountered end of input at {where}; expected one of {sorted(e.expected)}"

@@ -38,6 +38,7 @@ from broker.server.queue_offsets import OffsetProcessor
 from broker.server.registration import NamesrvRegistrar
 from broker.server.send import SendProcessor
 from broker.server.stats import BrokerStats
+from broker.server.transaction import TransactionProcessor
 from broker.tls_settings import tls_server_context
 from store.config import MessageStoreConfig
 from store.format import records
@@ -72,6 +73,7 @@ class BrokerController:
         self.consumers = ConsumerManager(on_group_changed=self._consumer_ids_changed)
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
+        self.transactions = TransactionProcessor(self)
         check = 5.0 if broker_config.long_polling_enable else broker_config.short_polling_time_mills / 1000
         self.hold = PullRequestHoldService(self._max_offset, check)
         self.stats = BrokerStats()
@@ -117,6 +119,7 @@ class BrokerController:
             await asyncio.to_thread(self._store.start)
             await asyncio.to_thread(self._store.prepare_segment)
             await asyncio.to_thread(self._load_config_files)
+            await asyncio.to_thread(self.transactions.load)
         except BaseException:
             await self.server.stop(grace=0)
             if self._store is not None:
@@ -127,6 +130,7 @@ class BrokerController:
         self.topics.on_change = self._topics_changed
         self.groups.on_change = self._groups_changed
         self._ready = True
+        self.transactions.start()
         await self.registrar.register_all()
         self._timers = [
             asyncio.create_task(self._every(self.config.flush_consumer_offset_interval / 1000, self._persist_offsets)),
@@ -166,6 +170,7 @@ class BrokerController:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(5):
                     await self.registrar.unregister_all()
+        await self.transactions.stop()
         await self.hold.stop()  # parked pulls re-read and answer now
         await self.server.stop(grace=5.0)
         if self._tasks:  # config persists and notifications still under way
@@ -309,7 +314,7 @@ class BrokerController:
     def _register_handlers(self) -> None:
         processors: list[Processor] = [
             SendProcessor(self), PullProcessor(self), OffsetProcessor(self), ClientManageProcessor(self),
-            AdminProcessor(self), QueryProcessor(self), AclAdminProcessor(self.config, self.acl),
+            AdminProcessor(self), QueryProcessor(self), AclAdminProcessor(self.config, self.acl), self.transactions,
         ]  # fmt: skip
         for processor in processors:
             for code, handler in processor.routes().items():

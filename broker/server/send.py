@@ -3,8 +3,8 @@
 Decisions where the store is not RocketMQ's yet:
 - Delay levels (``DELAY``) are not scheduled: the message is stored in its topic at once. Retries sent
   back by consumers therefore go to ``%RETRY%<group>`` immediately instead of after 10 s, 30 s, ...
-- Transactional half messages (``TRAN_MSG=true``) are refused with NO_PERMISSION, as a Java broker with
-  ``rejectTransactionMessage=true`` does, rather than stored as ordinary messages.
+- Transactional half messages (``TRAN_MSG=true``) go to ``RMQ_SYS_TRANS_HALF_TOPIC`` (``half_messages``); with
+  ``rejectTransactionMessage=true`` they are refused with NO_PERMISSION, as in Java.
 - Batch messages keep their own properties only (plus ``CLUSTER``): the batch wrapper's properties are not
   appended to each inner message (RocketMQ <= 5.3.3 did, which gave every message the batch's UNIQ_KEY).
 """
@@ -27,6 +27,7 @@ from broker.remoting.headers import (
     SendMessageRequestHeaderV2,
 )
 from broker.remoting.protocol.topic import FLAG_UNIT
+from broker.server import half_messages
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
 from store.config import FlushDiskType
@@ -206,10 +207,18 @@ class SendProcessor:
         if h.queue_id < 0:
             h.queue_id = random.randrange(tc.write_queue_nums)
         props = (h.properties or "").encode("utf-8")
-        if _property(props, properties.PROPERTY_TRANSACTION_PREPARED) == "true":
-            raise RequestRefused(ResponseCode.NO_PERMISSION, "transaction messages are not supported by this broker")
         tc = self._route_retry(h, tc)
-        return self._record(h, tc, conn, cmd.body, props, h.flag)
+        rec = self._record(h, tc, conn, cmd.body, props, h.flag)
+        if _property(props, properties.PROPERTY_TRANSACTION_PREPARED) == "true":
+            return self._half(rec)
+        return rec
+
+    def _half(self, rec: records.MessageRecord) -> records.MessageRecord:
+        """A transaction's prepared message, parked in the half topic until END_TRANSACTION or a check-back."""
+        if self.broker.config.reject_transaction_message:
+            raise RequestRefused(ResponseCode.NO_PERMISSION, "the broker sending transaction message is forbidden")
+        self.broker.topics.create_system_topic(half_messages.HALF_TOPIC, 1, tp.PERM_READ | tp.PERM_WRITE)
+        return half_messages.to_half(rec)
 
     def _batch_records(
         self, cmd: RemotingCommand, conn: Channel, h: SendMessageRequestHeader

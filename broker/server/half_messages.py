@@ -1,0 +1,177 @@
+"""Transactional messages as RocketMQ stores them (``TransactionalMessageBridge``, ``TransactionalMessageUtil``):
+half messages in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0, op messages (tag ``d``, body = the half's queue offset) in
+``RMQ_SYS_TRANS_OP_HALF_TOPIC``, and which half messages are resolved.
+
+Everything here is a pure record transformation or in-memory state rebuilt from the op topic: the CommitLog holds
+every half message and every resolution, so a restart (or SIGKILL) loses nothing.
+
+A half message re-put for a check-back keeps the queue offset of the half message it descends from in
+``TRAN_PREPARED_QUEUE_OFFSET`` (Java sets it only on an immunity re-put; here on every re-put). Resolving a copy
+writes an op for the copy and one for its origin, so every copy of one transaction is resolved at once: neither a
+late END_TRANSACTION for the original nor a check-back answer for another copy can deliver the message twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from store.format import properties, records
+
+log = logging.getLogger(__name__)
+
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # the consumer group whose offset is the check service's progress
+HALF_QUEUE_ID = 0
+REMOVE_TAG = "d"
+OFFSET_SEPARATOR = ","
+
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_TRANSACTION_ID = "__transactionId__"
+PROPERTY_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+
+
+def _with_transaction_type(sys_flag: int, tx_type: int) -> int:
+    return (sys_flag & ~records.TRANSACTION_ROLLBACK_TYPE) | tx_type
+
+
+def _append(props: bytes, values: dict[str, str]) -> bytes:
+    # Appended after the client's own: decoding keeps the last value of a name, as Java's map put would.
+    return props + properties.encode_properties(values)
+
+
+def to_half(rec: records.MessageRecord) -> records.MessageRecord:
+    """``parseHalfMessageInner``: park a prepared message in the half topic with its real topic and queue."""
+    extra = {}
+    uniq = rec.uniq_key
+    if uniq:
+        extra[PROPERTY_TRANSACTION_ID] = uniq
+    extra[properties.PROPERTY_REAL_TOPIC] = rec.topic
+    extra[properties.PROPERTY_REAL_QUEUE_ID] = str(rec.queue_id)
+    return replace(
+        rec,
+        topic=HALF_TOPIC,
+        queue_id=HALF_QUEUE_ID,
+        properties=_append(rec.properties, extra),
+        sys_flag=_with_transaction_type(rec.sys_flag, records.TRANSACTION_NOT_TYPE),
+        _props=None,
+    )
+
+
+def origin_offset(half: records.MessageRecord) -> int:
+    """The queue offset of the half message this one was re-put from (itself when it is the first)."""
+    value = half.property_map.get(PROPERTY_PREPARED_QUEUE_OFFSET)
+    try:
+        return int(value) if value is not None else half.queue_offset
+    except ValueError:
+        return half.queue_offset
+
+
+def real_target(half: records.MessageRecord) -> tuple[str, int] | None:
+    """(REAL_TOPIC, REAL_QID), or None when the half message lacks them."""
+    p = half.property_map
+    topic, qid = p.get(properties.PROPERTY_REAL_TOPIC), p.get(properties.PROPERTY_REAL_QUEUE_ID)
+    if not topic or qid is None:
+        return None
+    try:
+        return topic, int(qid)
+    except ValueError:
+        return None
+
+
+def committed(half: records.MessageRecord, topic: str, queue_id: int) -> records.MessageRecord:
+    """``endMessageTransaction``: the real message, sysFlag COMMIT, PREPARED TRANSACTION OFFSET = the half
+    message's CommitLog offset. As in Java, the stored properties are the half message's own (Java builds the
+    string before it clears REAL_TOPIC/REAL_QID/TRAN_MSG from the map)."""
+    return records.MessageRecord(
+        topic=topic,
+        queue_id=queue_id,
+        body=half.body,
+        properties=half.properties,
+        flag=half.flag,
+        sys_flag=_with_transaction_type(half.sys_flag, records.TRANSACTION_COMMIT_TYPE),
+        born_timestamp=half.born_timestamp,
+        born_host=half.born_host,
+        reconsume_times=half.reconsume_times,
+        prepared_transaction_offset=half.physical_offset,
+    )
+
+
+def renewed(half: records.MessageRecord, check_times: int | None) -> records.MessageRecord:
+    """``renewHalfMessageInner`` (+ ``renewImmunityHalfMessageInner``): the half message re-put at the queue's end,
+    remembering its origin's queue offset and, for a check-back, how many checks it has had."""
+    extra = {PROPERTY_PREPARED_QUEUE_OFFSET: str(origin_offset(half))}
+    if check_times is not None:
+        extra[PROPERTY_CHECK_TIMES] = str(check_times)
+    return records.MessageRecord(
+        topic=half.topic,
+        queue_id=half.queue_id,
+        body=half.body,
+        properties=_append(half.properties, extra),
+        flag=half.flag,
+        sys_flag=half.sys_flag,
+        born_timestamp=half.born_timestamp,
+        born_host=half.born_host,
+        reconsume_times=half.reconsume_times,
+    )
+
+
+def discarded(half: records.MessageRecord) -> records.MessageRecord:
+    """``toMessageExtBrokerInner``: a half message checked ``transactionCheckMax`` times, for
+    ``TRANS_CHECK_MAX_TIME_TOPIC`` queue 0."""
+    return replace(renewed(half, None), topic=CHECK_MAX_TIME_TOPIC, queue_id=0, properties=half.properties)
+
+
+def op_record(half_queue_offsets: list[int], uniq_key: str, host: records.Host, now_ms: int) -> records.MessageRecord:
+    """An op message removing half messages: tag ``d``, body = their queue offsets."""
+    props = {properties.PROPERTY_TAGS: REMOVE_TAG, properties.PROPERTY_WAIT_STORE_MSG_OK: "false",
+             properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq_key}  # fmt: skip
+    return records.MessageRecord(
+        topic=OP_TOPIC,
+        queue_id=HALF_QUEUE_ID,
+        body=OFFSET_SEPARATOR.join(str(o) for o in half_queue_offsets).encode(),
+        properties=properties.encode_properties(props),
+        born_timestamp=now_ms,
+        born_host=host,
+    )
+
+
+def op_offsets(op: records.MessageRecord) -> list[int]:
+    """The half queue offsets an op message removes (4.x: one; 5.x: several separated by ``,``)."""
+    if op.tags != REMOVE_TAG:
+        log.error("op message at %d has tag %r, not %r: ignored", op.physical_offset, op.tags, REMOVE_TAG)
+        return []
+    out = []
+    for part in op.body.decode("utf-8", "replace").split(OFFSET_SEPARATOR):
+        try:
+            out.append(int(part))
+        except ValueError:
+            log.error("op message at %d has a bad offset %r: ignored", op.physical_offset, part)
+    return out
+
+
+class ResolvedHalves:
+    """Half queue offsets removed by an op message (committed or rolled back): rebuilt from the op topic at start,
+    extended as ops are written."""
+
+    def __init__(self) -> None:
+        self._offsets: set[int] = set()
+
+    def __contains__(self, offset: int) -> bool:
+        return offset in self._offsets
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def is_resolved(self, half: records.MessageRecord) -> bool:
+        return half.queue_offset in self._offsets or origin_offset(half) in self._offsets
+
+    def add(self, offsets: list[int]) -> None:
+        self._offsets.update(offsets)
+
+    def discard(self, offsets: list[int]) -> None:
+        self._offsets.difference_update(offsets)

@@ -1,0 +1,273 @@
+"""Transactions: END_TRANSACTION (37) and the check-back service (``EndTransactionProcessor``,
+``TransactionalMessageServiceImpl``, ``TransactionalMessageCheckService``), over the half/op records of
+``half_messages``.
+
+END_TRANSACTION (oneway from the producer): COMMIT re-puts the half message as the real one (sysFlag COMMIT,
+PREPARED TRANSACTION OFFSET = the half's CommitLog offset) then writes the op; ROLLBACK writes only the op;
+UNKNOWN does nothing. The half message is found by ``commitLogOffset`` and must be a half message whose PGROUP,
+queue offset and CommitLog offset match the header. A request for an unknown offset or for a transaction already
+resolved (by either END_TRANSACTION or an earlier check-back answer) is logged and ignored: nothing is delivered
+twice.
+
+The check service runs every ``transactionCheckInterval`` ms. From the progress offset of group
+``CID_RMQ_SYS_TRANS`` it walks the half queue up to the end it saw when the round began: resolved halves are
+passed; one checked ``transactionCheckMax`` times (or older than ``fileReservedTime``) moves to
+``TRANS_CHECK_MAX_TIME_TOPIC``; the round stops at the first half younger than ``transactionTimeOut`` (a half with
+``CHECK_IMMUNITY_TIME_IN_SECONDS`` still inside it is re-put at the end instead, so it does not hold the others
+back); any other half is re-put with its check count raised and CHECK_TRANSACTION_STATE (39) goes oneway to a live
+channel of its producer group, which answers with END_TRANSACTION ``fromTransactionCheck=true``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+
+from broker.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
+from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import Channel, Handler
+from broker.remoting.errors import RemotingError
+from broker.remoting.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
+from broker.server import half_messages as hm
+from broker.server import topics as tp
+from broker.server.context import BrokerContext
+from store.format import msgid, records
+from store.message_store import GetMessageStatus
+
+log = logging.getLogger(__name__)
+
+_RW = tp.PERM_READ | tp.PERM_WRITE
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionProcessor:
+    """END_TRANSACTION and the check-back service of one broker."""
+
+    def __init__(self, broker: BrokerContext) -> None:
+        self.broker = broker
+        self.resolved = hm.ResolvedHalves()
+        self._uniq = msgid.UniqKeyGenerator()
+        self._task: asyncio.Task | None = None
+        self._checks: set[asyncio.Task] = set()
+
+    def routes(self) -> dict[int, Handler]:
+        return {RequestCode.END_TRANSACTION: self.end_transaction}
+
+    # --- state --------------------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Rebuild which half messages are resolved from the whole op queue (a worker thread, at start-up)."""
+        store = self.broker.store
+        offset = store.get_min_offset_in_queue(hm.OP_TOPIC, hm.HALF_QUEUE_ID)
+        while True:
+            got = store.get_message(hm.OP_TOPIC, hm.HALF_QUEUE_ID, offset, 32)
+            for raw in got.messages:
+                try:
+                    self.resolved.add(hm.op_offsets(records.decode_record(raw)))
+                except records.RecordError as e:
+                    log.error("op message unreadable: %s", e)
+            if got.next_begin_offset <= offset:
+                break
+            offset = got.next_begin_offset
+        log.info("transactions: %d resolved half offsets loaded from %s", len(self.resolved), hm.OP_TOPIC)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._check_loop(), name="transaction-check")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._task, *self._checks) if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    def _read_half(self, commit_log_offset: int) -> records.MessageRecord | None:
+        raw = self.broker.store.look_message_by_offset(commit_log_offset)
+        if raw is None:
+            return None
+        try:
+            rec = records.decode_record(raw)
+        except (records.RecordError, IndexError, ValueError):
+            return None
+        return rec if rec.topic == hm.HALF_TOPIC and rec.physical_offset == commit_log_offset else None
+
+    async def _write_op(self, half: records.MessageRecord) -> bool:
+        offsets = sorted({half.queue_offset, hm.origin_offset(half)})
+        op = hm.op_record(offsets, self._uniq.next(), self._store_host(), _now())
+        self.broker.topics.create_system_topic(hm.OP_TOPIC, 1, _RW)
+        result = await self.broker.put([op])
+        if not result.ok:
+            log.error("op message for half offsets %s not written: %s", offsets, result.error or result.status)
+        return result.ok
+
+    def _store_host(self) -> records.Host:
+        return msgid.parse_host_string(self.broker.config.broker_addr)
+
+    # --- END_TRANSACTION ----------------------------------------------------------------------------------------
+    async def end_transaction(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
+        h = cmd.read_header(EndTransactionRequestHeader)
+        kind = h.commit_or_rollback
+        if kind not in (records.TRANSACTION_COMMIT_TYPE, records.TRANSACTION_ROLLBACK_TYPE):
+            if kind != records.TRANSACTION_NOT_TYPE:
+                log.warning("END_TRANSACTION from %s with commitOrRollback %d: ignored", conn.remote_addr, kind)
+            return None  # UNKNOWN: the check-back will ask again
+        what = "commit" if kind == records.TRANSACTION_COMMIT_TYPE else "rollback"
+        half = self._read_half(h.commit_log_offset)
+        refused = self._validate(h, half)
+        if refused is not None:
+            log.warning("END_TRANSACTION %s from %s (group %s, offset %d/%d, msgId %s) ignored: %s", what,
+                        conn.remote_addr, h.producer_group, h.tran_state_table_offset, h.commit_log_offset, h.msg_id,
+                        refused)  # fmt: skip
+            return cmd.response(ResponseCode.SYSTEM_ERROR, refused)
+        assert half is not None  # _validate refuses a missing one
+        if not h.from_transaction_check and self._immunity_passed(half):
+            log.warning("END_TRANSACTION %s for %s after its check immunity: left to the check-back", what, h.msg_id)
+            late = "the check immunity time has passed: wait for the check"
+            return cmd.response(ResponseCode.ILLEGAL_OPERATION, late)
+        offsets = [half.queue_offset, hm.origin_offset(half)]
+        self.resolved.add(offsets)  # before any await: a concurrent request for the same transaction is ignored
+        try:
+            if kind == records.TRANSACTION_COMMIT_TYPE:
+                target = hm.real_target(half)
+                if target is None:
+                    self.resolved.discard(offsets)
+                    return cmd.response(ResponseCode.SYSTEM_ERROR, "the half message has no REAL_TOPIC/REAL_QID")
+                topic, queue_id = target
+                result = await self.broker.put([hm.committed(half, topic, queue_id)])
+                if not result.ok:
+                    self.resolved.discard(offsets)
+                    return cmd.response(ResponseCode.SYSTEM_ERROR, result.error or result.status.value)
+            await self._write_op(half)
+        except BaseException:
+            self.resolved.discard(offsets)
+            raise
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def _validate(self, h: EndTransactionRequestHeader, half: records.MessageRecord | None) -> str | None:
+        if half is None:
+            return "Find prepared transaction message failed"
+        if half.property_map.get(hm.PROPERTY_PRODUCER_GROUP) != h.producer_group:
+            return "The producer group wrong"
+        if half.queue_offset != h.tran_state_table_offset:
+            return "The transaction state table offset wrong"
+        if self.resolved.is_resolved(half):
+            return "The transaction is already resolved"
+        return None
+
+    def _immunity_passed(self, half: records.MessageRecord) -> bool:
+        """``rejectCommitOrRollback``: a producer's own END_TRANSACTION after its custom first-check time."""
+        value = half.property_map.get(hm.PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
+        if not value:
+            return False
+        return _now() - half.born_timestamp > self._immunity_ms(value)
+
+    def _immunity_ms(self, value: str) -> int:
+        timeout = self.broker.config.transaction_time_out
+        try:
+            seconds = int(value)
+        except ValueError:
+            return timeout
+        return timeout if seconds == -1 else seconds * 1000
+
+    # --- check-back ---------------------------------------------------------------------------------------------
+    async def _check_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.broker.config.transaction_check_interval / 1000)
+            try:
+                await self.check()
+            except Exception:
+                log.exception("transaction check failed")
+
+    async def check(self) -> None:
+        """One round over the half queue (``TransactionalMessageServiceImpl.check``)."""
+        b = self.broker
+        if b.topics.get(hm.HALF_TOPIC) is None:
+            return
+        store = b.store
+        progress = b.offsets.query(hm.CHECK_GROUP, hm.HALF_TOPIC, hm.HALF_QUEUE_ID)
+        if progress < 0:
+            progress = store.get_min_offset_in_queue(hm.HALF_TOPIC, hm.HALF_QUEUE_ID)
+        end = store.get_max_offset_in_queue(hm.HALF_TOPIC, hm.HALF_QUEUE_ID)  # copies put now wait for a next round
+        timeout, check_max = b.config.transaction_time_out, b.config.transaction_check_max
+        offset = max(progress, store.get_min_offset_in_queue(hm.HALF_TOPIC, hm.HALF_QUEUE_ID))
+        while offset < end and not b.stopping:
+            got = store.get_message(hm.HALF_TOPIC, hm.HALF_QUEUE_ID, offset, 1)
+            if got.status != GetMessageStatus.FOUND:
+                offset = max(got.next_begin_offset, offset + 1)
+                continue
+            try:
+                half = records.decode_record(got.messages[0])
+            except records.RecordError as e:
+                log.error("half message at queue offset %d unreadable, skipped: %s", offset, e)
+                half = None
+            if half is not None and not await self._check_one(half, timeout, check_max):
+                break  # too young: so are the ones after it
+            offset += 1
+            b.offsets.commit(hm.CHECK_GROUP, hm.HALF_TOPIC, hm.HALF_QUEUE_ID, offset)
+            await asyncio.sleep(0)  # a long queue must not hold the loop
+
+    async def _check_one(self, half: records.MessageRecord, timeout: int, check_max: int) -> bool:
+        """Handle one unprocessed half message; False when it is too young and the round must stop."""
+        if self.resolved.is_resolved(half):
+            return True
+        times = int(half.property_map.get(hm.PROPERTY_CHECK_TIMES) or 0)
+        age = _now() - half.born_timestamp
+        if times >= max(check_max, 1) or age > self.broker.store_config.file_reserved_time * 3_600_000:
+            log.error("half message %s (%s) checked %d times: moved to %s", half.uniq_key, half.offset_msg_id, times,
+                      hm.CHECK_MAX_TIME_TOPIC)  # fmt: skip
+            self.broker.topics.create_system_topic(hm.CHECK_MAX_TIME_TOPIC, 1, _RW)
+            await self.broker.put([hm.discarded(half)])
+            return True
+        immunity = half.property_map.get(hm.PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
+        limit = self._immunity_ms(immunity) if immunity is not None else timeout
+        if 0 <= age <= limit:
+            if immunity is None:
+                return False
+            await self.broker.put([hm.renewed(half, None)])  # checked later, without holding the queue back
+            return True
+        result = await self.broker.put([hm.renewed(half, times + 1)])
+        if not result.ok or result.append is None:
+            log.error("half message %s not re-put for its check: %s", half.uniq_key, result.error or result.status)
+            return False
+        copy = records.decode_record(self.broker.store.look_message_by_offset(result.append.wrote_offset) or b"")
+        self._send_check(copy)
+        return True
+
+    def _send_check(self, half: records.MessageRecord) -> None:
+        """CHECK_TRANSACTION_STATE to one live channel of the half message's producer group."""
+        group = half.property_map.get(hm.PROPERTY_PRODUCER_GROUP, "")
+        channels = self.broker.producers.groups.get(group)
+        if not channels:
+            log.warning("check of %s skipped: producer group %r has no live channel", half.uniq_key, group)
+            return
+        target = hm.real_target(half)
+        if target is None:
+            log.error("half message %s has no REAL_TOPIC/REAL_QID: not checked", half.offset_msg_id)
+            return
+        channel = max(channels.values(), key=lambda c: c.last_update)
+        header = CheckTransactionStateRequestHeader(
+            tran_state_table_offset=half.queue_offset, commit_log_offset=half.physical_offset, msg_id=half.uniq_key,
+            transaction_id=half.uniq_key, offset_msg_id=half.offset_msg_id, topic=half.topic,
+            broker_name=self.broker.config.broker_name,
+        )  # fmt: skip
+        shown = dataclasses.replace(half, topic=target[0], queue_id=target[1], _props=None)
+        cmd = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, header, records.encode_record(shown),
+                                      oneway=True)  # fmt: skip
+        cmd.language = "JAVA"
+        cmd.version = CURRENT_VERSION
+        task = asyncio.ensure_future(self._send(channel.conn, cmd))
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
+
+    @staticmethod
+    async def _send(conn: Channel, cmd: RemotingCommand) -> None:
+        try:
+            await conn.send_oneway(cmd)
+        except RemotingError as e:
+            log.warning("CHECK_TRANSACTION_STATE to %s failed: %s", conn.remote_addr, e)
