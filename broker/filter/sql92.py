@@ -62,12 +62,12 @@ Eval = Callable[[Mapping[str, str]], Value]
 
 
 # --- Java conversions --------------------------------------------------------------------------------------
-_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
 _JAVA_DOUBLE = re.compile(r"[+-]?(NaN|Infinity|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[fFdD]?)")
 
 
 def _java_integer(s: str, lo: int, hi: int) -> int:
-    if not _JAVA_INTEGER.fullmatch(s):
+    digits = s[1:] if s[:1] in ("+", "-") else s
+    if not (digits.isascii() and digits.isdigit()):  # Integer.valueOf: an optional sign and ASCII digits only
         raise _EvalError(f"for input string: {s!r}")
     v = int(s)
     if not lo <= v <= hi:
@@ -195,9 +195,41 @@ def _check_less_than_operand(n: _Node) -> None:
         raise SelectorError(f"Value '{n.text}' cannot be compared.")
 
 
+def _from_string(constant: Value) -> Callable[[str], Value]:
+    """How Java converts a string compared with ``constant`` (``__compare``'s String row)."""
+    if isinstance(constant, bool):
+        return lambda s: s.lower() == "true"
+    if isinstance(constant, _Long):
+        return lambda s: _java_integer(s, _LONG_MIN, _LONG_MAX)
+    if isinstance(constant, int):
+        return lambda s: _java_integer(s, _INT_MIN, _INT_MAX)
+    if isinstance(constant, float):
+        return _java_double
+    return lambda s: s
+
+
+def _property_vs_constant(left: _Node, right: _Node, accept: Callable[[int], bool]) -> Eval | None:
+    """The common ``property <op> literal`` with the literal's conversion chosen once (same results as the general
+    path: a property value is always a string)."""
+    if left.prop is None or not right.constant or right.value is None:
+        return None
+    name, rv, convert = left.prop, right.value, _from_string(right.value)
+
+    def ev(p: Mapping[str, str]) -> Value:
+        lv = p.get(name)
+        if lv is None:
+            return None
+        return accept(_compare_to(convert(lv), rv))
+
+    return ev
+
+
 def _ordering(left: _Node, right: _Node, op: str, accept: Callable[[int], bool]) -> _Node:
     _check_less_than_operand(left)
     _check_less_than_operand(right)
+    fast = _property_vs_constant(left, right, accept)
+    if fast is not None:
+        return _bool_node(fast, f"{left.text} {op} {right.text}")
     lf, rf = left.fn, right.fn
 
     def ev(p: Mapping[str, str]) -> Value:
@@ -215,6 +247,12 @@ def _ordering(left: _Node, right: _Node, op: str, accept: Callable[[int], bool])
 
 
 def _equal(left: _Node, right: _Node, text: str) -> _Node:
+    if isinstance(right.value, str) and left.prop is not None and right.constant:
+        name, rv = left.prop, right.value
+        return _bool_node(lambda p: None if (lv := p.get(name)) is None else lv == rv, text)
+    fast = _property_vs_constant(left, right, lambda c: c == 0)
+    if fast is not None:
+        return _bool_node(fast, text)
     lf, rf = left.fn, right.fn
 
     def ev(p: Mapping[str, str]) -> Value:
@@ -450,6 +488,7 @@ class Selector:
 
     expression: str
     _fn: Eval
+    names: frozenset[str]  # the properties it reads
 
     def evaluate(self, props: Mapping[str, str]) -> bool:
         """True only when the expression is TRUE for these properties (NULL and errors do not match)."""
@@ -459,12 +498,12 @@ class Selector:
             return False
 
     def matches_record(self, raw: bytes | memoryview) -> bool:
-        """Whether the CommitLog record ``raw`` matches, reading only its properties."""
+        """Whether the CommitLog record ``raw`` matches, reading only the properties the expression names."""
         try:
-            props = properties.decode_properties(records.read_properties(raw))
+            props = records.read_properties(raw)
         except (records.RecordError, IndexError, ValueError):
             return False
-        return self.evaluate(props)
+        return self.evaluate({n: v for n in self.names if (v := properties.find_property(props, n)) is not None})
 
 
 def compile_selector(expression: str) -> Selector:
@@ -492,7 +531,8 @@ def _compile_cached(expression: str) -> Selector | str:
         node = _as_boolean(_build(tree))
     except SelectorError as e:
         return f"Invalid MessageSelector. {e}"
-    return Selector(expression, node.fn)
+    names = frozenset(str(t.children[0]) for t in tree.iter_subtrees() if t.data == "prop")
+    return Selector(expression, node.fn, names)
 
 
 def _describe(e: lark.exceptions.UnexpectedInput, text: str) -> str:

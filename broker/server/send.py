@@ -64,17 +64,7 @@ def _is_batch(cmd: RemotingCommand, h: SendMessageRequestHeader) -> bool:
 
 def _property(props: bytes, name: str) -> str | None:
     """One property's value without decoding them all (this runs on every send)."""
-    key = name.encode() + b"\x01"
-    end = len(props)
-    while True:
-        i = props.rfind(key, 0, end)  # the last occurrence wins, as when Java fills its map
-        if i < 0:
-            return None
-        if i == 0 or props[i - 1] == 0x02:
-            j = props.find(b"\x02", i)
-            value = props[i + len(key) : j if j >= 0 else len(props)]
-            return value.decode("utf-8", "replace") if value else None  # an empty value is dropped
-        end = i
+    return properties.find_property(props, name)
 
 
 def _with_property(props: bytes, name: str, value: str) -> bytes:

@@ -43,6 +43,22 @@ def decode_properties(data: bytes | bytearray | memoryview | str) -> dict[str, s
     return {n.decode("utf-8", "replace"): v.decode("utf-8", "replace") for n, v in iter_properties(raw)}
 
 
+def find_property(raw: bytes, name: str) -> str | None:
+    """One property's value without decoding them all, as ``string2messageProperties`` would give it: the last
+    occurrence wins, an empty value is absent."""
+    key = name.encode("utf-8") + b"\x01"
+    end = len(raw)
+    while True:
+        i = raw.rfind(key, 0, end)
+        if i < 0:
+            return None
+        if i == 0 or raw[i - 1] == 0x02:
+            j = raw.find(b"\x02", i)
+            value = raw[i + len(key) : j if j >= 0 else len(raw)]
+            return value.decode("utf-8", "replace") if value else None
+        end = i
+
+
 def split_keys(keys: str | None) -> list[str]:
     """The entries of a KEYS property (space-separated, empties dropped), each indexed on its own."""
     return [k for k in keys.split(KEY_SEPARATOR) if k] if keys else []
