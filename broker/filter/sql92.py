@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -482,7 +483,7 @@ def _parser() -> lark.Lark:
     return lark.Lark(grammar, parser="lalr", maybe_placeholders=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Selector:
     """A compiled SQL92 expression."""
 
@@ -501,9 +502,18 @@ class Selector:
         """Whether the CommitLog record ``raw`` matches, reading only the properties the expression names."""
         try:
             props = records.read_properties(raw)
-        except (records.RecordError, IndexError, ValueError):
+        except (records.RecordError, IndexError, ValueError, struct.error):
             return False
-        return self.evaluate({n: v for n in self.names if (v := properties.find_property(props, n)) is not None})
+        values = {}
+        for name, find in self._finders:
+            v = find(props)
+            if v is not None:
+                values[name] = v
+        return self.evaluate(values)
+
+    @functools.cached_property
+    def _finders(self) -> tuple[tuple[str, Callable[[bytes], str | None]], ...]:
+        return tuple((n, properties.property_finder(n)) for n in sorted(self.names))
 
 
 def compile_selector(expression: str) -> Selector:

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Awaitable
 
 from broker.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
@@ -34,6 +35,7 @@ from broker.remoting.headers import CheckTransactionStateRequestHeader, EndTrans
 from broker.server import half_messages as hm
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
+from store.config import FlushDiskType
 from store.format import msgid, records
 from store.message_store import GetMessageStatus
 
@@ -55,6 +57,7 @@ class TransactionProcessor:
         self._uniq = msgid.UniqKeyGenerator()
         self._task: asyncio.Task | None = None
         self._checks: set[asyncio.Task] = set()
+        self._pending_ops: list[int] = []  # half offsets resolved in this loop turn, written as one op message
 
     def routes(self) -> dict[int, Handler]:
         return {RequestCode.END_TRANSACTION: self.end_transaction}
@@ -80,6 +83,7 @@ class TransactionProcessor:
         self._task = asyncio.get_running_loop().create_task(self._check_loop(), name="transaction-check")
 
     async def stop(self) -> None:
+        self._flush_ops()
         tasks = [t for t in (self._task, *self._checks) if t is not None]
         for t in tasks:
             t.cancel()
@@ -97,11 +101,12 @@ class TransactionProcessor:
             return None
         return rec if rec.topic == hm.HALF_TOPIC and rec.physical_offset == commit_log_offset else None
 
-    async def _write_op(self, half: records.MessageRecord) -> bool:
-        offsets = sorted({half.queue_offset, hm.origin_offset(half)})
-        op = hm.op_record(offsets, self._uniq.next(), self._store_host(), _now())
+    def _op(self, offsets: list[int]) -> records.MessageRecord:
+        return hm.op_record(offsets, self._uniq.next(), self._store_host(), _now())
+
+    async def _write_op(self, offsets: list[int]) -> bool:
         self.broker.topics.create_system_topic(hm.OP_TOPIC, 1, _RW)
-        result = await self.broker.put([op])
+        result = await self.broker.put([self._op(offsets)])
         if not result.ok:
             log.error("op message for half offsets %s not written: %s", offsets, result.error or result.status)
         return result.ok
@@ -110,13 +115,16 @@ class TransactionProcessor:
         return msgid.parse_host_string(self.broker.config.broker_addr)
 
     # --- END_TRANSACTION ----------------------------------------------------------------------------------------
-    async def end_transaction(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
+    def end_transaction(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """A plain function, as the send path: in ASYNC_FLUSH nothing waits, so no task per request; the op
+        messages of every END_TRANSACTION handled in one loop turn are written as one (5.x's comma-separated op
+        body). In SYNC_FLUSH the coroutine waits until the committed message and its op are durable."""
         h = cmd.read_header(EndTransactionRequestHeader)
         kind = h.commit_or_rollback
         if kind not in (records.TRANSACTION_COMMIT_TYPE, records.TRANSACTION_ROLLBACK_TYPE):
             if kind != records.TRANSACTION_NOT_TYPE:
                 log.warning("END_TRANSACTION from %s with commitOrRollback %d: ignored", conn.remote_addr, kind)
-            return None  # UNKNOWN: the check-back will ask again
+            return cmd.response(ResponseCode.SUCCESS)  # UNKNOW: the check-back will ask again (oneway: not sent)
         what = "commit" if kind == records.TRANSACTION_COMMIT_TYPE else "rollback"
         half = self._read_half(h.commit_log_offset)
         refused = self._validate(h, half)
@@ -130,24 +138,53 @@ class TransactionProcessor:
             log.warning("END_TRANSACTION %s for %s after its check immunity: left to the check-back", what, h.msg_id)
             late = "the check immunity time has passed: wait for the check"
             return cmd.response(ResponseCode.ILLEGAL_OPERATION, late)
-        offsets = [half.queue_offset, hm.origin_offset(half)]
-        self.resolved.add(offsets)  # before any await: a concurrent request for the same transaction is ignored
+        final: list[records.MessageRecord] = []
+        if kind == records.TRANSACTION_COMMIT_TYPE:
+            target = hm.real_target(half)
+            if target is None:
+                return cmd.response(ResponseCode.SYSTEM_ERROR, "the half message has no REAL_TOPIC/REAL_QID")
+            final.append(hm.committed(half, *target))
+        offsets = sorted({half.queue_offset, hm.origin_offset(half)})
+        self.resolved.add(offsets)  # at once: a concurrent request for the same transaction is ignored
+        if self.broker.store_config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
+            return self._end_and_wait(cmd, final, offsets)
+        if final:
+            result, _ = self.broker.store.put_messages_nowait(final)
+            if not result.ok:
+                self.resolved.discard(offsets)
+                return cmd.response(ResponseCode.SYSTEM_ERROR, result.error or result.status.value)
+            self.broker.stats.put(1)
+        self._queue_op(offsets)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def _end_and_wait(
+        self, cmd: RemotingCommand, final: list[records.MessageRecord], offsets: list[int]
+    ) -> RemotingCommand:
         try:
-            if kind == records.TRANSACTION_COMMIT_TYPE:
-                target = hm.real_target(half)
-                if target is None:
-                    self.resolved.discard(offsets)
-                    return cmd.response(ResponseCode.SYSTEM_ERROR, "the half message has no REAL_TOPIC/REAL_QID")
-                topic, queue_id = target
-                result = await self.broker.put([hm.committed(half, topic, queue_id)])
+            if final:
+                result = await self.broker.put(final)
                 if not result.ok:
                     self.resolved.discard(offsets)
                     return cmd.response(ResponseCode.SYSTEM_ERROR, result.error or result.status.value)
-            await self._write_op(half)
+            await self._write_op(offsets)
         except BaseException:
             self.resolved.discard(offsets)
             raise
         return cmd.response(ResponseCode.SUCCESS)
+
+    def _queue_op(self, offsets: list[int]) -> None:
+        if not self._pending_ops:
+            asyncio.get_running_loop().call_soon(self._flush_ops)
+        self._pending_ops.extend(offsets)
+
+    def _flush_ops(self) -> None:
+        offsets, self._pending_ops = self._pending_ops, []
+        if not offsets:
+            return
+        self.broker.topics.create_system_topic(hm.OP_TOPIC, 1, _RW)
+        result, _ = self.broker.store.put_messages_nowait([self._op(offsets)])
+        if not result.ok:  # the check-back will ask about them again
+            log.error("op message for half offsets %s not written: %s", offsets, result.error or result.status)
 
     def _validate(self, h: EndTransactionRequestHeader, half: records.MessageRecord | None) -> str | None:
         if half is None:

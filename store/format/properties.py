@@ -3,7 +3,7 @@ and the property names the store and the broker read (``MessageConst``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -46,17 +46,27 @@ def decode_properties(data: bytes | bytearray | memoryview | str) -> dict[str, s
 def find_property(raw: bytes, name: str) -> str | None:
     """One property's value without decoding them all, as ``string2messageProperties`` would give it: the last
     occurrence wins, an empty value is absent."""
+    return property_finder(name)(raw)
+
+
+def property_finder(name: str) -> Callable[[bytes], str | None]:
+    """``find_property`` for one name, its search key encoded once (a filter runs it on every record)."""
     key = name.encode("utf-8") + b"\x01"
-    end = len(raw)
-    while True:
-        i = raw.rfind(key, 0, end)
-        if i < 0:
-            return None
-        if i == 0 or raw[i - 1] == 0x02:
-            j = raw.find(b"\x02", i)
-            value = raw[i + len(key) : j if j >= 0 else len(raw)]
-            return value.decode("utf-8", "replace") if value else None
-        end = i
+    n = len(key)
+
+    def find(raw: bytes) -> str | None:
+        end = len(raw)
+        while True:
+            i = raw.rfind(key, 0, end)
+            if i < 0:
+                return None
+            if i == 0 or raw[i - 1] == 0x02:
+                j = raw.find(b"\x02", i)
+                value = raw[i + n : j if j >= 0 else len(raw)]
+                return value.decode("utf-8", "replace") if value else None
+            end = i
+
+    return find
 
 
 def split_keys(keys: str | None) -> list[str]:

@@ -575,17 +575,22 @@ def read_store_timestamp(buf: ReadBuffer, pos: int) -> int:
     return _LONG.unpack_from(buf, pos + store_timestamp_position(sys_flag))[0]
 
 
+_PROPS_HEAD = struct.Struct(">ii28xi")  # TOTALSIZE, MAGIC, (BODYCRC .. PHYSICALOFFSET), SYSFLAG
+_HEADER_SIZES = {  # by sysFlag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+    (BORNHOST_V6_FLAG if b else 0) | (STOREHOSTADDRESS_V6_FLAG if s else 0): h.size for (b, s), h in _HEADERS.items()
+}
+
+
 def read_properties(buf: ReadBuffer, pos: int = 0) -> bytes:
     """The raw PROPERTIES of the record at ``pos`` without decoding the rest (a property filter reads only
-    these); raise :class:`RecordError` when a length overruns the record."""
-    total = _INT.unpack_from(buf, pos)[0]
-    sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POS)[0]
-    hdr = _HEADERS[(bool(sys_flag & BORNHOST_V6_FLAG), bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))]
+    these, per record scanned: three unpacks); raise :class:`RecordError` when a length overruns the record."""
+    total, magic, sys_flag = _PROPS_HEAD.unpack_from(buf, pos)
+    header = _HEADER_SIZES[sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)]
     limit = pos + total
-    if total < hdr.size + 3 or len(buf) < limit:
+    if total < header + 3 or len(buf) < limit:
         raise RecordError(pos, f"size {total} cannot hold a record", "")
-    p = pos + hdr.size + _INT.unpack_from(buf, pos + hdr.size - 4)[0]  # the header ends with BODYLENGTH
-    v2 = _INT.unpack_from(buf, pos + MAGIC_POS)[0] == MESSAGE_MAGIC_V2
+    p = pos + header + _INT.unpack_from(buf, pos + header - 4)[0]  # the header ends with BODYLENGTH
+    v2 = magic == MESSAGE_MAGIC_V2
     if p + (2 if v2 else 1) > limit:
         raise RecordError(pos, "truncated before the topic length", "")
     p += 2 + _SHORT.unpack_from(buf, p)[0] if v2 else 1 + struct.unpack_from(">b", buf, p)[0]
