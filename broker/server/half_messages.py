@@ -47,7 +47,7 @@ def _append(props: bytes, values: dict[str, str]) -> bytes:
 def to_half(rec: records.MessageRecord) -> records.MessageRecord:
     """``parseHalfMessageInner``: park a prepared message in the half topic with its real topic and queue."""
     extra = {}
-    uniq = rec.uniq_key
+    uniq = prop(rec, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
     if uniq:
         extra[PROPERTY_TRANSACTION_ID] = uniq
     extra[properties.PROPERTY_REAL_TOPIC] = rec.topic
@@ -62,19 +62,32 @@ def to_half(rec: records.MessageRecord) -> records.MessageRecord:
     )
 
 
+def prop(rec: records.MessageRecord, name: str) -> str | None:
+    """One property of a record, found in its raw properties (END_TRANSACTION reads four, on every commit)."""
+    return properties.find_property(rec.properties, name)
+
+
 def origin_offset(half: records.MessageRecord) -> int:
     """The queue offset of the half message this one was re-put from (itself when it is the first)."""
-    value = half.property_map.get(PROPERTY_PREPARED_QUEUE_OFFSET)
+    value = prop(half, PROPERTY_PREPARED_QUEUE_OFFSET)
     try:
         return int(value) if value is not None else half.queue_offset
     except ValueError:
         return half.queue_offset
 
 
+def check_times(half: records.MessageRecord) -> int:
+    """How many check-backs the half message has had (TRANSACTION_CHECK_TIMES; a bad value counts as none)."""
+    value = prop(half, PROPERTY_CHECK_TIMES)
+    try:
+        return int(value) if value is not None else 0
+    except ValueError:
+        return 0
+
+
 def real_target(half: records.MessageRecord) -> tuple[str, int] | None:
     """(REAL_TOPIC, REAL_QID), or None when the half message lacks them."""
-    p = half.property_map
-    topic, qid = p.get(properties.PROPERTY_REAL_TOPIC), p.get(properties.PROPERTY_REAL_QUEUE_ID)
+    topic, qid = prop(half, properties.PROPERTY_REAL_TOPIC), prop(half, properties.PROPERTY_REAL_QUEUE_ID)
     if not topic or qid is None:
         return None
     try:

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import struct
 import time
 from collections.abc import Awaitable
 
@@ -70,10 +71,9 @@ class TransactionProcessor:
         while True:
             got = store.get_message(hm.OP_TOPIC, hm.HALF_QUEUE_ID, offset, 32)
             for raw in got.messages:
-                try:
-                    self.resolved.add(hm.op_offsets(records.decode_record(raw)))
-                except records.RecordError as e:
-                    log.error("op message unreadable: %s", e)
+                op = _decode(raw)
+                if op is not None:
+                    self.resolved.add(hm.op_offsets(op))
             if got.next_begin_offset <= offset:
                 break
             offset = got.next_begin_offset
@@ -92,14 +92,12 @@ class TransactionProcessor:
                 await t
 
     def _read_half(self, commit_log_offset: int) -> records.MessageRecord | None:
+        """The half message starting at ``commit_log_offset``, or None unless a half message starts there."""
         raw = self.broker.store.look_message_by_offset(commit_log_offset)
-        if raw is None:
+        rec = None if raw is None else _decode(raw)
+        if rec is None or rec.topic != hm.HALF_TOPIC or rec.physical_offset != commit_log_offset:
             return None
-        try:
-            rec = records.decode_record(raw)
-        except (records.RecordError, IndexError, ValueError):
-            return None
-        return rec if rec.topic == hm.HALF_TOPIC and rec.physical_offset == commit_log_offset else None
+        return rec
 
     def _op(self, offsets: list[int]) -> records.MessageRecord:
         return hm.op_record(offsets, self._uniq.next(), self._store_host(), _now())
@@ -189,7 +187,7 @@ class TransactionProcessor:
     def _validate(self, h: EndTransactionRequestHeader, half: records.MessageRecord | None) -> str | None:
         if half is None:
             return "Find prepared transaction message failed"
-        if half.property_map.get(hm.PROPERTY_PRODUCER_GROUP) != h.producer_group:
+        if hm.prop(half, hm.PROPERTY_PRODUCER_GROUP) != h.producer_group:
             return "The producer group wrong"
         if half.queue_offset != h.tran_state_table_offset:
             return "The transaction state table offset wrong"
@@ -199,7 +197,7 @@ class TransactionProcessor:
 
     def _immunity_passed(self, half: records.MessageRecord) -> bool:
         """``rejectCommitOrRollback``: a producer's own END_TRANSACTION after its custom first-check time."""
-        value = half.property_map.get(hm.PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
+        value = hm.prop(half, hm.PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
         if not value:
             return False
         return _now() - half.born_timestamp > self._immunity_ms(value)
@@ -238,11 +236,7 @@ class TransactionProcessor:
             if got.status != GetMessageStatus.FOUND:
                 offset = max(got.next_begin_offset, offset + 1)
                 continue
-            try:
-                half = records.decode_record(got.messages[0])
-            except records.RecordError as e:
-                log.error("half message at queue offset %d unreadable, skipped: %s", offset, e)
-                half = None
+            half = _decode(got.messages[0])
             if half is not None and not await self._check_one(half, timeout, check_max):
                 break  # too young: so are the ones after it
             offset += 1
@@ -253,7 +247,7 @@ class TransactionProcessor:
         """Handle one unprocessed half message; False when it is too young and the round must stop."""
         if self.resolved.is_resolved(half):
             return True
-        times = int(half.property_map.get(hm.PROPERTY_CHECK_TIMES) or 0)
+        times = hm.check_times(half)
         age = _now() - half.born_timestamp
         if times >= max(check_max, 1) or age > self.broker.store_config.file_reserved_time * 3_600_000:
             log.error("half message %s (%s) checked %d times: moved to %s", half.uniq_key, half.offset_msg_id, times,
@@ -261,7 +255,7 @@ class TransactionProcessor:
             self.broker.topics.create_system_topic(hm.CHECK_MAX_TIME_TOPIC, 1, _RW)
             await self.broker.put([hm.discarded(half)])
             return True
-        immunity = half.property_map.get(hm.PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
+        immunity = hm.prop(half, hm.PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
         limit = self._immunity_ms(immunity) if immunity is not None else timeout
         if 0 <= age <= limit:
             if immunity is None:
@@ -272,13 +266,14 @@ class TransactionProcessor:
         if not result.ok or result.append is None:
             log.error("half message %s not re-put for its check: %s", half.uniq_key, result.error or result.status)
             return False
-        copy = records.decode_record(self.broker.store.look_message_by_offset(result.append.wrote_offset) or b"")
-        self._send_check(copy)
+        copy = _decode(self.broker.store.look_message_by_offset(result.append.wrote_offset) or b"")
+        if copy is not None:
+            self._send_check(copy)
         return True
 
     def _send_check(self, half: records.MessageRecord) -> None:
         """CHECK_TRANSACTION_STATE to one live channel of the half message's producer group."""
-        group = half.property_map.get(hm.PROPERTY_PRODUCER_GROUP, "")
+        group = (hm.prop(half, hm.PROPERTY_PRODUCER_GROUP) or "")
         channels = self.broker.producers.groups.get(group)
         if not channels:
             log.warning("check of %s skipped: producer group %r has no live channel", half.uniq_key, group)
@@ -308,3 +303,12 @@ class TransactionProcessor:
             await conn.send_oneway(cmd)
         except RemotingError as e:
             log.warning("CHECK_TRANSACTION_STATE to %s failed: %s", conn.remote_addr, e)
+
+
+def _decode(raw: bytes) -> records.MessageRecord | None:
+    """A record the store handed out whole (its size is the slice's): decoded, or None (logged) if it does not."""
+    try:
+        return records.decode_record(raw, size=len(raw))
+    except (records.RecordError, IndexError, ValueError, struct.error) as e:
+        log.error("unreadable record in the transaction topics: %s", e)
+        return None
