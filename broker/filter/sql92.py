@@ -27,7 +27,7 @@ import functools
 import math
 import re
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -499,21 +499,44 @@ class Selector:
             return False
 
     def matches_record(self, raw: bytes | memoryview) -> bool:
-        """Whether the CommitLog record ``raw`` matches, reading only the properties the expression names."""
+        """Whether the CommitLog record ``raw`` matches, looking up in its raw properties only the ones the
+        evaluation reaches (``a = 1 AND b = 2`` never looks for ``b`` when ``a`` is not 1)."""
         try:
             props = records.read_properties(raw)
         except (records.RecordError, IndexError, ValueError, struct.error):
             return False
-        values = {}
-        for name, find in self._finders:
-            v = find(props)
-            if v is not None:
-                values[name] = v
-        return self.evaluate(values)
+        return self.evaluate(_RawProperties(props, self._finders))
 
     @functools.cached_property
-    def _finders(self) -> tuple[tuple[str, Callable[[bytes], str | None]], ...]:
-        return tuple((n, properties.property_finder(n)) for n in sorted(self.names))
+    def _finders(self) -> dict[str, Callable[[bytes], str | None]]:
+        return {n: properties.property_finder(n) for n in self.names}
+
+
+class _RawProperties(Mapping[str, str]):
+    """A record's raw properties string read as a mapping, each value found when asked for."""
+
+    __slots__ = ("_raw", "_finders")
+
+    def __init__(self, raw: bytes, finders: dict[str, Callable[[bytes], str | None]]) -> None:
+        self._raw = raw
+        self._finders = finders
+
+    def get(self, name: str, default: Any = None) -> Any:
+        find = self._finders.get(name)
+        value = find(self._raw) if find is not None else properties.find_property(self._raw, name)
+        return default if value is None else value
+
+    def __getitem__(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(properties.decode_properties(self._raw))
+
+    def __len__(self) -> int:
+        return len(properties.decode_properties(self._raw))
 
 
 def compile_selector(expression: str) -> Selector:
