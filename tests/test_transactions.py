@@ -245,3 +245,30 @@ def test_half_message_survives_sigkill_and_check_back_resolves_it_after_restart(
                 assert [m.keys for m in await read_topic(c, topic)] == ["done", "pending", "barrier"]
 
     run(go())
+
+
+def test_a_late_commit_after_the_immunity_time_is_refused_and_left_to_the_check_back(mqlake_server_factory):
+    """rejectCommitOrRollback: with CHECK_IMMUNITY_TIME_IN_SECONDS=1, a local transaction that ends only after the
+    broker's first check-back (so after the immunity) has its COMMIT refused (ILLEGAL_OPERATION, unseen:
+    END_TRANSACTION is oneway); the check-back's later answer, ROLLBACK, decides: nothing is delivered."""
+    server = mqlake_server_factory(**FAST_CHECKS)
+    ns, topic = server.namesrv_addr, "tx_late"
+
+    async def go():
+        await make_topic(server, topic, queues=1)
+        checks = Checks()  # UNKNOW until the producer's own COMMIT has been sent
+        async with TransactionProducer("pg_tx_late", ns, checks) as p, PullConsumer("cg_tx_late", ns) as c:
+            async def slow_commit(msg: Message, sent) -> LocalTransactionState:
+                await until(lambda: checks.seen["late"] >= 1, what="a check-back, so past the immunity")
+                return COMMIT
+
+            late = Message(topic, "late", keys="late", properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "1"})
+            r = await p.send_in_transaction(late, slow_commit)
+            assert r.local_state is COMMIT
+            await until(lambda: "after its check immunity" in server.run_log(), what="the late COMMIT refused")
+            checks.answers["late"] = ROLLBACK
+            await until(lambda: _op_offsets_at_least(c, 1), what="the check-back's rollback")
+            assert await read_topic(c, topic) == []
+            assert await read_topic(c, HALF)  # the half message is still there, resolved by the op
+
+    run(go())
