@@ -115,9 +115,10 @@ class TransactionProducer(Producer):
         with its state (an exception in it leaves the state UNKNOW: the broker will check back)."""
         if PROPERTY_PRODUCER_GROUP in msg.properties or properties.PROPERTY_TRANSACTION_PREPARED in msg.properties:
             raise MQClientError("PGROUP and TRAN_MSG are set by the transaction producer")
+        # A transactional message is never delayed: the Java client drops DELAY too (sendMessageInTransaction).
+        user = {k: v for k, v in msg.properties.items() if k != properties.PROPERTY_DELAY_TIME_LEVEL}
         half = Message(msg.topic, msg.body, msg.tags, msg.keys,
-                       {**msg.properties, properties.PROPERTY_TRANSACTION_PREPARED: "true",
-                        PROPERTY_PRODUCER_GROUP: self.group},
+                       {**user, properties.PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: self.group},
                        msg.flag, msg.wait_store_msg_ok, msg.born_timestamp)  # fmt: skip
         body, props, uniq = self._prepare(half)
         mq = queue or self._pick(await self.publish_queues(half.topic), None)

@@ -523,7 +523,7 @@ class _RawProperties(Mapping[str, str]):
 
     def get(self, name: str, default: Any = None) -> Any:
         find = self._finders.get(name)
-        value = find(self._raw) if find is not None else properties.find_property(self._raw, name)
+        value = find(self._raw) if find is not None else properties.property_value(self._raw, name)
         return default if value is None else value
 
     def __getitem__(self, name: str) -> str:

@@ -64,7 +64,7 @@ def to_half(rec: records.MessageRecord) -> records.MessageRecord:
 
 def prop(rec: records.MessageRecord, name: str) -> str | None:
     """One property of a record, found in its raw properties (END_TRANSACTION reads four, on every commit)."""
-    return properties.find_property(rec.properties, name)
+    return properties.property_value(rec.properties, name)
 
 
 def origin_offset(half: records.MessageRecord) -> int:

@@ -1,5 +1,4 @@
-"""PULL_MESSAGE (11): read a queue from an offset, filtered by tags or an SQL92 expression over properties
-(``enablePropertyFilter``), with long polling (reference §7.7)."""
+"""PULL_MESSAGE (11): read a queue from an offset, filtered by tags, with long polling (reference §7.7)."""
 
 from __future__ import annotations
 
@@ -11,11 +10,7 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
 from broker.remoting.errors import RequestRefused
 from broker.remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
-from broker.remoting.protocol.heartbeat import (
-    SubscriptionData,
-    expression_tag_codes,
-    is_tag_type,
-)
+from broker.remoting.protocol.heartbeat import expression_tag_codes, is_tag_type
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
 from broker.server.filters import property_selector
@@ -56,22 +51,12 @@ class PullProcessor:
     def routes(self) -> dict[int, Handler]:
         return {RequestCode.PULL_MESSAGE: self.pull_message}
 
-    def _filter(self, h: PullMessageRequestHeader) -> tuple[set[int] | None, RecordFilter | None]:
-        """(tag codes, property filter) from the pull's own expression or the group's registered subscription."""
+    def _tag_codes(self, h: PullMessageRequestHeader) -> set[int] | None:
+        """The tag codes to match, from the pull's own expression or the group's registered subscription."""
         if h.sys_flag & FLAG_SUBSCRIPTION:
-            if is_tag_type(h.expression_type):
-                return expression_tag_codes(h.subscription), None
-            return None, self._property_filter(h.expression_type or "", h.subscription or "")
-        sub = self._registered(h)
-        if is_tag_type(sub.expression_type):
-            return sub.tag_codes, None
-        return None, self._property_filter(sub.expression_type, sub.sub_string)
-
-    def _property_filter(self, expression_type: str, expression: str) -> RecordFilter:
-        return property_selector(self.broker.config, expression_type, expression).matches_record
-
-    def _registered(self, h: PullMessageRequestHeader) -> SubscriptionData:
-        """The group's registered subscription to the pulled topic."""
+            if not is_tag_type(h.expression_type):
+                return None  # an expression over properties (SQL92): see _record_filter
+            return expression_tag_codes(h.subscription)
         info = self.broker.consumers.groups.get(h.consumer_group)
         if info is None:
             raise RequestRefused(
@@ -86,9 +71,9 @@ class PullProcessor:
             raise RequestRefused(
                 ResponseCode.SUBSCRIPTION_NOT_LATEST, f"subscription of {h.consumer_group} is out of date"
             )
-        return sub
+        return sub.tag_codes
 
-    def _check(self, h: PullMessageRequestHeader) -> tuple[set[int] | None, RecordFilter | None]:
+    def _check(self, h: PullMessageRequestHeader) -> set[int] | None:
         b = self.broker
         if not tp.is_readable(b.config.broker_permission):
             raise RequestRefused(ResponseCode.NO_PERMISSION, f"broker {b.config.broker_name} is not readable")
@@ -107,7 +92,21 @@ class PullProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"queue {h.queue_id} is out of range: topic {h.topic} has {tc.read_queue_nums} read queues",
             )
-        return self._filter(h)
+        return self._tag_codes(h)
+
+    def _record_filter(self, h: PullMessageRequestHeader) -> RecordFilter | None:
+        """The SQL92 filter (``enablePropertyFilter``) of the pull's own expression or of the group's registered
+        subscription, compiled once per expression; None for a TAG subscription."""
+        if h.sys_flag & FLAG_SUBSCRIPTION:
+            expression_type, expression = h.expression_type, h.subscription
+        else:
+            sub = self.broker.consumers.find_subscription(h.consumer_group, h.topic)
+            if sub is None:  # _check has refused the pull already
+                return None
+            expression_type, expression = sub.expression_type, sub.sub_string
+        if is_tag_type(expression_type):
+            return None
+        return property_selector(self.broker.config, expression_type or "", expression or "").matches_record
 
     def _read(
         self, h: PullMessageRequestHeader, tag_codes: set[int] | None, record_filter: RecordFilter | None = None
@@ -131,7 +130,8 @@ class PullProcessor:
         """A refusal (RequestRefused) and a bad header are answered by the remoting layer."""
         b = self.broker
         h = cmd.read_header(PullMessageRequestHeader)
-        tag_codes, record_filter = self._check(h)
+        tag_codes = self._check(h)
+        record_filter = self._record_filter(h)
         result = self._read(h, tag_codes, record_filter)
         code = pull_code(result.status, h.queue_offset)
         if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:

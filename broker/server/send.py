@@ -64,7 +64,7 @@ def _is_batch(cmd: RemotingCommand, h: SendMessageRequestHeader) -> bool:
 
 def _property(props: bytes, name: str) -> str | None:
     """One property's value without decoding them all (this runs on every send)."""
-    return properties.find_property(props, name)
+    return properties.property_value(props, name)
 
 
 def _with_property(props: bytes, name: str, value: str) -> bytes:

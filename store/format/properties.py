@@ -37,38 +37,37 @@ def iter_properties(raw: bytes) -> Iterator[tuple[bytes, bytes]]:
             yield name, value
 
 
+def property_value(raw: bytes, name: str) -> str | None:
+    """One property's value without decoding them all; the last occurrence wins, as when Java fills its map, and
+    an empty value counts as absent (``string2messageProperties`` drops it)."""
+    return _value_after(raw, name.encode() + b"\x01")
+
+
+def _value_after(raw: bytes, key: bytes) -> str | None:
+    end = len(raw)
+    while True:
+        i = raw.rfind(key, 0, end)
+        if i < 0:
+            return None
+        if i == 0 or raw[i - 1] == 0x02:
+            j = raw.find(b"\x02", i)
+            value = raw[i + len(key) : j if j >= 0 else len(raw)]
+            return value.decode("utf-8", "replace") if value else None
+        end = i
+
+
 def decode_properties(data: bytes | bytearray | memoryview | str) -> dict[str, str]:
     """``string2messageProperties``."""
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     return {n.decode("utf-8", "replace"): v.decode("utf-8", "replace") for n, v in iter_properties(raw)}
 
 
-def find_property(raw: bytes, name: str) -> str | None:
-    """One property's value without decoding them all, as ``string2messageProperties`` would give it: the last
-    occurrence wins, an empty value is absent."""
-    return property_finder(name)(raw)
-
-
-def property_finder(name: str) -> Callable[[bytes], str | None]:
-    """``find_property`` for one name, its search key encoded once (a filter runs it on every record)."""
-    key = name.encode("utf-8") + b"\x01"
-    n = len(key)
-
-    def find(raw: bytes) -> str | None:
-        end = len(raw)
-        while True:
-            i = raw.rfind(key, 0, end)
-            if i < 0:
-                return None
-            if i == 0 or raw[i - 1] == 0x02:
-                j = raw.find(b"\x02", i)
-                value = raw[i + n : j if j >= 0 else len(raw)]
-                return value.decode("utf-8", "replace") if value else None
-            end = i
-
-    return find
-
-
 def split_keys(keys: str | None) -> list[str]:
     """The entries of a KEYS property (space-separated, empties dropped), each indexed on its own."""
     return [k for k in keys.split(KEY_SEPARATOR) if k] if keys else []
+
+
+def property_finder(name: str) -> Callable[[bytes], str | None]:
+    """``property_value`` for one name, its search key encoded once (a filter runs it on every record)."""
+    key = name.encode() + b"\x01"
+    return lambda raw: _value_after(raw, key)
