@@ -502,7 +502,7 @@ class Selector:
         """Whether the CommitLog record ``raw`` matches, looking up in its raw properties only the ones the
         evaluation reaches (``a = 1 AND b = 2`` never looks for ``b`` when ``a`` is not 1)."""
         try:
-            props = records.read_properties(raw)
+            props = records.record_properties(raw)
         except (records.RecordError, IndexError, ValueError, struct.error):
             return False
         return self.evaluate(_RawProperties(props, self._finders))

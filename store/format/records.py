@@ -581,7 +581,7 @@ _HEADER_SIZES = {  # by sysFlag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
 }
 
 
-def read_properties(buf: ReadBuffer, pos: int = 0) -> bytes:
+def record_properties(buf: ReadBuffer, pos: int = 0) -> bytes:
     """The raw PROPERTIES of the record at ``pos`` without decoding the rest (a property filter reads only
     these, per record scanned: three unpacks); raise :class:`RecordError` when a length overruns the record."""
     total, magic, sys_flag = _PROPS_HEAD.unpack_from(buf, pos)
