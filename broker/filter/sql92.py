@@ -556,7 +556,7 @@ def _compile_cached(expression: str) -> Selector | str:
     try:
         tree = _parser().parse(expression)
     except lark.exceptions.UnexpectedInput as e:
-        return f"Invalid MessageSelector. {_describe(e, expression)}"
+        return f"Invalid MessageSelector. {_describe(e)}"
     depth = _nesting(tree)
     if depth > MAX_NESTING:
         return f"Invalid MessageSelector. expression nests {depth} levels deep, more than {MAX_NESTING}"
@@ -568,7 +568,7 @@ def _compile_cached(expression: str) -> Selector | str:
     return Selector(expression, node.fn, names)
 
 
-def _describe(e: lark.exceptions.UnexpectedInput, text: str) -> str:
+def _describe(e: lark.exceptions.UnexpectedInput) -> str:
     where = f"line {e.line}, column {e.column}"
     if isinstance(e, lark.exceptions.UnexpectedCharacters):
         return f"Lexical error at {where}: unexpected {e.char!r}"

@@ -173,6 +173,7 @@ class ResolvedHalves:
 
     def __init__(self) -> None:
         self._offsets: set[int] = set()
+        self._floor = 0
 
     def __contains__(self, offset: int) -> bool:
         return offset in self._offsets
@@ -188,3 +189,10 @@ class ResolvedHalves:
 
     def discard(self, offsets: list[int]) -> None:
         self._offsets.difference_update(offsets)
+
+    def prune_below(self, offset: int) -> None:
+        """Forget half messages whose CommitLog segments are gone (below the half queue's minimum offset): the
+        set stays as large as the retained half queue, not the broker's whole history."""
+        if offset > self._floor:
+            self._floor = offset
+            self._offsets = {o for o in self._offsets if o >= offset}

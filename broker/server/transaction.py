@@ -229,6 +229,7 @@ class TransactionProcessor:
         if progress < 0:
             progress = store.get_min_offset_in_queue(hm.HALF_TOPIC, hm.HALF_QUEUE_ID)
         end = store.get_max_offset_in_queue(hm.HALF_TOPIC, hm.HALF_QUEUE_ID)  # copies put now wait for a next round
+        self.resolved.prune_below(store.get_min_offset_in_queue(hm.HALF_TOPIC, hm.HALF_QUEUE_ID))
         timeout, check_max = b.config.transaction_time_out, b.config.transaction_check_max
         offset = max(progress, store.get_min_offset_in_queue(hm.HALF_TOPIC, hm.HALF_QUEUE_ID))
         while offset < end and not b.stopping:
