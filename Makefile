@@ -3,12 +3,14 @@ PY := $(VENV)/bin/python
 # The project supports CPython 3.11 only (requires-python); fall back to python3 if it is 3.11.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 
-.PHONY: install up test bench lint airflow clean
+.PHONY: install up test bench fuzz lint airflow clean
 
 install: $(VENV)/.installed
 
-# Re-runs only when the dependency declarations change; the package itself is editable.
-$(VENV)/.installed: pyproject.toml constraints.txt
+# Re-runs only when the dependency declarations or the compiled twins' sources change; the package itself is
+# editable (the Python modules are read in place, the Cython twins are built into the tree by setup.py).
+TWIN_SOURCES := $(wildcard store/format/_*.pyx broker/remoting/_*.pyx)
+$(VENV)/.installed: pyproject.toml constraints.txt setup.py $(TWIN_SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,airflow]'
@@ -23,6 +25,11 @@ test: lint
 
 bench: install
 	$(PY) -m benchmarks
+
+# Differential fuzzing of the compiled codec twins against the Python ones (atheris): a million inputs per
+# target, a few minutes each.  FUZZ_RUNS=n for another count; `make test` runs a short seeded smoke of it.
+fuzz: install
+	$(PY) tools/fuzz.py
 
 # Local Airflow (standalone: scheduler, API server and UI on http://127.0.0.1:8080 only) with the DAGs of
 # airflow_dags/, its state in .airflow/.  The Variables start at `make up`'s store and .mqlake/lake; a

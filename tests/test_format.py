@@ -34,7 +34,8 @@ import pytest
 
 from store.format import delay, hashing, msgid, properties, records, units
 
-pytestmark = pytest.mark.unit
+# Every codec test runs on both twins (store.format.native): the pure-Python reference and the compiled one.
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("twin")]
 
 VECTORS_DIR = Path(__file__).parent / "vectors"
 V = json.loads((VECTORS_DIR / "java_vectors.json").read_text(encoding="utf-8"))

@@ -7,6 +7,8 @@ import struct
 import zlib
 from typing import TYPE_CHECKING
 
+from store.format import native
+
 if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
@@ -113,3 +115,7 @@ def index_key_hashes(keys: pa.Array) -> np.ndarray:
         for i in np.flatnonzero(nonempty)[~ascii_ok].tolist():
             out[i] = index_key_hash(keys[i].as_py())
     return out
+
+
+# The compiled twin (store/format/_hashing.pyx) replaces these when it is built; see store.format.native.
+native.install(globals(), "store.format._hashing", ("java_string_hash", "index_key_hash"))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
+from store.format import native
+
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 KEY_SEPARATOR = " "
@@ -71,3 +73,7 @@ def property_finder(name: str) -> Callable[[bytes], str | None]:
     """``property_value`` for one name, its search key encoded once (a filter runs it on every record)."""
     key = name.encode() + b"\x01"
     return lambda raw: _value_after(raw, key)
+
+
+# The compiled twin (store/format/_properties.pyx) replaces this when it is built; see store.format.native.
+native.install(globals(), "store.format._properties", ("decode_properties",))

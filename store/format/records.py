@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from store.errors import MQLakeError
+from store.format import native
 from store.format.buffers import ReadBuffer, WriteBuffer
 from store.format.delay import DEFAULT_DELAY_MILLIS, SCHEDULE_TOPIC, schedule_tags_code
 from store.format.hashing import body_crc32, tags_code
@@ -649,3 +650,7 @@ def find_record_boundary(
                 return pos
         cursor = at + 1
     return end
+
+
+# The compiled twin (store/format/_records.pyx) replaces these when it is built; see store.format.native.
+native.install(globals(), "store.format._records", ("encode_record", "patch_record", "check_record"))

@@ -1,0 +1,332 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled twin of the hot functions of :mod:`store.format.records` (the reference).
+
+Each function here mirrors the one of the same name in ``records.py`` and handles the common case: a whole,
+valid record.  Anything else (a short buffer, a negative position, a record that fails a check, an integer out
+of its field's range) is handed to the Python reference, so errors, reasons and results stay those of one
+implementation; the differential fuzzers (``tests/fuzz``) hold both to the same answers.
+"""
+
+import zlib
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
+
+from store.format import native
+from store.format.delay import DEFAULT_DELAY_MILLIS, SCHEDULE_TOPIC, schedule_tags_code
+from store.format.hashing import tags_code as _tags_code
+from store.format.msgid import pack_ip
+from store.format.records import CheckResult, DispatchRequest
+
+cdef int32_t MAGIC_V1 = -626843481
+cdef int32_t MAGIC_V2 = -626843477
+cdef int MIN_RECORD = 48
+cdef int BORN_V6 = 0x10
+cdef int STORE_V6 = 0x20
+
+_crc32 = zlib.crc32
+_reference = native.TWINS["store.format.records"].python
+_topic_cache = {}
+_tags_code_cache = {}
+
+
+cdef inline uint32_t _u32(const uint8_t* p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+
+
+cdef inline int32_t _i32(const uint8_t* p) noexcept nogil:
+    return <int32_t>_u32(p)
+
+
+cdef inline int64_t _i64(const uint8_t* p) noexcept nogil:
+    return <int64_t>((<uint64_t>_u32(p) << 32) | _u32(p + 4))
+
+
+cdef inline int16_t _i16(const uint8_t* p) noexcept nogil:
+    return <int16_t>((p[0] << 8) | p[1])
+
+
+cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
+    p[0] = v >> 24
+    p[1] = v >> 16
+    p[2] = v >> 8
+    p[3] = v
+
+
+cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
+    _put32(p, <uint32_t>(v >> 32))
+    _put32(p + 4, <uint32_t>v)
+
+
+cdef inline bint _fits32(object v):
+    return type(v) is int and -0x80000000 <= v <= 0x7FFFFFFF
+
+
+cdef inline bint _fits64(object v):
+    return type(v) is int and -0x8000000000000000 <= v <= 0x7FFFFFFFFFFFFFFF
+
+
+cdef inline int _record_length(int sys_flag, Py_ssize_t body_len, Py_ssize_t topic_len, Py_ssize_t props_len,
+                               int32_t magic) noexcept nogil:
+    # records.record_length
+    return (48 + (20 if sys_flag & BORN_V6 else 8) + 8 + (20 if sys_flag & STORE_V6 else 8) + 16
+            + body_len + (2 if magic == MAGIC_V2 else 1) + topic_len + 2 + props_len)
+
+
+def encode_record(rec):
+    """Mirrors ``records.encode_record``."""
+    cdef bytes topic = rec.topic.encode("utf-8")
+    cdef Py_ssize_t topic_len = len(topic)
+    magic = rec.magic
+    body = rec.body
+    props = rec.properties
+    if (
+        (magic is not None and (type(magic) is not int or (magic != MAGIC_V1 and magic != MAGIC_V2)))
+        or topic_len > 127
+        or type(body) is not bytes
+        or type(props) is not bytes
+        or len(props) > 32767
+    ):
+        return _reference["encode_record"](rec)  # V2 topics, odd magics, errors: rare, the reference's job
+    cdef int32_t m = MAGIC_V1 if magic is None else magic
+    born_host = rec.born_host
+    store_host = rec.store_host
+    born_ip = pack_ip(born_host[0])
+    store_ip = pack_ip(store_host[0])
+    crc = rec.body_crc
+    if crc is None:
+        crc = _crc32(body) & 0x7FFFFFFF
+    queue_id, flag, sys_flag_in = rec.queue_id, rec.flag, rec.sys_flag
+    qoff, phys, born_ts, store_ts = rec.queue_offset, rec.physical_offset, rec.born_timestamp, rec.store_timestamp
+    born_port, store_port, reconsume = born_host[1], store_host[1], rec.reconsume_times
+    prepared = rec.prepared_transaction_offset
+    if not (
+        _fits32(crc) and _fits32(queue_id) and _fits32(flag) and _fits32(sys_flag_in) and _fits32(born_port)
+        and _fits32(store_port) and _fits32(reconsume) and _fits64(qoff) and _fits64(phys)
+        and _fits64(born_ts) and _fits64(store_ts) and _fits64(prepared)
+    ):
+        return _reference["encode_record"](rec)  # the reference raises struct.error as struct.pack does
+    cdef Py_ssize_t born_len = len(born_ip), store_len = len(store_ip)
+    cdef int32_t sys_flag = <int32_t>sys_flag_in & ~(BORN_V6 | STORE_V6)
+    if born_len == 16:
+        sys_flag |= BORN_V6
+    if store_len == 16:
+        sys_flag |= STORE_V6
+    cdef const uint8_t* body_p = <const uint8_t*>PyBytes_AS_STRING(body)
+    cdef const uint8_t* props_p = <const uint8_t*>PyBytes_AS_STRING(props)
+    cdef Py_ssize_t body_len = len(body), props_len = len(props)
+    cdef Py_ssize_t total = _record_length(sys_flag, body_len, topic_len, props_len, m)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
+    _put32(p, <uint32_t>total)
+    _put32(p + 4, <uint32_t>m)
+    _put32(p + 8, <uint32_t><int32_t>crc)
+    _put32(p + 12, <uint32_t><int32_t>queue_id)
+    _put32(p + 16, <uint32_t><int32_t>flag)
+    _put64(p + 20, <uint64_t><int64_t>qoff)
+    _put64(p + 28, <uint64_t><int64_t>phys)
+    _put32(p + 36, <uint32_t>sys_flag)
+    _put64(p + 40, <uint64_t><int64_t>born_ts)
+    p += 48
+    memcpy(p, PyBytes_AS_STRING(born_ip), born_len)
+    _put32(p + born_len, <uint32_t><int32_t>born_port)
+    p += born_len + 4
+    _put64(p, <uint64_t><int64_t>store_ts)
+    memcpy(p + 8, PyBytes_AS_STRING(store_ip), store_len)
+    _put32(p + 8 + store_len, <uint32_t><int32_t>store_port)
+    p += 8 + store_len + 4
+    _put32(p, <uint32_t><int32_t>reconsume)
+    _put64(p + 4, <uint64_t><int64_t>prepared)
+    _put32(p + 12, <uint32_t>body_len)
+    p += 16
+    memcpy(p, body_p, body_len)
+    p += body_len
+    if m == MAGIC_V2:  # a 2-byte TOPICLENGTH
+        p[0] = 0
+        p += 1
+    p[0] = <uint8_t>topic_len
+    memcpy(p + 1, PyBytes_AS_STRING(topic), topic_len)
+    p += 1 + topic_len
+    p[0] = <uint8_t>(props_len >> 8)
+    p[1] = <uint8_t>props_len
+    memcpy(p + 2, props_p, props_len)
+    return out
+
+
+def patch_record(buf, Py_ssize_t pos, queue_offset, physical_offset, store_timestamp):
+    """Mirrors ``records.patch_record``."""
+    cdef Py_buffer view
+    if not (_fits64(queue_offset) and _fits64(physical_offset) and _fits64(store_timestamp)) or pos < 0:
+        return _reference["patch_record"](buf, pos, queue_offset, physical_offset, store_timestamp)
+    try:
+        PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
+    except (BufferError, TypeError):  # read-only bytes, not a buffer: the reference raises what pack_into does
+        return _reference["patch_record"](buf, pos, queue_offset, physical_offset, store_timestamp)
+    cdef uint8_t* p
+    cdef Py_ssize_t ts_at
+    try:
+        if pos + 40 > view.len:
+            return _reference["patch_record"](buf, pos, queue_offset, physical_offset, store_timestamp)
+        p = <uint8_t*>view.buf + pos
+        ts_at = 68 if p[39] & BORN_V6 else 56
+        if pos + ts_at + 8 > view.len:
+            return _reference["patch_record"](buf, pos, queue_offset, physical_offset, store_timestamp)
+        _put64(p + 20, <uint64_t><int64_t>queue_offset)
+        _put64(p + 28, <uint64_t><int64_t>physical_offset)
+        _put64(p + ts_at, <uint64_t><int64_t>store_timestamp)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef bytes _TAGS = b"TAGS"
+cdef bytes _KEYS = b"KEYS"
+cdef bytes _UNIQ = b"UNIQ_KEY"
+cdef bytes _DELAY = b"DELAY"
+
+
+cdef inline bint _is(const uint8_t* name, Py_ssize_t n, bytes want):
+    return n == len(want) and memcmp(name, PyBytes_AS_STRING(want), n) == 0
+
+
+def check_record(buf, Py_ssize_t pos, *, check_crc=True, delay_millis=DEFAULT_DELAY_MILLIS, size=None):
+    """Mirrors ``records.check_record`` for a valid record; hands every other case to it."""
+    cdef Py_buffer view
+    if pos < 0:
+        return _reference["check_record"](buf, pos, check_crc=check_crc, delay_millis=delay_millis, size=size)
+    try:
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    except (BufferError, TypeError):
+        return _reference["check_record"](buf, pos, check_crc=check_crc, delay_millis=delay_millis, size=size)
+    try:
+        result = _check(<const uint8_t*>view.buf, view.len, pos, size, check_crc, buf, delay_millis)
+    finally:
+        PyBuffer_Release(&view)
+    if result is None:
+        return _reference["check_record"](buf, pos, check_crc=check_crc, delay_millis=delay_millis, size=size)
+    return result
+
+
+cdef object _check(const uint8_t* b, Py_ssize_t n, Py_ssize_t pos, object size, object check_crc, object buf,
+                   object delay_millis):
+    """The DispatchRequest's CheckResult, or None when the reference must decide."""
+    cdef Py_ssize_t left = n - pos
+    cdef int32_t total, magic, sys_flag, body_len, crc
+    cdef Py_ssize_t born, store, hdr, p, limit, topic_len, props_len, q, e, seg, name_len, value_at
+    cdef Py_ssize_t body_at, topic_at
+    cdef const uint8_t* r
+    if left < 48:
+        return None
+    r = b + pos
+    total = _i32(r)
+    magic = _i32(r + 4)
+    if size is None:
+        if not ((magic == MAGIC_V1 or magic == MAGIC_V2) and MIN_RECORD <= total <= left):
+            return None  # BLANK, zeros, bad bytes: the reference words them
+    elif size < 0 or size > left or total < 0 or total > left:
+        return None
+    sys_flag = _i32(r + 36)
+    born = 20 if sys_flag & BORN_V6 else 8
+    store = 20 if sys_flag & STORE_V6 else 8
+    hdr = 48 + born + 8 + store + 16
+    if (size is not None and size < hdr) or hdr > left or total < hdr:
+        return None
+    body_len = _i32(r + hdr - 4)
+    limit = total
+    p = hdr
+    if body_len < 0 or p + body_len > limit:
+        return None
+    body_at = p
+    p += body_len
+    if magic == MAGIC_V2:
+        if p + 2 > limit:
+            return None
+        topic_len = _i16(r + p)
+        p += 2
+    else:
+        if p + 1 > limit:
+            return None
+        topic_len = <signed char>r[p]
+        p += 1
+    if topic_len < 0 or p + topic_len + 2 > limit:
+        return None
+    topic_at = p
+    p += topic_len
+    props_len = _i16(r + p)
+    p += 2
+    if props_len < 0 or p + props_len > limit:
+        return None
+    if _record_length(sys_flag, body_len, topic_len, props_len, magic) != total:
+        return None
+    crc = _i32(r + 8)
+    if check_crc and body_len > 0:
+        if (_crc32(memoryview(buf)[pos + body_at : pos + body_at + body_len]) & 0x7FFFFFFF) != crc:
+            return None
+    raw_topic = PyBytes_FromStringAndSize(<const char*>r + topic_at, topic_len)
+    topic = _topic_cache.get(raw_topic)
+    if topic is None:
+        topic = raw_topic.decode("utf-8", "replace")
+        if len(_topic_cache) > 100_000:
+            _topic_cache.clear()
+        _topic_cache[raw_topic] = topic
+    # properties.iter_properties: segments split on 0x02, name 0x01 value, empties dropped; the last wins.
+    cdef Py_ssize_t tags_at = -1, tags_len = 0, keys_at = -1, keys_len = 0, uniq_at = -1, uniq_len = 0
+    cdef Py_ssize_t delay_at = -1, delay_len = 0
+    q = p
+    e = p + props_len
+    while q <= e:
+        seg = q
+        while q < e and r[q] != 2:
+            q += 1
+        # segment [seg, q)
+        name_len = 0
+        while seg + name_len < q and r[seg + name_len] != 1:
+            name_len += 1
+        value_at = seg + name_len + 1
+        if seg + name_len < q and name_len > 0 and value_at < q:
+            if _is(r + seg, name_len, _TAGS):
+                tags_at, tags_len = value_at, q - value_at
+            elif _is(r + seg, name_len, _KEYS):
+                keys_at, keys_len = value_at, q - value_at
+            elif _is(r + seg, name_len, _UNIQ):
+                uniq_at, uniq_len = value_at, q - value_at
+            elif _is(r + seg, name_len, _DELAY):
+                delay_at, delay_len = value_at, q - value_at
+        q += 1
+    code = 0
+    if tags_at >= 0:
+        tags = PyBytes_FromStringAndSize(<const char*>r + tags_at, tags_len)
+        known = _tags_code_cache.get(tags)
+        if known is None:
+            if len(_tags_code_cache) > 100_000:
+                _tags_code_cache.clear()
+            known = _tags_code_cache[tags] = _tags_code(tags.decode("utf-8", "replace"))
+        code = known
+    store_ts = _i64(r + 48 + born)
+    if delay_at >= 0 and topic == SCHEDULE_TOPIC:
+        code = schedule_tags_code(
+            PyBytes_FromStringAndSize(<const char*>r + delay_at, delay_len), store_ts, code, delay_millis
+        )
+    keys = (<bytes>PyBytes_FromStringAndSize(<const char*>r + keys_at, keys_len)).decode("utf-8", "replace") \
+        if keys_at >= 0 else None
+    uniq = (<bytes>PyBytes_FromStringAndSize(<const char*>r + uniq_at, uniq_len)).decode("utf-8", "replace") \
+        if uniq_at >= 0 else None
+    return CheckResult(
+        True,
+        total,
+        DispatchRequest(
+            topic,
+            _i32(r + 12),
+            _i64(r + 28),
+            total,
+            code,
+            store_ts,
+            _i64(r + 20),
+            keys,
+            uniq,
+            sys_flag,
+            _i64(r + hdr - 12),
+            (sys_flag & 0xC) == 0 or (sys_flag & 0xC) == 8,
+        ),
+    )

@@ -1,0 +1,78 @@
+"""The choice, at import, between a codec module's compiled twin and its pure-Python reference (DESIGN decision 7).
+
+A codec module ends with ``native.install(globals(), "store.format._hashing", ("java_string_hash", ...))``: when
+the Cython extension imports and ``MQLAKE_NO_EXTENSIONS`` is unset, the named functions are replaced by the
+compiled ones; otherwise the module keeps its own.  Both are recorded in :data:`TWINS`, so tests and the
+differential fuzzers can run either (``tests/twins.py``).  A missing extension gives one warning per process,
+naming the cause, and the package runs on the Python twin.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import warnings
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+ENV_DISABLE = "MQLAKE_NO_EXTENSIONS"
+
+
+class ExtensionWarning(RuntimeWarning):
+    """The compiled codec is not in use: the cause is in the message."""
+
+
+@dataclass
+class Twins:
+    """One codec module's functions in both forms: ``python`` always, ``compiled`` when the extension loaded."""
+
+    module: str
+    extension: str
+    python: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    compiled: dict[str, Callable[..., Any]] = field(default_factory=dict)
+
+
+# Keyed by the codec module's name (``store.format.hashing``).
+TWINS: dict[str, Twins] = {}
+# Why no compiled twin is in use, once any codec module has asked; None while they all are.
+missing_cause: str | None = None
+
+
+def disabled() -> bool:
+    return os.environ.get(ENV_DISABLE, "") not in ("", "0")
+
+
+def load_extension(extension: str) -> tuple[Any, str | None]:
+    """(the compiled module, None), or (None, why not): an ImportError of a missing build, or the switch."""
+    try:
+        return importlib.import_module(extension), None
+    except ImportError as e:  # no compiler at install, a build for another Python, a failed build
+        return None, f"{extension} does not import ({e})"
+
+
+def install(namespace: MutableMapping[str, Any], extension: str, names: tuple[str, ...]) -> None:
+    """Record ``names`` of the module whose globals are ``namespace`` and put the compiled twins in their place."""
+    global missing_cause
+    twins = TWINS[namespace["__name__"]] = Twins(namespace["__name__"], extension)
+    twins.python = {name: namespace[name] for name in names}
+    ext, cause = load_extension(extension)
+    if ext is not None:
+        twins.compiled = {name: getattr(ext, name) for name in names}
+    if disabled():
+        cause = f"{ENV_DISABLE} is set"
+    elif cause is not None and missing_cause is None:
+        warnings.warn(
+            f"mqlake runs its pure-Python codecs: {cause}; `make install` builds the compiled ones",
+            ExtensionWarning,
+            stacklevel=2,
+        )
+    if cause is not None:
+        missing_cause = missing_cause or cause
+        return
+    namespace.update(twins.compiled)
+
+
+def active() -> str:
+    """Which twin the process runs: ``"compiled"`` or ``"python"``."""
+    return "python" if missing_cause is not None else "compiled"

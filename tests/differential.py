@@ -1,0 +1,181 @@
+"""Differential fuzz targets: each feeds one input to both twins of a codec function (store.format.native) and
+raises :class:`Disagreement` unless they give the same result, or raise the same type of error.
+
+A target takes raw bytes and derives its arguments from them, so the same functions serve atheris
+(``make fuzz``, ``tools/fuzz.py``: coverage-guided, a million inputs per target) and the quick seeded smoke of
+``tests/test_twins.py``.  Inputs that matter are near-valid ones, so most targets start from a valid record,
+properties string or key and overlay the fuzzer's bytes on it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from store.format import native, properties, records
+
+
+class Disagreement(AssertionError):
+    """The twins answered one input differently."""
+
+
+def _pair(module: str, name: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    twins = native.TWINS[module]
+    if name not in twins.compiled:
+        raise RuntimeError(f"{twins.extension} is not built ({native.missing_cause}): nothing to compare")
+    return twins.python[name], twins.compiled[name]
+
+
+def _outcome(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[bool, Any]:
+    try:
+        return True, fn(*args, **kwargs)
+    except Exception as e:  # the error's type is part of the answer
+        return False, type(e)
+
+
+def same(module: str, name: str, *args: Any, **kwargs: Any) -> Any:
+    """Call both twins of ``module.name``; return the Python twin's result when they agree."""
+    py, c = _pair(module, name)
+    a, b = _outcome(py, *args, **kwargs), _outcome(c, *args, **kwargs)
+    if a != b:
+        raise Disagreement(f"{module}.{name}{_show(args)}: python {a!r:.300} != compiled {b!r:.300}")
+    return a[1]
+
+
+def _show(args: tuple[Any, ...]) -> str:
+    return "(" + ", ".join(f"{a!r:.120}" for a in args) + ")"
+
+
+SEED_RECORDS: list[bytes] = [
+    records.encode_record(r)
+    for r in (
+        records.MessageRecord(
+            "TopicTest", 3, b"hello body" * 10,
+            properties.encode_properties({"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "7F0000010001" + "0" * 20,
+                                          "WAIT": "true"}),
+            queue_offset=12, physical_offset=4096, store_timestamp=1_700_000_000_000, born_timestamp=1_699_000_000_000,
+        ),
+        records.MessageRecord(
+            "SCHEDULE_TOPIC_XXXX", 2, b"x", properties.encode_properties({"DELAY": "3", "TAGS": "\u6807\u7b7e"}),
+            born_host=("::1", 9876), sys_flag=records.TRANSACTION_COMMIT_TYPE,
+        ),
+        records.MessageRecord("T" * 130, 0, b"", b"", store_host=("fe80::1", 10911)),  # V2, two IPv6 hosts
+        records.MessageRecord("half", 1, b"prepared", b"TAGS\x01a\x02", sys_flag=records.TRANSACTION_PREPARED_TYPE),
+    )
+]  # fmt: skip
+
+
+def _overlay(seed: bytes, data: bytes) -> bytearray:
+    """``seed`` with the fuzzer's bytes written over it: pairs of (position, value), the rest appended."""
+    buf = bytearray(seed)
+    pairs = len(data) // 3
+    for i in range(min(pairs, 8)):
+        at = int.from_bytes(data[3 * i : 3 * i + 2], "big") % (len(buf) + 1)
+        if at == len(buf):
+            buf.append(data[3 * i + 2])
+        else:
+            buf[at] = data[3 * i + 2]
+    cut = data[0] % 8 if data else 0
+    if cut == 7 and len(buf) > 1:  # sometimes truncate the record
+        del buf[int.from_bytes(data[-2:], "big") % len(buf) :]
+    return buf
+
+
+def check_record(data: bytes) -> None:
+    """``records.check_record`` over raw bytes and over mutated valid records, with and without the walk's size."""
+    if not data:
+        return
+    mode = data[0]
+    body = data[1:]
+    buf = bytes(body) if mode % 3 == 0 else bytes(_overlay(SEED_RECORDS[mode % len(SEED_RECORDS)], body))
+    pos = 0
+    if mode & 0x40 and len(body) > 1:  # the record after some bytes, or a position past the end
+        buf = body[: body[0] % 16] + buf
+        pos = body[0] % 16 if not mode & 0x80 else body[0] % 64 - 8
+    size = None
+    if mode & 0x20 and len(buf) >= pos + 4 >= 4:
+        size = struct.unpack_from(">i", buf, pos)[0]
+    for crc in (True, False):
+        same("store.format.records", "check_record", buf, pos, check_crc=crc, size=size)
+        if mode & 0x10:
+            same("store.format.records", "check_record", memoryview(bytearray(buf)), pos, check_crc=crc, size=size)
+
+
+_INT_EDGES = (0, 1, -1, 0x7FFFFFFF, -0x80000000, 0x80000000, 1 << 63, -(1 << 63), (1 << 63) - 1, 1 << 70)
+
+
+def _int_from(b: int, data: bytes, at: int) -> int:
+    if b & 0x80:
+        return _INT_EDGES[b % len(_INT_EDGES)]
+    return int.from_bytes(data[at : at + 8], "big", signed=True)
+
+
+def encode_record(data: bytes) -> None:
+    """``records.encode_record`` of records built from the bytes: topics, bodies, properties, hosts, magic, ints."""
+    if len(data) < 4:
+        return
+    flags, split1, split2, knob = data[0], data[1], data[2], data[3]
+    rest = data[4:]
+    topic_b, body, props = rest[: split1 % 40], rest[split1 % 40 : split1 % 40 + split2], rest[split1 % 40 + split2 :]
+    if flags & 0x01:
+        topic_b = topic_b * (1 + knob % 8)  # past 127 bytes: V2
+    topic = topic_b.decode("utf-8", "replace")
+    hosts = ["127.0.0.1", "10.0.0.2", "::1", "2001:db8::7"]
+    magic = (None, records.MESSAGE_MAGIC_V1, records.MESSAGE_MAGIC_V2, 12345)[(flags >> 1) % 4]
+    ints = [_int_from(knob if (flags & 0x08 and i == knob % 12) else 0, rest, i) for i in range(12)]
+    rec = records.MessageRecord(
+        topic, ints[0] % 64 if not flags & 0x08 else ints[0], bytes(body),
+        bytes(props) if not flags & 0x10 else bytes(props) * 2000,
+        flag=ints[1], sys_flag=ints[2] & 0xFFF if not flags & 0x08 else ints[2],
+        born_timestamp=ints[3], born_host=(hosts[knob % 4], ints[4] & 0xFFFF), store_timestamp=ints[5],
+        store_host=(hosts[(knob >> 2) % 4], ints[6] & 0xFFFF), reconsume_times=ints[7] & 0xFF,
+        prepared_transaction_offset=ints[8], queue_offset=ints[9], physical_offset=ints[10],
+        body_crc=None if not flags & 0x20 else ints[11], magic=magic,
+    )  # fmt: skip
+    same("store.format.records", "encode_record", rec)
+
+
+def patch_record(data: bytes) -> None:
+    """``records.patch_record`` into a copy of a seed record (or raw bytes): same bytes afterwards, or same error."""
+    if len(data) < 3:
+        return
+    seed = SEED_RECORDS[data[0] % len(SEED_RECORDS)] if data[0] & 0x80 == 0 else bytes(data[3:])
+    pos = (data[1] % 96) - 8 if data[0] & 0x40 else 0
+    values = [_int_from(data[2] if i == data[2] % 3 else 0, data[3:], i * 8) for i in range(3)]
+    a, b = bytearray(seed), bytearray(seed)
+    py, c = _pair("store.format.records", "patch_record")
+    ra, rb = _outcome(py, a, pos, *values), _outcome(c, b, pos, *values)
+    if ra != rb or a != b:
+        raise Disagreement(f"patch_record(pos={pos}, {values}): python {ra} {a.hex()} != compiled {rb} {b.hex()}")
+
+
+def hashes(data: bytes) -> None:
+    """Java ``String.hashCode`` and the IndexFile key hash of strings from the bytes: UTF-8, Latin-1, UTF-16
+    (lone surrogates included), and index keys with a long shared prefix."""
+    texts = [
+        data.decode("utf-8", "replace"),
+        data.decode("latin-1"),
+        data[: len(data) // 2 * 2].decode("utf-16-be", "surrogatepass") if len(data) > 1 else "",
+        "TopicTest#7F00000100002A9F0000" + data.decode("utf-8", "replace"),
+    ]
+    for text in texts:
+        same("store.format.hashing", "java_string_hash", text)
+        same("store.format.hashing", "index_key_hash", text)
+
+
+def decode_properties(data: bytes) -> None:
+    """``properties.decode_properties`` of the bytes (0x01 / 0x02 made common), as bytes and as a string."""
+    raw = bytes(b if b > 3 else (1 if b % 2 else 2) for b in data) if data and data[0] & 1 else data
+    same("store.format.properties", "decode_properties", raw)
+    same("store.format.properties", "decode_properties", raw.decode("utf-8", "replace"))
+    same("store.format.properties", "decode_properties", memoryview(raw))
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "check_record": check_record,
+    "encode_record": encode_record,
+    "patch_record": patch_record,
+    "hashes": hashes,
+    "decode_properties": decode_properties,
+}

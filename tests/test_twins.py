@@ -1,0 +1,130 @@
+"""The compiled twins (store/format/_*.pyx) against their pure-Python references: which one a process runs,
+that a missing extension leaves a working package with one warning, and a quick differential fuzz of every
+twinned function (the long run is `make fuzz`)."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from store.format import hashing, native, records
+from tests import differential
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A child that reports which twin its codecs run and every warning it got at import.
+CHILD = """
+import json, warnings
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    %s
+    from store.format import native, records, hashing, properties
+    raw = records.encode_record(records.MessageRecord("T", 1, b"body", b"TAGS\\x01TagA\\x02"))
+    req = records.check_record(raw, 0).request
+print(json.dumps({
+    "active": native.active(),
+    "check_record": type(records.check_record).__name__,
+    "warnings": [f"{w.category.__name__}: {w.message}" for w in seen],
+    "tags_code": req.tags_code,
+}))
+"""
+
+# Makes the compiled twins fail to import, as they would with no compiler at install.
+BLOCK = """import sys
+    class _Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.startswith("store.format._"):
+                raise ImportError(f"no compiled module {name} (blocked by the test)")
+    sys.meta_path.insert(0, _Block())"""
+
+
+def _child(env_extra: dict[str, str], prelude: str = "pass") -> dict:
+    env = {k: v for k, v in os.environ.items() if k != native.ENV_DISABLE} | env_extra
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD % prelude],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    import json
+
+    return json.loads(out.stdout)
+
+
+@pytest.mark.integration
+def test_compiled_twin_is_chosen_when_built():
+    got = _child({})
+    assert got == {"active": "compiled", "check_record": "cython_function_or_method", "warnings": [],
+                   "tags_code": hashing.java_string_hash("TagA")}  # fmt: skip
+
+
+@pytest.mark.integration
+def test_no_extensions_switch_forces_the_python_twin_without_a_warning():
+    got = _child({native.ENV_DISABLE: "1"})
+    assert got["active"] == "python"
+    assert got["check_record"] == "function"
+    assert got["warnings"] == []  # asked for: nothing to warn about
+    assert got["tags_code"] == hashing.java_string_hash("TagA")
+
+
+@pytest.mark.integration
+def test_missing_extension_runs_the_python_twin_with_one_warning_naming_the_cause():
+    got = _child({}, BLOCK)
+    assert got["active"] == "python"
+    assert got["check_record"] == "function"
+    assert got["tags_code"] == hashing.java_string_hash("TagA")
+    assert len(got["warnings"]) == 1, got["warnings"]  # three codec modules, one warning
+    assert got["warnings"][0].startswith("ExtensionWarning: mqlake runs its pure-Python codecs: ")
+    assert "store.format._hashing does not import (no compiled module store.format._hashing" in got["warnings"][0]
+
+
+@pytest.mark.integration
+def test_build_without_a_compiler_succeeds_and_builds_nothing(tmp_path):
+    """setup.py's extensions are optional: a compiler that fails leaves a good build, and says why."""
+    env = os.environ | {"CC": "false", "LDSHARED": "false"}
+    out = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(tmp_path / "lib"),
+         "--build-temp", str(tmp_path / "tmp")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "not built" in out.stderr
+    assert not list(tmp_path.rglob("*.so"))
+
+
+@pytest.mark.unit
+def test_twin_fixture_puts_the_chosen_twin_in_place(twin):
+    want = getattr(native.TWINS["store.format.records"], twin)["check_record"]
+    assert records.check_record is want
+    assert hashing.java_string_hash is getattr(native.TWINS["store.format.hashing"], twin)["java_string_hash"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("target", sorted(differential.TARGETS))
+def test_differential_fuzz_smoke(target):
+    """A few thousand seeded inputs per target; `make fuzz` runs a million, coverage-guided."""
+    rng = random.Random(f"mqlake-{target}")
+    fn = differential.TARGETS[target]
+    for _ in range(3000):
+        fn(rng.randbytes(rng.randrange(0, 260)))
+
+
+@pytest.mark.unit
+def test_differential_harness_catches_a_twin_that_disagrees(monkeypatch):
+    """The smoke above would be vacuous if `same` compared a twin with itself."""
+    twins = native.TWINS["store.format.hashing"]
+    monkeypatch.setitem(twins.compiled, "java_string_hash", lambda s: twins.python["java_string_hash"](s) ^ 1)
+    with pytest.raises(differential.Disagreement, match="java_string_hash"):
+        differential.hashes(b"abc")
+    monkeypatch.setitem(twins.compiled, "java_string_hash", lambda s: 1 // 0)
+    with pytest.raises(differential.Disagreement, match="ZeroDivisionError"):
+        differential.hashes(b"abc")
