@@ -23,8 +23,10 @@ up: install
 test: lint
 	$(PY) -m pytest -q
 
+# Every benchmark on the compiled codec twins, then the broker and store ones again on the Python twins.
 bench: install
 	$(PY) -m benchmarks
+	MQLAKE_NO_EXTENSIONS=1 $(PY) -m benchmarks bench_broker bench_store
 
 # Differential fuzzing of the compiled codec twins against the Python ones (atheris): a million inputs per
 # target, a few minutes each.  FUZZ_RUNS=n for another count; `make test` runs a short seeded smoke of it.

@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bench_store import CpuMeter, machine
+from benchmarks.bench_store import CpuMeter, codecs_line, machine
 from benchmarks.report import emit
 from broker.client import Admin, Message, MessageExt, Producer, PullConsumer, PushConsumer
 from broker.client.message import ConsumeFromWhere
@@ -460,6 +460,7 @@ def baseline_phase(sizes: dict[str, int]) -> dict:
 def print_report(r: dict) -> None:
     m = r["machine"]
     print(f"machine: {m['nproc']} cores, {m['memory_gib']} GiB, {m['cpu']}, Python {m['python']}, {m['date']}")
+    print(codecs_line(m) + "; the broker process (mqlake up) inherits the choice, the load generator too")
     s = r["frame_sizes"]
     print(f"BENCH_SCALE={m['bench_scale']}; 1 KiB bodies, ASYNC_FLUSH, topic of {QUEUES} queues; frames: send "
           f"{s['single_request']} B -> {s['single_reply']} B, batch of {BATCH} {s['batch_request']} B -> "

@@ -50,7 +50,7 @@ from pathlib import Path
 from benchmarks.report import emit
 from store.commitlog import CommitLog
 from store.config import FlushDiskType, MessageStoreConfig
-from store.format import msgid, properties, records
+from store.format import msgid, native, properties, records
 from store.mapped_file import preallocate
 from store.message_store import MessageStore
 
@@ -710,7 +710,15 @@ def machine() -> dict:
                 break
     return {"nproc": os.cpu_count(), "memory_gib": round(mem / 2**30, 1), "cpu": cpu,
             "python": platform.python_version(), "platform": platform.platform(),
-            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "bench_scale": SCALE}  # fmt: skip
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "bench_scale": SCALE,
+            "codecs": native.active(), "codecs_why_python": native.missing_cause}  # fmt: skip
+
+
+def codecs_line(m: dict) -> str:
+    """Which codec twin this run measured (store.format.native): the compiled one, or the Python one and why."""
+    if m.get("codecs") == "python":
+        return f"codecs: the pure-Python twin ({m.get('codecs_why_python')})"
+    return "codecs: the compiled twin (MQLAKE_NO_EXTENSIONS=1 measures the Python one)"
 
 
 def _fmt_num(v: float) -> str:
@@ -725,6 +733,7 @@ def _bg(d: dict) -> str:
 def print_report(r: dict) -> None:
     m = r["machine"]
     print(f"machine: {m['nproc']} cores, {m['memory_gib']} GiB, {m['cpu']}, Python {m['python']}, {m['date']}")
+    print(codecs_line(m))
     print(f"BENCH_SCALE={m['bench_scale']}; segment 256 MiB; MB = 10^6 bytes of encoded records; "
           f"sys.getswitchinterval() = {m.get('switch_interval', sys.getswitchinterval())}")  # fmt: skip
     print("bg cpu = cores kept busy by OTHER processes while the row was measured (0.00 = quiet machine)\n")
