@@ -12,7 +12,12 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-TWINS = ["store.format._hashing", "store.format._properties", "store.format._records"]
+TWINS = [
+    "store.format._hashing",
+    "store.format._properties",
+    "store.format._records",
+    "broker.remoting._command",
+]
 
 
 class OptionalBuildExt(build_ext):

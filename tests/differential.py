@@ -13,6 +13,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from broker.remoting.codes import RequestCode, SerializeType
+from broker.remoting.command import RemotingCommand
 from store.format import native, properties, records
 
 
@@ -172,7 +174,73 @@ def decode_properties(data: bytes) -> None:
     same("store.format.properties", "decode_properties", memoryview(raw))
 
 
+_SEND_EXT = {
+    "a": "producer", "b": "TopicTest", "c": "TBW102", "d": "4", "e": "3", "f": "0", "g": "1700000000000", "h": "0",
+    "i": "TAGS\x01TagA\x02KEYS\x01ORDER-1\x02UNIQ_KEY\x01" + "A" * 32 + "\x02", "j": "0", "k": "false",
+    "m": "false", "n": "broker-a",
+}  # fmt: skip
+
+
+def _frame(cmd: RemotingCommand) -> bytes:
+    return cmd.encode()[4:]  # decode_frame takes a frame without its length prefix
+
+
+# Numbers as strings and strings as numbers, escaped surrogates (a pair and a lone one), a digit for a language.
+_LENIENT_HEADER = (
+    b'{"code":10,"extFields":{"n":12,"s":"\\ud83d\\ude00\\ud800x"},"language":"3","remark":null,"extra":true}'
+)
+SEED_FRAMES: list[bytes] = [
+    _frame(RemotingCommand(RequestCode.SEND_MESSAGE_V2, "JAVA", 409, 7, 0, None, dict(_SEND_EXT), b"x" * 64)),
+    _frame(RemotingCommand(0, "JAVA", 409, 7, 1, None, {"msgId": "7F00000100002A9F0000000000000000", "queueId": "3",
+                                                        "queueOffset": "12", "MSG_REGION": "DefaultRegion"})),
+    _frame(RemotingCommand(1, "PYTHON", 1, -5, 1, "b\u00e4d \"quoted\"\n\t\u6807\U0001F600", {"k\u00e9y": "v\\al"})),
+    _frame(RemotingCommand(RequestCode.SEND_MESSAGE_V2, "CPP", 1, 9, 2, None, dict(_SEND_EXT), b"b",
+                           SerializeType.ROCKETMQ)),
+    _LENIENT_HEADER.__len__().to_bytes(4, "big") + _LENIENT_HEADER,
+]  # fmt: skip
+
+
+def decode_frame(data: bytes) -> None:
+    """``command.decode_frame`` (RemotingCommand.decode) of raw bytes and of mutated real frames: JSON headers as
+    the Java client writes them, escapes and surrogates, the ROCKETMQ binary header, lenient shapes."""
+    if not data:
+        return
+    mode = data[0]
+    seed = SEED_FRAMES[mode % len(SEED_FRAMES)]
+    frame = bytes(data[1:]) if mode % 4 == 0 else bytes(_overlay(seed, data[1:]))
+    same("broker.remoting.command", "decode_frame", frame)
+    if mode & 0x80:
+        same("broker.remoting.command", "decode_frame", memoryview(frame))
+
+
+def json_header(data: bytes) -> None:
+    """``command.json_header`` of commands whose strings come from the bytes (ASCII, escapes, non-ASCII, lone
+    surrogates) and whose numbers are edge values or not numbers at all."""
+    if len(data) < 2:
+        return
+    knob = data[0]
+    texts = data[2:].split(b"\x00")
+    decode = ("ascii", "utf-8", "utf-16-be", "latin-1")[knob % 4]
+
+    def text(i: int) -> str:
+        raw = texts[i % len(texts)]
+        return raw[: len(raw) // 2 * 2].decode(decode, "surrogatepass" if decode == "utf-16-be" else "replace")
+
+    ext: dict = {text(i): text(i + 1) for i in range(0, min(len(texts), 12), 2)}
+    if knob & 0x10:
+        ext[text(0) + "n"] = data[1]  # a non-string value: _ext_value's conversion
+    numbers = (0, -1, RequestCode.SEND_MESSAGE_V2, 1 << 40, "12", 3.7, None)
+    cmd = RemotingCommand(
+        code=numbers[data[1] % len(numbers)] if knob & 0x20 else data[1], language=text(1) if knob & 0x40 else "JAVA",
+        version=409, opaque=int.from_bytes(data[:2], "big", signed=True), flag=knob & 3,
+        remark=text(2) if knob & 0x80 else None, ext_fields=ext,
+    )  # fmt: skip
+    same("broker.remoting.command", "json_header", cmd)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
+    "decode_frame": decode_frame,
+    "json_header": json_header,
     "check_record": check_record,
     "encode_record": encode_record,
     "patch_record": patch_record,

@@ -19,7 +19,8 @@ from broker.remoting.command import FrameError, HeaderError, RemotingCommand
 from broker.remoting.server import Connection, RemotingServer
 from tests.aio import async_test, poll
 
-pytestmark = pytest.mark.unit
+# The frame codec runs on both twins (store.format.native): the pure-Python reference and the compiled one.
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("twin")]
 
 
 def json_frame(header: bytes, body: bytes = b"", serialize: int = 0) -> bytes:

@@ -128,3 +128,49 @@ def test_differential_harness_catches_a_twin_that_disagrees(monkeypatch):
     monkeypatch.setitem(twins.compiled, "java_string_hash", lambda s: 1 // 0)
     with pytest.raises(differential.Disagreement, match="ZeroDivisionError"):
         differential.hashes(b"abc")
+
+
+# JSON headers where a hand-written parser is easy to get wrong; each must decode (or fail) as the reference does.
+TRICKY_HEADERS = [
+    b'{"code":1}',
+    b' {"code":1}',
+    b'{ "code" : 1 , "extFields" : { } }\r\n\t ',
+    b'{"code":1}\xc2\xa0',  # a trailing no-break space: str.strip() takes it, JSON does not
+    b'\xef\xbb\xbf{"code":1}',
+    b'{"code":1,"code":2,"extFields":{"a":"1","a":"2","b":"3"},"extFields":{"c":"4"}}',
+    b'{"code":-0,"opaque":-2147483648,"flag":9999999999999999999999,"version":12345678901234567890123}',
+    b'{"code":1.0}',
+    b'{"code":1e3}',
+    b'{"code":01}',
+    b'{"code":-}',
+    b'{"code":"12","flag":"3"}',
+    b'{"code":true}',
+    b'{"code":NaN}',
+    b'{"code":1,"extFields":null,"remark":null,"language":null}',
+    b'{"code":1,"remark":5,"language":7}',
+    b'{"code":1,"language":"\xd9\xa3"}',  # ARABIC-INDIC DIGIT THREE: str.isdigit() is true
+    b'{"code":1,"extFields":{"k":"\\u0001\\u0002\\\\\\"\\/\\b\\f\\n\\r\\t"}}',
+    b'{"code":1,"extFields":{"k":"\\ud83d\\ude00 \\ud83d \\ude00 \\ud83d\\u0041 \\uDBFF\\uDFFF"}}',
+    b'{"code":1,"extFields":{"k":"\\ud83d\\uZZZZ"}}',
+    b'{"code":1,"extFields":{"k":"\\x"}}',
+    b'{"code":1,"extFields":{"k":"tab\there"}}',
+    b'{"code":1,"extFields":{"k":"\xff"}}',
+    b'{"code":1,"extFields":{"k":"\xed\xa0\x80"}}',  # a surrogate encoded in UTF-8: strict decoding refuses it
+    b'{"code":1,"extFields":{"k":"\xe6\xa0\x87\xf0\x9f\x98\x80"}}',
+    b'{"code":1,"extFields":{"k":1,"j":true,"n":null,"o":{"x":1}}}',
+    b'{"code":1,"extFields":{1:"int key, fastjson style"}}',
+    b'{"code":1,"nested":{"a":[1,2]},"f":1.5,"t":true,"n":null,"s":"x"}',
+    b'{"code":1,}',
+    b'{"code":1',
+    b'{"code":1}}',
+    b'{"code":1}{"code":2}',
+    b"[1]",
+    b"",
+]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("header", TRICKY_HEADERS, ids=range(len(TRICKY_HEADERS)))
+def test_tricky_json_headers_decode_alike_in_both_twins(header):
+    frame = len(header).to_bytes(4, "big") + header + b"body"
+    differential.same("broker.remoting.command", "decode_frame", frame)

@@ -18,6 +18,7 @@ from broker.remoting.codes import CURRENT_VERSION, FLAG_ONEWAY, FLAG_RESPONSE, L
 from broker.remoting.errors import FrameError, HeaderError
 from broker.remoting.headers import Header
 from store.config_files import load_lenient_json
+from store.format import native
 
 __all__ = ["FrameError", "HeaderError", "RemotingCommand"]
 
@@ -134,18 +135,6 @@ class RemotingCommand:
 
     # --- encoding ----------------------------------------------------------------------------------------------
 
-    def _json_header(self) -> bytes:
-        # Assembled by hand in fastjson's key order: twice as fast as json.dumps on the per-request path.
-        ext = ",".join(
-            [_enc(k) + ":" + _enc(v if type(v) is str else _ext_value(v)) for k, v in self.ext_fields.items()]
-        )
-        remark = "" if self.remark is None else ',"remark":' + _enc(self.remark)
-        return (
-            f'{{"code":{int(self.code)},"extFields":{{{ext}}},"flag":{int(self.flag)},'
-            f'"language":{_enc(self.language)},"opaque":{int(self.opaque)}{remark},'
-            f'"serializeTypeCurrentRPC":"JSON","version":{int(self.version)}}}'
-        ).encode()
-
     def _binary_header(self) -> bytes:
         try:
             language = LanguageCode[self.language].value
@@ -173,7 +162,7 @@ class RemotingCommand:
         if self.serialize_type == SerializeType.ROCKETMQ:
             header = self._binary_header()
         elif self.serialize_type == SerializeType.JSON:
-            header = self._json_header()
+            header = json_header(self)
         else:
             raise FrameError(f"cannot encode serialize type {self.serialize_type!r}")
         if len(header) > _HEADER_LEN_MAX:
@@ -191,24 +180,7 @@ class RemotingCommand:
     @classmethod
     def decode(cls, frame: bytes | bytearray | memoryview) -> RemotingCommand:
         """Decode one frame given WITHOUT its length prefix; raises FrameError when it is malformed."""
-        size = len(frame)
-        if size < 4:
-            raise FrameError(f"frame of {size} bytes is shorter than its 4-byte header length field")
-        (type_and_len,) = _TYPE_AND_LEN.unpack_from(frame, 0)
-        serialize = type_and_len >> 24
-        header_len = type_and_len & _HEADER_LEN_MAX
-        if header_len > size - 4:
-            raise FrameError(f"header length {header_len} is larger than the frame ({size - 4} bytes after it)")
-        header = frame[4 : 4 + header_len]
-        body = bytes(frame[4 + header_len :])
-        if serialize == 0:  # SerializeType.JSON; plain ints, this runs per request
-            cmd = cls._from_json(header)
-        elif serialize == 1:  # SerializeType.ROCKETMQ
-            cmd = cls._from_binary(bytes(header))
-        else:
-            raise FrameError(f"unknown serialize type {serialize} (expected 0 JSON or 1 ROCKETMQ)")
-        cmd.body = body
-        return cmd
+        return decode_frame(frame)
 
     @classmethod
     def _from_json(cls, header: bytes | bytearray | memoryview) -> RemotingCommand:
@@ -287,3 +259,42 @@ class RemotingCommand:
             ext_fields=ext,
             serialize_type=SerializeType.ROCKETMQ,
         )
+
+
+# Module-level so that each has a compiled twin (broker/remoting/_command.pyx, chosen by store.format.native).
+
+
+def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
+    """:meth:`RemotingCommand.decode`: one frame WITHOUT its length prefix; FrameError when it is malformed."""
+    size = len(frame)
+    if size < 4:
+        raise FrameError(f"frame of {size} bytes is shorter than its 4-byte header length field")
+    (type_and_len,) = _TYPE_AND_LEN.unpack_from(frame, 0)
+    serialize = type_and_len >> 24
+    header_len = type_and_len & _HEADER_LEN_MAX
+    if header_len > size - 4:
+        raise FrameError(f"header length {header_len} is larger than the frame ({size - 4} bytes after it)")
+    header = frame[4 : 4 + header_len]
+    body = bytes(frame[4 + header_len :])
+    if serialize == 0:  # SerializeType.JSON; plain ints, this runs per request
+        cmd = RemotingCommand._from_json(header)
+    elif serialize == 1:  # SerializeType.ROCKETMQ
+        cmd = RemotingCommand._from_binary(bytes(header))
+    else:
+        raise FrameError(f"unknown serialize type {serialize} (expected 0 JSON or 1 ROCKETMQ)")
+    cmd.body = body
+    return cmd
+
+
+def json_header(cmd: RemotingCommand) -> bytes:
+    """The JSON header of ``cmd``, assembled by hand in fastjson's key order (twice as fast as json.dumps)."""
+    ext = ",".join([_enc(k) + ":" + _enc(v if type(v) is str else _ext_value(v)) for k, v in cmd.ext_fields.items()])
+    remark = "" if cmd.remark is None else ',"remark":' + _enc(cmd.remark)
+    return (
+        f'{{"code":{int(cmd.code)},"extFields":{{{ext}}},"flag":{int(cmd.flag)},'
+        f'"language":{_enc(cmd.language)},"opaque":{int(cmd.opaque)}{remark},'
+        f'"serializeTypeCurrentRPC":"JSON","version":{int(cmd.version)}}}'
+    ).encode()
+
+
+native.install(globals(), "broker.remoting._command", ("decode_frame", "json_header"))
