@@ -16,6 +16,7 @@ TWINS = [
     "store.format._hashing",
     "store.format._properties",
     "store.format._records",
+    "store.format._units",
     "broker.remoting._command",
 ]
 

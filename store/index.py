@@ -52,18 +52,11 @@ class IndexFile:
         if h.index_count >= self.index_num:
             return False
         key_hash = hashing.index_key_hash(key)
-        slot = key_hash % self.hash_slot_num
-        slot_value = units.read_index_slot(self.mm, slot)
-        if slot_value <= 0 or slot_value > h.index_count:
-            slot_value = 0
         if h.begin_timestamp <= 0:
             time_diff = 0
         else:
             time_diff = min(max((store_timestamp - h.begin_timestamp) // 1000, 0), 0x7FFFFFFF)
-        units.pack_index_entry_into(
-            self.mm, self.hash_slot_num, h.index_count, key_hash, phy_offset, time_diff, slot_value
-        )
-        units.write_index_slot(self.mm, slot, h.index_count)
+        slot_value = units.put_index_entry(self.mm, self.hash_slot_num, h.index_count, key_hash, phy_offset, time_diff)
         if h.index_count <= 1:
             h.begin_phy_offset = phy_offset
             h.begin_timestamp = store_timestamp

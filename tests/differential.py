@@ -15,7 +15,7 @@ from typing import Any
 
 from broker.remoting.codes import RequestCode, SerializeType
 from broker.remoting.command import RemotingCommand
-from store.format import native, properties, records
+from store.format import native, properties, records, units
 
 
 class Disagreement(AssertionError):
@@ -174,6 +174,25 @@ def decode_properties(data: bytes) -> None:
     same("store.format.properties", "decode_properties", memoryview(raw))
 
 
+def put_index_entry(data: bytes) -> None:
+    """``units.put_index_entry`` into a small IndexFile image (slots possibly stale): same bytes and answer, or
+    same error, for in-range and out-of-range entries, hashes and offsets."""
+    if len(data) < 4:
+        return
+    slots = 1 + data[0] % 8
+    entries = 1 + data[1] % 8
+    image = bytes(_overlay(bytes(units.index_file_size(slots, entries)), data[4:]))
+    values = [_int_from(data[3] if i == data[3] % 3 else 0, data[4:], i * 8) for i in range(3)]
+    key_hash, phy, tdiff = values[0] & 0x7FFFFFFF if not data[2] & 0x80 else values[0], values[1], values[2] & 0xFFFF
+    entry_no = data[2] % 12 - 1
+    a, b = bytearray(image), bytearray(image)
+    py, c = _pair("store.format.units", "put_index_entry")
+    ra = _outcome(py, a, slots, entry_no, key_hash, phy, tdiff)
+    rb = _outcome(c, b, slots, entry_no, key_hash, phy, tdiff)
+    if ra != rb or a != b:
+        raise Disagreement(f"put_index_entry({slots}, {entry_no}, {values}): python {ra} != compiled {rb}")
+
+
 _SEND_EXT = {
     "a": "producer", "b": "TopicTest", "c": "TBW102", "d": "4", "e": "3", "f": "0", "g": "1700000000000", "h": "0",
     "i": "TAGS\x01TagA\x02KEYS\x01ORDER-1\x02UNIQ_KEY\x01" + "A" * 32 + "\x02", "j": "0", "k": "false",
@@ -246,4 +265,5 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "patch_record": patch_record,
     "hashes": hashes,
     "decode_properties": decode_properties,
+    "put_index_entry": put_index_entry,
 }

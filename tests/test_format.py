@@ -622,6 +622,25 @@ def test_index_entry_and_slots_match_java():
     assert units.read_index_entry(buf, slots, 3) == fields
 
 
+def test_put_index_entry_chains_keys_of_one_slot_like_java():
+    vec = V["index_entry"]
+    slots, entries = 8, 6
+    buf = bytearray(units.index_file_size(slots, entries))
+    slot = vec["key_hash"] % slots
+    assert units.put_index_entry(buf, slots, 1, vec["key_hash"], vec["phy_offset"], vec["time_diff"]) == 0
+    assert units.put_index_entry(buf, slots, 2, vec["key_hash"] + slots, 4096, 7) == 1  # same slot: chained to 1
+    assert units.read_index_slot(buf, slot) == 2
+    first = 40 + slots * 4 + 1 * 20
+    assert buf[first : first + 20].hex() == struct.pack(">iqii", vec["key_hash"], vec["phy_offset"],
+                                                        vec["time_diff"], 0).hex()  # fmt: skip
+    assert units.read_index_entry(buf, slots, 2) == (vec["key_hash"] + slots, 4096, 7, 1)
+    units.write_index_slot(buf, slot, 5)  # a slot pointing past the entries written (a crash before the header)
+    assert units.put_index_entry(buf, slots, 3, vec["key_hash"], 1, 1) == 0
+    assert units.read_index_entry(buf, slots, 3) == (vec["key_hash"], 1, 1, 0)
+    with pytest.raises(struct.error):
+        units.put_index_entry(buf, slots, entries, vec["key_hash"], 1, 1)  # past the last entry
+
+
 def test_index_file_size_default():
     assert units.index_file_size(5_000_000, 20_000_000) == 420_000_040 == V["index_file_size_default"]
 

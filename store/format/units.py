@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from store.format import native
 from store.format.buffers import ReadBuffer, WriteBuffer
 
 if TYPE_CHECKING:
@@ -169,6 +170,21 @@ def pack_index_entry_into(
     )
 
 
+def put_index_entry(
+    buf: WriteBuffer, hash_slot_num: int, entry_no: int, key_hash: int, phy_offset: int, time_diff: int
+) -> int:
+    """``IndexFile.putKey``'s writes: entry ``entry_no`` chained to what the key's slot held, then the slot pointed
+    at it.  Returns the entry it chains to: 0 when the slot was empty or held an entry at or past ``entry_no``
+    (a slot left over from a crash before the header was written)."""
+    slot = key_hash % hash_slot_num
+    prev = read_index_slot(buf, slot)
+    if prev <= 0 or prev > entry_no:
+        prev = 0
+    pack_index_entry_into(buf, hash_slot_num, entry_no, key_hash, phy_offset, time_diff, prev)
+    write_index_slot(buf, slot, entry_no)
+    return prev
+
+
 def read_index_entry(
     buf: ReadBuffer, hash_slot_num: int, entry_no: int
 ) -> tuple[int, int, int, int]:
@@ -214,3 +230,7 @@ def index_file_name(timestamp_ms: int) -> str:
 def is_index_file_name(name: str) -> bool:
     """An IndexFile's name: its creation time as yyyyMMddHHmmssSSS."""
     return len(name) == 17 and name.isascii() and name.isdigit()
+
+
+# The compiled twin (store/format/_units.pyx) replaces this when it is built; see store.format.native.
+native.install(globals(), "store.format._units", ("put_index_entry",))
