@@ -58,3 +58,4 @@ lint: install
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mqlake .airflow .pytest_cache .ruff_cache .mypy_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+	rm -f $(TWIN_SOURCES:.pyx=.c) $(wildcard store/format/_*.so broker/remoting/_*.so)
