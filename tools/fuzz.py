@@ -25,7 +25,7 @@ def fuzz_one(target: str, extra: list[str]) -> None:
     import atheris
 
     sys.path.insert(0, str(ROOT))
-    with atheris.instrument_imports(include=["store.format"]):
+    with atheris.instrument_imports(include=["store.format", "broker.remoting"]):
         from tests import differential
     atheris.Setup([sys.argv[0], f"-runs={RUNS}", "-max_len=512", *extra], differential.TARGETS[target])
     atheris.Fuzz()
