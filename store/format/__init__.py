@@ -10,6 +10,8 @@
   names; their numpy dtypes for the pipelines.
 - :mod:`store.format.delay` — delay levels and the tagsCode of a SCHEDULE_TOPIC_XXXX unit.
 - :mod:`store.format.columnar` — many records at once into numpy / Arrow arrays (the Spark source).
+- :mod:`store.format.native` — the choice between a module's compiled twin (``_records.pyx``, ``_hashing.pyx``,
+  ``_properties.pyx``, ``_units.pyx``; also ``broker/remoting/_command.pyx``) and its Python reference.
 
 Layouts follow Apache RocketMQ 4.9.8 / 5.x (``MessageDecoder``, ``CommitLog.doAppend``, ``ConsumeQueue``,
 ``IndexFile``, ``StoreCheckpoint``); every integer is big-endian.  Pure functions over bytes: the broker, the
