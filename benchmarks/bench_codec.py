@@ -15,9 +15,9 @@ import struct
 import time
 from collections.abc import Callable
 
-from benchmarks.bench_store import build_messages, encode_all, machine
+from benchmarks.bench_store import TOPIC, build_messages, encode_all, machine
 from benchmarks.report import emit
-from store.format import native, properties, records
+from store.format import native, properties
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1") or 1)
 COUNT = 20_000
@@ -38,7 +38,7 @@ def cases(n: int) -> dict[str, tuple[str, str, Callable[[Callable], Callable[[],
     msgs = build_messages(1024, n)
     recs = [bytes(r) for r in encode_all(msgs)]
     props = [m.properties for m in msgs]
-    keys = [f"{records.MessageRecord.__name__}#{properties.decode_properties(p)['UNIQ_KEY']}" for p in props]
+    keys = [f"{TOPIC}#{properties.decode_properties(p)['UNIQ_KEY']}" for p in props]
     tags = ["TagA"] * n
     patch_buf = bytearray(recs[0])
 
