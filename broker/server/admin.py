@@ -4,8 +4,6 @@ GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204), GET_CONS
 
 from __future__ import annotations
 
-import time
-
 from broker.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
@@ -86,15 +84,11 @@ class AdminProcessor:
     def runtime_info(self) -> dict[str, str]:
         b = self.broker
         info = dict(b.store.runtime_info())
-        now = int(time.time() * 1000)
+        info.update(b.stats.runtime_info())
         info.update(
             {
                 "brokerVersion": str(CURRENT_VERSION),
                 "brokerVersionDesc": BROKER_VERSION_DESC,
-                "bootTimestamp": str(b.stats.boot_timestamp),
-                "runtime": f"{(now - b.stats.boot_timestamp) // 1000} seconds",
-                "msgPutTotalTodayNow": str(b.stats.put_total),
-                "msgGetTotalTodayNow": str(b.stats.get_total),
                 "parkedPullRequests": str(b.hold.parked_count),
                 "consumerGroups": str(len(b.consumers.groups)),
                 "producerGroups": str(len(b.producers.groups)),
@@ -132,6 +126,7 @@ class AdminProcessor:
             tc = b.topics.get(topic)
             if tc is None:
                 continue
+            stats.consume_tps += b.stats.tps_group_get_nums(h.consumer_group, topic)
             for q in range(tc.read_queue_nums):
                 consumer_offset = max(b.offsets.query(h.consumer_group, topic, q), 0)
                 last = 0

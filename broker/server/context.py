@@ -18,7 +18,7 @@ from broker.server.groups import SubscriptionGroupManager
 from broker.server.long_polling import PullRequestHoldService
 from broker.server.offsets import ConsumerOffsetManager
 from broker.server.queue_locks import RebalanceLockManager
-from broker.server.stats import BrokerStats
+from broker.server.stats import BrokerStatsManager
 from broker.server.topics import TopicConfigManager
 from store.config import MessageStoreConfig
 from store.format import records
@@ -35,7 +35,7 @@ class BrokerContext(Protocol):
     producers: ProducerManager
     locks: RebalanceLockManager
     hold: PullRequestHoldService  # parked pulls
-    stats: BrokerStats
+    stats: BrokerStatsManager
 
     @property
     def store(self) -> MessageStore:

@@ -37,7 +37,7 @@ from broker.server.queue_locks import RebalanceLockManager
 from broker.server.queue_offsets import OffsetProcessor
 from broker.server.registration import NamesrvRegistrar
 from broker.server.send import SendProcessor
-from broker.server.stats import BrokerStats
+from broker.server.stats import BrokerStatsManager
 from broker.server.transaction import TransactionProcessor
 from broker.tls_settings import tls_server_context
 from store.config import MessageStoreConfig
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 CLIENT_SCAN_INTERVAL = 10.0
 ACL_WATCH_INTERVAL = 0.5  # how often plain_acl.yml is checked for changes (RocketMQ's FileWatchService too)
+STATS_TICK_INTERVAL = 1.0  # the store TPS samples once a second; the stats items every 10 s, 10 min, 1 h
 
 
 class BrokerController:
@@ -76,7 +77,7 @@ class BrokerController:
         self.transactions = TransactionProcessor(self)
         check = 5.0 if broker_config.long_polling_enable else broker_config.short_polling_time_mills / 1000
         self.hold = PullRequestHoldService(self._max_offset, check)
-        self.stats = BrokerStats()
+        self.stats = BrokerStatsManager(broker_config.broker_cluster_name)
         self.registrar = NamesrvRegistrar(broker_config, self.topics)
         self.server = RemotingServer(self.host, broker_config.listen_port, name="broker",
                                      tls_mode=broker_config.tls.server_mode,
@@ -138,6 +139,7 @@ class BrokerController:
             asyncio.create_task(
                 self._every(self.config.register_name_server_period / 1000, self.registrar.register_all)
             ),
+            asyncio.create_task(self._every(STATS_TICK_INTERVAL, self.stats.tick)),
         ]
         if self.acl is not None:
             acl = self.acl
@@ -275,8 +277,8 @@ class BrokerController:
                 flushed = False
             if not flushed and result.status == PutMessageStatus.PUT_OK:
                 result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        if result.ok:
-            self.stats.put(len(msgs))
+        if result.ok and msgs:
+            self.stats.put(msgs[0].topic, len(msgs), result.append.wrote_bytes if result.append else 0)
         return result
 
     def create_retry_topic(self, group: str, queue_nums: int = 1) -> tp.TopicConfig:

@@ -143,7 +143,9 @@ class PullProcessor:
             result = self._read(h, tag_codes, record_filter)
             code = pull_code(result.status, h.queue_offset)
         if result.status == GetMessageStatus.FOUND:
-            b.stats.got(len(result.messages))
+            b.stats.got(h.topic, h.consumer_group, len(result.messages), result.buffer_total_size)
+        else:
+            b.stats.missed()
         header = PullMessageResponseHeader(
             suggest_which_broker_id=0,
             next_begin_offset=result.next_begin_offset,

@@ -182,7 +182,7 @@ class SendProcessor:
             return self._put_and_wait(cmd, msgs, h.queue_id, rec)
         result, _ = self.broker.store.put_messages_nowait(msgs)  # ASYNC_FLUSH: never a future to wait for
         if result.ok:
-            self.broker.stats.put(len(msgs))
+            self.broker.stats.put(h.topic, len(msgs), result.append.wrote_bytes if result.append else 0)
         return self._reply(cmd, result, h.queue_id, rec)
 
     async def _put_and_wait(
@@ -295,5 +295,6 @@ class SendProcessor:
         )
         result = await b.put([rec])
         if result.ok:
+            b.stats.sent_back(target.topic_name, h.group)
             return cmd.response(ResponseCode.SUCCESS)
         return cmd.response(_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR), result.error)

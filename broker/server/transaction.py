@@ -151,7 +151,7 @@ class TransactionProcessor:
             if not result.ok:
                 self.resolved.discard(offsets)
                 return cmd.response(ResponseCode.SYSTEM_ERROR, result.error or result.status.value)
-            self.broker.stats.put(1)
+            self.broker.stats.put(final[0].topic, len(final), result.append.wrote_bytes if result.append else 0)
         self._queue_op(offsets)
         return cmd.response(ResponseCode.SUCCESS)
 

@@ -1,0 +1,118 @@
+"""What counting traffic (BrokerStatsManager) costs a send (issue 19: at most 2 % of send throughput).
+
+Run: ``.venv/bin/python -m benchmarks bench_stats`` (or ``make bench``).  BENCH_SCALE multiplies the counts.
+
+What is measured, exactly:
+  * A BrokerController (ASYNC_FLUSH, a temporary store, loopback) in this process; SEND_MESSAGE_V2 requests of
+    1 KiB with TAGS and KEYS handed straight to the send handler (``SendProcessor.send_inline``) on the broker's
+    event loop: the whole broker-side cost of a send (header parse, checks, record encode, CommitLog append,
+    response) without the network, which would only add noise to a 2 % comparison.
+  * Rounds alternate between the broker's real stats and a stats object whose counting does nothing; the
+    medians of the per-send times are compared.  Also: the counting call alone, in ns per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.bench_store import machine
+from benchmarks.report import emit
+from broker.config import build_configs
+from broker.remoting import headers as h
+from broker.remoting.codes import RequestCode
+from broker.remoting.command import RemotingCommand
+from broker.remoting.loop import run
+from broker.server.controller import BrokerController
+from broker.server.send import SendProcessor
+from broker.server.stats import BrokerStatsManager
+from store.format import properties
+
+SCALE = float(os.environ.get("BENCH_SCALE", "1") or 1)
+ROUNDS = 10
+PER_ROUND = max(200, int(20_000 * SCALE))
+TOPIC = "StatsBench"
+
+
+class _Peer:
+    remote_addr = "127.0.0.1:5555"
+    remote_host = ("127.0.0.1", 5555)
+
+
+class _NotCounting(BrokerStatsManager):
+    def put(self, topic: str, nums: int, size: int) -> None:
+        pass
+
+
+def _request(i: int) -> RemotingCommand:
+    props = properties.encode_properties({"UNIQ_KEY": f"U{i:020d}", "TAGS": "T", "KEYS": f"k{i}"}).decode()
+    v1 = h.SendMessageRequestHeader(
+        producer_group="pg", topic=TOPIC, default_topic="TBW102", default_topic_queue_nums=8, queue_id=i % 8,
+        sys_flag=0, born_timestamp=int(time.time() * 1000), flag=0, properties=props,
+    )  # fmt: skip
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, h.SendMessageRequestHeaderV2.from_v1(v1), b"x" * 1024)
+
+
+async def _measure(store_dir: Path) -> dict:
+    bc, sc = build_configs({"listenPort": "0", "storePathRootDir": str(store_dir), "flushDiskType": "ASYNC_FLUSH",
+                            "mappedFileSizeCommitLog": str(256 * 1024 * 1024)})  # fmt: skip
+    controller = BrokerController(bc, sc)
+    await controller.start()
+    try:
+        proc = SendProcessor(controller)
+        counting, silent = controller.stats, _NotCounting(bc.broker_cluster_name)
+        proc.send_inline(_request(0), _Peer())  # creates the topic
+        times: dict[str, list[float]] = {"counting": [], "not_counting": []}
+        for r in range(ROUNDS * 2):
+            mode = "counting" if r % 4 in (0, 3) else "not_counting"  # ABBA: a drift favours neither
+            controller.stats = counting if mode == "counting" else silent
+            reqs = [_request(i) for i in range(PER_ROUND)]
+            peer = _Peer()
+            t0 = time.perf_counter()
+            for cmd in reqs:
+                proc.send_inline(cmd, peer)
+            times[mode].append((time.perf_counter() - t0) / PER_ROUND)
+            await asyncio.sleep(0)  # let the flush service run between rounds
+        controller.stats = counting
+        n = PER_ROUND * 10
+        t0 = time.perf_counter()
+        put = counting.put
+        for _ in range(n):
+            put(TOPIC, 1, 1200)
+        count_ns = (time.perf_counter() - t0) / n * 1e9
+    finally:
+        await controller.shutdown()
+    with_us = statistics.median(times["counting"]) * 1e6
+    without_us = statistics.median(times["not_counting"]) * 1e6
+    return {
+        "send_us_counting": with_us,
+        "send_us_not_counting": without_us,
+        "count_call_ns": count_ns,
+        "count_share_of_send_pct": count_ns / 1000 / with_us * 100,
+        "throughput_cost_pct": (with_us - without_us) / without_us * 100,
+        "rounds": ROUNDS,
+        "sends_per_round": PER_ROUND,
+    }
+
+
+def print_report(r: dict) -> None:
+    print(f"send handler, per send: {r['send_us_counting']:.2f} us counting, {r['send_us_not_counting']:.2f} us not")
+    print(f"the counting call alone: {r['count_call_ns']:.0f} ns = {r['count_share_of_send_pct']:.2f} % of a send")
+    print(f"throughput cost (median of {r['rounds']} rounds each): {r['throughput_cost_pct']:+.2f} %")
+
+
+def main() -> dict:
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="bench_stats_") as tmp:
+        results = run(_measure(Path(tmp)))
+    results["machine"] = machine()
+    results["wall_seconds"] = time.time() - t0
+    return emit("bench_stats", results, print_report)
+
+
+if __name__ == "__main__":
+    main()
