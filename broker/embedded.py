@@ -32,8 +32,10 @@ async def serve(
     if namesrv_port is not None:
         # One process, one TLS configuration: the NameServer's port is set up as the broker's.
         tls = broker_config.tls
+        # Beside the store, as RocketMQ's ~/namesrv/kvConfig.json is beside ~/store.
+        kv_path = store_config.store_path_root_dir.parent / "namesrv" / "kvConfig.json"
         namesrv = NamesrvController(namesrv_host or "127.0.0.1", namesrv_port, tls_mode=tls.server_mode,
-                                    ssl_context=tls_server_context(tls))  # fmt: skip
+                                    ssl_context=tls_server_context(tls), kv_config_path=kv_path)  # fmt: skip
         if tls.server_mode == "enforcing":
             tls.client_enable = True  # the broker registers with a NameServer that speaks TLS only
         await namesrv.start()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import typer
 
+from cli import admin_ops as _admin_ops  # noqa: F401 - registers the operator commands on admin_app
 from cli import servers
 from cli.admin import admin_app
 from cli.store import store_app

@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import logging
 import ssl
+from pathlib import Path
 
+from broker.namesrv.kv_config import DEFAULT_KV_CONFIG_PATH, KVConfigManager
 from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_table import RouteTable
 from broker.remoting.loop import wait_for_signal
@@ -31,12 +33,15 @@ class NamesrvController:
         scan_interval: float = SCAN_NOT_ACTIVE_BROKER_SECONDS,
         tls_mode: TlsMode = "disabled",
         ssl_context: ssl.SSLContext | None = None,
+        kv_config_path: Path | None = None,
     ) -> None:
+        """``kv_config_path``: where the KV config persists (RocketMQ's ``kvConfigPath``); None keeps it in memory."""
         self.host = host
         self.port = port
         self.scan_interval = scan_interval
         self.table = RouteTable()
-        self.processor = NamesrvProcessor(self.table, broker_expired_seconds)
+        self.kv = KVConfigManager(kv_config_path)
+        self.processor = NamesrvProcessor(self.table, broker_expired_seconds, self.kv)
         self.server = RemotingServer(host, port, name="namesrv", tls_mode=tls_mode, ssl_context=ssl_context)
         for code, handler in self.processor.routes().items():
             self.server.register(code, handler)
@@ -48,6 +53,7 @@ class NamesrvController:
         return f"{self.host}:{self.port}"
 
     async def start(self) -> None:
+        await asyncio.to_thread(self.kv.load)  # a bad kvConfig.json stops the start, naming the file
         await self.server.start()
         self.port = self.server.port
         self._scanner = asyncio.get_running_loop().create_task(self._scan_forever())
@@ -82,10 +88,15 @@ class NamesrvController:
 
 
 async def serve_namesrv(
-    host: str, port: int, *, tls_mode: TlsMode = "disabled", ssl_context: ssl.SSLContext | None = None
+    host: str,
+    port: int,
+    *,
+    tls_mode: TlsMode = "disabled",
+    ssl_context: ssl.SSLContext | None = None,
+    kv_config_path: Path | None = DEFAULT_KV_CONFIG_PATH,
 ) -> None:
     """Run a NameServer until SIGTERM/SIGINT (``mqlake namesrv``); logs ``NameServer ready at host:port``."""
-    namesrv = NamesrvController(host, port, tls_mode=tls_mode, ssl_context=ssl_context)
+    namesrv = NamesrvController(host, port, tls_mode=tls_mode, ssl_context=ssl_context, kv_config_path=kv_config_path)
     await namesrv.start()
     try:
         logging.getLogger("mqlake").info("NameServer ready at %s", namesrv.address)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
+from broker.namesrv.kv_config import KVConfigManager
 from broker.namesrv.register_body import decode_register_body
 from broker.namesrv.route_table import RouteTable
 from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
+from broker.remoting.ops_headers import AddWritePermOfBrokerRequestHeader, AddWritePermOfBrokerResponseHeader
 from broker.remoting.protocol.body import KVTable, TopicList
 from broker.remoting.protocol.fastjson import dumps_standard
 from broker.remoting.protocol.route import RouteForm
@@ -29,10 +32,10 @@ def _standard(body: WireModel) -> bytes:
 class NamesrvProcessor:
     """Handlers bound to one RouteTable; ``routes`` names them by request code."""
 
-    def __init__(self, table: RouteTable, broker_expired_seconds: float) -> None:
+    def __init__(self, table: RouteTable, broker_expired_seconds: float, kv: KVConfigManager | None = None) -> None:
         self.table = table
         self.broker_expired_seconds = broker_expired_seconds
-        self.kv: dict[str, dict[str, str]] = {}
+        self.kv = kv if kv is not None else KVConfigManager(None)
 
     def routes(self) -> dict[int, Handler]:
         return {
@@ -49,6 +52,8 @@ class NamesrvProcessor:
             RequestCode.GET_KV_CONFIG: self.get_kv,
             RequestCode.DELETE_KV_CONFIG: self.delete_kv,
             RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kv_list,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm,
         }
 
     # --- brokers -----------------------------------------------------------------------------------------------
@@ -83,7 +88,7 @@ class NamesrvProcessor:
             conn,
         )
         header = h.RegisterBrokerResponseHeader(ha_server_addr=result.ha_server_addr, master_addr=result.master_addr)
-        kv_table = KVTable(table=dict(sorted(self.kv.get(ORDER_TOPIC_CONFIG, {}).items())))
+        kv_table = KVTable(table=dict(sorted(self.kv.namespace(ORDER_TOPIC_CONFIG).items())))
         return cmd.response(ResponseCode.SUCCESS, header=header, body=_standard(kv_table))
 
     async def unregister_broker(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
@@ -142,12 +147,12 @@ class NamesrvProcessor:
 
     async def put_kv(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         hdr = cmd.read_header(h.PutKVConfigRequestHeader)
-        self.kv.setdefault(hdr.namespace, {})[hdr.key] = hdr.value
+        await asyncio.to_thread(self.kv.put, hdr.namespace, hdr.key, hdr.value)  # written to kvConfig.json
         return cmd.response(ResponseCode.SUCCESS)
 
     async def get_kv(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         hdr = cmd.read_header(h.GetKVConfigRequestHeader)
-        value = self.kv.get(hdr.namespace, {}).get(hdr.key)
+        value = self.kv.get(hdr.namespace, hdr.key)
         if value is None:
             return cmd.response(
                 ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {hdr.namespace} Key: {hdr.key}"
@@ -156,13 +161,27 @@ class NamesrvProcessor:
 
     async def delete_kv(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         hdr = cmd.read_header(h.DeleteKVConfigRequestHeader)
-        self.kv.get(hdr.namespace, {}).pop(hdr.key, None)
+        await asyncio.to_thread(self.kv.delete, hdr.namespace, hdr.key)
         return cmd.response(ResponseCode.SUCCESS)
 
     async def get_kv_list(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         namespace = cmd.ext_fields.get("namespace")
-        table = self.kv.get(namespace or "")
+        table = self.kv.namespace(namespace or "")
         if not table:
             return cmd.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
         return cmd.response(ResponseCode.SUCCESS, body=_standard(KVTable(table=dict(sorted(table.items())))))
 
+    # --- draining a broker -------------------------------------------------------------------------------------
+
+    async def wipe_write_perm(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
+        """Clients stop sending to the broker (its queues lose PERM_WRITE) until it registers a new data version."""
+        hdr = cmd.read_header(h.WipeWritePermOfBrokerRequestHeader)
+        count = self.table.set_write_perm(hdr.broker_name, False)
+        log.info("wipe write perm of broker %s: %d topics, requested by %s", hdr.broker_name, count, conn.remote_addr)
+        return cmd.response(ResponseCode.SUCCESS, header=h.WipeWritePermOfBrokerResponseHeader(wipe_topic_count=count))
+
+    async def add_write_perm(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
+        hdr = cmd.read_header(AddWritePermOfBrokerRequestHeader)
+        count = self.table.set_write_perm(hdr.broker_name, True)
+        log.info("add write perm of broker %s: %d topics, requested by %s", hdr.broker_name, count, conn.remote_addr)
+        return cmd.response(ResponseCode.SUCCESS, header=AddWritePermOfBrokerResponseHeader(add_topic_count=count))

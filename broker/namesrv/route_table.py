@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from broker.remoting.connection import Channel
 from broker.remoting.protocol.route import MASTER_ID, BrokerData, ClusterInfo, QueueData, TopicRouteData
-from broker.remoting.protocol.topic import DataVersion, TopicConfig
+from broker.remoting.protocol.topic import PERM_WRITE, DataVersion, TopicConfig
 
 log = logging.getLogger(__name__)
 
@@ -217,3 +217,15 @@ class RouteTable:
             return
         for broker_name in self.clusters.get(cluster, set()):
             self._remove_queue(topic, broker_name)
+
+    def set_write_perm(self, broker_name: str, writable: bool) -> int:
+        """Add or wipe PERM_WRITE on every queue of ``broker_name``; returns how many topics it touched
+        (``wipeWritePermOfBroker``/``addWritePermOfBroker``)."""
+        count = 0
+        for queues in self.topic_queues.values():
+            qd = queues.get(broker_name)
+            if qd is not None:
+                perm = qd.perm | PERM_WRITE if writable else qd.perm & ~PERM_WRITE
+                queues[broker_name] = qd.model_copy(update={"perm": perm})
+                count += 1
+        return count

@@ -120,7 +120,12 @@ class AdminProcessor:
     async def get_consume_stats(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         b = self.broker
         h = cmd.read_header(GetConsumeStatsRequestHeader)
-        topics = [h.topic] if h.topic else sorted(b.offsets.topics_of_group(h.consumer_group))
+        if h.topic:
+            topics = [h.topic]
+        else:  # what it committed to, and what it subscribes to while online (before its first commit)
+            online = b.consumers.groups.get(h.consumer_group)
+            subscribed = set(online.subscriptions) if online is not None else set()
+            topics = sorted(b.offsets.topics_of_group(h.consumer_group) | subscribed)
         stats = ConsumeStats()
         for topic in topics:
             tc = b.topics.get(topic)

@@ -59,6 +59,11 @@ class BrokerContext(Protocol):
         """``%DLQ%<group>``, created on first use."""
         ...
 
+    def config_changed(self, keys: set[str]) -> None:
+        """Settings named by ``keys`` were changed at run time (UPDATE_BROKER_CONFIG): push them where they are
+        held."""
+        ...
+
     async def topics_persisted(self) -> None:
         """Wait until the latest topic change is on disk (and announced to the NameServers)."""
         ...

@@ -31,6 +31,7 @@ from broker.server.context import Processor
 from broker.server.groups import SubscriptionGroupManager
 from broker.server.long_polling import PullRequestHoldService
 from broker.server.offsets import ConsumerOffsetManager
+from broker.server.operations import OperationsProcessor
 from broker.server.pull import PullProcessor
 from broker.server.query import QueryProcessor
 from broker.server.queue_locks import RebalanceLockManager
@@ -281,6 +282,15 @@ class BrokerController:
             self.stats.put(msgs[0].topic, len(msgs), result.append.wrote_bytes if result.append else 0)
         return result
 
+    def config_changed(self, keys: set[str]) -> None:
+        c = self.config
+        self.topics.default_topic_queue_nums = c.default_topic_queue_nums
+        self.groups.auto_create = c.auto_create_subscription_group
+        if "autoCreateTopicEnable" in keys:
+            self.topics.set_auto_create(c.auto_create_topic_enable)
+        if "brokerPermission" in keys or "autoCreateTopicEnable" in keys:
+            self.topics.changed()  # a new data version: the NameServers take the new permissions at once
+
     def create_retry_topic(self, group: str, queue_nums: int = 1) -> tp.TopicConfig:
         return self.topics.create_system_topic(tp.retry_topic(group), queue_nums, tp.PERM_READ | tp.PERM_WRITE)
 
@@ -317,6 +327,7 @@ class BrokerController:
         processors: list[Processor] = [
             SendProcessor(self), PullProcessor(self), OffsetProcessor(self), ClientManageProcessor(self),
             AdminProcessor(self), QueryProcessor(self), AclAdminProcessor(self.config, self.acl), self.transactions,
+            OperationsProcessor(self),
         ]  # fmt: skip
         for processor in processors:
             for code, handler in processor.routes().items():

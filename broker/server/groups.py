@@ -56,3 +56,15 @@ class SubscriptionGroupManager(VersionedTableManager[SubscriptionGroupConfig]):
             cfg = self.table[group] = SubscriptionGroupConfig(group_name=group)
             self.changed()
         return cfg
+
+    def update(self, cfg: SubscriptionGroupConfig) -> None:
+        """Create or replace a group's config (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP)."""
+        self.table[cfg.group_name] = cfg
+        self.changed()
+
+    def delete(self, group: str) -> bool:
+        """Remove a group's config (DELETE_SUBSCRIPTIONGROUP); False when there was none."""
+        if self.table.pop(group, None) is None:
+            return False
+        self.changed()
+        return True

@@ -66,3 +66,22 @@ class ConsumerOffsetManager(ConfigManager[OffsetTable]):
     def topics_of_group(self, group: str) -> set[str]:
         suffix = TOPIC_GROUP_SEPARATOR + group
         return {k[: -len(suffix)] for k in list(self.table) if k.endswith(suffix)}
+
+    def remove_topic(self, topic: str) -> None:
+        """Every group's offsets of ``topic`` (``cleanOffsetByTopic``)."""
+        for key in [k for k in self.table if k.startswith(topic + TOPIC_GROUP_SEPARATOR)]:
+            del self.table[key]
+            self._dirty = True
+
+    def remove_group(self, group: str) -> None:
+        """Every offset ``group`` committed (``removeOffset``)."""
+        for key in [k for k in self.table if k.endswith(TOPIC_GROUP_SEPARATOR + group)]:
+            del self.table[key]
+            self._dirty = True
+
+    def clone(self, src: str, dest: str, topic: str) -> None:
+        """``dest`` takes ``src``'s offsets of ``topic`` (``cloneOffset``)."""
+        queues = self.table.get(offset_key(topic, src))
+        if queues is not None:
+            self.table[offset_key(topic, dest)] = dict(queues)
+            self._dirty = True

@@ -12,7 +12,7 @@ from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.errors import RemotingError
 from broker.remoting.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
-from broker.remoting.protocol.topic import RegisterBrokerBody
+from broker.remoting.protocol.topic import PERM_READ, PERM_WRITE, RegisterBrokerBody, TopicConfigSerializeWrapper
 from broker.server.topics import TableBody, TopicConfigManager
 from broker.tls_settings import tls_client_context
 from store.format import hashing
@@ -28,9 +28,19 @@ class NamesrvRegistrar:
     def __init__(self, config: BrokerConfig, topics: TopicConfigManager) -> None:
         self.config = config
         self.topics = topics
-        self._body = TableBody(topics, lambda wrapper: RegisterBrokerBody(topic_config_serialize_wrapper=wrapper))
+        self._body = TableBody(topics, self._announced)
         self.client = RemotingClient(language="JAVA", ssl_context=tls_client_context(config.tls))
         self._lock = asyncio.Lock()  # one registration round at a time, so versions arrive in order
+
+    def _announced(self, wrapper: TopicConfigSerializeWrapper) -> RegisterBrokerBody:
+        # A broker that may not be written (or read) announces its topics with that permission masked out
+        # (registerBrokerAll), so clients stop routing sends to it: how an operator drains a broker.
+        perm = self.config.broker_permission
+        if not (perm & PERM_WRITE and perm & PERM_READ):
+            table = {name: tc.model_copy(update={"perm": tc.perm & perm})
+                     for name, tc in wrapper.topic_config_table.items()}  # fmt: skip
+            wrapper = wrapper.model_copy(update={"topic_config_table": table})
+        return RegisterBrokerBody(topic_config_serialize_wrapper=wrapper)
 
     def _identity(self) -> dict[str, Any]:
         c = self.config

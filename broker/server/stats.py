@@ -137,13 +137,14 @@ class BrokerStatsManager:
         self.get_miss_times = 0
         self.get_total = 0  # transferred messages
         self._store_samples: deque[tuple[int, int, int, int, int]] = deque(maxlen=STORE_SAMPLES)
+        self._store_samples.append((now, 0, 0, 0, 0))  # at boot, as Java's sampler starts with the store
         # BrokerStats' day counters
         self.msg_put_total_yesterday_morning = 0
         self.msg_put_total_today_morning = 0
         self.msg_get_total_yesterday_morning = 0
         self.msg_get_total_today_morning = 0
         self._next_minute = self._next_hour = self._next_day = now  # as Java: every sampler runs at once
-        self._next_store = now
+        self._next_store = now + STORE_SAMPLE_MS
         self._next_midnight = next_midnight_ms(now)
 
     def now_ms(self) -> int:

@@ -34,6 +34,12 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 DLQ_NUMS_PER_GROUP = 1
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+SYSTEM_TOPICS = frozenset({
+    AUTO_CREATE_TOPIC_KEY_TOPIC, SCHEDULE_TOPIC, "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", SELF_TEST_TOPIC, OFFSET_MOVED_EVENT,
+    "CHECKPOINT_TOPIC",
+})  # fmt: skip
 TOPIC_MAX_LENGTH = 127
 _TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
@@ -137,6 +143,27 @@ class TopicConfigManager(VersionedTableManager[TopicConfig]):
         self.table[tc.topic_name] = tc
         log.info("topic %s: read %d write %d perm %d", tc.topic_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm)
         self.changed()
+
+    def set_auto_create(self, enable: bool) -> None:
+        """autoCreateTopicEnable changed at run time: TBW102's INHERIT bit follows it."""
+        self.auto_create_topic_enable = enable
+        tbw = self.table.get(AUTO_CREATE_TOPIC_KEY_TOPIC)
+        if tbw is not None:
+            perm = tbw.perm | PERM_INHERIT if enable else tbw.perm & ~PERM_INHERIT
+            self.table[AUTO_CREATE_TOPIC_KEY_TOPIC] = tbw.model_copy(update={"perm": perm})
+
+    def delete(self, topic: str) -> bool:
+        """Remove a topic (DELETE_TOPIC_IN_BROKER); False when there was none."""
+        if self.table.pop(topic, None) is None:
+            return False
+        log.info("topic %s deleted", topic)
+        self.changed()
+        return True
+
+    def is_system_topic(self, topic: str) -> bool:
+        """``TopicValidator.isSystemTopic``, plus the cluster and broker topics the broker adds to that set."""
+        return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX) or any(
+            topic == tc.topic_name for tc in self._system)  # fmt: skip
 
     def create_in_send(
         self, topic: str, default_topic: str | None, queue_nums: int, sys_flag: int

@@ -70,7 +70,7 @@ def dumps_legacy(obj: Any) -> bytes:
     return "".join(out).encode()
 
 
-def dumps_mq_keyed(items: Iterable[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+def dumps_mq_keyed(items: Iterable[tuple[dict[str, Any], Any]]) -> str:
     """A ``Map<K, V>`` whose keys are objects (``items``: key and value, each JSON-ready), as fastjson writes it:
     not standard JSON, but what Java clients decode ``TopicStatsTable``/``ConsumeStats`` from."""
     pairs = (json.dumps(k, separators=_SEPARATORS) + ":" + json.dumps(v, separators=_SEPARATORS) for k, v in items)
