@@ -11,6 +11,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -75,6 +76,13 @@ class BrokerConfig(BaseModel):
     broker_role: str = "ASYNC_MASTER"
     enable_dleger_commit_log: bool = Field(False, alias="enableDLegerCommitLog")
     tls: TlsConfig = Field(default_factory=TlsConfig, exclude=True)
+    # Metrics (RocketMQ 5's exporter settings; mqlake exports PROM only: /metrics over HTTP)
+    metrics_exporter_type: Literal["DISABLE", "PROM"] = "DISABLE"
+    metrics_prom_exporter_host: str = ""  # empty: brokerIP1, as RocketMQ
+    metrics_prom_exporter_port: int = Field(5557, ge=0, le=65535)
+    metrics_label: str = ""  # extra labels on every metric: "k1:v1,k2:v2"
+    # mqlake: the lake the tier/verify-index/replay jobs write their reports to (metrics read the newest)
+    lake_dir: Path | None = None
 
     @field_validator("broker_role")
     @classmethod

@@ -30,6 +30,7 @@ from broker.server.clients import ConsumerManager, ProducerManager
 from broker.server.context import Processor
 from broker.server.groups import SubscriptionGroupManager
 from broker.server.long_polling import PullRequestHoldService
+from broker.server.metrics import MetricsExporter
 from broker.server.offsets import ConsumerOffsetManager
 from broker.server.operations import OperationsProcessor
 from broker.server.pull import PullProcessor
@@ -89,6 +90,8 @@ class BrokerController:
         self._tasks: set[asyncio.Task] = set()
         self._timers: list[asyncio.Task] = []
         self._topics_task: asyncio.Future | None = None
+        # metricsExporterType=PROM: its latency histogram times every request; its collector reads the rest at scrape
+        self.metrics = MetricsExporter(self) if broker_config.metrics_exporter_type == "PROM" else None
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     @property
@@ -122,7 +125,11 @@ class BrokerController:
             await asyncio.to_thread(self._store.prepare_segment)
             await asyncio.to_thread(self._load_config_files)
             await asyncio.to_thread(self.transactions.load)
+            if self.metrics is not None:  # a taken metrics port stops the start, naming it
+                self.metrics.start()
         except BaseException:
+            if self.metrics is not None:
+                self.metrics.stop()
             await self.server.stop(grace=0)
             if self._store is not None:
                 await asyncio.to_thread(self._store.shutdown)
@@ -188,6 +195,8 @@ class BrokerController:
         if self._store is not None:
             await asyncio.to_thread(self._store.shutdown)
         await self.registrar.close()
+        if self.metrics is not None:
+            self.metrics.stop()
         log.info("broker %s stopped", self.config.broker_name)
 
     async def _every(self, interval: float, fn: Callable[[], Any]) -> None:
@@ -331,4 +340,6 @@ class BrokerController:
         ]  # fmt: skip
         for processor in processors:
             for code, handler in processor.routes().items():
+                if self.metrics is not None:
+                    handler = self.metrics.timed(handler)
                 self.server.register(code, self._guard(handler))
