@@ -83,6 +83,8 @@ class BrokerConfig(BaseModel):
     metrics_label: str = ""  # extra labels on every metric: "k1:v1,k2:v2"
     # mqlake: the lake the tier/verify-index/replay jobs write their reports to (metrics read the newest)
     lake_dir: Path | None = None
+    # mqlake: also log to rotating files here (broker.log, namesrv.log), as RocketMQ's ~/logs/rocketmqlogs
+    log_dir: Path | None = None
 
     @field_validator("broker_role")
     @classmethod

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from cli.log_files import add_log_files
 from store.console import print_error
 
 ConfigOption = Annotated[
@@ -64,6 +65,8 @@ def broker(
 
     _setup_logging(log_level)
     broker_cfg, store_cfg = _load_conf(config, store_dir, port, host)
+    if broker_cfg.log_dir is not None:
+        add_log_files(broker_cfg.log_dir, broker=True, namesrv=False)
     _run(run_servers, broker_cfg, store_cfg)
 
 
@@ -73,6 +76,7 @@ def namesrv(
     config: Annotated[Path | None, typer.Option(
         "--config", "-c", help="Properties file with RocketMQ's tls.server.* keys (TLS on the port).")] = None,
     log_level: LogLevel = "INFO",
+    log_dir: Annotated[Path | None, typer.Option(help="Also log to a rotating namesrv.log here.")] = None,
 ) -> None:
     """Run a NameServer alone; SIGTERM/SIGINT stop it."""
     from broker.config import BrokerConfigError, load_tls, parse_properties
@@ -91,6 +95,8 @@ def namesrv(
     except (OSError, BrokerConfigError) as e:
         print_error(e)
         raise typer.Exit(2) from None
+    if log_dir is not None:
+        add_log_files(log_dir, broker=False, namesrv=True)
     _run(lambda: run(serve_namesrv(host, port, tls_mode=tls.server_mode, ssl_context=tls_server_context(tls))))
 
 
@@ -115,4 +121,6 @@ def up(
         namesrv_port = int(configured[0].rpartition(":")[2]) if configured else 9876
     if not configured or namesrv_port != int(configured[0].rpartition(":")[2]):
         broker_cfg.namesrv_addr = f"{ns_host}:{namesrv_port}"
+    if broker_cfg.log_dir is not None:
+        add_log_files(broker_cfg.log_dir, broker=True, namesrv=True)
     _run(run_servers, broker_cfg, store_cfg, namesrv_host=ns_host, namesrv_port=namesrv_port)

@@ -261,8 +261,12 @@ def test_broker_config_at_run_time_and_draining(mqlake_server_factory) -> None:
     assert max_offset(server, topic, 0) >= 1  # nothing expired: nothing lost
 
 
-def test_namesrv_kv_config_survives_a_restart(mqlake_server_factory) -> None:
-    server = mqlake_server_factory()
+def test_namesrv_kv_config_survives_a_restart_and_log_dir_files(mqlake_server_factory, tmp_path) -> None:
+    logs = tmp_path / "rocketmqlogs"
+    server = mqlake_server_factory(logDir=str(logs))
+    assert "Broker ready at" in (logs / "broker.log").read_text()
+    assert "NameServer started on" in (logs / "namesrv.log").read_text()
+    assert "NameServer started on" not in (logs / "broker.log").read_text()
     put = h.PutKVConfigRequestHeader(namespace="ORDER_TOPIC_CONFIG", key="OrderT", value="broker-a:4")
     assert remoting_call(server.namesrv_addr, RequestCode.PUT_KV_CONFIG, put).code == ResponseCode.SUCCESS
     path = server.store_dir.parent / "namesrv" / "kvConfig.json"

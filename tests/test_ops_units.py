@@ -60,3 +60,25 @@ def test_unusable_kv_config_is_an_error_naming_the_file(tmp_path) -> None:
     with pytest.raises(ConfigFileError) as e:
         KVConfigManager(path).load()
     assert str(path) in str(e.value)
+
+
+def test_log_files_split_the_servers_and_rotate(tmp_path) -> None:
+    import logging
+
+    from cli.log_files import BACKUP_COUNT, MAX_BYTES, add_log_files
+
+    handlers = add_log_files(tmp_path / "logs", broker=True, namesrv=True)
+    try:
+        logging.getLogger("broker.namesrv.route_table").warning("a namesrv record")
+        logging.getLogger("broker.server.controller").warning("a broker record")
+        for h in handlers:
+            h.flush()
+        assert [(h.maxBytes, h.backupCount) for h in handlers] == [(MAX_BYTES, BACKUP_COUNT)] * 2
+    finally:
+        for h in handlers:
+            logging.getLogger().removeHandler(h)
+            h.close()
+    broker_log = (tmp_path / "logs" / "broker.log").read_text()
+    namesrv_log = (tmp_path / "logs" / "namesrv.log").read_text()
+    assert "a broker record" in broker_log and "a namesrv record" not in broker_log
+    assert "a namesrv record" in namesrv_log and "a broker record" not in namesrv_log

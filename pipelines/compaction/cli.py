@@ -49,6 +49,7 @@ def tier_command(
     """Tier expired CommitLog segments into Delta: validate, commit once, verify, then delete."""
     from pipelines.compaction.job import tier
     from pipelines.compaction.upkeep import compact as run_compact
+    from pipelines.job_progress import JobProgress
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     out = console()
@@ -62,10 +63,11 @@ def tier_command(
             store_config = load_broker_conf(broker_conf)[1]
         except BrokerConfigError as e:
             raise typer.BadParameter(str(e), param_hint="--broker-conf") from None
-    result = tier(
-        store_dir, lake, file_reserved_time=file_reserved_time, max_segments=max_segments, report=report,
-        store_config=store_config, **add_spark_options(master, conf),
-    )  # fmt: skip
+    with JobProgress("tier", console(stderr=True)):
+        result = tier(
+            store_dir, lake, file_reserved_time=file_reserved_time, max_segments=max_segments, report=report,
+            store_config=store_config, **add_spark_options(master, conf),
+        )  # fmt: skip
     if not json_out:
         _print(out, result)
     compacted = run_compact(lake) if compact else None

@@ -45,6 +45,7 @@ import pyarrow as pa
 
 from expectations.rules import checked_messages
 from expectations.runner import QualityReport, validate, write_report
+from pipelines import job_progress
 from pipelines.compaction import checks, tables
 from pipelines.compaction.checks import QueueRange, RowsDigest, TieredSegment
 from pipelines.compaction.deletion import delete_tiered
@@ -249,6 +250,7 @@ class TierJob:
         self.lake.mkdir(parents=True, exist_ok=True)
         with phase("claim"):
             claimed = _claim(self.manifest, self.owner, self.file_reserved_time, self.max_segments)
+        job_progress.set_total(sum(e.size for e in claimed), "bytes")
         entries = {e.base_offset: e for e in claimed}
         outcomes: dict[int, SegmentOutcome] = {}
         if claimed:

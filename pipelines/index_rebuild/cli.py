@@ -47,6 +47,7 @@ def verify_index_command(
     """
     from pipelines.index_rebuild.job import verify_index
     from pipelines.index_rebuild.report import print_summary
+    from pipelines.job_progress import JobProgress
     from store.errors import MQLakeError
 
     if repair != (out is not None):
@@ -62,8 +63,9 @@ def verify_index_command(
             raise typer.BadParameter(str(e), param_hint="--broker-conf") from None
         store_config.store_path_root_dir = store_dir
     try:
-        result = verify_index(store_dir, report_path=report, lake=lake, repair_out=out, store_config=store_config,
-                              run_id=run_id, **spark_kwargs)  # fmt: skip
+        with JobProgress("verify-index", console(stderr=True)):
+            result = verify_index(store_dir, report_path=report, lake=lake, repair_out=out,
+                                  store_config=store_config, run_id=run_id, **spark_kwargs)  # fmt: skip
     except MQLakeError as e:  # VerifyError, or the store's own (a file of a size it cannot open, ...)
         print_error(e)
         raise typer.Exit(2) from None

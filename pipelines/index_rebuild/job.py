@@ -19,6 +19,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pipelines import job_progress
 from pipelines.index_rebuild import consume_queue as cqmod
 from pipelines.index_rebuild import index_file as idxmod
 from pipelines.index_rebuild.live import LiveIndexFile, broker_running, dispatched_bound, index_files, indexed_bound
@@ -98,6 +99,7 @@ def verify_index(
             bound = min(bound, indexed)
     segments = segment_files(store_dir)
     cl_min = int(segments[0].name) if segments else 0
+    job_progress.set_total(sum(p.stat().st_size for p in segments), "bytes")
 
     if spark is None:
         from pipelines.spark import get_spark

@@ -80,13 +80,15 @@ def replay_command(
         raise typer.BadParameter(str(e)) from None
     spark_kwargs = add_spark_options(master, conf)
 
+    from pipelines.job_progress import JobProgress
     from pipelines.replay.job import replay
     from pipelines.replay.sender import ReplayError
 
     if not dry_run and not json_out:
         out.print(f"replay id: {spec.replay_id}  (rerun with --replay-id {spec.replay_id} to resume)")
     try:
-        report = replay(spec, report_path=report_path, **spark_kwargs)
+        with JobProgress("replay", console(stderr=True)):
+            report = replay(spec, report_path=report_path, **spark_kwargs)
     except ReplaySpecError as e:
         raise typer.BadParameter(str(e)) from None
     except ReplayError as e:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from expectations.runner import write_report
+from pipelines import job_progress
 from pipelines.replay import progress as prog
 from pipelines.replay.progress import QueueKey, QueueProgress, TargetKey
 from pipelines.replay.sender import REPORT_SCHEMA, ReplayError, TaskPlan, send_partition
@@ -270,6 +271,7 @@ def _run(spark, spec: ReplaySpec, df, recorded, report: ReplayReport, phase, fin
     phase("target_and_progress")
 
     todo = [p for p in plans if p.rows > p.already_done]
+    job_progress.set_total(sum(p.rows - p.already_done for p in todo), "rows")
     results: list[dict] = []
     if todo:
         parallelism = spec.parallelism or spark.sparkContext.defaultParallelism
