@@ -70,9 +70,14 @@ def test_verify_index_reports_progress_in_its_log(spark, spark_store, tmp_path, 
     shutil.copytree(spark_store.root, store_dir)
     total = sum(p.stat().st_size for p in (store_dir / "commitlog").iterdir())
     caplog.set_level(logging.INFO, logger="mqlake.progress")
-    res = CliRunner().invoke(app, ["verify-index", "--store-dir", str(store_dir), "--exit-zero"])
+    lake = tmp_path / "lake"
+    res = CliRunner().invoke(app, ["verify-index", "--store-dir", str(store_dir), "--lake", str(lake)])
     assert res.exit_code == 0, res.output
     lines = [r.getMessage() for r in caplog.records if r.name == "mqlake.progress"]
     finished = [ln for ln in lines if ln.startswith("verify-index: ") and ln.endswith("(finished)")]
     assert len(finished) == 1, lines
     assert f"of {jp._human(total, 'bytes')} (100%)" in finished[0]
+    # its report lands beside the tier and replay reports, where the broker's metrics find the last run
+    from broker.server.metrics import last_job_runs
+
+    assert last_job_runs(lake)["verify"][1] is True

@@ -278,3 +278,23 @@ def test_namesrv_kv_config_survives_a_restart_and_log_dir_files(mqlake_server_fa
     delete = h.DeleteKVConfigRequestHeader(namespace="ORDER_TOPIC_CONFIG", key="OrderT")
     assert remoting_call(server.namesrv_addr, RequestCode.DELETE_KV_CONFIG, delete).code == ResponseCode.SUCCESS
     assert json.loads(path.read_text()) == {"configTable": {}}
+
+
+def test_producer_connection_lists_a_live_cpp_producer(mqlake_server) -> None:
+    topic, group = unique("ProdT"), unique("PG")
+    p = producer(mqlake_server, group)
+    try:
+        assert p.send_sync(message(topic, "x")).status == 0
+        wait_routed(mqlake_server, topic)
+        # the client announces its group with its next heartbeat (at start and every 30 s)
+        wait_until(
+            lambda: admin(mqlake_server, "producerConnection", "-g", group, "-t", topic).exit_code == 0,
+            40,
+            what="the producer's heartbeat",
+        )
+        pc = admin_json(mqlake_server, "producerConnection", "-g", group, "-t", topic)
+        assert len(pc["connectionSet"]) == 1 and pc["connectionSet"][0]["language"] == "CPP"
+    finally:
+        p.shutdown()
+    err = admin_error(mqlake_server, "producerConnection", "-g", unique("NoPG"), "-t", topic)
+    assert "has no connection" in err

@@ -176,6 +176,10 @@ def verify_index(
         from pipelines.index_rebuild.report import append_to_lake
 
         append_to_lake(Path(lake), report, started)
+        # beside the tier and replay reports, where the broker's metrics read the last run of each job
+        reports = Path(lake) / "_reports"
+        reports.mkdir(parents=True, exist_ok=True)
+        (reports / f"verify-{report['run_id']}.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
