@@ -82,3 +82,12 @@ def test_log_files_split_the_servers_and_rotate(tmp_path) -> None:
     namesrv_log = (tmp_path / "logs" / "namesrv.log").read_text()
     assert "a broker record" in broker_log and "a namesrv record" not in broker_log
     assert "a namesrv record" in namesrv_log and "a broker record" not in namesrv_log
+
+
+def test_broker_config_shows_no_tls_secret_and_takes_no_tls_key() -> None:
+    broker, store = build_configs({"tls.server.keyPassword": "s3cret"})
+    text = rc.format_configs(rc.all_configs(broker, store)).decode()
+    assert "s3cret" not in text and not any(line.startswith("tls") for line in text.splitlines())
+    with pytest.raises(rc.ConfigUpdateRefused) as e:
+        rc.update_configs("tls=x", broker, store)
+    assert "unknown broker config key tls" in e.value.remark

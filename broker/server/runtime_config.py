@@ -49,8 +49,9 @@ class ConfigUpdateRefused(Exception):
 
 
 def _fields(model: BaseModel) -> dict[str, str]:
-    """alias -> attribute name."""
-    return {(f.alias or name): name for name, f in type(model).model_fields.items()}
+    """alias -> attribute name, of the plain settings (a field kept out of dumps, such as the TLS settings with
+    their key password, is neither shown nor writable here)."""
+    return {(f.alias or name): name for name, f in type(model).model_fields.items() if not f.exclude}
 
 
 def _text(value: Any) -> str:
