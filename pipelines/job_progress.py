@@ -55,10 +55,10 @@ def _eta(seconds: float | None) -> str:
 
 
 class SparkTasks:
-    """Completed and total tasks of the stages Spark started since ``reset`` (read from its status tracker)."""
+    """Completed and total tasks of the Spark jobs started since ``reset`` (read from its status tracker): a job
+    that succeeded counts whole, even when its stages came and went between two polls or were skipped."""
 
     def __init__(self) -> None:
-        self._stages: dict[int, tuple[int, int]] = {}
         self._baseline: set[int] = set()
 
     @staticmethod
@@ -70,26 +70,26 @@ class SparkTasks:
 
     def reset(self) -> None:
         tracker = self._tracker()
-        self._stages = {}
-        self._baseline = set(tracker.getActiveStageIds()) if tracker is not None else set()
+        self._baseline = set(tracker.getJobIdsForGroup(None)) if tracker is not None else set()
 
     def fraction(self) -> float:
         tracker = self._tracker()
         if tracker is None:
             return 0.0
-        for sid in tracker.getActiveStageIds():
-            if sid in self._baseline:
+        done = total = 0
+        for job_id in tracker.getJobIdsForGroup(None):
+            if job_id in self._baseline:
                 continue
-            info = tracker.getStageInfo(sid)
-            if info is not None and info.numTasks > 0:
-                self._stages[sid] = (info.numCompletedTasks, info.numTasks)
-        # a stage no longer active finished: all its tasks count as done
-        active = set(tracker.getActiveStageIds())
-        for sid, (_, n) in list(self._stages.items()):
-            if sid not in active:
-                self._stages[sid] = (n, n)
-        total = sum(n for _, n in self._stages.values())
-        return sum(d for d, _ in self._stages.values()) / total if total else 0.0
+            job = tracker.getJobInfo(job_id)
+            if job is None:
+                continue
+            for sid in job.stageIds:
+                stage = tracker.getStageInfo(sid)
+                if stage is None or stage.numTasks <= 0:
+                    continue
+                total += stage.numTasks
+                done += stage.numTasks if job.status == "SUCCEEDED" else stage.numCompletedTasks
+        return done / total if total else 0.0
 
 
 class JobProgress:
