@@ -81,3 +81,18 @@ def test_verify_index_reports_progress_in_its_log(spark, spark_store, tmp_path, 
     from broker.server.metrics import last_job_runs
 
     assert last_job_runs(lake)["verify"][1] is True
+
+
+@pytest.mark.spark
+def test_tier_sets_its_total_to_the_claimed_segments(spark, tmp_path, caplog) -> None:
+    from pipelines.compaction.job import tier
+    from tests.fixtures_spark import write_store
+
+    written = write_store(tmp_path / "s")
+    caplog.set_level(logging.INFO, logger="mqlake.progress")
+    with jp.JobProgress("tier", Console(file=io.StringIO())) as p:
+        report = tier(written.root, tmp_path / "lake", spark=spark, file_reserved_time=0)
+    assert report.segments and p.total == written.segment_size * len(report.segments)
+    assert p.unit == "bytes" and p.done() == p.total
+    last = caplog.records[-1].getMessage()
+    assert last.startswith("tier: ") and "(100%)" in last and last.endswith("(finished)")
