@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.client.admin import RETRY_PREFIX, Admin
-from broker.client.errors import MQClientError
+from broker.client.errors import MQBrokerError, MQClientError
 from broker.client.instance import check
 from broker.client.message import MessageExt, decode_messages
 from broker.remoting import headers as h
@@ -119,12 +119,6 @@ class OpsAdmin(Admin):
                 await self.delete_topic(topic, cluster)
         return addrs
 
-    async def sub_groups(self, broker_addr: str) -> dict[str, SubscriptionGroupConfig]:
-        from broker.remoting.protocol.body import SubscriptionGroupWrapper
-
-        resp = await self._call(broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, None, "subscription groups")
-        return SubscriptionGroupWrapper.decode(resp.body, f"groups of {broker_addr}").subscription_group_table
-
     # -- offsets ----------------------------------------------------------------------------------------------
     async def reset_offset_by_time(self, topic: str, group: str, timestamp: int, force: bool = True
                                    ) -> dict[MessageQueue, int]:  # fmt: skip
@@ -154,8 +148,7 @@ class OpsAdmin(Admin):
             last = resp
         if last is None:
             raise MQClientError(f"{what}: no broker is registered")
-        check(last, what)
-        raise AssertionError("unreachable")
+        raise MQBrokerError(last.code, last.remark, "", what)  # every broker refused: the last one's answer
 
     async def consumer_connection(self, group: str) -> ConsumerConnection:
         _, resp = await self._any_broker_with(
