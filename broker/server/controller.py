@@ -183,6 +183,8 @@ class BrokerController:
         await self.transactions.stop()
         await self.hold.stop()  # parked pulls re-read and answer now
         await self.server.stop(grace=5.0)
+        if self.metrics is not None:  # no scrape reads the store while it closes
+            await asyncio.to_thread(self.metrics.stop)
         if self._tasks:  # config persists and notifications still under way
             await asyncio.wait(list(self._tasks), timeout=10)
         if self._ready:
@@ -195,8 +197,6 @@ class BrokerController:
         if self._store is not None:
             await asyncio.to_thread(self._store.shutdown)
         await self.registrar.close()
-        if self.metrics is not None:
-            self.metrics.stop()
         log.info("broker %s stopped", self.config.broker_name)
 
     async def _every(self, interval: float, fn: Callable[[], Any]) -> None:
