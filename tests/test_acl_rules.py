@@ -228,6 +228,12 @@ def test_refusals_in_rocketmq_order_with_its_remarks() -> None:
     admin = _cmd(RequestCode.UPDATE_AND_CREATE_TOPIC, topic="X")
     signer.sign(admin)
     assert _refusal(rules, admin) == "Need admin permission for request code=17, but accessKey=RocketMQ is not"
+    for code in (RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.CLONE_GROUP_OFFSET,
+                 RequestCode.DELETE_EXPIRED_COMMITLOG):
+        operator = _cmd(code, topic="topicC", group="groupB")
+        signer.sign(operator)
+        remark = _refusal(rules, operator)
+        assert remark == f"Need admin permission for request code={code}, but accessKey=RocketMQ is not"
     consumer = {"groupName": "groupA", "subscriptionDataSet": [{"topic": "topicC", "subString": "*"}]}
     heartbeat = _cmd(RequestCode.HEART_BEAT, json.dumps({"clientID": "c", "consumerDataSet": [consumer]}).encode())
     signer.sign(heartbeat)

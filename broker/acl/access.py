@@ -7,7 +7,8 @@ known account; a peer in that account's ``whiteRemoteAddress`` passes; otherwise
 touches (``resources``) and be ``admin`` for the admin codes. A refusal raises RequestRefused(NO_PERMISSION)
 whose remark reads like RocketMQ's ``AclException`` messages and never holds a secret.
 
-Deliberate differences from RocketMQ 4.9: the ACL admin codes (50-54) need ``admin`` too (RocketMQ lets any
+Deliberate differences from RocketMQ 4.9: the ACL admin codes (50-54) and the offset-reset, offset-clone and
+expired-CommitLog deletion codes need ``admin`` too (RocketMQ lets any
 account change the ACL); a send to a retry topic needs SUB on that retry topic's own group; QUERY_CONSUMER_OFFSET
 needs what UPDATE_CONSUMER_OFFSET needs; SEND_BATCH_MESSAGE needs PUB as RocketMQ 5 checks it.
 """
@@ -37,6 +38,8 @@ ADMIN_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
     RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, RequestCode.DELETE_ACL_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
     RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
+    # operator actions that move offsets or delete data: RocketMQ 4.9 lets any signed account send them
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.CLONE_GROUP_OFFSET, RequestCode.DELETE_EXPIRED_COMMITLOG,
 })  # fmt: skip
 
 
