@@ -59,6 +59,7 @@ class BrokerConfig(BaseModel):
     broker_topic_enable: bool = True
     long_polling_enable: bool = True
     short_polling_time_mills: int = Field(1000, ge=1)
+    lite_pull_message_enable: bool = True  # LITE_PULL_MESSAGE (361) served, as Java's default
     flush_consumer_offset_interval: int = Field(5000, ge=10)
     register_name_server_period: int = Field(30_000, ge=1000)
     channel_expired_timeout: int = Field(120_000, ge=1000)  # a client silent this long is dropped

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from store.format.delay import parse_delay_levels
+
 
 class FlushDiskType(StrEnum):
     ASYNC_FLUSH = "ASYNC_FLUSH"
@@ -57,7 +59,18 @@ class MessageStoreConfig(BaseModel):
     expired_segment_policy: ExpiredSegmentPolicy = ExpiredSegmentPolicy.TIER
 
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    flush_delay_offset_interval: int = Field(10_000, ge=1)  # ms between delayOffset.json writes
+    # 5.x timer messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS)
+    timer_wheel_enable: bool = True
+    timer_max_delay_sec: int = Field(3600 * 24 * 3, ge=1)
+    timer_precision_ms: int = Field(1000, ge=1)
     store_host: str = "127.0.0.1:10911"  # brokerIP1:listenPort, written into every record
+
+    @field_validator("message_delay_level")
+    @classmethod
+    def _delay_levels(cls, v: str) -> str:
+        parse_delay_levels(v)  # a string RocketMQ could not parse either is refused at load, naming the token
+        return v
 
     @field_validator("disk_space_warning_level_ratio")
     @classmethod

@@ -33,6 +33,7 @@ from store.format import delay, msgid, records, units
 from store.index import IndexService
 from store.recovery import RecoveryReport, recover
 from store.retention import SegmentManifest, SegmentState, disk_used_ratio, is_deletion_hour
+from store.schedule import ParkRefused, ScheduleMessageService, TimerMessageService, may_park, park
 
 log = logging.getLogger(__name__)
 MAX_FILTER_UNITS = 16000 // units.CQ_UNIT_SIZE  # maxFilterMessageCount: CQ units scanned per pull at most
@@ -48,6 +49,8 @@ class PutMessageStatus(Enum):
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    WHEEL_TIMER_MSG_ILLEGAL = "WHEEL_TIMER_MSG_ILLEGAL"
+    WHEEL_TIMER_NOT_ENABLE = "WHEEL_TIMER_NOT_ENABLE"
 
 
 @dataclass(slots=True)
@@ -117,6 +120,14 @@ class MessageStore:
         if config.message_index_enable:
             dispatchers.append(BuildIndex(self.index))
         self.reput = ReputService(self.commitlog, dispatchers, delay_millis=self.delay_millis)
+        self.schedule = ScheduleMessageService(
+            self.consume_queues, self.commitlog.read, self._put_delivered, self.delay_millis, config.config_dir,
+            config.flush_delay_offset_interval,
+        )  # fmt: skip
+        self.timers = TimerMessageService(
+            self.consume_queues, self.commitlog.read, self._put_delivered, config.config_dir,
+            config.timer_precision_ms, config.flush_delay_offset_interval,
+        )  # fmt: skip
         self._flush_service: FlushRealTimeService | GroupCommitService | None = None
         self._group_commit: GroupCommitService | None = None
         self._housekeeping: _Housekeeping | None = None
@@ -145,6 +156,8 @@ class MessageStore:
         self.check_disk_space()  # a store started on a full disk refuses puts from the first one
         self._running = True
         self.reput.start()
+        self.schedule.start()
+        self.timers.start()
         if self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
             self._flush_service = self._group_commit = GroupCommitService(self.commitlog, self._on_commitlog_flushed)
         else:
@@ -176,6 +189,8 @@ class MessageStore:
             pass
         self._recover_topic_queue_table()
         self._sync_manifest()
+        self.schedule.load()
+        self.timers.load()
 
     def _recover_topic_queue_table(self) -> None:
         table = {}
@@ -189,6 +204,8 @@ class MessageStore:
         """Stop services, wait for dispatch, flush everything, remove the abort marker."""
         if not self._running:
             return
+        self.schedule.shutdown()  # before puts stop: a delivery under way completes and its offset is saved
+        self.timers.shutdown()
         self._running = False
         with self.commitlog.put_lock:
             self.commitlog.writable = False  # appends already past the running check stop here
@@ -262,8 +279,25 @@ class MessageStore:
         """Append one message; in SYNC_FLUSH also return the future of its group commit."""
         return self.put_messages_nowait((msg,))
 
-    def put_messages_nowait(self, msgs: Sequence[records.MessageRecord]) -> tuple[PutMessageResult, Future | None]:
-        """Append messages of one topic-queue as consecutive records (a batch)."""
+    def put_messages_nowait(
+        self, msgs: Sequence[records.MessageRecord], *, schedule: bool = True
+    ) -> tuple[PutMessageResult, Future | None]:
+        """Append messages of one topic-queue as consecutive records (a batch).
+
+        A single message with a delay level or a timer is parked for later delivery (``store.schedule``), as
+        Java's put does; batches are stored as they come.  ``schedule=False``: the delivery of a parked copy."""
+        if schedule and len(msgs) == 1 and may_park(msgs[0].properties):
+            try:
+                park(
+                    msgs[0], len(self.delay_millis), timer_enable=self.config.timer_wheel_enable,
+                    timer_max_delay_sec=self.config.timer_max_delay_sec,
+                    timer_precision_ms=self.config.timer_precision_ms,
+                )  # fmt: skip
+            except ParkRefused as e:
+                status = PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL
+                if e.not_enabled:
+                    status = PutMessageStatus.WHEEL_TIMER_NOT_ENABLE
+                return PutMessageResult(status, error=str(e)), None
         encoded = []
         for m in msgs:
             bad = self._check(m)
@@ -291,6 +325,9 @@ class MessageStore:
         if self._group_commit is not None and _wants_wait(first):
             return result, self._group_commit.submit(off)
         return result, None
+
+    def _put_delivered(self, msgs: list[records.MessageRecord]) -> bool:
+        return self.put_messages_nowait(msgs, schedule=False)[0].ok
 
     def put_message(self, msg: records.MessageRecord) -> PutMessageResult:
         """Append; in SYNC_FLUSH wait for the group commit (FLUSH_DISK_TIMEOUT after syncFlushTimeout)."""

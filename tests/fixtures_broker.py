@@ -64,6 +64,8 @@ TEST_CONF = {
     "maxHashSlotNum": "10000",
     "maxIndexNum": "40000",
     "flushDiskType": "ASYNC_FLUSH",
+    # RocketMQ's setting, shortened: a consumer's retry (delay level 3 + reconsumeTimes, clamped) waits 1 s, not 10 s
+    "messageDelayLevel": "1s",
 }
 
 REPO = Path(__file__).resolve().parents[1]

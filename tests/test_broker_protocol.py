@@ -135,7 +135,8 @@ def records(body: bytes) -> list[MessageRecord]:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = LiveBroker(tmp_path_factory.mktemp("broker") / "store").start()
+    # one 1 s delay level: a retry (level 3 + reconsumeTimes, clamped to the highest) comes back after 1 s
+    b = LiveBroker(tmp_path_factory.mktemp("broker") / "store", messageDelayLevel="1s").start()
     yield b
     b.close()
 
@@ -585,11 +586,12 @@ def test_consumer_send_back_goes_to_retry_then_dlq(broker: LiveBroker) -> None:
     _, offset = msgid.decode_offset_msg_id(r.ext_fields["msgId"])
     back = h.ConsumerSendMsgBackRequestHeader(offset=offset, group="rg", delay_level=0, origin_topic="Failing")
     assert broker.call(RequestCode.CONSUMER_SEND_MSG_BACK, back).code == ResponseCode.SUCCESS
-    broker.dispatched()
-    retried = records(broker.pull("%RETRY%rg", 0, 0, group="rg").body)
+    # it waits out its delay level in SCHEDULE_TOPIC_XXXX, then comes back through %RETRY%<group>
+    retried = wait_until(lambda: records(broker.pull("%RETRY%rg", 0, 0, group="rg").body), 10, what="the retry")
     assert [g.body for g in retried] == [b"bad news"] and retried[0].reconsume_times == 1
     assert retried[0].property_map["RETRY_TOPIC"] == "Failing"
-    assert retried[0].property_map["ORIGIN_MESSAGE_ID"] == r.ext_fields["transactionId"]
+    assert retried[0].property_map["ORIGIN_MESSAGE_ID"] == r.ext_fields["msgId"]  # Java: the offset msg id
+    assert retried[0].property_map["REAL_TOPIC"] == "%RETRY%rg" and retried[0].property_map["DELAY"] == "1"
     # Past the retry limit: the dead-letter queue.
     back = h.ConsumerSendMsgBackRequestHeader(offset=retried[0].physical_offset, group="rg", delay_level=0,
                                               max_reconsume_times=1)  # fmt: skip

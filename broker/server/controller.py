@@ -38,6 +38,7 @@ from broker.server.query import QueryProcessor
 from broker.server.queue_locks import RebalanceLockManager
 from broker.server.queue_offsets import OffsetProcessor
 from broker.server.registration import NamesrvRegistrar
+from broker.server.schedule import ScheduleProcessor
 from broker.server.send import SendProcessor
 from broker.server.stats import BrokerStatsManager
 from broker.server.transaction import TransactionProcessor
@@ -336,7 +337,7 @@ class BrokerController:
         processors: list[Processor] = [
             SendProcessor(self), PullProcessor(self), OffsetProcessor(self), ClientManageProcessor(self),
             AdminProcessor(self), QueryProcessor(self), AclAdminProcessor(self.config, self.acl), self.transactions,
-            OperationsProcessor(self),
+            OperationsProcessor(self), ScheduleProcessor(self),
         ]  # fmt: skip
         for processor in processors:
             for code, handler in processor.routes().items():

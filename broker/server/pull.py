@@ -1,4 +1,6 @@
-"""PULL_MESSAGE (11): read a queue from an offset, filtered by tags, with long polling (reference §7.7)."""
+"""PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361): read a queue from an offset, filtered by tags, with long polling
+(reference §7.7).  As in Java's PullMessageProcessor the two codes share one header and one path; a lite pull is
+refused (NO_PERMISSION) only when ``litePullMessageEnable`` is false."""
 
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ class PullProcessor:
         self.broker = broker
 
     def routes(self) -> dict[int, Handler]:
-        return {RequestCode.PULL_MESSAGE: self.pull_message}
+        return {RequestCode.PULL_MESSAGE: self.pull_message, RequestCode.LITE_PULL_MESSAGE: self.pull_message}
 
     def _tag_codes(self, h: PullMessageRequestHeader) -> set[int] | None:
         """The tag codes to match, from the pull's own expression or the group's registered subscription."""
@@ -130,6 +132,10 @@ class PullProcessor:
         """A refusal (RequestRefused) and a bad header are answered by the remoting layer."""
         b = self.broker
         h = cmd.read_header(PullMessageRequestHeader)
+        if cmd.code == RequestCode.LITE_PULL_MESSAGE and not b.config.lite_pull_message_enable:
+            raise RequestRefused(
+                ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] for lite pull consumer is forbidden"
+            )
         tag_codes = self._check(h)
         record_filter = self._record_filter(h)
         result = self._read(h, tag_codes, record_filter)

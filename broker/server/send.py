@@ -1,8 +1,9 @@
 """SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and CONSUMER_SEND_MSG_BACK (36).
 
+Delay levels and timers are parked by the store's put (``store.schedule``), so a send with ``DELAY`` and a
+CONSUMER_SEND_MSG_BACK (level 3 + reconsumeTimes unless the consumer names one) wait in SCHEDULE_TOPIC_XXXX.
+
 Decisions where the store is not RocketMQ's yet:
-- Delay levels (``DELAY``) are not scheduled: the message is stored in its topic at once. Retries sent
-  back by consumers therefore go to ``%RETRY%<group>`` immediately instead of after 10 s, 30 s, ...
 - Transactional half messages (``TRAN_MSG=true``) go to ``RMQ_SYS_TRANS_HALF_TOPIC`` (``half_messages``); with
   ``rejectTransactionMessage=true`` they are refused with NO_PERMISSION, as in Java.
 - Batch messages keep their own properties only (plus ``CLUSTER``): the batch wrapper's properties are not
@@ -45,6 +46,8 @@ _STATUS_CODES = {
     PutMessageStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.WHEEL_TIMER_NOT_ENABLE: ResponseCode.SYSTEM_ERROR,  # as Java answers it
 }
 
 
@@ -154,6 +157,8 @@ class SendProcessor:
             max_times = h.max_reconsume_times
         # An orderly group (one holding queue locks) would block its queue on a retry: dead-letter it at once.
         orderly = self.broker.locks.is_locked(group)
+        # '>' as RocketMQ 5.x (4.9 had '>='): the client's fallback send already counts this attempt in
+        # reconsumeTimes, so '>' dead-letters after as many retries as CONSUMER_SEND_MSG_BACK's '>=' does.
         if (h.reconsume_times or 0) > max_times or orderly:
             dlq = self.broker.create_dlq_topic(group)
             h.topic, h.queue_id = dlq.topic_name, random.randrange(dlq.write_queue_nums)
@@ -197,8 +202,13 @@ class SendProcessor:
         if h.queue_id < 0:
             h.queue_id = random.randrange(tc.write_queue_nums)
         props = (h.properties or "").encode("utf-8")
-        tc = self._route_retry(h, tc)
-        rec = self._record(h, tc, conn, cmd.body, props, h.flag)
+        routed = self._route_retry(h, tc)
+        if routed is not tc and h.topic.startswith(tp.DLQ_GROUP_TOPIC_PREFIX):
+            # the client's retry carries DELAY 3+n; dead-lettered it must not wait (Java sets DELAY=-1)
+            props = properties.encode_properties(
+                {**properties.decode_properties(props), properties.PROPERTY_DELAY_TIME_LEVEL: "-1"}
+            )
+        rec = self._record(h, routed, conn, cmd.body, props, h.flag)
         if _property(props, properties.PROPERTY_TRANSACTION_PREPARED) == "true":
             return self._half(rec)
         return rec
@@ -256,12 +266,20 @@ class SendProcessor:
 
     # --- CONSUMER_SEND_MSG_BACK --------------------------------------------------------------------------
     async def consumer_send_msg_back(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
-        """Route a message a consumer failed on to ``%RETRY%<group>``, or ``%DLQ%<group>`` past the limit."""
+        """Re-deliver a message a consumer failed on through ``%RETRY%<group>`` after delay level 3 + reconsumeTimes
+        (or the level the consumer asks for), or put it in ``%DLQ%<group>`` at the limit (``consumerSendMsgBack``)."""
         b = self.broker
         h = cmd.read_header(ConsumerSendMsgBackRequestHeader)
         cfg = b.groups.find(h.group)
         if cfg is None:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"no subscription group {h.group}")
+        if not tp.is_writeable(b.config.broker_permission):
+            return cmd.response(ResponseCode.NO_PERMISSION, f"broker {b.config.broker_name} is not writable")
+        if cfg.retry_queue_nums <= 0:
+            return cmd.response(ResponseCode.SUCCESS)  # the group takes no retries: Java drops the message
+        target = b.create_retry_topic(h.group, cfg.retry_queue_nums)
+        if not tp.is_writeable(target.perm):
+            return cmd.response(ResponseCode.NO_PERMISSION, f"topic {target.topic_name} is not writable")
         raw = await asyncio.to_thread(b.store.look_message_by_offset, h.offset)
         if raw is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")
@@ -271,17 +289,16 @@ class SendProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
         props = dict(orig.property_map)
         props.setdefault(PROPERTY_RETRY_TOPIC, orig.topic)
+        props[properties.PROPERTY_WAIT_STORE_MSG_OK] = "false"
         max_times = cfg.retry_max_times
         if h.max_reconsume_times is not None and h.max_reconsume_times >= 0:
             max_times = h.max_reconsume_times
         if orig.reconsume_times >= max_times or h.delay_level < 0:
-            target = b.create_dlq_topic(h.group)
+            target = b.create_dlq_topic(h.group)  # as Java, the DLQ's permission is not checked
+            props[properties.PROPERTY_DELAY_TIME_LEVEL] = "0"
         else:
-            target = b.create_retry_topic(h.group)
-        if not tp.is_writeable(target.perm):
-            return cmd.response(ResponseCode.NO_PERMISSION, f"topic {target.topic_name} is not writable")
-        props.setdefault(properties.PROPERTY_ORIGIN_MESSAGE_ID, h.origin_msg_id or orig.uniq_key or orig.offset_msg_id)
-        props.pop(properties.PROPERTY_DELAY_TIME_LEVEL, None)  # no delay levels yet: the retry is due now
+            props[properties.PROPERTY_DELAY_TIME_LEVEL] = str(h.delay_level or 3 + orig.reconsume_times)
+        props.setdefault(properties.PROPERTY_ORIGIN_MESSAGE_ID, orig.offset_msg_id)
         rec = records.MessageRecord(
             topic=target.topic_name,
             queue_id=random.randrange(target.write_queue_nums),
@@ -297,4 +314,4 @@ class SendProcessor:
         if result.ok:
             b.stats.sent_back(target.topic_name, h.group)
             return cmd.response(ResponseCode.SUCCESS)
-        return cmd.response(_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR), result.error)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, result.error or result.status.value)

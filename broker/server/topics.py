@@ -24,13 +24,13 @@ from broker.remoting.protocol.topic import (
 from broker.remoting.protocol.wire import WireModel
 from broker.server.config_manager import VersionedTableManager
 from store import config_files as cf
+from store.format.delay import SCHEDULE_TOPIC, TIMER_TOPIC
 
 log = logging.getLogger(__name__)
 
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 DLQ_NUMS_PER_GROUP = 1
@@ -105,6 +105,7 @@ class TopicConfigManager(VersionedTableManager[TopicConfig]):
                         perm=inherit_rw if broker_topic_enable else PERM_INHERIT),
             TopicConfig(topic_name=OFFSET_MOVED_EVENT, read_queue_nums=1, write_queue_nums=1),
             TopicConfig(topic_name=SCHEDULE_TOPIC, read_queue_nums=18, write_queue_nums=18),
+            TopicConfig(topic_name=TIMER_TOPIC, read_queue_nums=1, write_queue_nums=1),  # 5.x, timerWheelEnable
         ]  # fmt: skip
 
     # --- persistence -------------------------------------------------------------------------------------

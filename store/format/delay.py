@@ -3,14 +3,30 @@ which holds the time the message is due rather than a tag hash."""
 
 from __future__ import annotations
 
+from store.errors import MQLakeError
+
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TIMER_TOPIC = "rmq_sys_wheel_timer"  # 5.x TimerMessageStore.TIMER_TOPIC: parked timer messages, queue 0
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+
+class DelayLevelError(MQLakeError, ValueError):
+    """A ``messageDelayLevel`` string RocketMQ could not parse either."""
 
 
 def parse_delay_levels(levels: str = DEFAULT_DELAY_LEVELS) -> list[int]:
     """``ScheduleMessageService.parseDelayLevel``: level n (1-based) -> milliseconds at index n-1."""
     units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-    return [int(tok[:-1]) * units[tok[-1]] for tok in levels.split()]
+    out = []
+    for tok in levels.split():
+        if len(tok) < 2 or tok[-1] not in units or not tok[:-1].isascii() or not tok[:-1].isdigit():
+            raise DelayLevelError(
+                f"bad delay level {tok!r} in messageDelayLevel {levels!r}: expected digits then s, m, h or d"
+            )
+        out.append(int(tok[:-1]) * units[tok[-1]])
+    if not out:
+        raise DelayLevelError("messageDelayLevel names no level")
+    return out
 
 
 DEFAULT_DELAY_MILLIS = parse_delay_levels()

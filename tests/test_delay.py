@@ -1,0 +1,357 @@
+"""Delay levels, 5.x timer messages, retry back-off / DLQ and LITE_PULL_MESSAGE, as RocketMQ serves them.
+
+Brokers here use RocketMQ's own ``messageDelayLevel`` setting with short levels so nothing waits 10 s, and poll
+with deadlines; deliveries are checked by what the store holds (store timestamps, properties, ConsumeQueue
+tagsCodes), never by how long a test took."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from rocketmq.client import Message
+
+from broker.remoting import headers as h
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.protocol.body import MessageQueueKey
+from store.config_files import load_delay_offsets
+from store.format import properties as P
+from store.format import records as R
+from store.format.delay import SCHEDULE_TOPIC, TIMER_TOPIC
+from store.format.msgid import decode_offset_msg_id
+from store.message_store import MessageStore
+from store.schedule import ParkRefused, park
+from tests.fixtures_broker import remoting_call as broker_call
+from tests.helpers import make_config, read_queue, wait_dispatched, wait_until
+from tests.test_broker_protocol import LiveBroker, records
+from tests.test_conformance_cpp_client import Collector, producer, push_consumer, unique
+
+# =====================================================================================================
+# parking (unit)
+# =====================================================================================================
+
+
+def _msg(**props: str) -> R.MessageRecord:
+    return R.MessageRecord(topic="T", queue_id=3, body=b"x", properties=P.encode_properties(props))
+
+
+@pytest.mark.unit
+def test_a_delay_level_is_clamped_and_parked_in_its_schedule_queue() -> None:
+    m = _msg(TAGS="a", DELAY="40", TIMER_DELAY_MS="5")
+    park(m, max_level=18)
+    assert (m.topic, m.queue_id) == (SCHEDULE_TOPIC, 17)  # level 18 (the highest) -> queue 17
+    # the level wins over a timer, whose properties go (checkIfTimerMessage); REAL_* say where it is due
+    assert m.property_map == {"TAGS": "a", "DELAY": "18", "REAL_TOPIC": "T", "REAL_QID": "3"}
+    for untouched in (_msg(DELAY="0"), _msg(DELAY="-1"), _msg(TAGS="plain")):
+        before = untouched.properties
+        park(untouched, max_level=18)
+        assert (untouched.topic, untouched.properties) == ("T", before)
+    prepared = _msg(DELAY="2")
+    prepared.sys_flag = R.TRANSACTION_PREPARED_TYPE  # a half message is not a delayed one
+    park(prepared, max_level=18)
+    assert prepared.topic == "T"
+
+
+@pytest.mark.unit
+def test_a_timer_is_rounded_into_its_slot_as_java_and_a_past_time_stays_in_its_topic() -> None:
+    now = 1_700_000_000_250
+    m = _msg(TIMER_DELAY_MS="1500")  # due 1_700_000_001_750 -> slot ...001_000, dequeued one precision later
+    park(m, 18, timer_precision_ms=1000, now_ms=now)
+    assert (m.topic, m.queue_id) == (TIMER_TOPIC, 0)
+    assert m.property_map["TIMER_OUT_MS"] == "1700000001000" and m.property_map["REAL_QID"] == "3"
+    whole = _msg(TIMER_DELIVER_MS="1700000005000")  # a whole slot: Java takes the slot before it
+    park(whole, 18, timer_precision_ms=1000, now_ms=now)
+    assert whole.property_map["TIMER_OUT_MS"] == "1700000004000"
+    seconds = _msg(TIMER_DELAY_SEC="3")
+    park(seconds, 18, timer_precision_ms=100, now_ms=now)
+    assert seconds.property_map["TIMER_OUT_MS"] == "1700000003200"
+    past = _msg(TIMER_DELIVER_MS=str(now - 1))
+    park(past, 18, now_ms=now)
+    assert past.topic == "T" and "TIMER_OUT_MS" not in past.property_map  # deliverable at once
+
+
+@pytest.mark.unit
+def test_bad_delay_and_timer_values_are_refused() -> None:
+    now = 1_700_000_000_000
+    for bad, needle in [
+        (_msg(DELAY="soon"), "not a delay level"),
+        (_msg(TIMER_DELAY_MS="1e3"), "not an integer"),
+        (_msg(TIMER_DELAY_SEC=str(3 * 86400 + 1)), "max delay 259200000ms"),
+        (_msg(TIMER_DELIVER_MS=str(now + 5000), TIMER_DEL_UNIQKEY="k"), "not supported"),
+        (_msg(TIMER_DELIVER_MS=str(now - 5000), TIMER_DEL_UNIQKEY="k"), "in the future"),
+    ]:
+        with pytest.raises(ParkRefused, match=needle):
+            park(bad, 18, now_ms=now)
+    with pytest.raises(ParkRefused) as off:
+        park(_msg(TIMER_DELAY_MS="10"), 18, timer_enable=False, now_ms=now)
+    assert off.value.not_enabled
+
+
+# =====================================================================================================
+# the store's schedule service
+# =====================================================================================================
+
+
+@pytest.mark.integration
+def test_levels_deliver_in_order_and_a_restart_resumes_from_delay_offset_json(tmp_path) -> None:
+    cfg = make_config(tmp_path, message_delay_level="1s 2s", flush_delay_offset_interval=50)
+    with MessageStore(cfg) as store:
+        sent = []
+        for i in range(6):
+            level = 1 + i % 2
+            r = store.put_message(_msg(UNIQ_KEY=f"u{i}", DELAY=str(level), TAGS=f"t{i}"))
+            assert r.ok
+            sent.append((level, r.append.store_timestamp))
+        wait_dispatched(store)
+        # parked: tagsCode = store time + the level's delay
+        for q, ms in ((0, 1000), (1, 2000)):
+            units = [store.find_consume_queue(SCHEDULE_TOPIC, q).get_unit(i) for i in range(3)]
+            assert [u[2] for u in units] == [ts + ms for lv, ts in sent if lv == q + 1]
+        assert store.get_max_offset_in_queue("T", 3) == 0
+        wait_until(lambda: store.get_max_offset_in_queue("T", 3) == 6, 15, what="six deliveries")
+        wait_dispatched(store)
+        got = [rec for _, rec in read_queue(store, "T", 3)]
+        by_key = {g.uniq_key: g for g in got}
+        for i, (level, parked_at) in enumerate(sent):
+            g = by_key[f"u{i}"]
+            assert g.store_timestamp >= parked_at + level * 1000  # never early
+            assert g.property_map["DELAY"] == str(level) and g.property_map["REAL_TOPIC"] == "T"
+        # each level in its own order
+        assert [g.uniq_key for g in got if g.property_map["DELAY"] == "1"] == ["u0", "u2", "u4"]
+        cq = store.find_consume_queue("T", 3)
+        assert cq.get_unit(0)[2] != 0  # tagsCode is the tag hash again, not a time
+        wait_until(lambda: load_delay_offsets(cfg.config_dir) == {1: 3, 2: 3}, 5, what="delayOffset.json")
+    with MessageStore(cfg) as store:  # reopened: nothing delivered twice after a clean shutdown
+        assert store.schedule.offset_table() == {1: 3, 2: 3}
+        assert store.get_max_offset_in_queue("T", 3) == 6
+
+
+@pytest.mark.integration
+def test_timer_progress_survives_restart_and_nothing_due_is_lost(tmp_path) -> None:
+    cfg = make_config(tmp_path, timer_precision_ms=100, flush_delay_offset_interval=50)
+    with MessageStore(cfg) as store:
+        now = int(time.time() * 1000)
+        soon = store.put_message(_msg(UNIQ_KEY="soon", TIMER_DELAY_MS="300"))
+        later = store.put_message(_msg(UNIQ_KEY="later", TIMER_DELIVER_MS=str(now + 60_000)))
+        assert soon.ok and later.ok
+        wait_until(lambda: store.get_max_offset_in_queue("T", 3) == 1, 10, what="the 300 ms timer")
+        assert store.timers.pending == 1
+    with MessageStore(cfg) as store:
+        # re-indexed from the lowest pending unit; the one already delivered is skipped, the 60 s one kept
+        assert store.timers.pending == 1
+        wait_dispatched(store)
+        [(_, rec)] = read_queue(store, "T", 3)
+        assert rec.uniq_key == "soon" and rec.store_timestamp >= now + 300
+        assert int(rec.property_map["TIMER_DEQUEUE_MS"]) >= int(rec.property_map["TIMER_OUT_MS"]) + 100
+
+
+# =====================================================================================================
+# on the wire
+# =====================================================================================================
+
+
+@pytest.fixture
+def live(tmp_path):
+    made: list[LiveBroker] = []
+
+    def factory(**conf: str) -> LiveBroker:
+        b = LiveBroker(tmp_path / f"store{len(made)}", **conf).start()
+        made.append(b)
+        return b
+
+    yield factory
+    for b in made:
+        b.close()
+
+
+def _pull_all(b: LiveBroker, topic: str, queue_id: int = 0, expr: str = "*", group: str = "g") -> list:
+    r = b.pull(topic, queue_id, 0, expr=expr, group=group)
+    return records(r.body) if r.code == ResponseCode.SUCCESS else []
+
+
+@pytest.mark.integration
+def test_delay_level_send_waits_in_schedule_topic_then_arrives_with_its_tags(live) -> None:
+    b = live(messageDelayLevel="1s 2s")
+    r = b.send("Later", b"in two seconds", tags="TagA", DELAY="2")
+    assert r.code == ResponseCode.SUCCESS
+    assert _pull_all(b, "Later") == []  # not yet: parked
+    [parked] = _pull_all(b, SCHEDULE_TOPIC, 1, group="g")
+    unit = b.controller.store.find_consume_queue(SCHEDULE_TOPIC, 1).get_unit(0)
+    assert unit[2] == parked.store_timestamp + 2000
+    clamped = b.send("Later", b"clamped", tags="TagB", DELAY="99")
+    assert clamped.code == ResponseCode.SUCCESS
+    assert [m.property_map["DELAY"] for m in _pull_all(b, SCHEDULE_TOPIC, 1)] == ["2", "2"]
+    got = wait_until(lambda: len(_pull_all(b, "Later", expr="TagA")) == 1 and _pull_all(b, "Later", expr="TagA"),
+                     10, what="the delayed message")  # fmt: skip
+    [m] = got
+    assert m.body == b"in two seconds" and m.store_timestamp >= parked.store_timestamp + 2000
+    assert (m.property_map["REAL_TOPIC"], m.property_map["REAL_QID"]) == ("Later", "0")
+    wait_until(lambda: len(_pull_all(b, "Later")) == 2, 10, what="the clamped message")
+    off = b.call(RequestCode.GET_ALL_DELAY_OFFSET)
+    assert off.code == ResponseCode.SUCCESS and off.body == b'{"offsetTable":{2:2}}'
+    bad = b.send("Later", b"x", DELAY="soon")
+    assert bad.code == ResponseCode.MESSAGE_ILLEGAL and "not a delay level" in bad.remark
+
+
+@pytest.mark.integration
+def test_timer_messages_on_the_wire(live) -> None:
+    b = live(timerPrecisionMs="100")
+    asked = int(time.time() * 1000) + 700
+    assert b.send("Timed", b"at a time", TIMER_DELIVER_MS=str(asked)).code == ResponseCode.SUCCESS
+    assert b.send("Timed", b"past", TIMER_DELIVER_MS="1000").code == ResponseCode.SUCCESS
+    assert [m.body for m in _pull_all(b, "Timed")] == [b"past"]  # a past time: at once
+    [m] = wait_until(lambda: _pull_all(b, "Timed")[1:], 10, what="the timer message")
+    assert m.body == b"at a time" and m.store_timestamp >= asked
+    too_far = b.send("Timed", b"x", TIMER_DELAY_SEC=str(4 * 86400))
+    assert too_far.code == ResponseCode.MESSAGE_ILLEGAL and "max delay" in too_far.remark
+    assert b.send("Timed", b"x", TIMER_DELAY_MS="soon").code == ResponseCode.MESSAGE_ILLEGAL
+    off = live(timerWheelEnable="false")
+    refused = off.send("Timed", b"x", TIMER_DELAY_MS="500")
+    assert refused.code == ResponseCode.SYSTEM_ERROR and "timerWheelEnable" in refused.remark
+
+
+@pytest.mark.integration
+def test_send_back_backs_off_through_level_3_plus_reconsume_times_then_dead_letters(live) -> None:
+    b = live(messageDelayLevel="1s 1s 1s 1s 1s")
+    r = b.send("Work", b"fails", tags="T")
+    _, offset = decode_offset_msg_id(r.ext_fields["msgId"])
+    back = h.ConsumerSendMsgBackRequestHeader(offset=offset, group="bg", delay_level=0, max_reconsume_times=2)
+    assert b.call(RequestCode.CONSUMER_SEND_MSG_BACK, back).code == ResponseCode.SUCCESS
+    b.dispatched()
+    assert [m.property_map["DELAY"] for m in _pull_all(b, SCHEDULE_TOPIC, 2)] == ["3"]  # level 3 + 0
+    [first] = wait_until(lambda: _pull_all(b, "%RETRY%bg", group="bg"), 10, what="the first retry")
+    assert first.reconsume_times == 1 and first.property_map["RETRY_TOPIC"] == "Work"
+    back.offset = first.physical_offset
+    assert b.call(RequestCode.CONSUMER_SEND_MSG_BACK, back).code == ResponseCode.SUCCESS
+    b.dispatched()
+    assert [m.property_map["DELAY"] for m in _pull_all(b, SCHEDULE_TOPIC, 3)] == ["4"]  # level 3 + 1
+    second = wait_until(lambda: _pull_all(b, "%RETRY%bg", group="bg")[1:], 10, what="the second retry")
+    # reconsumeTimes 2 >= maxReconsumeTimes 2: the DLQ, at once (DELAY 0), as Java's consumerSendMsgBack
+    back.offset = second[0].physical_offset
+    assert b.call(RequestCode.CONSUMER_SEND_MSG_BACK, back).code == ResponseCode.SUCCESS
+    b.dispatched()
+    [dead] = _pull_all(b, "%DLQ%bg", group="bg")
+    assert dead.reconsume_times == 3 and dead.property_map["DELAY"] == "0"
+    assert b.controller.topics.get("%DLQ%bg").perm == 6  # PermName.PERM_WRITE | PERM_READ
+    # a consumer may also ask for the DLQ outright (delayLevel < 0)
+    back = h.ConsumerSendMsgBackRequestHeader(offset=offset, group="bg2", delay_level=-1)
+    assert b.call(RequestCode.CONSUMER_SEND_MSG_BACK, back).code == ResponseCode.SUCCESS
+    b.dispatched()
+    assert [m.body for m in _pull_all(b, "%DLQ%bg2", group="bg2")] == [b"fails"]
+
+
+@pytest.mark.integration
+def test_an_orderly_groups_client_retry_goes_straight_to_the_dlq_undelayed(live) -> None:
+    b = live()
+    mq: MessageQueueKey = ("Ordered", b.controller.config.broker_name, 0)
+    assert b.controller.locks.try_lock_batch("og", [mq], "client-1")
+    v1 = h.SendMessageRequestHeader(
+        producer_group="og", topic="%RETRY%og", default_topic="TBW102", default_topic_queue_nums=4, queue_id=0,
+        sys_flag=0, born_timestamp=0, flag=0, reconsume_times=1, max_reconsume_times=16,
+        properties=P.encode_properties({"RETRY_TOPIC": "Ordered", "DELAY": "4"}).decode(),
+    )  # fmt: skip
+    assert b.call(RequestCode.SEND_MESSAGE, v1, b"locked").code == ResponseCode.SUCCESS
+    b.dispatched()
+    [dead] = _pull_all(b, "%DLQ%og", group="og")
+    assert dead.body == b"locked" and dead.property_map["DELAY"] == "-1"
+    assert _pull_all(b, SCHEDULE_TOPIC, 3) == []
+
+
+@pytest.mark.integration
+def test_lite_pull_message_is_served_as_a_pull(live) -> None:
+    b = live()
+    b.send("Lite", b"one", tags="A")
+    b.send("Lite", b"two", tags="B")
+    hdr = h.PullMessageRequestHeader(
+        consumer_group="lite", topic="Lite", queue_id=0, queue_offset=0, max_msg_nums=32, sys_flag=0x4 | 0x10,
+        commit_offset=0, suspend_timeout_millis=0, subscription="B", sub_version=0, expression_type="TAG",
+    )  # fmt: skip
+    r = b.call(RequestCode.LITE_PULL_MESSAGE, hdr)
+    assert r.code == ResponseCode.SUCCESS and [m.body for m in records(r.body)] == [b"two"]
+    assert r.ext_fields["nextBeginOffset"] == "2"
+    hdr.queue_offset = 2
+    assert b.call(RequestCode.LITE_PULL_MESSAGE, hdr).code == ResponseCode.PULL_NOT_FOUND
+    off = live(litePullMessageEnable="false")
+    refused = off.call(RequestCode.LITE_PULL_MESSAGE, hdr)
+    assert refused.code == ResponseCode.NO_PERMISSION and "lite pull" in refused.remark
+
+
+# =====================================================================================================
+# the PyPI C++ client, and SIGKILL
+# =====================================================================================================
+
+
+def _delayed(topic: str, body: str, level: int = 0, **props: str) -> Message:
+    m = Message(topic)
+    m.set_body(body)
+    m.set_tags("TagD")
+    if level:
+        m.set_delay_time_level(level)
+    for k, v in props.items():
+        m.set_property(k, v)
+    return m
+
+
+class Stamped(Collector):
+    """Also keeps (store timestamp, born timestamp) by body."""
+
+    def __init__(self) -> None:
+        super().__init__(prop="REAL_TOPIC")
+        self.times: dict[bytes, tuple[int, int]] = {}
+        self._tlock = threading.Lock()
+
+    def __call__(self, msg) -> None:
+        with self._tlock:
+            self.times[msg.body] = (msg.store_timestamp, msg.born_timestamp)
+        super().__call__(msg)
+
+
+@pytest.mark.integration
+def test_cpp_client_delay_level_is_delivered_when_due(mqlake_server) -> None:
+    topic, group = unique("DelayT"), unique("CG")
+    p = producer(mqlake_server)
+    got = Stamped()
+    c = None
+    try:
+        assert p.send_sync(_delayed(topic, "now")).status == 0
+        c = push_consumer(mqlake_server, group, topic, got)
+        assert p.send_sync(_delayed(topic, "later", level=1)).status == 0  # TEST_CONF: level 1 is 1 s
+        got.wait_bodies({b"now", b"later"})
+        stored, born = got.times[b"later"]
+        assert stored - born >= 1000  # delivered copy stored no earlier than its level's delay
+        [later] = [g for g in got.snapshot() if g.body == b"later"]
+        assert later.prop == topic.encode() and later.tags == b"TagD"  # went through SCHEDULE_TOPIC_XXXX
+    finally:
+        if c is not None:
+            c.shutdown()
+        p.shutdown()
+
+
+@pytest.mark.integration
+def test_sigkill_loses_no_delayed_or_timer_message(mqlake_server_factory) -> None:
+    server = mqlake_server_factory(messageDelayLevel="2s", flushDelayOffsetInterval="100")
+    topic = unique("KillDelay")
+    p = producer(server)
+    bodies = set()
+    for i in range(10):
+        assert p.send_sync(_delayed(topic, f"level-{i}", level=1)).status == 0
+        assert p.send_sync(_delayed(topic, f"timer-{i}", TIMER_DELAY_MS="1500")).status == 0
+        bodies |= {f"level-{i}".encode(), f"timer-{i}".encode()}
+    p.shutdown()
+    server.kill()  # SIGKILL while all twenty are parked
+    server.start()
+    got = Collector()
+    c = push_consumer(server, unique("CG"), topic, got)
+    try:
+        got.wait_bodies(bodies, what="every parked message after the crash")
+    finally:
+        c.shutdown()
+    # delivered cursors reach delayOffset.json; a SIGKILL after that does not rewind them
+    path = server.store_dir / "config" / "delayOffset.json"
+    wait_until(lambda: path.exists() and load_delay_offsets(path.parent) == {1: 10}, 10, what="delayOffset.json")
+    server.kill()
+    server.start()
+    r = broker_call(server.broker_addr, RequestCode.GET_ALL_DELAY_OFFSET)
+    assert json.loads(r.body.replace(b"{1:", b'{"1":')) == {"offsetTable": {"1": 10}}
