@@ -279,14 +279,12 @@ class MessageStore:
         """Append one message; in SYNC_FLUSH also return the future of its group commit."""
         return self.put_messages_nowait((msg,))
 
-    def put_messages_nowait(
-        self, msgs: Sequence[records.MessageRecord], *, schedule: bool = True
-    ) -> tuple[PutMessageResult, Future | None]:
+    def put_messages_nowait(self, msgs: Sequence[records.MessageRecord]) -> tuple[PutMessageResult, Future | None]:
         """Append messages of one topic-queue as consecutive records (a batch).
 
         A single message with a delay level or a timer is parked for later delivery (``store.schedule``), as
-        Java's put does; batches are stored as they come.  ``schedule=False``: the delivery of a parked copy."""
-        if schedule and len(msgs) == 1 and may_park(msgs[0].properties):
+        Java's put does; batches are stored as they come."""
+        if len(msgs) == 1 and may_park(msgs[0].properties):
             try:
                 park(
                     msgs[0], len(self.delay_millis), timer_enable=self.config.timer_wheel_enable,
@@ -306,8 +304,13 @@ class MessageStore:
             m.store_host = self.store_host
             encoded.append(records.encode_record(m))
         first = msgs[0]
+        return self._append(encoded, first.topic, first.queue_id, first.sys_flag, _wants_wait(first))
+
+    def _append(
+        self, encoded: list[bytes], topic: str, queue_id: int, sys_flag: int, wait: bool
+    ) -> tuple[PutMessageResult, Future | None]:
         try:
-            res = self.commitlog.append_batch(encoded, first.topic, first.queue_id, first.sys_flag)
+            res = self.commitlog.append_batch(encoded, topic, queue_id, sys_flag)
         except OSError as e:
             log.error("append failed: %s", e)
             return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(e)), None
@@ -322,12 +325,16 @@ class MessageStore:
             ids.append(msgid.create_offset_msg_id(self.store_host, off))
             off += len(r)
         result = PutMessageResult(PutMessageStatus.PUT_OK, res, ids)
-        if self._group_commit is not None and _wants_wait(first):
+        if self._group_commit is not None and wait:
             return result, self._group_commit.submit(off)
         return result, None
 
-    def _put_delivered(self, msgs: list[records.MessageRecord]) -> bool:
-        return self.put_messages_nowait(msgs, schedule=False)[0].ok
+    def _put_delivered(self, topic: str, queue_id: int, encoded: list[bytes]) -> bool:
+        """Append copies of parked messages, already encoded (``records.retarget_record``), as one batch; like
+        Java's re-put with WAIT=false it never waits for a flush."""
+        if not self._running or self.disk_full:
+            return False
+        return self._append(encoded, topic, queue_id, records.TRANSACTION_NOT_TYPE, False)[0].ok
 
     def put_message(self, msg: records.MessageRecord) -> PutMessageResult:
         """Append; in SYNC_FLUSH wait for the group commit (FLUSH_DISK_TIMEOUT after syncFlushTimeout)."""

@@ -48,8 +48,9 @@ POLL_INTERVAL = 0.1  # DELAY_FOR_A_WHILE: how often an idle service looks for ne
 CHUNK = 512  # units looked at per level per pass
 _TIMER_KEYS = (P.PROPERTY_TIMER_DELIVER_MS, P.PROPERTY_TIMER_DELAY_SEC, P.PROPERTY_TIMER_DELAY_MS)
 
-Put = Callable[[list[records.MessageRecord]], bool]
+Put = Callable[[str, int, list[bytes]], bool]  # (topic, queue id, encoded records) -> appended
 Read = Callable[[int, int], "bytes | None"]
+Copy = tuple[str, int, bytes]  # a delivered copy: real topic, real queue id, the record re-addressed
 
 
 class ParkRefused(MQLakeError, ValueError):
@@ -134,30 +135,27 @@ def _move(msg: records.MessageRecord, props: dict[str, str], topic: str, queue_i
     msg.topic, msg.queue_id = topic, queue_id
 
 
-def _delivered_copy(rec: records.MessageRecord, extra: dict[str, str] | None = None) -> records.MessageRecord:
-    """The message as it is re-put into its real topic and queue (``messageTimeup`` / ``convertMessage``)."""
-    props = rec.property_map
-    topic = props.get(P.PROPERTY_REAL_TOPIC)
-    qid = props.get(P.PROPERTY_REAL_QUEUE_ID, "")
-    if not topic or not qid.isdigit():
-        raise records.RecordError(rec.physical_offset, "a parked message without REAL_TOPIC/REAL_QID")
-    raw = rec.properties
-    if extra:
-        raw = P.encode_properties({**props, **extra})
-    return records.MessageRecord(
-        topic=topic, queue_id=int(qid), body=rec.body, properties=raw, flag=rec.flag, sys_flag=rec.sys_flag,
-        born_timestamp=rec.born_timestamp, born_host=rec.born_host, reconsume_times=rec.reconsume_times,
-    )  # fmt: skip
+def _delivered_copy(raw: bytes, extra: dict[str, str] | None = None) -> Copy:
+    """The parked record re-addressed to its REAL_TOPIC/REAL_QID (``messageTimeup`` / ``convertMessage``); every
+    other field, the properties included, as stored.  RecordError / RecordEncodeError when it cannot be."""
+    sections = records.record_sections(raw)
+    props = raw[sections[2] : sections[3]]
+    topic = P.property_value(props, P.PROPERTY_REAL_TOPIC)
+    qid = P.property_value(props, P.PROPERTY_REAL_QUEUE_ID) or ""
+    if not topic or not qid.isascii() or not qid.isdigit():
+        raise records.RecordError(0, "a parked message without REAL_TOPIC/REAL_QID")
+    extra_props = P.encode_properties(extra) if extra else b""
+    return topic, int(qid), records.retarget_record(raw, topic, int(qid), extra_props, sections)
 
 
-def _put_grouped(put: Put, copies: list[records.MessageRecord]) -> bool:
+def _put_grouped(put: Put, copies: list[Copy]) -> bool:
     """Put copies as one batch per real topic-queue, each queue's messages in their order."""
-    groups: dict[tuple[str, int], list[records.MessageRecord]] = {}
-    for c in copies:
-        groups.setdefault((c.topic, c.queue_id), []).append(c)
+    groups: dict[tuple[str, int], list[bytes]] = {}
+    for topic, qid, rec in copies:
+        groups.setdefault((topic, qid), []).append(rec)
     ok = True
-    for batch in groups.values():
-        ok = put(batch) and ok
+    for (topic, qid), batch in groups.items():
+        ok = put(topic, qid, batch) and ok
     return ok
 
 
@@ -261,7 +259,7 @@ class ScheduleMessageService(_Service):
             return POLL_INTERVAL
         start = max(self._offsets.get(level, 0), cq.min_offset_in_queue)
         delay = self.delay_millis[level - 1]
-        copies: list[records.MessageRecord] = []
+        copies: list[Copy] = []
         next_offset = start
         wait = POLL_INTERVAL if start >= cq.max_offset_in_queue else 0.0
         for index, phy, size, due in cq.iter_units(start, CHUNK):
@@ -279,7 +277,7 @@ class ScheduleMessageService(_Service):
         self._offsets[level] = next_offset
         return wait
 
-    def _copy(self, level: int, index: int, phy: int, size: int) -> records.MessageRecord | None:
+    def _copy(self, level: int, index: int, phy: int, size: int) -> Copy | None:
         if size == units.CQ_FILL_SIZE:
             return None
         raw = self._read(phy, size)
@@ -287,12 +285,12 @@ class ScheduleMessageService(_Service):
             log.warning("delay level %d offset %d: CommitLog offset %d is gone; skipped", level, index, phy)
             return None
         try:
-            copy = _delivered_copy(records.decode_record(raw, source=f"CommitLog offset {phy}"))
-        except records.RecordError as e:
-            log.error("delay level %d offset %d: %s; skipped", level, index, e)
+            copy = _delivered_copy(raw)
+        except (records.RecordError, records.RecordEncodeError) as e:
+            log.error("delay level %d offset %d (CommitLog offset %d): %s; skipped", level, index, phy, e)
             return None
-        if copy.topic == RMQ_SYS_TRANS_HALF_TOPIC:
-            log.error("delay level %d offset %d: real topic is %s; discarded", level, index, copy.topic)
+        if copy[0] == RMQ_SYS_TRANS_HALF_TOPIC:
+            log.error("delay level %d offset %d: real topic is %s; discarded", level, index, copy[0])
             return None
         return copy
 
@@ -369,9 +367,8 @@ class TimerMessageService(_Service):
             log.warning("timer offset %d: CommitLog offset %d is gone; skipped", index, phy)
             return None
         try:
-            rec = records.decode_record(raw, source=f"CommitLog offset {phy}")
-            return int(rec.property_map[P.PROPERTY_TIMER_OUT_MS])
-        except (records.RecordError, KeyError, ValueError) as e:
+            return int(P.property_value(records.record_properties(raw), P.PROPERTY_TIMER_OUT_MS) or "")
+        except (records.RecordError, ValueError) as e:
             log.error("timer offset %d (CommitLog offset %d) has no usable TIMER_OUT_MS (%s); skipped", index, phy, e)
             return None
 
@@ -383,19 +380,19 @@ class TimerMessageService(_Service):
         due: list[tuple[int, int, int, int]] = []
         while self._heap and self._heap[0][0] <= now_ms and len(due) < CHUNK:
             due.append(heapq.heappop(self._heap))
-        copies = []
+        copies: list[Copy] = []
         for _due, index, phy, size in due:
             raw = self._read(phy, size)
             if raw is None:
                 log.warning("timer offset %d: CommitLog offset %d is gone; skipped", index, phy)
                 continue
             try:
-                rec = records.decode_record(raw, source=f"CommitLog offset {phy}")
-                copies.append(_delivered_copy(rec, {
-                    P.PROPERTY_TIMER_ENQUEUE_MS: str(rec.store_timestamp), P.PROPERTY_TIMER_DEQUEUE_MS: str(now_ms),
+                enqueued = records.read_store_timestamp(raw, 0)
+                copies.append(_delivered_copy(raw, {
+                    P.PROPERTY_TIMER_ENQUEUE_MS: str(enqueued), P.PROPERTY_TIMER_DEQUEUE_MS: str(now_ms),
                 }))  # fmt: skip
-            except records.RecordError as e:
-                log.error("timer offset %d: %s; skipped", index, e)
+            except (records.RecordError, records.RecordEncodeError) as e:
+                log.error("timer offset %d (CommitLog offset %d): %s; skipped", index, phy, e)
         if copies and not _put_grouped(self._put, copies):
             for entry in due:  # retried later; what did go in may be delivered twice
                 heapq.heappush(self._heap, entry)

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 from rocketmq.client import Message
 
 from broker.remoting import headers as h
+from broker.remoting.batch_body import BatchItem, encode_batch_body
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.protocol.body import MessageQueueKey
 from store.config_files import load_delay_offsets
@@ -87,6 +89,29 @@ def test_bad_delay_and_timer_values_are_refused() -> None:
     with pytest.raises(ParkRefused) as off:
         park(_msg(TIMER_DELAY_MS="10"), 18, timer_enable=False, now_ms=now)
     assert off.value.not_enabled
+
+
+@pytest.mark.unit
+def test_a_record_re_addressed_to_its_real_topic_equals_one_encoded_there() -> None:
+    """retarget_record patches bytes; encode_record builds a record from fields: both must give the same record."""
+    rec = R.MessageRecord(
+        topic=SCHEDULE_TOPIC, queue_id=2, body=b"payload", properties=b"DELAY\x013\x02REAL_TOPIC\x01T\x02",
+        flag=7, sys_flag=R.MULTI_TAGS_FLAG, born_timestamp=1_700_000_000_123, born_host=("10.0.0.1", 4321),
+        store_timestamp=1_700_000_000_456, store_host=("::1", 10911), reconsume_times=4,
+    )  # fmt: skip
+    raw = R.encode_record(rec)
+    extra = b"TIMER_DEQUEUE_MS\x019\x02"
+    for topic in ("T", "L" * 200):  # a topic over 127 bytes switches the record to the V2 format
+        got = R.retarget_record(raw, topic, 5, extra)
+        expected = replace(rec, topic=topic, queue_id=5, properties=rec.properties + extra, magic=None)
+        assert got == R.encode_record(expected)
+        assert R.decode_record(got, check_crc=True).topic == topic
+    assert R.record_properties(raw) == rec.properties
+    with pytest.raises(R.RecordError):
+        R.record_sections(raw[:-3])  # a torn record
+    props = b"XDELAY\x019\x02DELAY\x011\x02EMPTY\x01\x02DELAY\x012\x02"
+    assert P.property_value(props, "DELAY") == "2"  # the last wins, as Java's map fill
+    assert P.property_value(props, "EMPTY") is None and P.property_value(b"XDELAY\x019\x02", "DELAY") is None
 
 
 # =====================================================================================================
@@ -193,6 +218,20 @@ def test_delay_level_send_waits_in_schedule_topic_then_arrives_with_its_tags(liv
     assert off.code == ResponseCode.SUCCESS and off.body == b'{"offsetTable":{2:2}}'
     bad = b.send("Later", b"x", DELAY="soon")
     assert bad.code == ResponseCode.MESSAGE_ILLEGAL and "not a delay level" in bad.remark
+
+
+@pytest.mark.integration
+def test_a_batch_is_never_delayed(live) -> None:
+    b = live(messageDelayLevel="1s")
+    items = [BatchItem(body=f"b{i}".encode(), properties=P.encode_properties({"DELAY": "1"}), flag=0) for i in range(2)]
+    hdr = h.SendMessageRequestHeaderV2(a="pg", b="Batched", c="TBW102", d=4, e=0, f=0, g=0, h=0, i="", m=True)
+    ok = b.call(RequestCode.SEND_BATCH_MESSAGE, hdr, encode_batch_body(items))
+    assert ok.code == ResponseCode.SUCCESS  # the inner messages' DELAY is not looked at: stored at once
+    b.dispatched()
+    assert [m.body for m in _pull_all(b, "Batched")] == [b"b0", b"b1"]
+    hdr.i = P.encode_properties({"DELAY": "1"}).decode()
+    refused = b.call(RequestCode.SEND_BATCH_MESSAGE, hdr, encode_batch_body(items))
+    assert refused.code == ResponseCode.MESSAGE_ILLEGAL and "cannot be delayed" in refused.remark
 
 
 @pytest.mark.integration

@@ -43,6 +43,7 @@ class Message:
     flag: int = 0
     wait_store_msg_ok: bool = True
     born_timestamp: int | None = None  # ms; None = at send time (a replay may keep the original's)
+    delay_time_level: int = 0  # setDelayTimeLevel: > 0 waits that level's delay at the broker (DELAY)
 
     def body_bytes(self) -> bytes:
         return self.body.encode("utf-8") if isinstance(self.body, str) else bytes(self.body)
@@ -61,6 +62,8 @@ class Message:
         if self.keys:
             keys = self.keys if isinstance(self.keys, str) else properties.KEY_SEPARATOR.join(self.keys)
             props[properties.PROPERTY_KEYS] = keys
+        if self.delay_time_level > 0:
+            props[properties.PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_time_level)
         props[properties.PROPERTY_WAIT_STORE_MSG_OK] = "true" if self.wait_store_msg_ok else "false"
         if uniq_key is not None:
             props[properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key

@@ -226,6 +226,10 @@ class SendProcessor:
         tc = self._check(h)
         if h.topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX):
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group topic")
+        level = _property((h.properties or "").encode("utf-8"), properties.PROPERTY_DELAY_TIME_LEVEL)
+        if level is not None and (not level.lstrip("-").isdigit() or int(level) > 0):
+            # CommitLog.asyncPutMessages: a batch cannot be delayed (its messages' own DELAY is not looked at)
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, f"a batch cannot be delayed (DELAY {level})")
         if h.queue_id < 0:
             h.queue_id = random.randrange(tc.write_queue_nums)
         try:

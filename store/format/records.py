@@ -603,6 +603,58 @@ def record_properties(buf: ReadBuffer, pos: int = 0) -> bytes:
     return bytes(buf[p + 2 : p + 2 + props_len])
 
 
+def record_sections(buf: ReadBuffer, pos: int = 0) -> tuple[int, int, int, int]:
+    """(body start, topic-length field start, properties start, properties end) of the record at ``pos``, from its
+    length fields alone; :class:`RecordError` when they overrun its TOTALSIZE."""
+    if len(buf) - pos < MIN_RECORD_SIZE:
+        raise RecordError(pos, "shorter than a record header")
+    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POS)[0]
+    hdr = _HEADERS[(bool(sys_flag & BORNHOST_V6_FLAG), bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))]
+    limit = pos + total
+    if total < hdr.size or limit > len(buf) or magic not in _MESSAGE_MAGICS:
+        raise RecordError(pos, f"TOTALSIZE {total} / magic {magic:#x} do not frame a message record")
+    body_start = pos + hdr.size
+    topic_field = body_start + _INT.unpack_from(buf, body_start - 4)[0]
+    wide = magic == MESSAGE_MAGIC_V2
+    if topic_field < body_start or topic_field + (2 if wide else 1) > limit:
+        raise RecordError(pos, "body length overruns the record")
+    if wide:
+        topic_start, topic_len = topic_field + 2, _SHORT.unpack_from(buf, topic_field)[0]
+    else:
+        topic_start, topic_len = topic_field + 1, struct.unpack_from(">b", buf, topic_field)[0]
+    props_field = topic_start + topic_len
+    if topic_len < 0 or props_field + 2 > limit:
+        raise RecordError(pos, f"topic length {topic_len} overruns the record")
+    props_len = _SHORT.unpack_from(buf, props_field)[0]
+    if props_len < 0 or props_field + 2 + props_len > limit:
+        raise RecordError(pos, f"properties length {props_len} overruns the record")
+    return body_start, topic_field, props_field + 2, props_field + 2 + props_len
+
+
+def retarget_record(
+    raw: bytes, topic: str, queue_id: int, extra_properties: bytes = b"",
+    sections: tuple[int, int, int, int] | None = None,
+) -> bytes:  # fmt: skip
+    """A stored record re-addressed to ``topic``/``queue_id`` with ``extra_properties`` appended, every other field
+    kept (body, CRC, flags, born and store hosts): the copy a delayed message is re-put as.  The append fills in
+    queue offset, physical offset and store time.  ``sections``: ``record_sections(raw)`` if already known."""
+    body_start, topic_field, props_start, props_end = sections or record_sections(raw)
+    props = raw[props_start:props_end] + extra_properties
+    if len(props) > MAX_PROPERTIES_LENGTH:
+        raise RecordEncodeError(f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_LENGTH}")
+    t = topic.encode("utf-8")
+    if len(t) > 0x7FFF:
+        raise RecordEncodeError(f"topic of {len(t)} bytes is too long")
+    magic = magic_for_topic(t)
+    topic_len_field = _SHORT.pack(len(t)) if magic == MESSAGE_MAGIC_V2 else bytes((len(t),))
+    head = bytearray(raw[:body_start])
+    total = topic_field + len(topic_len_field) + len(t) + 2 + len(props)
+    _SIZE_MAGIC.pack_into(head, TOTAL_SIZE_POS, total, magic)
+    _INT.pack_into(head, QUEUE_ID_POS, queue_id)
+    return b"".join((head, raw[body_start:topic_field], topic_len_field, t, _SHORT.pack(len(props)), props))
+
+
 _PLACEMENT = struct.Struct(">iiiiiq")  # TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET
 PLACEMENT_SIZE = _PLACEMENT.size
 
