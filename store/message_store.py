@@ -516,7 +516,7 @@ class MessageStore:
         return self.commitlog.max_offset
 
     def runtime_info(self) -> dict[str, str]:
-        return {
+        info = {
             "commitLogMinOffset": str(self.commitlog.min_offset),
             "commitLogMaxOffset": str(self.commitlog.max_offset),
             "dispatchBehindBytes": str(self.dispatch_behind_bytes),
@@ -525,6 +525,11 @@ class MessageStore:
             "indexFileCount": str(len(self.index.files)),
             "commitLogDiskRatio": str(self.disk_ratio),
         }
+        for level, offset in sorted(self.schedule.offset_table().items()):  # ScheduleMessageService.buildRunningStats
+            end = self.get_max_offset_in_queue(delay.SCHEDULE_TOPIC, level - 1)
+            info[f"scheduleMessageOffset_{level}"] = f"{offset},{end}"
+        info["timerOffsetBehind"] = str(self.timers.offset_behind)
+        return info
 
     # =================================================================================================
     # flush bookkeeping and retention

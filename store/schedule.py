@@ -330,7 +330,14 @@ class TimerMessageService(_Service):
 
     @property
     def pending(self) -> int:
+        """Timer messages indexed and not yet delivered."""
         return len(self._heap)
+
+    @property
+    def offset_behind(self) -> int:
+        """Timer messages stored but not yet indexed (Java's ``timerOffsetBehind``)."""
+        cq = self.queues.find(TIMER_TOPIC, 0, create=False)
+        return max(0, cq.max_offset_in_queue - self._scan) if cq is not None else 0
 
     def _progress(self) -> dict[str, int]:
         low = min((e[1] for e in self._heap), default=self._scan)
