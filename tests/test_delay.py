@@ -6,6 +6,7 @@ tagsCodes), never by how long a test took."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -17,6 +18,7 @@ from rocketmq.client import Message
 from broker.remoting import headers as h
 from broker.remoting.batch_body import BatchItem, encode_batch_body
 from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.command import RemotingCommand
 from broker.remoting.protocol.body import MessageQueueKey
 from store.config_files import load_delay_offsets
 from store.format import properties as P
@@ -314,6 +316,16 @@ def test_lite_pull_message_is_served_as_a_pull(live) -> None:
     assert r.ext_fields["nextBeginOffset"] == "2"
     hdr.queue_offset = 2
     assert b.call(RequestCode.LITE_PULL_MESSAGE, hdr).code == ResponseCode.PULL_NOT_FOUND
+    # long polling as for PULL_MESSAGE: parked at the end of the queue, answered by the next arrival
+    hdr.sys_flag |= 0x2
+    hdr.suspend_timeout_millis = 20_000
+    parked = asyncio.run_coroutine_threadsafe(
+        b.client.invoke(b.addr, RemotingCommand.request(RequestCode.LITE_PULL_MESSAGE, hdr), 30), b.loop
+    )
+    wait_until(lambda: b.controller.hold.parked_count > 0, 10, what="the parked lite pull")
+    b.send("Lite", b"three", tags="B")
+    woken = parked.result(25)
+    assert woken.code == ResponseCode.SUCCESS and [m.body for m in records(woken.body)] == [b"three"]
     off = live(litePullMessageEnable="false")
     refused = off.call(RequestCode.LITE_PULL_MESSAGE, hdr)
     assert refused.code == ResponseCode.NO_PERMISSION and "lite pull" in refused.remark
@@ -364,6 +376,37 @@ def test_cpp_client_delay_level_is_delivered_when_due(mqlake_server) -> None:
         assert stored - born >= 1000  # delivered copy stored no earlier than its level's delay
         [later] = [g for g in got.snapshot() if g.body == b"later"]
         assert later.prop == topic.encode() and later.tags == b"TagD"  # went through SCHEDULE_TOPIC_XXXX
+    finally:
+        if c is not None:
+            c.shutdown()
+        p.shutdown()
+
+
+@pytest.mark.integration
+# the C++ wrapper re-raises the callback's exception (after answering RECONSUME_LATER) into ctypes, which reports it
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_cpp_client_retry_comes_back_after_its_delay_level(mqlake_server) -> None:
+    """A C++ push consumer's failure goes back through CONSUMER_SEND_MSG_BACK and returns one delay level later."""
+    topic, group = unique("RetryT"), unique("CG")
+    seen: list[tuple[int, int, bytes | None]] = []  # (reconsume times, store time, RETRY_TOPIC)
+    lock = threading.Lock()
+
+    def flaky(msg) -> None:
+        with lock:
+            seen.append((msg.reconsume_times, msg.store_timestamp, msg.get_property("RETRY_TOPIC")))
+            first = len(seen) == 1
+        if first:
+            raise RuntimeError("fail the first delivery")  # the C++ client answers RECONSUME_LATER
+
+    p = producer(mqlake_server)
+    c = None
+    try:
+        assert p.send_sync(_delayed(topic, "create")).status == 0
+        c = push_consumer(mqlake_server, group, topic, flaky)
+        wait_until(lambda: len(seen) >= 2, 30, what="the retried delivery")
+        (_, first_stored, _), (times, retry_stored, retry_topic) = seen[:2]
+        assert times == 1 and retry_topic == topic.encode()
+        assert retry_stored >= first_stored + 1000  # TEST_CONF: level 3 + 0 clamps to level 1, 1 s
     finally:
         if c is not None:
             c.shutdown()
