@@ -168,7 +168,6 @@ class _Service:
         self._persist_interval = persist_interval_ms / 1000
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()  # a pass and a persist never interleave
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
@@ -185,8 +184,7 @@ class _Service:
         last_persist = time.monotonic()
         while not self._stop.is_set():
             try:
-                with self._lock:
-                    wait = self._pass(int(time.time() * 1000))
+                wait = self._pass(int(time.time() * 1000))
             except Exception:  # DELAY_FOR_A_PERIOD: a store error must not end delivery for good
                 log.exception("%s pass failed; retrying in 10 s", self.name)
                 wait = 10.0
@@ -237,9 +235,9 @@ class ScheduleMessageService(_Service):
                 self._offsets[level] = fixed
 
     def offset_table(self) -> dict[int, int]:
-        """Level -> next ConsumeQueue offset to deliver (what GET_ALL_DELAY_OFFSET reports)."""
-        with self._lock:
-            return dict(self._offsets)
+        """Level -> next ConsumeQueue offset to deliver (what GET_ALL_DELAY_OFFSET reports); a copy taken without
+        waiting for a delivery pass (persist runs on the service's own thread, or after it stopped)."""
+        return dict(self._offsets)
 
     def persist(self) -> None:
         table = self.offset_table()
@@ -344,8 +342,7 @@ class TimerMessageService(_Service):
         return {"scanOffset": self._scan, "deliveredUntil": self._delivered_until, "minPendingOffset": low}
 
     def persist(self) -> None:
-        with self._lock:
-            progress = self._progress()
+        progress = self._progress()
         if progress != self._persisted:
             cf.write_config(self.path, progress)
             self._persisted = progress
