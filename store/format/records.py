@@ -639,20 +639,21 @@ def retarget_record(
     """A stored record re-addressed to ``topic``/``queue_id`` with ``extra_properties`` appended, every other field
     kept (body, CRC, flags, born and store hosts): the copy a delayed message is re-put as.  The append fills in
     queue offset, physical offset and store time.  ``sections``: ``record_sections(raw)`` if already known."""
-    body_start, topic_field, props_start, props_end = sections or record_sections(raw)
-    props = raw[props_start:props_end] + extra_properties
-    if len(props) > MAX_PROPERTIES_LENGTH:
-        raise RecordEncodeError(f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_LENGTH}")
+    _, topic_field, props_start, props_end = sections or record_sections(raw)
+    props_len = props_end - props_start + len(extra_properties)
+    if props_len > MAX_PROPERTIES_LENGTH:
+        raise RecordEncodeError(f"properties of {props_len} bytes exceed {MAX_PROPERTIES_LENGTH}")
     t = topic.encode("utf-8")
     if len(t) > 0x7FFF:
         raise RecordEncodeError(f"topic of {len(t)} bytes is too long")
     magic = magic_for_topic(t)
     topic_len_field = _SHORT.pack(len(t)) if magic == MESSAGE_MAGIC_V2 else bytes((len(t),))
-    head = bytearray(raw[:body_start])
-    total = topic_field + len(topic_len_field) + len(t) + 2 + len(props)
-    _SIZE_MAGIC.pack_into(head, TOTAL_SIZE_POS, total, magic)
-    _INT.pack_into(head, QUEUE_ID_POS, queue_id)
-    return b"".join((head, raw[body_start:topic_field], topic_len_field, t, _SHORT.pack(len(props)), props))
+    total = topic_field + len(topic_len_field) + len(t) + 2 + props_len
+    mv = memoryview(raw)
+    return b"".join((
+        _SIZE_MAGIC.pack(total, magic), mv[BODY_CRC_POS:QUEUE_ID_POS], _INT.pack(queue_id), mv[FLAG_POS:topic_field],
+        topic_len_field, t, _SHORT.pack(props_len), mv[props_start:props_end], extra_properties,
+    ))  # fmt: skip
 
 
 _PLACEMENT = struct.Struct(">iiiiiq")  # TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET
