@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 from rocketmq.client import Message
 
+from broker.config import BrokerConfigError, load_broker_conf
 from broker.remoting import headers as h
 from broker.remoting.batch_body import BatchItem, encode_batch_body
 from broker.remoting.codes import RequestCode, ResponseCode
@@ -114,6 +115,20 @@ def test_a_record_re_addressed_to_its_real_topic_equals_one_encoded_there() -> N
     props = b"XDELAY\x019\x02DELAY\x011\x02EMPTY\x01\x02DELAY\x012\x02"
     assert P.property_value(props, "DELAY") == "2"  # the last wins, as Java's map fill
     assert P.property_value(props, "EMPTY") is None and P.property_value(b"XDELAY\x019\x02", "DELAY") is None
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [("messageDelayLevel=1s 5x", "messageDelayLevel"), ("messageDelayLevel=", "messageDelayLevel"),
+     ("timerPrecisionMs=0", "timerPrecisionMs"), ("litePullMessageEnable=maybe", "litePullMessageEnable")],
+)  # fmt: skip
+def test_a_bad_delay_setting_stops_start_up_naming_the_key(tmp_path, line: str, key: str) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(line + "\n")
+    with pytest.raises(BrokerConfigError) as err:
+        load_broker_conf(conf)
+    assert key in str(err.value) and str(conf) in str(err.value)
 
 
 # =====================================================================================================
