@@ -128,6 +128,7 @@ class MessageStore:
             self.consume_queues, self.commitlog.read, self._put_delivered, config.config_dir,
             config.timer_precision_ms, config.flush_delay_offset_interval,
         )  # fmt: skip
+        self.reput.add_arrival_listener(self.timers.on_arrival)  # a short timer is indexed when it arrives
         self._flush_service: FlushRealTimeService | GroupCommitService | None = None
         self._group_commit: GroupCommitService | None = None
         self._housekeeping: _Housekeeping | None = None

@@ -167,6 +167,7 @@ class _Service:
     def __init__(self, persist_interval_ms: int) -> None:
         self._persist_interval = persist_interval_ms / 1000
         self._stop = threading.Event()
+        self._wakeup = threading.Event()  # something to do before the pass's wait runs out
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -175,6 +176,7 @@ class _Service:
 
     def shutdown(self) -> None:
         self._stop.set()
+        self._wakeup.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -183,6 +185,7 @@ class _Service:
     def _run(self) -> None:
         last_persist = time.monotonic()
         while not self._stop.is_set():
+            self._wakeup.clear()
             try:
                 wait = self._pass(int(time.time() * 1000))
             except Exception:  # DELAY_FOR_A_PERIOD: a store error must not end delivery for good
@@ -192,7 +195,7 @@ class _Service:
                 self.persist()
                 last_persist = time.monotonic()
             if wait > 0:
-                self._stop.wait(wait)
+                self._wakeup.wait(wait)
 
     def _pass(self, now_ms: int) -> float:
         raise NotImplementedError
@@ -325,6 +328,11 @@ class TimerMessageService(_Service):
         self._scan = min(max(low, cq.min_offset_in_queue), cq.max_offset_in_queue)
         self._delivered_until = until
         self._index(cq, skip_below=scan)
+
+    def on_arrival(self, topic: str, _queue_id: int, _next_offset: int, _tags_code: int, _store_ts: int) -> None:
+        """The store's arrival listener: a new timer message may be due sooner than the service's next look."""
+        if topic == TIMER_TOPIC:
+            self._wakeup.set()
 
     @property
     def pending(self) -> int:
