@@ -262,8 +262,9 @@ class ScheduleMessageService(_Service):
         delay = self.delay_millis[level - 1]
         copies: list[Copy] = []
         next_offset = start
-        wait = POLL_INTERVAL if start >= cq.max_offset_in_queue else 0.0
+        wait = POLL_INTERVAL  # nothing (readable) after the cursor yet
         for index, phy, size, due in cq.iter_units(start, CHUNK):
+            wait = 0.0  # more may follow this chunk
             if due > now_ms + delay:  # correctDeliverTimestamp: a time further off than the level's delay is bogus
                 due = now_ms
             if due > now_ms:
