@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TIMER_PROGRESS = "timerProgress.json"
+_NOT_DELIVERABLE = frozenset({RMQ_SYS_TRANS_HALF_TOPIC, SCHEDULE_TOPIC, TIMER_TOPIC})
 POLL_INTERVAL = 0.1  # DELAY_FOR_A_WHILE: how often an idle service looks for new or due messages
 CHUNK = 512  # units looked at per level per pass
 _TIMER_KEYS = (P.PROPERTY_TIMER_DELIVER_MS, P.PROPERTY_TIMER_DELAY_SEC, P.PROPERTY_TIMER_DELAY_MS)
@@ -291,7 +292,7 @@ class ScheduleMessageService(_Service):
         except (records.RecordError, records.RecordEncodeError) as e:
             log.error("delay level %d offset %d (CommitLog offset %d): %s; skipped", level, index, phy, e)
             return None
-        if copy[0] == RMQ_SYS_TRANS_HALF_TOPIC:
+        if copy[0] in _NOT_DELIVERABLE:  # Java discards a half message; a schedule or timer topic would loop
             log.error("delay level %d offset %d: real topic is %s; discarded", level, index, copy[0])
             return None
         return copy
@@ -406,6 +407,9 @@ class TimerMessageService(_Service):
                 }))  # fmt: skip
             except (records.RecordError, records.RecordEncodeError) as e:
                 log.error("timer offset %d (CommitLog offset %d): %s; skipped", index, phy, e)
+                continue
+            if copies[-1][0] in _NOT_DELIVERABLE:
+                log.error("timer offset %d: real topic is %s; discarded", index, copies.pop()[0])
         if copies and not _put_grouped(self._put, copies):
             for entry in due:  # retried later; what did go in may be delivered twice
                 heapq.heappush(self._heap, entry)

@@ -170,6 +170,23 @@ def test_levels_deliver_in_order_and_a_restart_resumes_from_delay_offset_json(tm
 
 
 @pytest.mark.integration
+def test_a_parked_record_that_cannot_be_delivered_is_skipped_and_delivery_goes_on(tmp_path, caplog) -> None:
+    cfg = make_config(tmp_path, message_delay_level="1s")
+    with MessageStore(cfg) as store:
+        # written straight into SCHEDULE_TOPIC_XXXX (a batch is never parked): one without REAL_TOPIC/REAL_QID,
+        # one whose real topic is the schedule topic itself (delivering it would park it forever)
+        bad = [R.MessageRecord(topic=SCHEDULE_TOPIC, queue_id=0, body=b"no real topic", properties=b"DELAY\x011\x02"),
+               R.MessageRecord(topic=SCHEDULE_TOPIC, queue_id=0, body=b"loop", properties=P.encode_properties(
+                   {"DELAY": "1", "REAL_TOPIC": SCHEDULE_TOPIC, "REAL_QID": "0"}))]  # fmt: skip
+        assert store.put_messages_nowait(bad)[0].ok
+        assert store.put_message(_msg(UNIQ_KEY="good", DELAY="1")).ok
+        wait_until(lambda: store.get_max_offset_in_queue("T", 3) == 1, 10, what="the good message")
+        wait_until(lambda: store.schedule.offset_table() == {1: 3}, 5, what="the cursor past all three")
+        assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 0) == 3  # nothing re-parked
+    assert "without REAL_TOPIC/REAL_QID" in caplog.text and "real topic is SCHEDULE_TOPIC_XXXX" in caplog.text
+
+
+@pytest.mark.integration
 def test_timer_progress_survives_restart_and_nothing_due_is_lost(tmp_path) -> None:
     cfg = make_config(tmp_path, timer_precision_ms=100, flush_delay_offset_interval=50)
     with MessageStore(cfg) as store:
