@@ -2,13 +2,14 @@
 
 - :mod:`store.format.records` — CommitLog records: layout constants, :class:`~store.format.records.MessageRecord`,
   encode / patch / BLANK, the one walk from record to record (``RecordWalk``), the per-record decoders
-  (``decode_record``, ``check_record`` → ``DispatchRequest``), single-field readers, split boundaries.
+  (``decode_record``, ``check_record`` → ``DispatchRequest``), single-field readers, split boundaries, and
+  ``retarget_record`` (a stored record re-addressed to another topic and queue: a delayed message's delivery).
 - :mod:`store.format.properties` — the properties string and the property names.
 - :mod:`store.format.msgid` — hosts as stored, offset message ids, the client's UNIQ_KEY generator.
 - :mod:`store.format.hashing` — Java ``String.hashCode``, tagsCode, IndexFile key hashes, the 31-bit body CRC.
 - :mod:`store.format.units` — ConsumeQueue units, IndexFile header/slots/entries, the checkpoint and file
   names; their numpy dtypes for the pipelines.
-- :mod:`store.format.delay` — delay levels and the tagsCode of a SCHEDULE_TOPIC_XXXX unit.
+- :mod:`store.format.delay` — delay levels, the tagsCode of a SCHEDULE_TOPIC_XXXX unit, the timer topic's name.
 - :mod:`store.format.columnar` — many records at once into numpy / Arrow arrays (the Spark source).
 - :mod:`store.format.native` — the choice between a module's compiled twin (``_records.pyx``, ``_hashing.pyx``,
   ``_properties.pyx``, ``_units.pyx``; also ``broker/remoting/_command.pyx``) and its Python reference.
