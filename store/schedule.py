@@ -181,7 +181,13 @@ class _Service:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self.persist()
+        self._save()
+
+    def _save(self) -> None:
+        try:
+            self.persist()
+        except OSError as e:  # progress not saved: a restart delivers again from the last saved (at-least-once)
+            log.error("%s could not save its progress: %s", self.name, e)
 
     def _run(self) -> None:
         last_persist = time.monotonic()
@@ -193,7 +199,7 @@ class _Service:
                 log.exception("%s pass failed; retrying in 10 s", self.name)
                 wait = 10.0
             if time.monotonic() - last_persist >= self._persist_interval:
-                self.persist()
+                self._save()
                 last_persist = time.monotonic()
             if wait > 0:
                 self._wakeup.wait(wait)
