@@ -195,7 +195,7 @@ def test_timer_progress_survives_restart_and_nothing_due_is_lost(tmp_path) -> No
         later = store.put_message(_msg(UNIQ_KEY="later", TIMER_DELIVER_MS=str(now + 60_000)))
         assert soon.ok and later.ok
         wait_until(lambda: store.get_max_offset_in_queue("T", 3) == 1, 10, what="the 300 ms timer")
-        assert store.timers.pending == 1
+        wait_until(lambda: store.timers.pending == 1, 5, what="the 60 s timer indexed")
     with MessageStore(cfg) as store:
         # re-indexed from the lowest pending unit; the one already delivered is skipped, the 60 s one kept
         assert store.timers.pending == 1
