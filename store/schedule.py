@@ -78,7 +78,9 @@ def park(
     that is not delayed.  Raises :class:`ParkRefused` for a DELAY or timer value Java would refuse."""
     if records.transaction_type(msg.sys_flag) not in (records.TRANSACTION_NOT_TYPE, records.TRANSACTION_COMMIT_TYPE):
         return
-    if msg.topic == TIMER_TOPIC:  # a rolled timer message goes back where it was
+    if msg.topic in (TIMER_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC):
+        # A rolled timer goes back where it was. A half message keeps its DELAY for its commit, which is parked
+        # then: Java parks the half message itself, and its delivery later discards it (a transaction lost).
         return
     props = P.decode_properties(msg.properties)
     raw_level = props.get(P.PROPERTY_DELAY_TIME_LEVEL)

@@ -57,6 +57,13 @@ def test_a_delay_level_is_clamped_and_parked_in_its_schedule_queue() -> None:
     prepared.sys_flag = R.TRANSACTION_PREPARED_TYPE  # a half message is not a delayed one
     park(prepared, max_level=18)
     assert prepared.topic == "T"
+    half = R.MessageRecord(topic="RMQ_SYS_TRANS_HALF_TOPIC", queue_id=0, body=b"x", properties=b"DELAY\x012\x02")
+    park(half, max_level=18)  # stored as NOT_TYPE in the half topic: its commit is what waits
+    assert half.topic == "RMQ_SYS_TRANS_HALF_TOPIC"
+    committed = _msg(DELAY="2")
+    committed.sys_flag = R.TRANSACTION_COMMIT_TYPE
+    park(committed, max_level=18)
+    assert (committed.topic, committed.queue_id) == (SCHEDULE_TOPIC, 1)
 
 
 @pytest.mark.unit
