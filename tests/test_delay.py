@@ -28,8 +28,12 @@ from store.format.delay import SCHEDULE_TOPIC, TIMER_TOPIC
 from store.format.msgid import decode_offset_msg_id
 from store.message_store import MessageStore
 from store.schedule import ParkRefused, park
+from tests.aio import async_test, poll
 from tests.fixtures_broker import remoting_call as broker_call
 from tests.helpers import make_config, read_queue, wait_dispatched, wait_until
+from tests.test_acl_broker import ADMIN as ACL_ADMIN
+from tests.test_acl_broker import PRODUCER as ACL_PRODUCER
+from tests.test_acl_broker import acl_broker, call, send_cmd
 from tests.test_broker_protocol import LiveBroker, records
 from tests.test_conformance_cpp_client import Collector, producer, push_consumer, unique
 
@@ -368,6 +372,24 @@ def test_lite_pull_message_is_served_as_a_pull(live) -> None:
     off = live(litePullMessageEnable="false")
     refused = off.call(RequestCode.LITE_PULL_MESSAGE, hdr)
     assert refused.code == ResponseCode.NO_PERMISSION and "lite pull" in refused.remark
+
+
+@pytest.mark.integration
+@async_test
+async def test_a_lite_pull_needs_the_permissions_a_pull_needs_under_acl(tmp_path) -> None:
+    hdr = h.PullMessageRequestHeader(
+        consumer_group="lite", topic="Orders", queue_id=0, queue_offset=0, max_msg_nums=32, sys_flag=0x4 | 0x10,
+        commit_offset=0, suspend_timeout_millis=0, subscription="*", sub_version=0, expression_type="TAG",
+    )  # fmt: skip
+    async with acl_broker(tmp_path) as broker:
+        assert (await call(broker.addr, send_cmd("Orders"), ACL_ADMIN)).code == ResponseCode.SUCCESS
+        for code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE):
+            refused = await call(broker.addr, RemotingCommand.request(code, hdr), ACL_PRODUCER)  # PUB only
+            assert refused.code == ResponseCode.NO_PERMISSION
+            assert refused.remark == "No default permission for topic:Orders"
+        await poll(lambda: broker.store.get_max_offset_in_queue("Orders", 0) == 1, what="the send dispatched")
+        ok = await call(broker.addr, RemotingCommand.request(RequestCode.LITE_PULL_MESSAGE, hdr), ACL_ADMIN)
+        assert ok.code == ResponseCode.SUCCESS and [m.body for m in records(ok.body)] == [b"hello"]
 
 
 # =====================================================================================================

@@ -90,7 +90,7 @@ def resources(cmd: RemotingCommand) -> dict[str, int]:
         _send(needed, ext.get("b"))
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
         _add(needed, _retry(ext.get("group")), SUB)
-    elif code == RequestCode.PULL_MESSAGE:
+    elif code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE):  # one header, one processor
         _add(needed, ext.get("topic"), SUB)
         _add(needed, _retry(ext.get("consumerGroup")), SUB)
     elif code == RequestCode.QUERY_MESSAGE:
