@@ -16,28 +16,23 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from broker.tls_config import TlsConfig
-from store.config import MessageStoreConfig, _camel
+from store.config import BrokerRole, MessageStoreConfig, _camel
 from store.errors import MQLakeError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STORE_DIR = Path(".mqlake/store")  # mqlake's default; RocketMQ's is ~/store
 
-# Spellings RocketMQ 4.x used before the "maped" typo was fixed.
+# Spellings RocketMQ 4.x used before the "maped" typo was fixed, and other 4.x names 5.x renamed.
 _LEGACY_KEYS = {
     "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
     "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
+    "haSlaveFallbehindMax": "haMaxGapNotInSync",  # 4.9's name
 }
 
 
 class BrokerConfigError(MQLakeError, ValueError):
     """A broker.conf that cannot be used; the message names the file and the key."""
-
-
-_UNSUPPORTED_ROLES = {
-    "SLAVE": "a slave needs master/slave replication, which mqlake does not have yet",
-    "SYNC_MASTER": "a synchronous master waits for slaves, and mqlake has no replication yet",
-}
 
 
 class BrokerConfig(BaseModel):
@@ -69,12 +64,14 @@ class BrokerConfig(BaseModel):
     transaction_check_max: int = Field(15, ge=0)  # check-backs before it moves to TRANS_CHECK_MAX_TIME_TOPIC
     transaction_check_interval: int = Field(30_000, ge=10)  # ms between check rounds (5.x's default)
     notify_consumer_ids_changed_enable: bool = True
+    # Replication: a slave copies the master's config tables this often (mqlake's key; RocketMQ 4.x: fixed 10 s).
+    slave_sync_interval: int = Field(10_000, ge=100)
+    slave_read_enable: bool = False  # the master may suggest the slave to consumers that fall far behind
     region_id: str = "DefaultRegion"
     trace_on: bool = True
     # Safety settings: honoured, or start-up stops naming the key (never ignored with a warning).
     acl_enable: bool = False
     rocketmq_home: str | None = Field(default_factory=lambda: os.environ.get("ROCKETMQ_HOME") or None)
-    broker_role: str = "ASYNC_MASTER"
     enable_dleger_commit_log: bool = Field(False, alias="enableDLegerCommitLog")
     tls: TlsConfig = Field(default_factory=TlsConfig, exclude=True)
     # Metrics (RocketMQ 5's exporter settings; mqlake exports PROM only: /metrics over HTTP)
@@ -86,16 +83,6 @@ class BrokerConfig(BaseModel):
     lake_dir: Path | None = None
     # mqlake: also log to rotating files here (broker.log, namesrv.log), as RocketMQ's ~/logs/rocketmqlogs
     log_dir: Path | None = None
-
-    @field_validator("broker_role")
-    @classmethod
-    def _role(cls, v: str) -> str:
-        role = v.strip().upper()
-        if role in _UNSUPPORTED_ROLES:
-            raise ValueError(f"brokerRole={role} is not supported: {_UNSUPPORTED_ROLES[role]}; use ASYNC_MASTER")
-        if role != "ASYNC_MASTER":
-            raise ValueError(f"brokerRole must be ASYNC_MASTER, SYNC_MASTER or SLAVE, not {v!r}")
-        return role
 
     @field_validator("enable_dleger_commit_log")
     @classmethod
@@ -255,6 +242,14 @@ def build_configs(values: dict[str, str], source: str = "<broker.conf>") -> tupl
         store = MessageStoreConfig(**store_values)
     except ValidationError as e:
         raise _error(source, e, store_values) from None
+    # As BrokerStartup: a master is brokerId 0 whatever the file says; a slave needs an id of its own.
+    if store.broker_role == BrokerRole.SLAVE:
+        if broker.broker_id == 0:
+            raise BrokerConfigError(f"{source}: brokerRole=SLAVE needs brokerId > 0 (0 is the master's id)")
+    elif broker.broker_id != 0:
+        log.warning("%s: brokerRole=%s: brokerId %d ignored, a master is 0", source, store.broker_role,
+                    broker.broker_id)  # fmt: skip
+        broker.broker_id = 0
     return broker, store
 
 

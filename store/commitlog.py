@@ -15,10 +15,15 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from store.errors import MQLakeError
 from store.format import records
 from store.mapped_file import MappedFile, MappedFileQueue
 
 log = logging.getLogger(__name__)
+
+
+class ReplicaAppendError(MQLakeError, ValueError):
+    """Replicated bytes that cannot go where they say they belong; the message names the file and offsets."""
 
 
 class AppendStatus(Enum):
@@ -104,6 +109,46 @@ class CommitLog:
                 self.topic_queue_table[key] = q
             self.begin_time_in_lock = 0
         return AppendResult(AppendStatus.PUT_OK, base + start, total, store_ts, queue_offset, len(encoded))
+
+    def append_raw(self, offset: int, data: bytes | memoryview) -> int:
+        """A slave's append (``appendData``): ``data`` is the master's CommitLog from ``offset``, copied as it is.
+
+        The bytes must continue this log exactly where it ends (an empty log starts at a segment boundary, as
+        a master streams a new slave's first bytes from one) and stay inside one segment, as a master's transfer
+        never straddles two.  They may end inside a record: dispatch waits for the rest.  Returns the new end.
+        """
+        n = len(data)
+        with self.put_lock:
+            if not self.writable:
+                raise ReplicaAppendError(f"{self.queue.directory}: CommitLog is closed; {n} bytes at {offset} refused")
+            mf = self.queue.last()
+            if mf is not None and mf.wrote == 0 and len(self.queue.files) == 1 and offset != mf.file_from_offset:
+                # A log with no data yet whose first segment was made ahead (prepare_segment): the master's bytes
+                # start elsewhere (its newest segment), so that empty file goes
+                with self.queue.lock:
+                    self.queue.files = []
+                mf.destroy()
+                mf = None
+            if mf is None:
+                if offset % self.file_size:
+                    raise ReplicaAppendError(
+                        f"{self.queue.directory}: an empty CommitLog starts at a segment boundary (a multiple of "
+                        f"{self.file_size}), not at {offset}"
+                    )
+                mf = self.queue.last_or_new(offset)
+            elif mf.is_full() and offset == mf.end_offset:
+                mf = self.queue.last_or_new()
+            if offset != mf.wrote_offset:
+                raise ReplicaAppendError(
+                    f"{mf.path}: replicated bytes start at offset {offset} but this CommitLog ends at {mf.wrote_offset}"
+                )
+            if mf.wrote + n > mf.file_size:
+                raise ReplicaAppendError(
+                    f"{mf.path}: {n} replicated bytes at offset {offset} run past the segment's end {mf.end_offset}"
+                )
+            mf.view[mf.wrote : mf.wrote + n] = data
+            mf.wrote += n
+            return mf.wrote_offset
 
     def _write_blank(self, mf: MappedFile) -> None:
         remaining = mf.file_size - mf.wrote

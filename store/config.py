@@ -15,6 +15,14 @@ class FlushDiskType(StrEnum):
     SYNC_FLUSH = "SYNC_FLUSH"
 
 
+class BrokerRole(StrEnum):
+    """``brokerRole``: a master answers sends (SYNC_MASTER only once its slave holds them); a slave replicates."""
+
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
 class ExpiredSegmentPolicy(StrEnum):
     TIER = "tier"  # keep expired segments until an offline job marks them tiered
     DELETE = "delete"  # RocketMQ's classic behaviour
@@ -57,6 +65,17 @@ class MessageStoreConfig(BaseModel):
     clean_file_forcibly_enable: bool = True
     clean_resource_interval: int = Field(10_000, ge=10)
     expired_segment_policy: ExpiredSegmentPolicy = ExpiredSegmentPolicy.TIER
+
+    # Replication (MessageStoreConfig's names and defaults). haListenPort None: listenPort + 1, as BrokerStartup sets
+    # it; 0 lets the OS pick.  haMasterAddress None: taken from the NameServer's register reply.
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    ha_listen_port: int | None = Field(None, ge=0, le=65535)
+    ha_master_address: str | None = None
+    ha_send_heartbeat_interval: int = Field(5_000, ge=1)
+    ha_housekeeping_interval: int = Field(20_000, ge=1)
+    ha_transfer_batch_size: int = Field(32 * 1024, ge=1)
+    ha_max_gap_not_in_sync: int = Field(256 * 1024 * 1024, ge=0)
+    access_message_in_memory_max_ratio: int = Field(40, ge=0, le=100)
 
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     flush_delay_offset_interval: int = Field(10_000, ge=1)  # ms between delayOffset.json writes

@@ -104,7 +104,10 @@ class ConsumeQueue:
         expect = cq_offset * UNIT
         mf = self.queue.last_or_new(expect)
         if mf.wrote == 0 and len(self.queue.files) == 1 and expect > mf.file_from_offset:
+            # A queue that starts mid-way (a slave's copy beginning at its master's newest segment): as RocketMQ's
+            # putMessagePositionInfo, the units before are fillers and the queue's minimum is its first real unit.
             self._fill_pre_blank(mf, expect)
+            self.min_logic_offset = max(self.min_logic_offset, expect)
         current = mf.file_from_offset + mf.wrote
         if expect < current:
             return True  # built repeatedly

@@ -162,7 +162,8 @@ class ReputService(threading.Thread):
             base = mf.file_from_offset
             stats = self._stats_for(base, self.reput_from - base)
             end = mf.wrote
-            buf = mf.view
+            buf = mf.view[:end]  # a slave's log may end inside a record: the walk must not read past ``wrote``
+            arriving = False
             walk = records.RecordWalk(buf, self.reput_from - base, end, None if limit is None else limit - done)
             for pos, size in walk:
                 res = check(buf, pos, check_crc=False, delay_millis=delay_millis, size=size)
@@ -186,12 +187,15 @@ class ReputService(threading.Thread):
                 if walk.ended is records.WalkEnd.BLANK:
                     pos = mf.file_size
                 elif walk.ended is not records.WalkEnd.LIMIT and pos < end:  # zeros or bad bytes before the end
-                    log.error("%s: unreadable record at position %d during dispatch: %s", mf.path, pos, walk.reason)
-                    pos = end
+                    if records.record_incomplete_at(buf, pos):
+                        arriving = True  # the rest of a replicated record is still on its way
+                    else:
+                        log.error("%s: unreadable record at position %d during dispatch: %s", mf.path, pos, walk.reason)
+                        pos = end
             self.reput_from = base + pos
             if pos >= mf.file_size:
                 self._seal(base, stats)
-            elif pos >= end:
+            elif pos >= end or arriving:
                 break
         return done
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -19,7 +20,7 @@ from store.commitlog import (
     FlushRealTimeService,
     GroupCommitService,
 )
-from store.config import ExpiredSegmentPolicy, FlushDiskType, MessageStoreConfig
+from store.config import BrokerRole, ExpiredSegmentPolicy, FlushDiskType, MessageStoreConfig
 from store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from store.dispatch import (
     ArrivalListener,
@@ -39,11 +40,14 @@ log = logging.getLogger(__name__)
 MAX_FILTER_UNITS = 16000 // units.CQ_UNIT_SIZE  # maxFilterMessageCount: CQ units scanned per pull at most
 MAX_TRANSFER_BYTES = 256 * 1024
 MAX_TRANSFER_COUNT = 32
+_PHYSICAL_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE
 
 
 class PutMessageStatus(Enum):
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
     CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
@@ -51,6 +55,16 @@ class PutMessageStatus(Enum):
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
     WHEEL_TIMER_MSG_ILLEGAL = "WHEEL_TIMER_MSG_ILLEGAL"
     WHEEL_TIMER_NOT_ENABLE = "WHEEL_TIMER_NOT_ENABLE"
+
+
+_STORED = frozenset(
+    {
+        PutMessageStatus.PUT_OK,
+        PutMessageStatus.FLUSH_DISK_TIMEOUT,
+        PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+        PutMessageStatus.SLAVE_NOT_AVAILABLE,
+    }
+)
 
 
 @dataclass(slots=True)
@@ -62,7 +76,8 @@ class PutMessageResult:
 
     @property
     def ok(self) -> bool:
-        return self.status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        """Stored here (``PutMessageResult.isOk``), whether or not it is on disk or on the slave yet."""
+        return self.status in _STORED
 
 
 class GetMessageStatus(Enum):
@@ -85,6 +100,9 @@ class GetMessageResult:
     max_offset: int
     messages: list[bytes] = field(default_factory=list)  # raw CommitLog records, byte-identical
     queue_offsets: list[int] = field(default_factory=list)
+    # The reader is further behind the CommitLog's end than accessMessageInMemoryMaxRatio of RAM: its reads come from
+    # disk, and a master may send it to a slave (suggestWhichBrokerId)
+    suggest_pulling_from_slave: bool = False
 
     @property
     def buffer_total_size(self) -> int:
@@ -139,6 +157,10 @@ class MessageStore:
         self._clean_lock = threading.Lock()
         self.disk_ratio = 0.0  # of the fuller of the CommitLog's and the store root's disks, last measured
         self.disk_full = False  # over diskSpaceWarningLevelRatio: puts are refused until the disk has room
+        self._append_listeners: list[Callable[[int], None]] = []  # told the new end of the log after each put
+        # Only a master delivers delayed and timer messages (Java starts ScheduleMessageService unless SLAVE): a
+        # slave's log is its master's copy, and its delay offsets are the master's (copied by the broker)
+        self._delivers = config.broker_role != BrokerRole.SLAVE
 
     # =================================================================================================
     # lifecycle
@@ -157,8 +179,9 @@ class MessageStore:
         self.check_disk_space()  # a store started on a full disk refuses puts from the first one
         self._running = True
         self.reput.start()
-        self.schedule.start()
-        self.timers.start()
+        if self._delivers:
+            self.schedule.start()
+            self.timers.start()
         if self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
             self._flush_service = self._group_commit = GroupCommitService(self.commitlog, self._on_commitlog_flushed)
         else:
@@ -205,8 +228,9 @@ class MessageStore:
         """Stop services, wait for dispatch, flush everything, remove the abort marker."""
         if not self._running:
             return
-        self.schedule.shutdown()  # before puts stop: a delivery under way completes and its offset is saved
-        self.timers.shutdown()
+        if self._delivers:
+            self.schedule.shutdown()  # before puts stop: a delivery under way completes and its offset is saved
+            self.timers.shutdown()
         self._running = False
         with self.commitlog.put_lock:
             self.commitlog.writable = False  # appends already past the running check stop here
@@ -256,6 +280,11 @@ class MessageStore:
     def _check(self, msg: records.MessageRecord) -> PutMessageResult | None:
         if not self._running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is not running")
+        if self.config.broker_role == BrokerRole.SLAVE:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                error="message store is in slave mode, so putMessage is forbidden",
+            )
         if self.disk_full:
             return PutMessageResult(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE,
@@ -305,7 +334,7 @@ class MessageStore:
             m.store_host = self.store_host
             encoded.append(records.encode_record(m))
         first = msgs[0]
-        return self._append(encoded, first.topic, first.queue_id, first.sys_flag, _wants_wait(first))
+        return self._append(encoded, first.topic, first.queue_id, first.sys_flag, wants_wait(first))
 
     def _append(
         self, encoded: list[bytes], topic: str, queue_id: int, sys_flag: int, wait: bool
@@ -326,6 +355,8 @@ class MessageStore:
             ids.append(msgid.create_offset_msg_id(self.store_host, off))
             off += len(r)
         result = PutMessageResult(PutMessageStatus.PUT_OK, res, ids)
+        for listener in self._append_listeners:
+            listener(off)
         if self._group_commit is not None and wait:
             return result, self._group_commit.submit(off)
         return result, None
@@ -351,6 +382,47 @@ class MessageStore:
             if not flushed:
                 result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return result
+
+    def add_append_listener(self, listener: Callable[[int], None]) -> None:
+        """Called on the appending thread after each put with the new end of the CommitLog (HA wake-ups)."""
+        self._append_listeners = [*self._append_listeners, listener]
+
+    # =================================================================================================
+    # replication
+    # =================================================================================================
+    def append_replica(self, offset: int, data: bytes | memoryview) -> int:
+        """A slave stores bytes of its master's CommitLog at ``offset``; returns the new end of its log.
+
+        Raises ``ReplicaAppendError`` when they do not continue the log exactly."""
+        end = self.commitlog.append_raw(offset, data)
+        self.reput.notify_appended()
+        return end
+
+    def replica_opens_segment(self, offset: int) -> bool:
+        """Whether replicated bytes at ``offset`` start a new segment file (a blocking create: off the event loop)."""
+        mf = self.commitlog.queue.last()
+        return mf is None or (mf.is_full() and offset >= mf.end_offset)
+
+    def tiered_segments(self) -> list[int]:
+        """Base offsets of the segments the manifest says are tiered (and not deleted yet)."""
+        return [e.base_offset for e in self.manifest.entries() if e.state == SegmentState.TIERED]
+
+    def adopt_tiered(self, bases: list[int]) -> list[int]:
+        """A slave: the segments its master tiered, that this store holds whole (sealed: not its last segment),
+        become tiered here too, and the clean pass deletes them as the master's does.  Nothing else ever is."""
+        files = self.commitlog.queue.files
+        sealed = {mf.file_from_offset for mf in files[:-1]}
+        return self.manifest.adopt_tiered([b for b in bases if b in sealed])
+
+    def commitlog_data(self, offset: int, max_bytes: int) -> bytes | None:
+        """``getCommitLogData``: up to ``max_bytes`` of the CommitLog from ``offset``, never past the end of its
+        segment; None when nothing is written there yet."""
+        mf = self.commitlog.queue.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        n = min(mf.wrote - pos, max_bytes)
+        return mf.mm[pos : pos + n] if n > 0 else None
 
     # =================================================================================================
     # dispatch
@@ -414,6 +486,7 @@ class MessageStore:
         next_offset = offset
         total = 0
         removing = False
+        max_phy_pulling = 0
         for index, phy, size, tags in cq.iter_units(offset, MAX_FILTER_UNITS):
             if len(result.messages) >= max_nums or (result.messages and total + size > max_total_bytes):
                 break
@@ -434,9 +507,12 @@ class MessageStore:
             result.messages.append(data)
             result.queue_offsets.append(index)
             total += size
+            max_phy_pulling = phy
         result.next_begin_offset = next_offset
         if result.messages:
             result.status = GetMessageStatus.FOUND
+            memory = _PHYSICAL_MEMORY * self.config.access_message_in_memory_max_ratio // 100
+            result.suggest_pulling_from_slave = self.commitlog.max_offset - max_phy_pulling > memory
         elif removing:
             result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
         elif next_offset == offset:
@@ -609,10 +685,13 @@ class MessageStore:
         now_s = time.time()
         entries = self.manifest.entries()
         reserved_ms = cfg.file_reserved_time * 3600 * 1000
+        # Only a master tiers: a slave's segments wait, sealed, for its master's manifest to say tiered (adopt_tiered)
+        follows_master = cfg.broker_role == BrokerRole.SLAVE and cfg.expired_segment_policy == ExpiredSegmentPolicy.TIER
         to_expire = [
             e.base_offset
             for e in entries
             if e.state == SegmentState.SEALED
+            and not follows_master
             and (clean_at_once or (e.last_store_time or _mtime_ms(self, e.base_offset)) + reserved_ms <= now_s * 1000)
         ]
         if to_expire:
@@ -651,7 +730,8 @@ def _mtime_ms(store: MessageStore, base: int) -> int:
         return 0
 
 
-def _wants_wait(msg: records.MessageRecord) -> bool:
+def wants_wait(msg: records.MessageRecord) -> bool:
+    """``isWaitStoreMsgOK``: unless the producer said WAIT=false, a send waits for the flush (and the slave)."""
     return b"WAIT\x01false\x02" not in msg.properties
 
 

@@ -234,6 +234,19 @@ class SegmentManifest:
                 if e is not None and e.state == SegmentState.SEALED:
                     e.state, e.updated_at = SegmentState.EXPIRED, now
 
+    def adopt_tiered(self, bases: list[int]) -> list[int]:
+        """A slave's copy: segments its master tiered become tiered here (sealed or expired ones only), so the
+        clean pass may delete them; returns those that changed."""
+        now = time.time()
+        out = []
+        with self.transaction() as entries:
+            for b in bases:
+                e = entries.get(b)
+                if e is not None and e.state in (SegmentState.SEALED, SegmentState.EXPIRED):
+                    e.state, e.note, e.updated_at = SegmentState.TIERED, "tiered by the master", now
+                    out.append(b)
+        return out
+
     def mark_deleted(self, base_offset: int) -> None:
         with self.transaction() as entries:
             e = entries.get(base_offset)

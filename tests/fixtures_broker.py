@@ -104,7 +104,8 @@ def free_port() -> int:
 class MqlakeServer:
     """One ``mqlake up`` process; its ports and store survive ``restart``."""
 
-    def __init__(self, work_dir: Path, **conf: str) -> None:
+    def __init__(self, work_dir: Path, command: str = "up", **conf: str) -> None:
+        self.command = command  # "up" (NameServer + Broker), "broker" (namesrvAddr's NameServer) or "namesrv"
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.namesrv_port = free_port()
@@ -121,6 +122,7 @@ class MqlakeServer:
             "storePathRootDir": str(self.store_dir),
             "listenPort": str(self.broker_port),
             "namesrvAddr": self.namesrv_addr,
+            "haListenPort": str(free_port()),  # a master's HA port; listenPort + 1 may be taken on a busy host
             **{k: str(v) for k, v in conf.items()},
         }
         self.conf_path.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="latin-1")
@@ -138,11 +140,15 @@ class MqlakeServer:
         assert self.process is None or self.process.poll() is not None, "already running"
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._ended_by_test = False
-        cmd = [
-            # -P: the work dir (the cwd) holds a "store" directory that must not shadow the store package
-            sys.executable, "-P", "-c", host_disk.PIN + "from cli.main import main; main()", "up",
-            "-c", str(self.conf_path), "--namesrv-port", str(self.namesrv_port), "--log-level", "INFO",
-        ]  # fmt: skip
+        # -P: the work dir (the cwd) holds a "store" directory that must not shadow the store package
+        cmd = [sys.executable, "-P", "-c", host_disk.PIN + "from cli.main import main; main()", self.command]
+        if self.command == "namesrv":
+            cmd += ["--port", str(self.namesrv_port)]
+        else:
+            cmd += ["-c", str(self.conf_path)]
+        if self.command == "up":
+            cmd += ["--namesrv-port", str(self.namesrv_port)]
+        cmd += ["--log-level", "INFO"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
@@ -155,7 +161,7 @@ class MqlakeServer:
     def _ready(self) -> bool:
         if self.process.poll() is not None:
             raise AssertionError(f"mqlake up exited with {self.process.returncode}:\n{self.log_text()[-4000:]}")
-        return "Broker ready at" in self.run_log()
+        return ("NameServer ready at" if self.command == "namesrv" else "Broker ready at") in self.run_log()
 
     @property
     def running(self) -> bool:
@@ -184,6 +190,8 @@ class MqlakeServer:
                 ) from None
             # the graceful path logs "shutting down" once the signal is handled; what it logs after is the shutdown
             _, began, shutdown = self.run_log().partition("mqlake: shutting down")
+            if self.command == "namesrv":  # a NameServer alone logs nothing on the way out
+                began, shutdown = "-", ""
             errors = [line for line in shutdown.splitlines() if " ERROR " in line or " CRITICAL " in line]
             if self.process.returncode != 0 or not began or errors or "Traceback" in shutdown:
                 raise AssertionError(

@@ -270,8 +270,8 @@ def test_tampered_and_oversized_requests_are_refused() -> None:
 @pytest.mark.parametrize(
     ("conf", "key"),
     [
-        ({"brokerRole": "SLAVE"}, "brokerRole"),
-        ({"brokerRole": "SYNC_MASTER"}, "brokerRole"),
+        ({"brokerRole": "SLAVE"}, "brokerRole"),  # a slave without a brokerId of its own
+        ({"brokerRole": "MASTER"}, "brokerRole"),
         ({"enableDLegerCommitLog": "true"}, "enableDLegerCommitLog"),
         ({"aclEnable": "true", "rocketmqHome": ""}, "rocketmqHome"),
         ({"tls.server.mode": "enforcing"}, "tls.server.certPath"),
@@ -293,7 +293,7 @@ def test_async_master_and_acl_home_are_accepted(monkeypatch: pytest.MonkeyPatch,
 @pytest.mark.parametrize(
     ("conf", "expected", "code"),
     [
-        ("brokerRole=SLAVE\n", "brokerRole=SLAVE is not supported", 2),
+        ("brokerRole=SLAVE\n", "brokerRole=SLAVE needs brokerId > 0", 2),
         ("enableDLegerCommitLog=true\n", "enableDLegerCommitLog=true is not supported", 2),
         ("aclEnable=true\nrocketmqHome={home}\n", "{home}/conf/plain_acl.yml: cannot read the ACL file", 1),
     ],

@@ -85,6 +85,7 @@ class AdminProcessor:
         b = self.broker
         info = dict(b.store.runtime_info())
         info.update(b.stats.runtime_info())
+        info.update(b.ha_runtime_info())
         info.update(
             {
                 "brokerVersion": str(CURRENT_VERSION),

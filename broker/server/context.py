@@ -47,6 +47,10 @@ class BrokerContext(Protocol):
         """Shutting down: pulls no longer park."""
         ...
 
+    def ha_runtime_info(self) -> dict[str, str]:
+        """Replication figures for GET_BROKER_RUNTIME_INFO (the master's slaves, or the slave's master)."""
+        ...
+
     async def put(self, msgs: list[records.MessageRecord]) -> PutMessageResult:
         """Append; in SYNC_FLUSH wait (without blocking the loop) for the group commit that makes it durable."""
         ...

@@ -16,6 +16,7 @@ from typing import Any
 
 from broker.acl.manager import PlainAclManager
 from broker.config import BrokerConfig
+from broker.remoting.client import RemotingClient
 from broker.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
@@ -29,6 +30,8 @@ from broker.server.client_manage import ClientManageProcessor
 from broker.server.clients import ConsumerManager, ProducerManager
 from broker.server.context import Processor
 from broker.server.groups import SubscriptionGroupManager
+from broker.server.ha_master import HAService
+from broker.server.ha_slave import HAClient
 from broker.server.long_polling import PullRequestHoldService
 from broker.server.metrics import MetricsExporter
 from broker.server.offsets import ConsumerOffsetManager
@@ -40,12 +43,13 @@ from broker.server.queue_offsets import OffsetProcessor
 from broker.server.registration import NamesrvRegistrar
 from broker.server.schedule import ScheduleProcessor
 from broker.server.send import SendProcessor
+from broker.server.slave_sync import SlaveSynchronize
 from broker.server.stats import BrokerStatsManager
 from broker.server.transaction import TransactionProcessor
 from broker.tls_settings import tls_server_context
-from store.config import MessageStoreConfig
+from store.config import BrokerRole, MessageStoreConfig
 from store.format import records
-from store.message_store import MessageStore, PutMessageResult, PutMessageStatus
+from store.message_store import MessageStore, PutMessageResult, PutMessageStatus, wants_wait
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +85,13 @@ class BrokerController:
         check = 5.0 if broker_config.long_polling_enable else broker_config.short_polling_time_mills / 1000
         self.hold = PullRequestHoldService(self._max_offset, check)
         self.stats = BrokerStatsManager(broker_config.broker_cluster_name)
-        self.registrar = NamesrvRegistrar(broker_config, self.topics)
+        self._os_picks_port = broker_config.listen_port == 0
+        self.registrar = NamesrvRegistrar(broker_config, self.topics, self._ha_port)
+        # Replication: a master serves slaves on haListenPort; a slave follows the master the NameServer names.
+        self.ha_service: HAService | None = None
+        self.ha_client: HAClient | None = None
+        self.slave_sync: SlaveSynchronize | None = None
+        self._ha_remoting: RemotingClient | None = None
         self.server = RemotingServer(self.host, broker_config.listen_port, name="broker",
                                      tls_mode=broker_config.tls.server_mode,
                                      ssl_context=tls_server_context(broker_config.tls))  # fmt: skip
@@ -104,6 +114,55 @@ class BrokerController:
         return self.config.broker_addr
 
     @property
+    def is_slave(self) -> bool:
+        return self.store_config.broker_role == BrokerRole.SLAVE
+
+    def _ha_port(self) -> int:
+        if self.ha_service is not None:
+            return self.ha_service.port
+        port = self.store_config.ha_listen_port
+        if port is not None:
+            return port
+        # listenPort + 1 as BrokerStartup sets it; a broker whose own port the OS picked lets it pick this one too
+        return 0 if self._os_picks_port else self.config.listen_port + 1
+
+    async def _start_replication(self) -> None:
+        if self.is_slave:
+            self._ha_remoting = RemotingClient(language="JAVA")
+            self.ha_client = HAClient(self.store, self.store_config, self._ha_remoting)
+            self.slave_sync = SlaveSynchronize(
+                self.config, self.topics, self.offsets, self.groups, self._ha_remoting, self.store.adopt_tiered
+            )
+            self.slave_sync.loaded()
+            self.registrar.on_registered = self._master_learned
+            self.ha_client.start()
+        else:
+            self.ha_service = HAService(self.store, self.store_config, self.host, self._ha_port())
+            await self.ha_service.start()
+
+    def _master_learned(self, ha_server_addr: str | None, master_addr: str | None) -> None:
+        assert self.ha_client is not None and self.slave_sync is not None
+        self.ha_client.update_master(ha_server_addr, master_addr)
+        self.slave_sync.master_addr = master_addr
+
+    def ha_runtime_info(self) -> dict[str, str]:
+        info = {"brokerRole": str(self.store_config.broker_role)}
+        if self.ha_service is not None:  # what a slave may delete (as the master's tiering job marked it)
+            info["tieredSegments"] = ",".join(map(str, self.store.tiered_segments()))
+        for part in (self.ha_service, self.ha_client):
+            if part is not None:
+                info.update(part.runtime_info())
+        return info
+
+    async def _stop_replication(self) -> None:
+        if self.ha_client is not None:
+            await self.ha_client.stop()
+        if self.ha_service is not None:
+            await self.ha_service.stop()
+        if self._ha_remoting is not None:
+            await self._ha_remoting.close()
+
+    @property
     def store(self) -> MessageStore:
         """The open store; processors only run once it is (the guard answers SERVICE_NOT_AVAILABLE before)."""
         if self._store is None:  # a bug, not an input error: keep the traceback
@@ -123,14 +182,17 @@ class BrokerController:
             self.store_config.store_host = self.config.broker_addr
             self._store = MessageStore(self.store_config)
             await asyncio.to_thread(self._store.start)
-            await asyncio.to_thread(self._store.prepare_segment)
+            if not self.is_slave:  # a slave's first segment is where its master's bytes start
+                await asyncio.to_thread(self._store.prepare_segment)
             await asyncio.to_thread(self._load_config_files)
             await asyncio.to_thread(self.transactions.load)
+            await self._start_replication()
             if self.metrics is not None:  # a taken metrics port stops the start, naming it
                 self.metrics.start()
         except BaseException:
             if self.metrics is not None:
                 self.metrics.stop()
+            await self._stop_replication()
             await self.server.stop(grace=0)
             if self._store is not None:
                 await asyncio.to_thread(self._store.shutdown)
@@ -140,9 +202,15 @@ class BrokerController:
         self.topics.on_change = self._topics_changed
         self.groups.on_change = self._groups_changed
         self._ready = True
-        self.transactions.start()
+        if not self.is_slave:  # as RocketMQ, only a master checks back on half messages
+            self.transactions.start()
         await self.registrar.register_all()
-        self._timers = [
+        if self.slave_sync is not None:
+            self._timers.append(
+                asyncio.create_task(self._every(self.config.slave_sync_interval / 1000, self.slave_sync.sync_all))
+            )
+            self._spawn(self.slave_sync.sync_all())  # at once: a new slave serves reads with the master's topics
+        self._timers += [
             asyncio.create_task(self._every(self.config.flush_consumer_offset_interval / 1000, self._persist_offsets)),
             asyncio.create_task(self._every(self._client_scan_interval, self._scan_clients)),
             asyncio.create_task(
@@ -184,6 +252,7 @@ class BrokerController:
         await self.transactions.stop()
         await self.hold.stop()  # parked pulls re-read and answer now
         await self.server.stop(grace=5.0)
+        await self._stop_replication()  # before the store closes: a slave appends to it
         if self.metrics is not None:  # no scrape reads the store while it closes
             await asyncio.to_thread(self.metrics.stop)
         if self._tasks:  # config persists and notifications still under way
@@ -288,9 +357,24 @@ class BrokerController:
                 flushed = False
             if not flushed and result.status == PutMessageStatus.PUT_OK:
                 result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        if self.ha_service is not None and self.store_config.broker_role == BrokerRole.SYNC_MASTER:
+            await self._wait_for_slave(msgs[0], result)
         if result.ok and msgs:
             self.stats.put(msgs[0].topic, len(msgs), result.append.wrote_bytes if result.append else 0)
         return result
+
+    async def _wait_for_slave(self, first: records.MessageRecord, result: PutMessageResult) -> None:
+        """SYNC_MASTER (``handleHA``): answer once a slave holds the messages; SLAVE_NOT_AVAILABLE when none is
+        connected or in sync, FLUSH_SLAVE_TIMEOUT after syncFlushTimeout. The messages are stored either way."""
+        append = result.append
+        if append is None or result.status != PutMessageStatus.PUT_OK or not wants_wait(first):
+            return
+        assert self.ha_service is not None
+        end = append.wrote_offset + append.wrote_bytes
+        if not self.ha_service.is_slave_ok(end):
+            result.status = PutMessageStatus.SLAVE_NOT_AVAILABLE
+        elif not await self.ha_service.wait_for_slave(end, self.store_config.sync_flush_timeout / 1000):
+            result.status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
 
     def config_changed(self, keys: set[str]) -> None:
         c = self.config

@@ -13,9 +13,11 @@ from broker.remoting.connection import Channel, Handler
 from broker.remoting.errors import RequestRefused
 from broker.remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from broker.remoting.protocol.heartbeat import expression_tag_codes, is_tag_type
+from broker.remoting.protocol.route import MASTER_ID
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
 from broker.server.filters import property_selector
+from store.config import BrokerRole
 from store.message_store import GetMessageResult, GetMessageStatus
 
 log = logging.getLogger(__name__)
@@ -128,6 +130,16 @@ class PullProcessor:
 
         return accept
 
+    def _suggest_broker(self, group: str, result: GetMessageResult) -> int:
+        """``suggestWhichBrokerId``: with slaveReadEnable, a reader far behind is sent to the group's
+        whichBrokerWhenConsumeSlowly (a slave), any other to the group's brokerId; without it, the master."""
+        if not self.broker.config.slave_read_enable:
+            return MASTER_ID
+        cfg = self.broker.groups.find(group, create=False)
+        if cfg is None:
+            return MASTER_ID
+        return cfg.which_broker_when_consume_slowly if result.suggest_pulling_from_slave else cfg.broker_id
+
     async def pull_message(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         """A refusal (RequestRefused) and a bad header are answered by the remoting layer."""
         b = self.broker
@@ -140,7 +152,9 @@ class PullProcessor:
         record_filter = self._record_filter(h)
         result = self._read(h, tag_codes, record_filter)
         code = pull_code(result.status, h.queue_offset)
-        if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
+        slave = b.store_config.broker_role == BrokerRole.SLAVE
+        # As RocketMQ: a slave keeps the offsets it copies from its master, not those pulls carry
+        if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0 and not slave:
             b.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND and not b.stopping:
             timeout_ms = h.suspend_timeout_millis if b.config.long_polling_enable else b.config.short_polling_time_mills
@@ -153,10 +167,13 @@ class PullProcessor:
         else:
             b.stats.missed()
         header = PullMessageResponseHeader(
-            suggest_which_broker_id=0,
+            suggest_which_broker_id=self._suggest_broker(h.consumer_group, result),
             next_begin_offset=result.next_begin_offset,
             min_offset=result.min_offset,
             max_offset=result.max_offset,
         )
+        if slave and not b.config.slave_read_enable:
+            # RocketMQ 4.9: a slave serves reads only with slaveReadEnable; the client is sent to the master
+            code, header.suggest_which_broker_id = ResponseCode.PULL_RETRY_IMMEDIATELY, MASTER_ID
         body = b"".join(result.messages) if code == ResponseCode.SUCCESS else b""
         return cmd.response(code, result.status.value, header, body)

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from broker.config import BrokerConfig
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
-from broker.remoting.errors import RemotingError
-from broker.remoting.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
+from broker.remoting.errors import HeaderError, RemotingError
+from broker.remoting.headers import (
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnRegisterBrokerRequestHeader,
+)
 from broker.remoting.protocol.topic import PERM_READ, PERM_WRITE, RegisterBrokerBody, TopicConfigSerializeWrapper
 from broker.server.topics import TableBody, TopicConfigManager
 from broker.tls_settings import tls_client_context
@@ -25,9 +30,12 @@ REGISTER_TIMEOUT = 6.0
 class NamesrvRegistrar:
     """Announces ``topics`` (the whole table, every time) as the broker ``config`` names."""
 
-    def __init__(self, config: BrokerConfig, topics: TopicConfigManager) -> None:
+    def __init__(self, config: BrokerConfig, topics: TopicConfigManager, ha_port: Callable[[], int]) -> None:
         self.config = config
         self.topics = topics
+        self.ha_port = ha_port  # haListenPort, known once the broker has bound it
+        # Told each reply's haServerAddr and masterAddr (RegisterBrokerResult): how a slave finds its master.
+        self.on_registered: Callable[[str | None, str | None], None] | None = None
         self._body = TableBody(topics, self._announced)
         self.client = RemotingClient(language="JAVA", ssl_context=tls_client_context(config.tls))
         self._lock = asyncio.Lock()  # one registration round at a time, so versions arrive in order
@@ -61,7 +69,7 @@ class NamesrvRegistrar:
             c = self.config
             header = RegisterBrokerRequestHeader(
                 **self._identity(),
-                ha_server_addr=f"{c.broker_ip1}:{c.listen_port + 1}",
+                ha_server_addr=f"{c.broker_ip1}:{self.ha_port()}",
                 compressed=False,
                 body_crc32=hashing.body_crc32(body),
             )
@@ -78,6 +86,13 @@ class NamesrvRegistrar:
         if resp.code != ResponseCode.SUCCESS:
             log.warning("name server %s refused registration: code %d %s", addr, resp.code, resp.remark)
             return False
+        if self.on_registered is not None:
+            try:
+                result = resp.read_header(RegisterBrokerResponseHeader)
+            except HeaderError as e:
+                log.warning("name server %s: unreadable registration reply: %s", addr, e)
+            else:
+                self.on_registered(result.ha_server_addr or None, result.master_addr or None)
         return True
 
     async def unregister_all(self) -> None:

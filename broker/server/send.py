@@ -31,7 +31,7 @@ from broker.remoting.protocol.topic import FLAG_UNIT
 from broker.server import half_messages
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
-from store.config import FlushDiskType
+from store.config import BrokerRole, FlushDiskType
 from store.format import properties, records
 from store.message_store import PutMessageResult, PutMessageStatus
 
@@ -43,6 +43,8 @@ _NOT_SENDABLE = {tp.AUTO_CREATE_TOPIC_KEY_TOPIC, tp.SCHEDULE_TOPIC}
 _STATUS_CODES = {
     PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
     PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
     PutMessageStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
@@ -169,8 +171,9 @@ class SendProcessor:
     def send_inline(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | Awaitable[RemotingCommand]:
         """Codes 10, 310 and 320, as a plain function so the remoting layer answers without a task per request:
         in ASYNC_FLUSH nothing here waits and the response comes back at once; SYNC_FLUSH returns a coroutine
-        that waits for the group commit.  As in a Java broker, the header's ``batch`` flag picks the batch path:
-        the C++ client sends its batches as SEND_MESSAGE with ``batch=1``."""
+        that waits for the group commit, SYNC_MASTER one that waits for the slave.  As in a Java broker, the
+        header's ``batch`` flag picks the batch path: the C++ client sends its batches as SEND_MESSAGE with
+        ``batch=1``."""
         try:
             h = read_send_header(cmd)
         except HeaderError as e:
@@ -183,7 +186,8 @@ class SendProcessor:
                 msgs = [rec]
         except RequestRefused as e:
             return cmd.response(e.code, e.remark)
-        if self.broker.store_config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
+        sc = self.broker.store_config
+        if sc.flush_disk_type == FlushDiskType.SYNC_FLUSH or sc.broker_role == BrokerRole.SYNC_MASTER:
             return self._put_and_wait(cmd, msgs, h.queue_id, rec)
         result, _ = self.broker.store.put_messages_nowait(msgs)  # ASYNC_FLUSH: never a future to wait for
         if result.ok:
@@ -248,7 +252,7 @@ class SendProcessor:
         self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int, rec: records.MessageRecord | None
     ) -> RemotingCommand:
         code = _STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
-        if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+        if not result.ok:
             return cmd.response(code, result.error or result.status.value)
         append = result.append
         assert append is not None  # a put that succeeded (or only missed its flush) always says where it went

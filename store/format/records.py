@@ -330,6 +330,16 @@ class RecordWalk:
         return [pos for pos, _ in self]
 
 
+def record_incomplete_at(buf: ReadBuffer, pos: int) -> bool:
+    """Whether ``buf`` ends inside a record starting at ``pos``: too few bytes for its header, or a message's
+    header whose TOTALSIZE runs past the end.  A slave's CommitLog ends so while a transfer is half received."""
+    left = len(buf) - pos
+    if left < SIZE_MAGIC_LENGTH:
+        return True
+    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    return magic in _MESSAGE_MAGICS and total > left
+
+
 def _no_record_at(buf: ReadBuffer, pos: int, end: int) -> tuple[WalkEnd, str, int]:
     """Why no record starts at ``pos``: (how the walk ends, the reason, the BLANK size)."""
     left = end - pos
