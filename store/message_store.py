@@ -401,7 +401,7 @@ class MessageStore:
     def replica_opens_segment(self, offset: int) -> bool:
         """Whether replicated bytes at ``offset`` start a new segment file (a blocking create: off the event loop)."""
         mf = self.commitlog.queue.last()
-        return mf is None or (mf.is_full() and offset >= mf.end_offset)
+        return mf is None or (mf.is_full() and offset >= mf.end_offset) or (mf.wrote == 0 and offset != mf.wrote_offset)
 
     def tiered_segments(self) -> list[int]:
         """Base offsets of the segments the manifest says are tiered (and not deleted yet)."""

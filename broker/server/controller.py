@@ -182,8 +182,7 @@ class BrokerController:
             self.store_config.store_host = self.config.broker_addr
             self._store = MessageStore(self.store_config)
             await asyncio.to_thread(self._store.start)
-            if not self.is_slave:  # a slave's first segment is where its master's bytes start
-                await asyncio.to_thread(self._store.prepare_segment)
+            await asyncio.to_thread(self._store.prepare_segment)
             await asyncio.to_thread(self._load_config_files)
             await asyncio.to_thread(self.transactions.load)
             await self._start_replication()

@@ -49,6 +49,7 @@ class HAClient:
         self._reported = -1
         self._last_read = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._master_changed = asyncio.Event()  # cuts the wait before the next connection short
         self._writer: asyncio.StreamWriter | None = None
 
     @property
@@ -69,6 +70,7 @@ class HAClient:
         if ha_address and self.config.ha_master_address is None and ha_address != self.master_ha_address:
             log.info("HA: master HA address %s -> %s", self.master_ha_address, ha_address)
             self.master_ha_address = ha_address
+            self._master_changed.set()
         self.master_address = master_address
 
     def cut(self) -> None:
@@ -92,7 +94,10 @@ class HAClient:
                     self.connected = False
                     self._writer = None
             if self.error is None:
-                await asyncio.sleep(self._interval)
+                self._master_changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._interval):
+                        await self._master_changed.wait()
 
     async def _master_not_behind(self) -> bool:
         """False (and replication stopped) when the master's CommitLog ends before this slave's."""
