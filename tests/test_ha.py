@@ -152,6 +152,31 @@ def test_a_slave_deletes_only_whole_segments_its_master_tiered(tmp_path) -> None
 
 
 @pytest.mark.unit
+def test_only_the_master_delivers_delayed_messages_the_slave_gets_its_delivery_as_bytes(tmp_path) -> None:
+    master = _store(tmp_path, "master", messageDelayLevel="1s 2s")
+    slave = _store(tmp_path, "slave", brokerRole="SLAVE", messageDelayLevel="1s 2s")
+    try:
+        assert master.put_message(make_message("DelayT", 0, b"later", DELAY="1")).ok
+        offset = 0
+
+        def copy_and_check_delivered() -> bool:
+            nonlocal offset
+            while (data := master.commitlog_data(offset, 32 * 1024)) is not None:
+                offset = slave.append_replica(offset, data)
+            return master.get_max_offset_in_queue("DelayT", 0) == 1
+
+        wait_until(copy_and_check_delivered, 20, what="the master to deliver the delayed message")
+        wait_dispatched(slave)
+        # the slave delivered nothing itself: its log is the master's, byte for byte, and holds one delivery
+        assert slave.max_phy_offset == master.max_phy_offset
+        assert slave.commitlog_data(0, 4096) == master.commitlog_data(0, 4096)
+        assert slave.get_max_offset_in_queue("DelayT", 0) == 1
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+@pytest.mark.unit
 def test_replica_bytes_that_do_not_continue_the_log_are_refused_naming_offsets(tmp_path) -> None:
     slave = _store(tmp_path, "slave", brokerRole="SLAVE")
     try:
