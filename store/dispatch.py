@@ -85,12 +85,15 @@ class ReputService(threading.Thread):
 
     def __init__(
         self, commitlog: CommitLog, dispatchers: Sequence[CommitLogDispatcher], *,
-        delay_millis: list[int] = delay.DEFAULT_DELAY_MILLIS,
+        delay_millis: list[int] = delay.DEFAULT_DELAY_MILLIS, replica: bool = False,
     ) -> None:  # fmt: skip
         super().__init__(name="reput", daemon=True)
         self.commitlog = commitlog
         self.dispatchers = list(dispatchers)
         self.delay_millis = delay_millis
+        # A slave's log (a replica) may end inside a record whose rest is on its way; a master's never does, and
+        # there such a record is damage, passed over as before
+        self.replica = replica
         self.reput_from = 0
         self._listeners: list[ArrivalListener] = []  # replaced, never changed in place: dispatch reads it unlocked
         self._listeners_lock = threading.Lock()
@@ -187,7 +190,7 @@ class ReputService(threading.Thread):
                 if walk.ended is records.WalkEnd.BLANK:
                     pos = mf.file_size
                 elif walk.ended is not records.WalkEnd.LIMIT and pos < end:  # zeros or bad bytes before the end
-                    if records.record_incomplete_at(buf, pos):
+                    if self.replica and records.record_incomplete_at(buf, pos):
                         arriving = True  # the rest of a replicated record is still on its way
                     else:
                         log.error("%s: unreadable record at position %d during dispatch: %s", mf.path, pos, walk.reason)

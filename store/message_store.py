@@ -137,7 +137,9 @@ class MessageStore:
         dispatchers: list[CommitLogDispatcher] = [self._build_cq]
         if config.message_index_enable:
             dispatchers.append(BuildIndex(self.index))
-        self.reput = ReputService(self.commitlog, dispatchers, delay_millis=self.delay_millis)
+        self.reput = ReputService(
+            self.commitlog, dispatchers, delay_millis=self.delay_millis, replica=config.broker_role == BrokerRole.SLAVE
+        )
         self.schedule = ScheduleMessageService(
             self.consume_queues, self.commitlog.read, self._put_delivered, self.delay_millis, config.config_dir,
             config.flush_delay_offset_interval,
