@@ -163,6 +163,15 @@ class CommitLog:
             os.replace(mf.path, target)
         return self.queue.last_or_new(offset)
 
+    def remove_topic(self, topic: str) -> int:
+        """Forget the next queue offsets of ``topic`` (its next message takes offset 0); returns the CommitLog
+        offset every earlier record of the topic lies below."""
+        prefix = topic + "-"
+        with self.put_lock:
+            for key in [k for k in self.topic_queue_table if k.startswith(prefix) and k[len(prefix) :].isdigit()]:
+                del self.topic_queue_table[key]
+            return self.queue.max_offset
+
     def _write_blank(self, mf: MappedFile) -> None:
         remaining = mf.file_size - mf.wrote
         mf.view[mf.wrote : mf.wrote + 8] = records.encode_blank(remaining)

@@ -26,6 +26,7 @@ TOPICS = "topics.json"
 CONSUMER_OFFSET = "consumerOffset.json"
 SUBSCRIPTION_GROUP = "subscriptionGroup.json"
 DELAY_OFFSET = "delayOffset.json"
+DELETED_TOPICS = "deletedTopics.json"  # mqlake's own: RocketMQ keeps no record of a deletion
 
 
 class ConfigFileError(MQLakeError, ValueError):
@@ -186,6 +187,23 @@ def save_delay_offsets(config_dir: Path, table: Mapping[int, int]) -> None:
     """Write ``delayOffset.json``."""
     offsets = {str(level): int(o) for level, o in sorted(table.items())}
     write_config(Path(config_dir) / DELAY_OFFSET, {"offsetTable": offsets})
+
+
+def load_deleted_topics(config_dir: Path) -> dict[str, int]:
+    """``deletedTopics.json``: ``{topic: CommitLog offset}``, the end of the log when each topic was deleted."""
+    path = Path(config_dir) / DELETED_TOPICS
+    table = (read_config(path) or {}).get("deletedTopics") or {}
+    if not isinstance(table, dict):
+        raise ConfigFileError(path, "bad deletedTopics: not an object")
+    try:
+        return {str(k): int(v) for k, v in table.items()}
+    except (TypeError, ValueError) as e:
+        raise ConfigFileError(path, f"bad deletedTopics: {e}") from None
+
+
+def save_deleted_topics(config_dir: Path, table: Mapping[str, int]) -> None:
+    """Write ``deletedTopics.json``."""
+    write_config(Path(config_dir) / DELETED_TOPICS, {"deletedTopics": {k: int(v) for k, v in sorted(table.items())}})
 
 
 def next_data_version(previous: Mapping[str, Any] | None = None) -> dict[str, Any]:

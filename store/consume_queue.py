@@ -235,6 +235,12 @@ class ConsumeQueueTable:
                     cq = self._queues[key] = ConsumeQueue(self.root, topic, queue_id, self.file_size)
         return cq
 
+    def remove_topic(self, topic: str) -> list[ConsumeQueue]:
+        """Take every queue of ``topic`` out of the table (they are no longer found); returns them."""
+        with self._lock:
+            keys = [k for k in self._queues if k[0] == topic]
+            return [self._queues.pop(k) for k in keys]
+
     def all(self) -> list[ConsumeQueue]:
         return list(self._queues.values())
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import mmap
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,9 +38,28 @@ class BuildConsumeQueue:
     def __init__(self, queues: ConsumeQueueTable) -> None:
         self._find = queues.find
         self.last_store_timestamp = 0  # of the newest unit: the checkpoint's logicsMsgTimestamp
+        # Deleted topics -> CommitLog offset their records reached at deletion: older records of theirs are not
+        # dispatched, else they would re-create the queue at an old offset (pre-blank filled) and a re-created
+        # topic's own records, numbered from 0 again, would count as already built and be dropped.
+        self._deleted: dict[str, int] = {}
+
+    def forget_topic(self, topic: str, end: int) -> None:
+        """Skip the records of ``topic`` below CommitLog offset ``end`` (call it while dispatch is paused)."""
+        self._deleted[topic] = end
+
+    def _of_deleted_topic(self, request: records.DispatchRequest) -> bool:
+        end = self._deleted.get(request.topic)
+        if end is None:
+            return False
+        if request.commitlog_offset < end:
+            return True
+        del self._deleted[request.topic]  # dispatch runs in CommitLog order: every later record is the new topic's
+        return False
 
     def dispatch(self, request: records.DispatchRequest) -> None:
         if request.consumable:
+            if self._deleted and self._of_deleted_topic(request):
+                return
             cq = self._find(request.topic, request.queue_id)
             cq.put(request.commitlog_offset, request.msg_size, request.tags_code, request.queue_offset)
             self.last_store_timestamp = request.store_timestamp
@@ -100,6 +120,7 @@ class ReputService(threading.Thread):
         self._stopped = threading.Event()
         self._appended = threading.Event()
         self._reput_lock = threading.Lock()
+        self._pause_wanted = threading.Event()  # a pass stops at the next segment boundary and lets it in
         self.sealed_stats: dict[int, SegmentStats] = {}  # base offset -> stats of finished segments
         self._current: tuple[int, SegmentStats] | None = None
 
@@ -150,13 +171,25 @@ class ReputService(threading.Thread):
         with self._reput_lock:  # start-up, shutdown and the thread itself may all call this
             return self._do_reput(limit)
 
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold dispatch for the block: no record is dispatched while it runs (a pass under way stops at the end of
+        the segment it reads; records appended meanwhile are dispatched afterwards, in order)."""
+        self._pause_wanted.set()
+        try:
+            with self._reput_lock:
+                self._pause_wanted.clear()
+                yield
+        finally:
+            self.notify_appended()  # the thread may have gone to sleep on its early return
+
     def _do_reput(self, limit: int | None) -> int:
         cl = self.commitlog
         check = records.check_record
         delay_millis = self.delay_millis
         dispatchers = [d.dispatch for d in self.dispatchers]
         done = 0
-        while self.reput_from < cl.max_offset and (limit is None or done < limit):
+        while self.reput_from < cl.max_offset and (limit is None or done < limit) and not self._pause_wanted.is_set():
             if self.reput_from < cl.min_offset:
                 self.reput_from = cl.min_offset
             mf = cl.queue.find(self.reput_from)

@@ -12,6 +12,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from enum import Enum
 
+from store import config_files as cf
 from store.checkpoint import StoreCheckpoint, StoreLock, abort_file
 from store.commitlog import (
     AppendResult,
@@ -155,6 +156,7 @@ class MessageStore:
         self._running = False
         self.last_exit_ok = True
         self.recovery_report: RecoveryReport | None = None
+        self._deleted_topics: dict[str, int] = {}  # deletedTopics.json: topic -> CommitLog end at its deletion
         self._manual_delete = threading.Event()
         self._clean_lock = threading.Lock()
         self.disk_ratio = 0.0  # of the fuller of the CommitLog's and the store root's disks, last measured
@@ -209,6 +211,13 @@ class MessageStore:
             self.commitlog, self.consume_queues.all(), self.index, self.checkpoint, self.config,
             last_exit_ok=self.last_exit_ok,
         )  # fmt: skip
+        # Deleted topics' older records are never dispatched again, even by the re-dispatch after a crash; an entry
+        # is dropped once the CommitLog no longer holds records below it.
+        cl_min = self.commitlog.min_offset
+        self._deleted_topics = {t: end for t, end in cf.load_deleted_topics(self.config.config_dir).items()
+                                if end > cl_min}  # fmt: skip
+        for topic, end in self._deleted_topics.items():
+            self._build_cq.forget_topic(topic, end)
         self.reput.set_reput_from(self.recovery_report.dispatch_from)
         # Dispatch everything already in the log before queue offsets are handed out again.
         while self.reput.do_reput() > 0:
@@ -434,6 +443,35 @@ class MessageStore:
 
     def all_consume_queues(self) -> list[ConsumeQueue]:
         return self.consume_queues.all()
+
+    def delete_topic(self, topic: str) -> int:
+        """``DefaultMessageStore.deleteTopics`` for one topic (blocking: call it off the event loop): destroy its
+        ConsumeQueues and their files and forget its queue offsets, so a topic re-created under the name starts
+        at offset 0; the CommitLog keeps the records (and the IndexFile their keys). Returns the queues removed.
+
+        Done with dispatch paused, so no record of the topic is half-dispatched meanwhile. The records appended
+        before are never dispatched again (those not dispatched yet, and those a crash recovery re-dispatches:
+        ``deletedTopics.json`` remembers where the log ended), so they never re-create the old queues."""
+        with self.reput.paused():
+            end = self.commitlog.remove_topic(topic)
+            self._build_cq.forget_topic(topic, end)
+            cl_min = self.commitlog.min_offset
+            self._deleted_topics = {t: e for t, e in self._deleted_topics.items() if e > cl_min} | {topic: end}
+            cf.save_deleted_topics(self.config.config_dir, self._deleted_topics)  # before any file goes
+            queues = self.consume_queues.remove_topic(topic)
+            for cq in queues:
+                cq.destroy()  # unlinks; a pull reading one of its files right now finishes from the mapping
+            topic_dir = self.consume_queues.root / topic
+            for qdir in [cq.queue.directory for cq in queues] + [topic_dir]:
+                try:
+                    qdir.rmdir()  # only if empty, as RocketMQ: a file the store does not know of stays
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    log.warning("topic %s deleted, but %s stays: %s", topic, qdir, e)
+        log.info("topic %s: %d consume queues destroyed; records before CommitLog offset %d are not dispatched",
+                 topic, len(queues), end)  # fmt: skip
+        return len(queues)
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         """Called from the dispatch thread each time a message becomes readable."""

@@ -6,9 +6,10 @@ DELETE_EXPIRED_COMMITLOG (329), VIEW_BROKER_STATS_DATA (315) and QUERY_TOPIC_CON
 
 Where RocketMQ versions differ, mqlake answers as a 5.x broker with its defaults: a system topic is refused
 (``validateSystemTopicWhenUpdateTopic``); a topic with live consumers is deleted all the same (Java checks
-nothing: the consumers' next pulls get TOPIC_NOT_EXIST); a reset is done in the broker's own offset table
-(``useServerSideResetOffset``), so it works for an offline group, and online clients are also sent the new
-offsets (as 4.x brokers do), so they drop the positions they hold in memory.
+nothing: the consumers' next pulls get TOPIC_NOT_EXIST), and its ConsumeQueues are destroyed with their files (the
+CommitLog keeps the records; the POP retry topics 5.x also removes do not exist in mqlake); a reset is done in the
+broker's own offset table (``useServerSideResetOffset``), so it works for an offline group, and online clients are
+also sent the new offsets (as 4.x brokers do), so they drop the positions they hold in memory.
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ class OperationsProcessor:
         b.topics.delete(topic)
         b.offsets.remove_topic(topic)
         b.stats.forget_topic(topic)
+        # Its ConsumeQueues go too (messageStore.deleteTopics), so a topic re-created under the name starts at 0.
+        await asyncio.to_thread(b.store.delete_topic, topic)
         await b.topics_persisted()  # on disk and announced to the NameServers before the admin hears "done"
         return cmd.response(ResponseCode.SUCCESS)
 
