@@ -72,6 +72,11 @@ class BrokerContext(Protocol):
         """Wait until the latest topic change is on disk (and announced to the NameServers)."""
         ...
 
+    async def topics_saved(self) -> None:
+        """Wait until every topic change so far is on disk (not for the NameServers): before a send to a topic in
+        ``topics.unsaved`` is acknowledged."""
+        ...
+
 
 class Processor(Protocol):
     def routes(self) -> Mapping[int, Handler]:

@@ -101,6 +101,7 @@ class BrokerController:
         self._tasks: set[asyncio.Task] = set()
         self._timers: list[asyncio.Task] = []
         self._topics_task: asyncio.Future | None = None
+        self._topics_saved: asyncio.Future | None = None
         # metricsExporterType=PROM: its latency histogram times every request; its collector reads the rest at scrape
         self.metrics = MetricsExporter(self) if broker_config.metrics_exporter_type == "PROM" else None
 
@@ -297,17 +298,25 @@ class BrokerController:
             conn.close()
 
     def _topics_changed(self) -> None:
-        self._topics_task = self._spawn(self._after_topics_changed())
+        # The fsync runs in a worker thread: on a busy disk it can take seconds, and the loop serves everyone.
+        self._topics_saved = self._spawn(asyncio.to_thread(self.topics.persist))
+        self._topics_task = self._spawn(self._after_topics_changed(self._topics_saved))
+
+    async def topics_saved(self) -> None:
+        saved = self._topics_saved
+        if not self.topics.unsaved:
+            return
+        if saved is None or saved.done():  # the last write failed (or ran before the change): write again
+            saved = self._topics_saved = self._spawn(asyncio.to_thread(self.topics.persist))
+        await asyncio.shield(saved)
 
     async def topics_persisted(self) -> None:
         """Wait until the latest topic change is on disk (and re-registered with the NameServers)."""
         if self._topics_task is not None:
             await asyncio.shield(self._topics_task)
 
-    async def _after_topics_changed(self) -> None:
-        # The fsync runs in a worker thread: on a busy disk it can take seconds, and the loop serves everyone.
-        # Registration does not wait for it: clients can route a new topic only once the NameServers know it.
-        persisted = asyncio.ensure_future(asyncio.to_thread(self.topics.persist))
+    async def _after_topics_changed(self, persisted: asyncio.Future) -> None:
+        # Registration does not wait for the write: clients can route a new topic only once the NameServers know it.
         if self._ready and not self.stopping:
             await self.registrar.register_all()
         await persisted

@@ -186,6 +186,15 @@ class SendProcessor:
                 msgs = [rec]
         except RequestRefused as e:
             return cmd.response(e.code, e.remark)
+        unsaved = self.broker.topics.unsaved
+        if unsaved and (h.topic in unsaved or msgs[0].topic in unsaved):
+            return self._put_when_topic_saved(cmd, msgs, h, rec)  # created by this send or one just before
+        return self._put(cmd, msgs, h, rec)
+
+    def _put(
+        self, cmd: RemotingCommand, msgs: list[records.MessageRecord], h: SendMessageRequestHeader,
+        rec: records.MessageRecord | None,
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:  # fmt: skip
         sc = self.broker.store_config
         if sc.flush_disk_type == FlushDiskType.SYNC_FLUSH or sc.broker_role == BrokerRole.SYNC_MASTER:
             return self._put_and_wait(cmd, msgs, h.queue_id, rec)
@@ -193,6 +202,16 @@ class SendProcessor:
         if result.ok:
             self.broker.stats.put(h.topic, len(msgs), result.append.wrote_bytes if result.append else 0)
         return self._reply(cmd, result, h.queue_id, rec)
+
+    async def _put_when_topic_saved(
+        self, cmd: RemotingCommand, msgs: list[records.MessageRecord], h: SendMessageRequestHeader,
+        rec: records.MessageRecord | None,
+    ) -> RemotingCommand:  # fmt: skip
+        """The topic's config on disk first (``createTopicInSendMessageMethod`` persists): an acknowledged message
+        is never in a queue the restarted broker does not know of. The write runs in a worker thread."""
+        await self.broker.topics_saved()
+        put = self._put(cmd, msgs, h, rec)
+        return put if isinstance(put, RemotingCommand) else await put
 
     async def _put_and_wait(
         self, cmd: RemotingCommand, msgs: list[records.MessageRecord], queue_id: int, rec: records.MessageRecord | None
@@ -318,6 +337,8 @@ class SendProcessor:
             born_host=orig.born_host,
             reconsume_times=orig.reconsume_times + 1,
         )
+        if target.topic_name in b.topics.unsaved:
+            await b.topics_saved()  # the retry or DLQ topic just created: on disk before the ack
         result = await b.put([rec])
         if result.ok:
             b.stats.sent_back(target.topic_name, h.group)

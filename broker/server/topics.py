@@ -89,6 +89,9 @@ class TopicConfigManager(VersionedTableManager[TopicConfig]):
         broker_topic_enable: bool = True,
     ) -> None:
         super().__init__(config_dir)
+        # Topics created or changed but not yet written to topics.json: a send to one waits for the write before it
+        # is acknowledged, as Java's createTopicInSendMessageMethod persists before the put.
+        self.unsaved: set[str] = set()
         self.auto_create_topic_enable = auto_create_topic_enable
         self.default_topic_queue_nums = default_topic_queue_nums
         inherit_rw = PERM_INHERIT | PERM_READ | PERM_WRITE
@@ -114,6 +117,7 @@ class TopicConfigManager(VersionedTableManager[TopicConfig]):
 
     def write_file(self, content: dict[str, Any]) -> None:
         cf.save_topics(self.config_dir, content["topicConfigTable"], content["dataVersion"])
+        self.unsaved.difference_update(content["topicConfigTable"])  # in place: the loop may add meanwhile
 
     def parse_entry(self, name: str, raw: Any) -> TopicConfig:
         return TopicConfig.from_json(raw, f"topic config {name!r}")
@@ -142,6 +146,7 @@ class TopicConfigManager(VersionedTableManager[TopicConfig]):
     def update(self, tc: TopicConfig) -> None:
         """Create or replace a topic (UPDATE_AND_CREATE_TOPIC)."""
         self.table[tc.topic_name] = tc
+        self.unsaved.add(tc.topic_name)
         log.info("topic %s: read %d write %d perm %d", tc.topic_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm)
         self.changed()
 
