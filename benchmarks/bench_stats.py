@@ -68,7 +68,9 @@ async def _measure(store_dir: Path) -> dict:
     try:
         proc = SendProcessor(controller)
         counting, silent = controller.stats, _NotCounting(bc.broker_cluster_name)
-        proc.send_inline(_request(0), _Peer())  # creates the topic
+        created = proc.send_inline(_request(0), _Peer())  # creates the topic: answered once topics.json holds it
+        if not isinstance(created, RemotingCommand):
+            await created
         times: dict[str, list[float]] = {"counting": [], "not_counting": []}
         for r in range(ROUNDS * 2):
             mode = "counting" if r % 4 in (0, 3) else "not_counting"  # ABBA: a drift favours neither
