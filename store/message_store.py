@@ -452,7 +452,8 @@ class MessageStore:
         Done with dispatch paused, so no record of the topic is half-dispatched meanwhile. The records appended
         before are never dispatched again (those not dispatched yet, and those a crash recovery re-dispatches:
         ``deletedTopics.json`` remembers where the log ended), so they never re-create the old queues."""
-        with self.reput.paused():
+        # The clean pass walks every queue's files: it must not meet one half destroyed.
+        with self._clean_lock, self.reput.paused():
             end = self.commitlog.remove_topic(topic)
             self._build_cq.forget_topic(topic, end)
             cl_min = self.commitlog.min_offset

@@ -162,6 +162,7 @@ class TopicConfigManager(VersionedTableManager[TopicConfig]):
         """Remove a topic (DELETE_TOPIC_IN_BROKER); False when there was none."""
         if self.table.pop(topic, None) is None:
             return False
+        self.unsaved.discard(topic)  # no write will name it: a re-creation adds it again
         log.info("topic %s deleted", topic)
         self.changed()
         return True
