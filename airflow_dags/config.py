@@ -7,7 +7,8 @@ Variable                   Meaning                                              
 =========================  ===========================================================  ==================
 ``mqlake_store_dir``       the broker's store root (storePathRootDir)                   (required for tier
                                                                                         and verify)
-``mqlake_lake``            the lake root (messages, segments, ... tables)               (required)
+``mqlake_lake``            the lake root (messages, segments, ... tables)               ``lakePath`` of the
+                                                                                        broker.conf
 ``mqlake_broker_conf``     the broker's broker.conf (file sizes, deleteWhen)            ``$MQLAKE_BROKER_CONF``
 ``mqlake_namesrv``         NameServer HOST:PORT that replays publish through            ``127.0.0.1:9876``
 ``mqlake_spark_master``    master of the in-process runner (no ``mqlake_spark``         ``local[*]``
@@ -154,19 +155,32 @@ def _variable(name: str, default: str | None = None) -> str | None:
     return value.strip() if value and value.strip() else default
 
 
+def _conf_lake_path(broker_conf: str | None) -> str | None:
+    """The broker's ``lakePath``: the DAGs tier into the lake the broker reads from."""
+    from broker.config import BrokerConfigError, lake_path_of
+
+    try:
+        path = lake_path_of(broker_conf)
+    except BrokerConfigError as e:
+        raise SettingsError(str(e)) from None
+    return str(path) if path else None
+
+
 def settings(*, need_store: bool) -> Settings:
     """The Variables, checked (raises SettingsError naming the Variable)."""
-    lake = _variable(VAR_LAKE)
+    broker_conf = _variable(VAR_BROKER_CONF, os.environ.get(ENV_BROKER_CONF))
+    if broker_conf and not os.path.isfile(broker_conf):
+        raise SettingsError(f"Variable {VAR_BROKER_CONF}={broker_conf}: no such file")
+    lake = _variable(VAR_LAKE) or _conf_lake_path(broker_conf)
     if not lake:
-        raise SettingsError(f"set the Airflow Variable {VAR_LAKE} to the lake root directory")
+        raise SettingsError(
+            f"set the Airflow Variable {VAR_LAKE} to the lake root directory, or lakePath in {VAR_BROKER_CONF}"
+        )
     store_dir = _variable(VAR_STORE_DIR)
     if need_store and not store_dir:
         raise SettingsError(f"set the Airflow Variable {VAR_STORE_DIR} to the broker's store root")
     if store_dir and not os.path.isdir(os.path.join(store_dir, "commitlog")):
         raise SettingsError(f"Variable {VAR_STORE_DIR}={store_dir}: no commitlog directory there")
-    broker_conf = _variable(VAR_BROKER_CONF, os.environ.get(ENV_BROKER_CONF))
-    if broker_conf and not os.path.isfile(broker_conf):
-        raise SettingsError(f"Variable {VAR_BROKER_CONF}={broker_conf}: no such file")
     conf = [c.strip() for c in (_variable(VAR_SPARK_CONF) or "").split(",") if c.strip()]
     bad = [c for c in conf if "=" not in c]
     if bad:

@@ -83,6 +83,10 @@ class BrokerConfig(BaseModel):
     lake_dir: Path | None = None
     # mqlake: also log to rotating files here (broker.log, namesrv.log), as RocketMQ's ~/logs/rocketmqlogs
     log_dir: Path | None = None
+    # mqlake: the Delta lake root the tier job writes (messages, segments, ...). Set, the broker serves reads
+    # below a queue's local minimum from it and `mqlake up` runs the tier job at deleteWhen; unset, neither.
+    lake_path: Path | None = None
+    lake_cache_bytes: int = Field(256 * 1024 * 1024, ge=0)  # decoded row groups of the tier kept in memory
 
     @field_validator("enable_dleger_commit_log")
     @classmethod
@@ -251,6 +255,11 @@ def build_configs(values: dict[str, str], source: str = "<broker.conf>") -> tupl
                     broker.broker_id)  # fmt: skip
         broker.broker_id = 0
     return broker, store
+
+
+def lake_path_of(broker_conf: str | os.PathLike[str] | None) -> Path | None:
+    """The ``lakePath`` a broker.conf names (None: no file, or no lakePath in it)."""
+    return load_broker_conf(broker_conf)[0].lake_path if broker_conf else None
 
 
 def load_broker_conf(path: str | os.PathLike[str] | None) -> tuple[BrokerConfig, MessageStoreConfig]:

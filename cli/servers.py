@@ -15,6 +15,13 @@ ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", help="broker.conf (Java properties, RocketMQ key names).")
 ]
 LogLevel = Annotated[str, typer.Option(help="Logging level.")]
+LakeOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--lake",
+        help="Delta lake root (lakePath): serve tiered history from it; `up` also runs the tier job at deleteWhen.",
+    ),
+]
 
 
 def _setup_logging(level: str) -> None:
@@ -23,7 +30,9 @@ def _setup_logging(level: str) -> None:
     )
 
 
-def _load_conf(config: Path | None, store_dir: Path | None, broker_port: int | None, host: str | None):
+def _load_conf(
+    config: Path | None, store_dir: Path | None, broker_port: int | None, host: str | None, lake: Path | None = None
+):
     from broker.config import BrokerConfigError, load_broker_conf
 
     try:
@@ -38,6 +47,8 @@ def _load_conf(config: Path | None, store_dir: Path | None, broker_port: int | N
         broker_cfg.listen_port = broker_port
     if store_dir is not None:
         store_cfg.store_path_root_dir = store_dir
+    if lake is not None:
+        broker_cfg.lake_path = lake
     store_cfg.store_host = broker_cfg.broker_addr
     return broker_cfg, store_cfg
 
@@ -58,13 +69,14 @@ def broker(
     host: Annotated[str | None, typer.Option(help="Address to listen on and advertise (brokerIP1).")] = None,
     port: Annotated[int | None, typer.Option(help="Broker port (listenPort); 0 picks a free one.")] = None,
     store_dir: Annotated[Path | None, typer.Option(help="Store root (storePathRootDir).")] = None,
+    lake: LakeOption = None,
     log_level: LogLevel = "INFO",
 ) -> None:
     """Run a Broker that registers with the NameServers in namesrvAddr; SIGTERM/SIGINT stop it gracefully."""
     from broker.embedded import run_servers
 
     _setup_logging(log_level)
-    broker_cfg, store_cfg = _load_conf(config, store_dir, port, host)
+    broker_cfg, store_cfg = _load_conf(config, store_dir, port, host, lake)
     if broker_cfg.log_dir is not None:
         add_log_files(broker_cfg.log_dir, broker=True, namesrv=False)
     _run(run_servers, broker_cfg, store_cfg)
@@ -108,13 +120,14 @@ def up(
     store_dir: Annotated[
         Path | None, typer.Option(help="Store root (default: storePathRootDir, or .mqlake/store).")
     ] = None,
+    lake: LakeOption = None,
     log_level: LogLevel = "INFO",
 ) -> None:
     """Run a NameServer and a Broker in one process (embedded mode); SIGTERM/SIGINT stop both gracefully."""
     from broker.embedded import run_servers
 
     _setup_logging(log_level)
-    broker_cfg, store_cfg = _load_conf(config, store_dir, broker_port, host)
+    broker_cfg, store_cfg = _load_conf(config, store_dir, broker_port, host, lake)
     ns_host = host or broker_cfg.broker_ip1
     configured = broker_cfg.namesrv_addrs
     if namesrv_port is None:

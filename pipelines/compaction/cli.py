@@ -18,7 +18,13 @@ from store.console import console, run_app, styled
 
 def tier_command(
     store_dir: Annotated[Path, typer.Option("--store-dir", help="The broker's store root.")],
-    lake: Annotated[Path, typer.Option("--lake", help="Lake root: messages, segments, quality_results tables.")],
+    lake: Annotated[
+        Path | None,
+        typer.Option(
+            "--lake",
+            help="Lake root: messages, segments, quality_results tables (default: lakePath of --broker-conf).",
+        ),
+    ] = None,
     file_reserved_time: Annotated[
         float | None,
         typer.Option(
@@ -60,9 +66,12 @@ def tier_command(
         from broker.config import BrokerConfigError, load_broker_conf
 
         try:
-            store_config = load_broker_conf(broker_conf)[1]
+            broker_config, store_config = load_broker_conf(broker_conf)
         except BrokerConfigError as e:
             raise typer.BadParameter(str(e), param_hint="--broker-conf") from None
+        lake = lake or broker_config.lake_path
+    if lake is None:
+        raise typer.BadParameter("give --lake, or a --broker-conf that sets lakePath", param_hint="--lake")
     with JobProgress("tier", console(stderr=True)):
         result = tier(
             store_dir, lake, file_reserved_time=file_reserved_time, max_segments=max_segments, report=report,

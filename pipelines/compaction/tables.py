@@ -13,13 +13,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.schema import MESSAGE_FIELDS
+from store.tier_tables import MESSAGES as MESSAGES  # re-exported: where the tier job's users look for them
+from store.tier_tables import SEGMENTS as SEGMENTS
+from store.tier_tables import STORE_DATE as STORE_DATE
+from store.tier_tables import table_uri as table_uri
 
-MESSAGES = "messages"
-SEGMENTS = "segments"
 QUALITY_RESULTS = "quality_results"
 REPORTS_DIR = "_reports"
 
-STORE_DATE = "store_date"  # UTC date of store_timestamp: partitions close at UTC midnight
 MESSAGES_PARTITION_BY = ["topic", STORE_DATE]
 MESSAGES_SCHEMA = pa.schema([*MESSAGE_FIELDS, pa.field(STORE_DATE, pa.date32(), nullable=False)])
 
@@ -55,9 +56,6 @@ SEGMENTS_SCHEMA = pa.schema(
         pa.field("tiered_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
 )
-
-def table_uri(lake: Path, name: str) -> str:
-    return str(Path(lake).absolute() / name)
 
 
 def append_arrow(table_uri: str, table: pa.Table, *, app_id: str, version: int) -> int | None:

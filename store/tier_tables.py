@@ -1,0 +1,13 @@
+"""Where the tier keeps its Delta tables under a lake root: the names the tier job writes and the broker reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MESSAGES = "messages"  # one row per tiered record (pipelines/schema.py), partitioned by topic and UTC store date
+SEGMENTS = "segments"  # one row per tiered CommitLog segment, with the queue offset ranges it held
+STORE_DATE = "store_date"  # UTC date of store_timestamp: partitions close at UTC midnight
+
+
+def table_uri(lake: str | Path, name: str) -> str:
+    return str(Path(lake).absolute() / name)
