@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from broker.config import BrokerConfig
+from broker.lake.reader import LakeReader
 from broker.remoting.connection import Handler
 from broker.remoting.protocol.topic import TopicConfig
 from broker.server.clients import ConsumerManager, ProducerManager
@@ -36,6 +37,7 @@ class BrokerContext(Protocol):
     locks: RebalanceLockManager
     hold: PullRequestHoldService  # parked pulls
     stats: BrokerStatsManager
+    lake: LakeReader | None  # the tier under lakePath; None: reads stay local
 
     @property
     def store(self) -> MessageStore:

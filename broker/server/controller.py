@@ -16,6 +16,7 @@ from typing import Any
 
 from broker.acl.manager import PlainAclManager
 from broker.config import BrokerConfig
+from broker.lake.reader import LakeReader
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
@@ -85,6 +86,9 @@ class BrokerController:
         check = 5.0 if broker_config.long_polling_enable else broker_config.short_polling_time_mills / 1000
         self.hold = PullRequestHoldService(self._max_offset, check)
         self.stats = BrokerStatsManager(broker_config.broker_cluster_name)
+        self.lake = (
+            LakeReader(broker_config.lake_path, broker_config.lake_cache_bytes) if broker_config.lake_path else None
+        )
         self._os_picks_port = broker_config.listen_port == 0
         self.registrar = NamesrvRegistrar(broker_config, self.topics, self._ha_port)
         # Replication: a master serves slaves on haListenPort; a slave follows the master the NameServer names.

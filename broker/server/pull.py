@@ -14,11 +14,12 @@ from broker.remoting.errors import RequestRefused
 from broker.remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from broker.remoting.protocol.heartbeat import expression_tag_codes, is_tag_type
 from broker.remoting.protocol.route import MASTER_ID
+from broker.server import tier_reads
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
 from broker.server.filters import property_selector
 from store.config import BrokerRole
-from store.message_store import GetMessageResult, GetMessageStatus
+from store.message_store import MAX_TRANSFER_BYTES, GetMessageResult, GetMessageStatus
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +113,15 @@ class PullProcessor:
             return None
         return property_selector(self.broker.config, expression_type or "", expression or "").matches_record
 
-    def _read(
+    async def _read(
         self, h: PullMessageRequestHeader, tag_codes: set[int] | None, record_filter: RecordFilter | None = None
     ) -> GetMessageResult:
         limit = h.max_msg_nums if h.max_msg_nums > 0 else 32
-        kwargs = {"max_total_bytes": h.max_msg_bytes} if h.max_msg_bytes and h.max_msg_bytes > 0 else {}
-        return self.broker.store.get_message(h.topic, h.queue_id, h.queue_offset, limit, tag_codes,
-                                             record_filter=record_filter, **kwargs)  # fmt: skip
+        max_bytes = h.max_msg_bytes if h.max_msg_bytes and h.max_msg_bytes > 0 else MAX_TRANSFER_BYTES
+        local = self.broker.store.get_message(h.topic, h.queue_id, h.queue_offset, limit, tag_codes, max_bytes,
+                                              record_filter=record_filter)  # fmt: skip
+        return await tier_reads.pull(self.broker, h.topic, h.queue_id, h.queue_offset, local, limit, max_bytes,
+                                     tag_codes, record_filter)  # fmt: skip
 
     def _arrival_filter(self, h: PullMessageRequestHeader, record_filter: RecordFilter) -> Callable[[int], bool]:
         """Whether the message that made a queue's end ``next_offset`` matches: a parked SQL92 pull wakes only
@@ -150,7 +153,7 @@ class PullProcessor:
             )
         tag_codes = self._check(h)
         record_filter = self._record_filter(h)
-        result = self._read(h, tag_codes, record_filter)
+        result = await self._read(h, tag_codes, record_filter)
         code = pull_code(result.status, h.queue_offset)
         slave = b.store_config.broker_role == BrokerRole.SLAVE
         # As RocketMQ: a slave keeps the offsets it copies from its master, not those pulls carry
@@ -160,7 +163,7 @@ class PullProcessor:
             timeout_ms = h.suspend_timeout_millis if b.config.long_polling_enable else b.config.short_polling_time_mills
             accept = None if record_filter is None else self._arrival_filter(h, record_filter)
             await b.hold.wait(h.topic, h.queue_id, h.queue_offset, tag_codes, timeout_ms / 1000, accept)
-            result = self._read(h, tag_codes, record_filter)
+            result = await self._read(h, tag_codes, record_filter)
             code = pull_code(result.status, h.queue_offset)
         if result.status == GetMessageStatus.FOUND:
             b.stats.got(h.topic, h.consumer_group, len(result.messages), result.buffer_total_size)

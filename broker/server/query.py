@@ -8,6 +8,7 @@ from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
 from broker.remoting.headers import QueryMessageRequestHeader, QueryMessageResponseHeader, ViewMessageRequestHeader
+from broker.server import tier_reads
 from broker.server.context import BrokerContext
 
 DEFAULT_QUERY_MAX_NUM = 32  # what a unique-key query is limited to
@@ -31,13 +32,17 @@ class QueryProcessor:
             index_last_update_timestamp=result.index_last_update_timestamp,
             index_last_update_phyoffset=result.index_last_update_phyoffset,
         )
-        if not result.messages:
+        messages = await tier_reads.query_messages(
+            self.broker, h.topic, h.key, max_num, h.begin_timestamp, h.end_timestamp, result.messages
+        )
+        if not messages:
             return cmd.response(ResponseCode.QUERY_NOT_FOUND, "no message found for this key in the time range", header)
-        return cmd.response(ResponseCode.SUCCESS, None, header, b"".join(result.messages))
+        return cmd.response(ResponseCode.SUCCESS, None, header, b"".join(messages))
 
     async def view_message_by_id(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(ViewMessageRequestHeader)
         raw = await asyncio.to_thread(self.broker.store.look_message_by_offset, h.offset)
+        raw = await tier_reads.view_message(self.broker, h.offset, raw)
         if raw is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no message at CommitLog offset {h.offset}")
         return cmd.response(ResponseCode.SUCCESS, None, body=raw)

@@ -21,6 +21,7 @@ from broker.remoting.headers import (
     SearchOffsetResponseHeader,
     UpdateConsumerOffsetRequestHeader,
 )
+from broker.server import tier_reads
 from broker.server.context import BrokerContext
 
 ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 40  # percent of RAM behind the log's end still counted as hot
@@ -87,15 +88,18 @@ class OffsetProcessor:
     async def get_min_offset(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(GetMinOffsetRequestHeader)
         offset = self.broker.store.get_min_offset_in_queue(h.topic, h.queue_id)
+        offset = await tier_reads.min_offset(self.broker, h.topic, h.queue_id, offset)
         return cmd.response(ResponseCode.SUCCESS, None, GetMinOffsetResponseHeader(offset=offset))
 
     async def get_earliest_msg_storetime(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(GetEarliestMsgStoretimeRequestHeader)
         ts = self.broker.store.get_earliest_message_time(h.topic, h.queue_id)
+        ts = await tier_reads.earliest_store_time(self.broker, h.topic, h.queue_id, ts)
         return cmd.response(ResponseCode.SUCCESS, None, GetEarliestMsgStoretimeResponseHeader(timestamp=ts))
 
     async def search_offset_by_timestamp(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(SearchOffsetRequestHeader)
         upper = (h.boundary_type or "").lower() == "upper"
         offset = self.broker.store.get_offset_in_queue_by_time(h.topic, h.queue_id, h.timestamp, upper=upper)
+        offset = await tier_reads.offset_by_time(self.broker, h.topic, h.queue_id, h.timestamp, upper, offset)
         return cmd.response(ResponseCode.SUCCESS, None, SearchOffsetResponseHeader(offset=offset))

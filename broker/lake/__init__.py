@@ -1,0 +1,1 @@
+"""Tiered history served by the broker: the Delta tables under ``lakePath`` read back as CommitLog records."""

@@ -1,0 +1,409 @@
+"""Tiered history read back by the broker: the Delta ``messages`` table under ``lakePath``, through delta-rs and
+pyarrow (no Spark), rebuilt into the CommitLog records it was tiered from (``store.format.rebuild``).
+
+Every read takes one :class:`Snapshot` — a Delta version's file list with each file's statistics — and reads
+only those files, so a tiering run, a compaction or a vacuum committing meanwhile never shows it a half state
+(a file a compaction removed stays on disk for ``delta.deletedFileRetentionDuration``).  Snapshots are taken
+again at most every :data:`REFRESH_S` seconds, or sooner when a read finds nothing, so a segment tiered
+and then deleted locally is found on the first pull that needs it.
+
+Files are pruned by their Delta statistics (queue id, queue offset, CommitLog offset, store time) and row
+groups by their parquet statistics; decoded row groups are kept in a bounded LRU (:mod:`broker.lake.cache`).
+
+Every method is blocking (file reads): the broker calls them in a thread.  A missing or unreadable lake is
+never an error to the caller: the methods answer "nothing tiered" and the cause is logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import unquote
+
+from broker.lake.cache import DEFAULT_CACHE_BYTES, SizedLRU
+from store.errors import MQLakeError
+from store.format.hashing import tags_code
+from store.format.rebuild import record_from_row
+from store.format.records import RecordError, read_store_timestamp
+from store.tier_tables import MESSAGES, SEGMENTS, table_uri
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+REFRESH_S = 1.0  # a snapshot older than this is taken again before a read
+MISS_REFRESH_S = 0.1  # a read that found nothing takes a new snapshot if the one it used is older than this
+MAX_FILTER_ROWS = 20 * 32  # rows a pull examines under a tag filter, as the local store's MAX_FILTER_UNITS bound
+TOPIC = "topic"
+
+# What a record is rebuilt from (the partition column ``topic`` comes from the file's Delta partition value).
+RECORD_COLUMNS = (
+    "queue_id", "queue_offset", "commitlog_offset", "msg_size", "magic", "body_crc", "flag", "sys_flag",
+    "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times", "prepared_txn_offset",
+    "tags", "keys", "uniq_key", "properties", "body",
+)  # fmt: skip
+_STAT_COLUMNS = ("queue_id", "queue_offset", "commitlog_offset", "store_timestamp")
+
+
+class LakeReadError(MQLakeError, RuntimeError):
+    """A tiered file or row that cannot be served as the record it was tiered from."""
+
+
+@dataclass(frozen=True, slots=True)
+class TierFile:
+    """One data file of a snapshot, with the Delta statistics reads prune on (None: no bound recorded)."""
+
+    path: str
+    topic: str
+    lo: dict[str, int | None]
+    hi: dict[str, int | None]
+
+    def may_hold(self, column: str, lo: int, hi: int) -> bool:
+        """Could a row with ``lo <= column <= hi`` be in this file?"""
+        a, b = self.lo.get(column), self.hi.get(column)
+        return (a is None or a <= hi) and (b is None or b >= lo)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    version: int
+    files: tuple[TierFile, ...]
+    queue_ranges: dict[tuple[str, int], tuple[int, int]]  # (topic, queue) -> first, last tiered queue offset
+    taken: float = field(default_factory=time.monotonic)
+
+    def files_of(self, topic: str | None, **ranges: tuple[int, int]) -> list[TierFile]:
+        return [
+            f for f in self.files
+            if (topic is None or f.topic == topic) and all(f.may_hold(c, a, b) for c, (a, b) in ranges.items())
+        ]  # fmt: skip
+
+
+@dataclass(slots=True)
+class RowGroup:
+    """A decoded row group, with its rows ordered by (queue id, queue offset) for binary search."""
+
+    topic: str
+    source: str
+    table: Any  # pa.Table of RECORD_COLUMNS
+    qid: Any  # np.ndarray, sorted
+    qoff: Any  # np.ndarray, sorted within a queue id
+    order: Any  # np.ndarray: row index of each sorted position
+    nbytes: int
+
+    def queue_rows(self, queue_id: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """(queue offset, row index) of the rows of ``queue_id`` with ``lo <= queue offset < hi``."""
+        import numpy as np
+
+        a, b = np.searchsorted(self.qid, queue_id, "left"), np.searchsorted(self.qid, queue_id, "right")
+        i = a + np.searchsorted(self.qoff[a:b], lo, "left")
+        j = a + np.searchsorted(self.qoff[a:b], hi, "left")
+        return list(zip(self.qoff[i:j].tolist(), self.order[i:j].tolist(), strict=True))
+
+    def row(self, index: int) -> dict[str, Any]:
+        return {TOPIC: self.topic} | {name: self.table.column(name)[index].as_py() for name in RECORD_COLUMNS}
+
+    def record(self, index: int) -> bytes:
+        return record_from_row(self.row(index), self.source)
+
+
+@dataclass(slots=True)
+class TierPull:
+    """What a pull found in the tier: records in queue order and where the next pull begins."""
+
+    messages: list[bytes]
+    queue_offsets: list[int]
+    next_begin_offset: int
+
+
+class LakeReader:
+    """Reads of the tier under one lake root; thread-safe."""
+
+    def __init__(self, lake: str | Path, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.lake = Path(lake)
+        self.messages_uri = table_uri(self.lake, MESSAGES)
+        self.segments_uri = table_uri(self.lake, SEGMENTS)
+        self.cache: SizedLRU[RowGroup] = SizedLRU(cache_bytes, lambda rg: rg.nbytes)
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+        self._tables: dict[str, Any] = {}  # uri -> DeltaTable, updated incrementally
+        self._metadata: dict[str, Any] = {}  # file path -> parquet FileMetaData (files never change)
+        self._logged: set[str] = set()
+
+    # --- snapshots ---------------------------------------------------------------------------------------------
+    def snapshot(self, fresh: bool = False) -> Snapshot | None:
+        """The current snapshot (None: no readable ``messages`` table); ``fresh`` takes a new one unless the
+        current one is only just taken."""
+        with self._lock:
+            snap = self._snapshot
+            age = time.monotonic() - snap.taken if snap else None
+            if age is not None and age < (MISS_REFRESH_S if fresh else REFRESH_S):
+                return snap
+            try:
+                self._snapshot = self._take()
+            except Exception as e:  # delta-rs and pyarrow raise their own types; none may reach a request
+                self._warn_once(f"cannot read the tier at {self.lake}: {type(e).__name__}: {e}")
+                self._snapshot = None
+            return self._snapshot
+
+    def _table(self, uri: str):
+        from deltalake import DeltaTable
+
+        dt = self._tables.get(uri)
+        if dt is None:
+            dt = self._tables[uri] = DeltaTable(uri)
+        else:
+            dt.update_incremental()
+        return dt
+
+    def _take(self) -> Snapshot | None:
+        import pyarrow as pa
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(self.messages_uri):
+            self._warn_once(
+                f"lakePath {self.lake} has no Delta table {MESSAGES!r} yet: serving local data only until the "
+                f"tier job writes one"
+            )
+            return None
+        dt = self._table(self.messages_uri)
+        adds = pa.table(dt.get_add_actions(flatten=True))
+        cols = {name: adds.column(name).to_pylist() for name in adds.column_names}
+        files = []
+        root = self.messages_uri.rstrip("/")
+        for i, rel in enumerate(cols["path"]):
+            path = rel if "://" in rel or rel.startswith("/") else f"{root}/{unquote(rel)}"
+            lo = {c: cols.get(f"min.{c}", [None] * (i + 1))[i] for c in _STAT_COLUMNS}
+            hi = {c: cols.get(f"max.{c}", [None] * (i + 1))[i] for c in _STAT_COLUMNS}
+            files.append(TierFile(path, cols[f"partition.{TOPIC}"][i], lo, hi))
+        return Snapshot(dt.version(), tuple(files), self._queue_ranges())
+
+    def _queue_ranges(self) -> dict[tuple[str, int], tuple[int, int]]:
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(self.segments_uri):
+            return {}
+        out: dict[tuple[str, int], tuple[int, int]] = {}
+        rows = self._table(self.segments_uri).to_pyarrow_table(columns=["queue_ranges"]).column(0).to_pylist()
+        for ranges in rows:
+            for r in ranges or ():
+                key = (r["topic"], r["queue_id"])
+                a, b = out.get(key, (r["first_offset"], r["last_offset"]))
+                out[key] = (min(a, r["first_offset"]), max(b, r["last_offset"]))
+        return out
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._logged:
+            self._logged.add(message)
+            log.warning("%s", message)
+
+    def _guarded(self, what: str, fn: Callable[[Snapshot], T], default: T, fresh: bool = False) -> T:
+        """``fn`` over a snapshot; again over a fresh one if a file is gone (vacuumed since); errors logged
+        once per cause and answered with ``default``."""
+        for attempt in (0, 1):
+            snap = self.snapshot(fresh=fresh or attempt > 0)
+            if snap is None:
+                return default
+            try:
+                return fn(snap)
+            except FileNotFoundError as e:
+                if attempt:
+                    self._warn_once(f"{what}: tiered file missing: {e}")
+            except (RecordError, LakeReadError) as e:
+                self._warn_once(f"{what}: {e}")
+                return default
+            except Exception as e:  # pyarrow / delta-rs errors: the lake is unreadable, local data still serves
+                self._warn_once(f"{what}: cannot read the tier at {self.lake}: {type(e).__name__}: {e}")
+                return default
+        return default
+
+    # --- row groups -------------------------------------------------------------------------------------------
+    def _file_metadata(self, path: str):
+        import pyarrow.parquet as pq
+
+        md = self._metadata.get(path)
+        if md is None:
+            md = self._metadata[path] = pq.ParquetFile(path).metadata
+        return md
+
+    def _row_groups(self, f: TierFile, **ranges: tuple[int, int]) -> Iterator[tuple[int, dict, dict]]:
+        """(index, min, max) of the row groups of ``f`` whose parquet statistics allow ``ranges``."""
+        md = self._file_metadata(f.path)
+        names = {md.schema.column(i).path: i for i in range(md.num_columns)}
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            lo: dict[str, Any] = {}
+            hi: dict[str, Any] = {}
+            for c in _STAT_COLUMNS:
+                st = rg.column(names[c]).statistics if c in names else None
+                if st is not None and st.has_min_max:
+                    lo[c], hi[c] = st.min, st.max
+            if all((lo.get(c) is None or lo[c] <= b) and (hi.get(c) is None or hi[c] >= a)
+                   for c, (a, b) in ranges.items()):  # fmt: skip
+                yield g, lo, hi
+
+    def _load(self, f: TierFile, g: int) -> RowGroup:
+        import numpy as np
+        import pyarrow.parquet as pq
+
+        table = pq.ParquetFile(f.path).read_row_group(g, columns=list(RECORD_COLUMNS))
+        qid = table.column("queue_id").to_numpy()
+        qoff = table.column("queue_offset").to_numpy()
+        order = np.lexsort((qoff, qid))
+        return RowGroup(f.topic, f"{f.path} row group {g}", table, qid[order], qoff[order], order,
+                        table.nbytes + order.nbytes * 3)  # fmt: skip
+
+    def _group(self, f: TierFile, g: int) -> RowGroup:
+        return self.cache.get((f.path, g), lambda: self._load(f, g))
+
+    # --- reads ------------------------------------------------------------------------------------------------
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int] | None:
+        """(first, last) queue offset the tier holds of a queue (None: nothing, or no readable lake)."""
+        return self._guarded("queue range", lambda s: s.queue_ranges.get((topic, queue_id)), None)
+
+    def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        upper: int,
+        max_nums: int,
+        max_bytes: int,
+        tag_codes: set[int] | None = None,
+    ) -> TierPull | None:
+        """Records of a queue from ``offset`` below ``upper`` (the local store serves from there on), at most
+        ``max_nums`` and (after the first) ``max_bytes``; tag filter as the ConsumeQueue's.  None: the tier
+        holds no row of the queue in that range (or cannot be read)."""
+
+        def read(snap: Snapshot) -> TierPull | None:
+            return self._pull(snap, topic, queue_id, offset, upper, max_nums, max_bytes, tag_codes)
+
+        what = f"pull {topic}/{queue_id}@{offset}"
+        found = self._guarded(what, read, None)
+        if found is None:  # tiered since the snapshot was taken?
+            found = self._guarded(what, read, None, fresh=True)
+        return found
+
+    def _pull(self, snap, topic, queue_id, offset, upper, max_nums, max_bytes, tag_codes) -> TierPull | None:
+        want = max_nums if tag_codes is None else MAX_FILTER_ROWS
+        groups = []
+        for f in snap.files_of(topic, queue_id=(queue_id, queue_id), queue_offset=(offset, upper - 1)):
+            for g, lo, _hi in self._row_groups(f, queue_id=(queue_id, queue_id), queue_offset=(offset, upper - 1)):
+                groups.append((lo.get("queue_offset", 0), f, g))
+        groups.sort(key=lambda x: x[0])
+        rows: list[tuple[int, RowGroup, int]] = []
+        for low, f, g in groups:
+            if len(rows) >= want:
+                rows.sort(key=lambda r: r[0])
+                if rows[want - 1][0] < low:
+                    break  # every later row group starts past what this pull can take
+            rg = self._group(f, g)
+            rows.extend((qo, rg, i) for qo, i in rg.queue_rows(queue_id, offset, upper))
+        if not rows:
+            return None
+        rows.sort(key=lambda r: r[0])
+        out = TierPull([], [], offset)
+        total = 0
+        last = None
+        for n, (qo, rg, i) in enumerate(rows):
+            if qo == last:
+                continue  # the same record in two files (a compaction's input and output never share a snapshot)
+            if n >= want or len(out.messages) >= max_nums:
+                break
+            last = qo
+            out.next_begin_offset = qo + 1
+            if tag_codes is not None and tags_code(rg.table.column("tags")[i].as_py()) not in tag_codes:
+                continue
+            size = rg.table.column("msg_size")[i].as_py()
+            if out.messages and total + size > max_bytes:
+                out.next_begin_offset = qo
+                break
+            out.messages.append(rg.record(i))
+            out.queue_offsets.append(qo)
+            total += size
+        return out
+
+    def message_at(self, commitlog_offset: int) -> bytes | None:
+        """The record tiered from this CommitLog offset (VIEW_MESSAGE_BY_ID), or None."""
+
+        def find(snap: Snapshot) -> bytes | None:
+            span = {"commitlog_offset": (commitlog_offset, commitlog_offset)}
+            for f in snap.files_of(None, **span):
+                for g, _lo, _hi in self._row_groups(f, **span):
+                    rg = self._group(f, g)
+                    col = rg.table.column("commitlog_offset").to_numpy()
+                    hits = (col == commitlog_offset).nonzero()[0]
+                    if len(hits):
+                        return rg.record(int(hits[0]))
+            return None
+
+        return self._guarded(f"message at CommitLog offset {commitlog_offset}", find, None)
+
+    def query_key(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[bytes]:
+        """Records of ``topic`` stored in [begin, end] whose KEYS hold ``key`` or whose UNIQ_KEY is ``key``,
+        newest first, at most ``max_num`` (QUERY_MESSAGE over the tier)."""
+
+        def find(snap: Snapshot) -> list[bytes]:
+            span = {"store_timestamp": (begin, end)}
+            hits: list[tuple[int, RowGroup, int]] = []
+            for f in snap.files_of(topic, **span):
+                for g, _lo, _hi in self._row_groups(f, **span):
+                    rg = self._group(f, g)
+                    t = rg.table
+                    ts = t.column("store_timestamp").to_numpy()
+                    for i in sorted(_key_rows(t, key)):
+                        if begin <= ts[i] <= end:
+                            hits.append((int(ts[i]), rg, i))
+            hits.sort(key=lambda h: -h[0])
+            return [rg.record(i) for _, rg, i in hits[:max_num]]
+
+        return self._guarded(f"query {topic}#{key}", find, [])
+
+    def store_time_at(self, topic: str, queue_id: int, offset: int) -> int | None:
+        """The store timestamp of a tiered message (None: not tiered)."""
+        found = self.pull(topic, queue_id, offset, offset + 1, 1, 1 << 62)
+        if found is None or not found.queue_offsets or found.queue_offsets[0] != offset:
+            return None
+        return read_store_timestamp(found.messages[0], 0)
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp: int, upper: bool = False) -> int | None:
+        """SEARCH_OFFSET_BY_TIMESTAMP over the tier: the first tiered offset of the queue stored at or after
+        ``timestamp`` (``upper``: the last one at or before); None when no tiered row qualifies."""
+
+        def find(snap: Snapshot) -> int | None:
+            import numpy as np
+
+            span = {"queue_id": (queue_id, queue_id)}
+            span["store_timestamp"] = (-(1 << 62), timestamp) if upper else (timestamp, 1 << 62)
+            best = None
+            for f in snap.files_of(topic, **span):
+                for g, _lo, _hi in self._row_groups(f, **span):
+                    rg = self._group(f, g)
+                    ts = rg.table.column("store_timestamp").to_numpy()[rg.order]
+                    a, b = np.searchsorted(rg.qid, queue_id, "left"), np.searchsorted(rg.qid, queue_id, "right")
+                    ok = (ts[a:b] <= timestamp) if upper else (ts[a:b] >= timestamp)
+                    offs = rg.qoff[a:b][ok]
+                    if len(offs):
+                        cand = int(offs.max() if upper else offs.min())
+                        best = cand if best is None else (max(best, cand) if upper else min(best, cand))
+            return best
+
+        return self._guarded(f"search {topic}/{queue_id} by time", find, None)
+
+
+def _key_rows(table, key: str) -> set[int]:
+    """Rows whose KEYS (space-separated, as the IndexFile splits them) hold ``key`` or whose UNIQ_KEY is ``key``."""
+    import pyarrow.compute as pc
+
+    from store.format.properties import KEY_SEPARATOR
+
+    keys = pc.split_pattern(table.column("keys").combine_chunks(), KEY_SEPARATOR)
+    parents = pc.list_parent_indices(keys).to_numpy()
+    flat = pc.list_flatten(keys)
+    rows = set(parents[pc.equal(flat, key).to_numpy(zero_copy_only=False)].tolist()) if len(flat) else set()
+    uniq = pc.fill_null(pc.equal(table.column("uniq_key"), key), False).combine_chunks()
+    return rows | set(pc.indices_nonzero(uniq).to_pylist())

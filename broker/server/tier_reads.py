@@ -1,0 +1,124 @@
+"""Reads that fall through to the tier: what PULL_MESSAGE, the offset requests and the queries answer when
+``lakePath`` is set and the local store no longer holds what was asked (DESIGN.md decision 9).
+
+Each function takes the local answer and returns the combined one; the lake is read in a worker thread
+(delta-rs and parquet reads block), and without a lake (``broker.lake is None``) the local answer stands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from broker.server.context import BrokerContext
+from store.format.records import read_physical_offset
+from store.message_store import GetMessageResult, GetMessageStatus
+
+# Local answers that mean "not here (any more)": the tier may hold the offset.
+_FALL_THROUGH = {
+    GetMessageStatus.OFFSET_TOO_SMALL,
+    GetMessageStatus.MESSAGE_WAS_REMOVING,
+    GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+    GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+}
+_UNBOUNDED = 1 << 62
+
+
+async def pull(
+    broker: BrokerContext,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    local: GetMessageResult,
+    max_nums: int,
+    max_bytes: int,
+    tag_codes: set[int] | None,
+    record_filter: Callable[[bytes], bool] | None = None,
+) -> GetMessageResult:
+    """The local result, or, for an offset below the local store, the tier's records from there up to the
+    local minimum (the next pull continues in the local store: no gap, no duplicate); tags and the SQL92
+    ``record_filter`` apply as in the local store."""
+    lake = broker.lake
+    if lake is None or local.status not in _FALL_THROUGH:
+        return local
+    if local.status is GetMessageStatus.OFFSET_TOO_SMALL:
+        upper = local.min_offset
+    elif local.status is GetMessageStatus.MESSAGE_WAS_REMOVING:
+        upper = local.max_offset
+    else:
+        upper = _UNBOUNDED
+    found = await asyncio.to_thread(
+        lake.pull, topic, queue_id, offset, upper, max_nums, max_bytes, tag_codes, record_filter
+    )
+    if found is None:
+        return local
+    status = GetMessageStatus.FOUND if found.messages else GetMessageStatus.NO_MATCHED_MESSAGE
+    return GetMessageResult(
+        status, found.next_begin_offset, min(offset, local.min_offset), local.max_offset, found.messages,
+        found.queue_offsets,
+    )  # fmt: skip
+
+
+async def min_offset(broker: BrokerContext, topic: str, queue_id: int, local: int) -> int:
+    """GET_MIN_OFFSET: the first offset the tier holds when it is below the local one."""
+    lake = broker.lake
+    if lake is None:
+        return local
+    tiered = await asyncio.to_thread(lake.queue_range, topic, queue_id)
+    return local if tiered is None else min(local, tiered[0])
+
+
+async def earliest_store_time(broker: BrokerContext, topic: str, queue_id: int, local: int) -> int:
+    """GET_EARLIEST_MSG_STORETIME: the store time of the first tiered message when the tier reaches further back."""
+    lake = broker.lake
+    if lake is None:
+        return local
+    store = broker.store
+    tiered = await asyncio.to_thread(lake.queue_range, topic, queue_id)
+    if tiered is None or tiered[0] >= store.get_min_offset_in_queue(topic, queue_id):
+        return local
+    ts = await asyncio.to_thread(lake.store_time_at, topic, queue_id, tiered[0])
+    return local if ts is None else ts
+
+
+async def offset_by_time(broker: BrokerContext, topic: str, queue_id: int, timestamp: int, upper: bool,
+                         local: int) -> int:  # fmt: skip
+    """SEARCH_OFFSET_BY_TIMESTAMP over tier and local store: the tier answers for times before the local
+    store's first message."""
+    lake = broker.lake
+    if lake is None:
+        return local
+    store = broker.store
+    local_min = store.get_min_offset_in_queue(topic, queue_id)
+    tiered = await asyncio.to_thread(lake.queue_range, topic, queue_id)
+    if tiered is None or tiered[0] >= local_min:
+        return local
+    first_local_time = await asyncio.to_thread(store.get_earliest_message_time, topic, queue_id)
+    if first_local_time >= 0 and (first_local_time <= timestamp if upper else first_local_time < timestamp):
+        return local  # the answer lies in the local store
+    found = await asyncio.to_thread(lake.offset_by_time, topic, queue_id, timestamp, upper)
+    return local if found is None else found
+
+
+async def view_message(broker: BrokerContext, commitlog_offset: int, local: bytes | None) -> bytes | None:
+    """VIEW_MESSAGE_BY_ID: the tiered record when the local CommitLog no longer holds the offset."""
+    if local is not None or broker.lake is None:
+        return local
+    return await asyncio.to_thread(broker.lake.message_at, commitlog_offset)
+
+
+async def query_messages(
+    broker: BrokerContext, topic: str, key: str, max_num: int, begin: int, end: int, local: list[bytes]
+) -> list[bytes]:
+    """QUERY_MESSAGE: the local index's records, then tiered ones it no longer reaches (each record once)."""
+    if broker.lake is None or len(local) >= max_num:
+        return local
+    tiered = await asyncio.to_thread(broker.lake.query_key, topic, key, max_num, begin, end)
+    seen = {read_physical_offset(m, 0) for m in local}
+    out = list(local)
+    for m in tiered:
+        if len(out) >= max_num:
+            break
+        if read_physical_offset(m, 0) not in seen:
+            out.append(m)
+    return out
