@@ -74,6 +74,7 @@ class Snapshot:
     version: int
     files: tuple[TierFile, ...]
     queue_ranges: dict[tuple[str, int], tuple[int, int]]  # (topic, queue) -> first, last tiered queue offset
+    floor: int = -1  # the local store's first CommitLog offset when the snapshot was taken
     taken: float = field(default_factory=time.monotonic)
 
     def files_of(self, topic: str | None, **ranges: tuple[int, int]) -> list[TierFile]:
@@ -123,8 +124,14 @@ class TierPull:
 class LakeReader:
     """Reads of the tier under one lake root; thread-safe."""
 
-    def __init__(self, lake: str | Path, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+    def __init__(
+        self, lake: str | Path, cache_bytes: int = DEFAULT_CACHE_BYTES, local_floor: Callable[[], int] | None = None
+    ) -> None:
+        """``local_floor``: the local store's first CommitLog offset.  The store deletes a segment only after
+        the tier committed it, so once the floor moves, a snapshot taken earlier may lack what was deleted:
+        the next read takes a new one, whatever its age."""
         self.lake = Path(lake)
+        self._floor = local_floor or (lambda: -1)
         self.messages_uri = table_uri(self.lake, MESSAGES)
         self.segments_uri = table_uri(self.lake, SEGMENTS)
         self.cache: SizedLRU[RowGroup] = SizedLRU(cache_bytes, lambda rg: rg.nbytes)
@@ -138,13 +145,14 @@ class LakeReader:
     def snapshot(self, fresh: bool = False) -> Snapshot | None:
         """The current snapshot (None: no readable ``messages`` table); ``fresh`` takes a new one unless the
         current one is only just taken."""
+        floor = self._floor()  # read before the snapshot is taken: it then holds all the store deleted
         with self._lock:
             snap = self._snapshot
             age = time.monotonic() - snap.taken if snap else None
-            if age is not None and age < (MISS_REFRESH_S if fresh else REFRESH_S):
+            if snap is not None and snap.floor == floor and age < (MISS_REFRESH_S if fresh else REFRESH_S):
                 return snap
             try:
-                self._snapshot = self._take()
+                self._snapshot = self._take(floor)
             except Exception as e:  # delta-rs and pyarrow raise their own types; none may reach a request
                 self._warn_once(f"cannot read the tier at {self.lake}: {type(e).__name__}: {e}")
                 self._snapshot = None
@@ -160,7 +168,7 @@ class LakeReader:
             dt.update_incremental()
         return dt
 
-    def _take(self) -> Snapshot | None:
+    def _take(self, floor: int) -> Snapshot | None:
         import pyarrow as pa
         from deltalake import DeltaTable
 
@@ -180,7 +188,7 @@ class LakeReader:
             lo = {c: cols.get(f"min.{c}", [None] * (i + 1))[i] for c in _STAT_COLUMNS}
             hi = {c: cols.get(f"max.{c}", [None] * (i + 1))[i] for c in _STAT_COLUMNS}
             files.append(TierFile(path, cols[f"partition.{TOPIC}"][i], lo, hi))
-        return Snapshot(dt.version(), tuple(files), self._queue_ranges())
+        return Snapshot(dt.version(), tuple(files), self._queue_ranges(), floor)
 
     def _queue_ranges(self) -> dict[tuple[str, int], tuple[int, int]]:
         from deltalake import DeltaTable

@@ -87,7 +87,9 @@ class BrokerController:
         self.hold = PullRequestHoldService(self._max_offset, check)
         self.stats = BrokerStatsManager(broker_config.broker_cluster_name)
         self.lake = (
-            LakeReader(broker_config.lake_path, broker_config.lake_cache_bytes) if broker_config.lake_path else None
+            LakeReader(broker_config.lake_path, broker_config.lake_cache_bytes, lambda: self.store.min_phy_offset)
+            if broker_config.lake_path
+            else None
         )
         self._os_picks_port = broker_config.listen_port == 0
         self.registrar = NamesrvRegistrar(broker_config, self.topics, self._ha_port)

@@ -337,7 +337,9 @@ class TierJob:
         day = F.date_from_unix_date(F.floor(F.col("store_timestamp") / 86_400_000).cast("int"))
         (
             src.withColumn(tables.STORE_DATE, day)
-            .sortWithinPartitions(*tables.MESSAGES_PARTITION_BY, "commitlog_offset")
+            # A queue's rows together, in offset order: a broker pull falling through to the tier reads one
+            # small run of a row group (broker/lake/reader.py), not rows spread over the whole file.
+            .sortWithinPartitions(*tables.MESSAGES_PARTITION_BY, "queue_id", "queue_offset")
             .write.mode("errorifexists")
             .partitionBy(*tables.MESSAGES_PARTITION_BY)
             .parquet(str(stage_dir))
