@@ -6,10 +6,14 @@ down gracefully (the broker unregisters, answers parked pulls, persists offsets 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from broker.config import BrokerConfig
+from broker.lake.tier_schedule import TierSchedule
 from broker.namesrv import NamesrvController
 from broker.remoting.loop import run, wait_for_signal
 from broker.server.controller import BrokerController
@@ -26,8 +30,12 @@ async def serve(
     namesrv_host: str | None = None,
     namesrv_port: int | None = None,
     broker_host: str | None = None,
+    tier_command: Sequence[str] | None = None,
 ) -> None:
-    """Run until SIGTERM/SIGINT: a NameServer first when ``namesrv_port`` is given, then the Broker."""
+    """Run until SIGTERM/SIGINT: a NameServer first when ``namesrv_port`` is given, then the Broker.
+
+    ``tier_command``: the tier job's command line, run at deleteWhen when ``lakePath`` is set (see
+    :mod:`broker.lake.tier_schedule`); without one the broker only reports what waits for tiering."""
     namesrv = None
     if namesrv_port is not None:
         # One process, one TLS configuration: the NameServer's port is set up as the broker's.
@@ -44,12 +52,19 @@ async def serve(
         if not broker_config.namesrv_addrs:
             broker_config.namesrv_addr = addr
     broker = BrokerController(broker_config, store_config, host=broker_host)
+    schedule: asyncio.Task | None = None
     try:
         await broker.start()
         log.info("Broker ready at %s (store %s)", broker.addr, store_config.store_path_root_dir)
+        tiering = TierSchedule(store_config, broker.store.manifest.entries, broker_config.lake_path, tier_command)
+        schedule = asyncio.create_task(tiering.run())
         await wait_for_signal()
         log.info("shutting down")
     finally:
+        if schedule is not None:
+            schedule.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await schedule
         await broker.shutdown()
         if namesrv is not None:
             await namesrv.stop()

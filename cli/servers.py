@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -51,6 +52,19 @@ def _load_conf(
         broker_cfg.lake_path = lake
     store_cfg.store_host = broker_cfg.broker_addr
     return broker_cfg, store_cfg
+
+
+def _tier_command(broker_cfg, store_cfg, config: Path | None) -> list[str] | None:
+    """``mqlake tier`` as a child process of the broker (its own Spark JVM), when a lake is set."""
+    if broker_cfg.lake_path is None:
+        return None
+    store_dir = Path(store_cfg.store_path_root_dir).absolute()
+    # -P: the broker's working directory may hold a "store" directory that must not shadow the package
+    argv = [sys.executable, "-P", "-m", "pipelines.compaction", "--store-dir", str(store_dir),
+            "--lake", str(Path(broker_cfg.lake_path).absolute()), "--json", "--exit-zero"]  # fmt: skip
+    if config is not None:
+        argv += ["--broker-conf", str(config.absolute())]
+    return argv
 
 
 def _run(fn, *args, **kwargs) -> None:
@@ -136,4 +150,5 @@ def up(
         broker_cfg.namesrv_addr = f"{ns_host}:{namesrv_port}"
     if broker_cfg.log_dir is not None:
         add_log_files(broker_cfg.log_dir, broker=True, namesrv=True)
-    _run(run_servers, broker_cfg, store_cfg, namesrv_host=ns_host, namesrv_port=namesrv_port)
+    _run(run_servers, broker_cfg, store_cfg, namesrv_host=ns_host, namesrv_port=namesrv_port,
+         tier_command=_tier_command(broker_cfg, store_cfg, config))  # fmt: skip

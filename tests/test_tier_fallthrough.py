@@ -220,3 +220,27 @@ def test_queries_by_key_unique_key_and_offset_msg_id_find_tiered_messages(tiered
             assert (viewed.body, viewed.queue_offset, viewed.offset_msg_id) == (first.body, 0, first.offset_msg_id)
 
     asyncio.run(go())
+
+
+@pytest.mark.spark
+def test_offset_searches_and_earliest_store_time_reach_into_the_tier(tiered) -> None:
+    addr = tiered.server.broker_addr
+    queue = tiered.queue(2)
+
+    async def store_times() -> list[int]:
+        async with Admin(tiered.server.namesrv_addr) as admin:
+            return [(await admin.view_message(s.offset_msg_id)).store_timestamp for s in queue]
+
+    times = asyncio.run(store_times())
+    r = broker_call(addr, RequestCode.GET_EARLIEST_MSG_STORETIME,
+                    h.GetEarliestMsgStoretimeRequestHeader(topic=TOPIC, queue_id=2))  # fmt: skip
+    assert int(r.ext_fields["timestamp"]) == times[0]
+
+    def search(ts: int, boundary: str | None = None) -> int:
+        header = h.SearchOffsetRequestHeader(topic=TOPIC, queue_id=2, timestamp=ts, boundary_type=boundary)
+        return int(broker_call(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header).ext_fields["offset"])
+
+    assert search(0) == 0  # before everything: the tier's first offset
+    k = 5  # a tiered message: the first offset stored at or after its time, the last at or before it
+    assert search(times[k]) == min(i for i, t in enumerate(times) if t >= times[k])
+    assert search(times[k], "upper") == max(i for i, t in enumerate(times) if t <= times[k])

@@ -153,6 +153,9 @@ class LakeReader:
                 return snap
             try:
                 self._snapshot = self._take(floor)
+                if self._snapshot is not None:  # footers of files no snapshot lists any more are not needed
+                    live = {f.path for f in self._snapshot.files}
+                    self._metadata = {p: md for p, md in self._metadata.items() if p in live}
             except Exception as e:  # delta-rs and pyarrow raise their own types; none may reach a request
                 self._warn_once(f"cannot read the tier at {self.lake}: {type(e).__name__}: {e}")
                 self._snapshot = None
@@ -258,7 +261,7 @@ class LakeReader:
         import numpy as np
         import pyarrow.parquet as pq
 
-        table = pq.ParquetFile(f.path).read_row_group(g, columns=list(RECORD_COLUMNS))
+        table = pq.ParquetFile(f.path, metadata=self._file_metadata(f.path)).read_row_group(g, list(RECORD_COLUMNS))
         qid = table.column("queue_id").to_numpy()
         qoff = table.column("queue_offset").to_numpy()
         order = np.lexsort((qoff, qid))

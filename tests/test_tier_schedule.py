@@ -1,0 +1,65 @@
+"""The embedded default of tiering: ``mqlake up`` with ``lakePath`` runs the tier job itself at ``deleteWhen``;
+without it the broker says how many bytes wait for tiering and where to point a lake."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from store.retention import SegmentManifest, SegmentState
+from tests.fixtures_broker import MqlakeServer, stop_servers
+from tests.helpers import wait_until
+from tests.test_tier_fallthrough import SEGMENT, TOPIC, _produce, _walk
+
+EVERY_HOUR = ";".join(f"{hour:02d}" for hour in range(24))
+
+
+def _server(tmp_path, **conf) -> MqlakeServer:
+    return MqlakeServer(
+        tmp_path / "server", mappedFileSizeCommitLog=SEGMENT, defaultTopicQueueNums=4, deleteWhen=EVERY_HOUR,
+        cleanResourceInterval=200, fileReservedTime=0, **conf,
+    ).start()  # fmt: skip
+
+
+@pytest.mark.integration
+def test_without_a_lake_the_broker_reports_the_bytes_waiting_for_tiering(tmp_path) -> None:
+    server = _server(tmp_path)
+    try:
+        asyncio.run(_produce(server.namesrv_addr))
+
+        def waiting() -> list[tuple[int, int]]:
+            line = r"(\d+) bytes in (\d+) expired CommitLog segment\(s\) wait for tiering"
+            found = re.findall(line, server.log_text())
+            return [(int(b), int(n)) for b, n in found]
+
+        wait_until(lambda: any(n > 0 for _, n in waiting()), 30, what="the broker to report segments waiting")
+        assert waiting()[0] == (0, 0)  # at start-up
+        size, count = next(w for w in waiting() if w[1] > 0)
+        assert size == count * SEGMENT
+        assert "set lakePath in broker.conf" in server.log_text()
+        states = [e.state for e in SegmentManifest(server.store_dir).entries()]
+        assert SegmentState.DELETED not in states  # nothing untiered leaves the disk
+    finally:
+        stop_servers([server])
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)  # a cold Spark child process
+def test_with_a_lake_mqlake_up_tiers_at_delete_when_and_serves_what_it_deleted(tmp_path) -> None:
+    lake = tmp_path / "lake"
+    server = _server(tmp_path, lakePath=lake)
+    try:
+        sent = asyncio.run(_produce(server.namesrv_addr))
+
+        def deleted() -> int:
+            return sum(e.state == SegmentState.DELETED for e in SegmentManifest(server.store_dir).entries())
+
+        wait_until(lambda: deleted() >= 2, 300, what="the embedded tier run and the clean pass after it")
+        assert re.search(r"tier run \S+: \d+ tiered", server.log_text()), server.log_text()[-3000:]
+        queue = sorted((s for s in sent if s.queue_id == 0), key=lambda s: s.queue_offset)
+        assert asyncio.run(_walk(server.namesrv_addr, 0)) == [s.body for s in queue]
+        assert TOPIC in {p.name.split("=", 1)[1] for p in (lake / "messages").glob("topic=*")}
+    finally:
+        stop_servers([server])
