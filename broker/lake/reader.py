@@ -148,8 +148,8 @@ class LakeReader:
         floor = self._floor()  # read before the snapshot is taken: it then holds all the store deleted
         with self._lock:
             snap = self._snapshot
-            age = time.monotonic() - snap.taken if snap else None
-            if snap is not None and snap.floor == floor and age < (MISS_REFRESH_S if fresh else REFRESH_S):
+            max_age = MISS_REFRESH_S if fresh else REFRESH_S
+            if snap is not None and snap.floor == floor and time.monotonic() - snap.taken < max_age:
                 return snap
             try:
                 self._snapshot = self._take(floor)
@@ -161,7 +161,7 @@ class LakeReader:
                 self._snapshot = None
             return self._snapshot
 
-    def _table(self, uri: str):
+    def _table(self, uri: str) -> Any:
         from deltalake import DeltaTable
 
         dt = self._tables.get(uri)
@@ -233,7 +233,7 @@ class LakeReader:
         return default
 
     # --- row groups -------------------------------------------------------------------------------------------
-    def _file_metadata(self, path: str):
+    def _file_metadata(self, path: str) -> Any:
         import pyarrow.parquet as pq
 
         md = self._metadata.get(path)
@@ -299,7 +299,17 @@ class LakeReader:
             found = self._guarded(what, read, None, fresh=True)
         return found
 
-    def _pull(self, snap, topic, queue_id, offset, upper, max_nums, max_bytes, tag_codes) -> TierPull | None:
+    def _pull(
+        self,
+        snap: Snapshot,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        upper: int,
+        max_nums: int,
+        max_bytes: int,
+        tag_codes: set[int] | None,
+    ) -> TierPull | None:
         want = max_nums if tag_codes is None else MAX_FILTER_ROWS
         groups = []
         for f in snap.files_of(topic, queue_id=(queue_id, queue_id), queue_offset=(offset, upper - 1)):
@@ -406,7 +416,7 @@ class LakeReader:
         return self._guarded(f"search {topic}/{queue_id} by time", find, None)
 
 
-def _key_rows(table, key: str) -> set[int]:
+def _key_rows(table: Any, key: str) -> set[int]:
     """Rows whose KEYS (space-separated, as the IndexFile splits them) hold ``key`` or whose UNIQ_KEY is ``key``."""
     import pyarrow.compute as pc
 
