@@ -27,7 +27,7 @@ from store.retention import SegmentManifest, SegmentState
 from tests.aio import poll
 from tests.fixtures_broker import read_topic
 from tests.fixtures_spark import write_store
-from tests.helpers import flip_byte
+from tests.helpers import flip_byte, make_config
 
 pytestmark = pytest.mark.airflow
 
@@ -181,8 +181,13 @@ def test_tier_dag_fails_with_the_report_when_a_segment_is_quarantined(airflow_ho
 
     # "never": compaction_day would skip compact, the run's only leaf, as on every day but the compaction
     # weekday; the failed check must fail the run all the same (the run's state must not depend on the date)
+    # no mqlake_lake Variable: the DAG tiers into the lakePath of the broker's broker.conf
+    conf = tmp_path / "broker.conf"
+    sizes = make_config(tmp_path).model_dump(by_alias=True)
+    conf.write_text("".join(f"{k}={sizes[k]}\n" for k in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue",
+                                                          "maxHashSlotNum", "maxIndexNum")) + f"lakePath={lake}\n")
     result = run_dag(airflow_home, tmp_path, "mqlake_tier", {"file_reserved_time": 0, "compact": "never"},
-                     spark_submit=False, store_dir=written.root, lake=lake)  # fmt: skip
+                     spark_submit=False, store_dir=written.root, broker_conf=conf)  # fmt: skip
 
     assert result["state"] == "failed", result["log"][-6000:]
     t = result["tasks"]

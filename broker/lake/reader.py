@@ -73,7 +73,8 @@ class TierFile:
 class Snapshot:
     version: int
     files: tuple[TierFile, ...]
-    queue_ranges: dict[tuple[str, int], tuple[int, int]]  # (topic, queue) -> first, last tiered queue offset
+    # (topic, queue) -> first, last tiered queue offset, from the segments table (None: there is none)
+    queue_ranges: dict[tuple[str, int], tuple[int, int]] | None
     floor: int = -1  # the local store's first CommitLog offset when the snapshot was taken
     taken: float = field(default_factory=time.monotonic)
 
@@ -94,6 +95,7 @@ class RowGroup:
     qid: Any  # np.ndarray, sorted
     qoff: Any  # np.ndarray, sorted within a queue id
     order: Any  # np.ndarray: row index of each sorted position
+    sizes: Any  # np.ndarray: msg_size per row
     nbytes: int
 
     def queue_rows(self, queue_id: int, lo: int, hi: int) -> list[tuple[int, int]]:
@@ -105,11 +107,13 @@ class RowGroup:
         j = a + np.searchsorted(self.qoff[a:b], hi, "left")
         return list(zip(self.qoff[i:j].tolist(), self.order[i:j].tolist(), strict=True))
 
-    def row(self, index: int) -> dict[str, Any]:
-        return {TOPIC: self.topic} | {name: self.table.column(name)[index].as_py() for name in RECORD_COLUMNS}
+    def records(self, indices: list[int]) -> list[bytes]:
+        """The rows at ``indices`` rebuilt into their CommitLog records (one Arrow take for all of them)."""
+        rows = self.table.take(indices).to_pylist()
+        return [record_from_row(row | {TOPIC: self.topic}, self.source) for row in rows]
 
     def record(self, index: int) -> bytes:
-        return record_from_row(self.row(index), self.source)
+        return self.records([index])[0]
 
 
 @dataclass(slots=True)
@@ -139,6 +143,7 @@ class LakeReader:
         self._snapshot: Snapshot | None = None
         self._tables: dict[str, Any] = {}  # uri -> DeltaTable, updated incrementally
         self._metadata: dict[str, Any] = {}  # file path -> parquet FileMetaData (files never change)
+        self._stats: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}  # file path -> row group bounds
         self._logged: set[str] = set()
 
     # --- snapshots ---------------------------------------------------------------------------------------------
@@ -156,6 +161,7 @@ class LakeReader:
                 if self._snapshot is not None:  # footers of files no snapshot lists any more are not needed
                     live = {f.path for f in self._snapshot.files}
                     self._metadata = {p: md for p, md in self._metadata.items() if p in live}
+                    self._stats = {p: st for p, st in self._stats.items() if p in live}
             except Exception as e:  # delta-rs and pyarrow raise their own types; none may reach a request
                 self._warn_once(f"cannot read the tier at {self.lake}: {type(e).__name__}: {e}")
                 self._snapshot = None
@@ -193,11 +199,11 @@ class LakeReader:
             files.append(TierFile(path, cols[f"partition.{TOPIC}"][i], lo, hi))
         return Snapshot(dt.version(), tuple(files), self._queue_ranges(), floor)
 
-    def _queue_ranges(self) -> dict[tuple[str, int], tuple[int, int]]:
+    def _queue_ranges(self) -> dict[tuple[str, int], tuple[int, int]] | None:
         from deltalake import DeltaTable
 
         if not DeltaTable.is_deltatable(self.segments_uri):
-            return {}
+            return None
         out: dict[tuple[str, int], tuple[int, int]] = {}
         rows = self._table(self.segments_uri).to_pyarrow_table(columns=["queue_ranges"]).column(0).to_pylist()
         for ranges in rows:
@@ -241,18 +247,28 @@ class LakeReader:
             md = self._metadata[path] = pq.ParquetFile(path).metadata
         return md
 
+    def _group_stats(self, path: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """Per row group of a file: the min and max of the columns reads prune on (read from its footer once)."""
+        stats = self._stats.get(path)
+        if stats is None:
+            md = self._file_metadata(path)
+            names = {md.schema.column(i).path: i for i in range(md.num_columns)}
+            stats = []
+            for g in range(md.num_row_groups):
+                rg = md.row_group(g)
+                lo: dict[str, Any] = {}
+                hi: dict[str, Any] = {}
+                for c in _STAT_COLUMNS:
+                    st = rg.column(names[c]).statistics if c in names else None
+                    if st is not None and st.has_min_max:
+                        lo[c], hi[c] = st.min, st.max
+                stats.append((lo, hi))
+            self._stats[path] = stats
+        return stats
+
     def _row_groups(self, f: TierFile, **ranges: tuple[int, int]) -> Iterator[tuple[int, dict, dict]]:
         """(index, min, max) of the row groups of ``f`` whose parquet statistics allow ``ranges``."""
-        md = self._file_metadata(f.path)
-        names = {md.schema.column(i).path: i for i in range(md.num_columns)}
-        for g in range(md.num_row_groups):
-            rg = md.row_group(g)
-            lo: dict[str, Any] = {}
-            hi: dict[str, Any] = {}
-            for c in _STAT_COLUMNS:
-                st = rg.column(names[c]).statistics if c in names else None
-                if st is not None and st.has_min_max:
-                    lo[c], hi[c] = st.min, st.max
+        for g, (lo, hi) in enumerate(self._group_stats(f.path)):
             if all((lo.get(c) is None or lo[c] <= b) and (hi.get(c) is None or hi[c] >= a)
                    for c, (a, b) in ranges.items()):  # fmt: skip
                 yield g, lo, hi
@@ -265,8 +281,9 @@ class LakeReader:
         qid = table.column("queue_id").to_numpy()
         qoff = table.column("queue_offset").to_numpy()
         order = np.lexsort((qoff, qid))
-        return RowGroup(f.topic, f"{f.path} row group {g}", table, qid[order], qoff[order], order,
-                        table.nbytes + order.nbytes * 3)  # fmt: skip
+        sizes = table.column("msg_size").to_numpy()
+        return RowGroup(f.topic, f"{f.path} row group {g}", table, qid[order], qoff[order], order, sizes,
+                        table.nbytes + order.nbytes * 4)  # fmt: skip
 
     def _group(self, f: TierFile, g: int) -> RowGroup:
         return self.cache.get((f.path, g), lambda: self._load(f, g))
@@ -274,7 +291,7 @@ class LakeReader:
     # --- reads ------------------------------------------------------------------------------------------------
     def queue_range(self, topic: str, queue_id: int) -> tuple[int, int] | None:
         """(first, last) queue offset the tier holds of a queue (None: nothing, or no readable lake)."""
-        return self._guarded("queue range", lambda s: s.queue_ranges.get((topic, queue_id)), None)
+        return self._guarded("queue range", lambda s: (s.queue_ranges or {}).get((topic, queue_id)), None)
 
     def pull(
         self,
@@ -310,6 +327,12 @@ class LakeReader:
         max_bytes: int,
         tag_codes: set[int] | None,
     ) -> TierPull | None:
+        if snap.queue_ranges is not None:
+            # The segments table lists every queue range the broker may have deleted (its row is written
+            # before a segment may go): a queue it does not reach below ``upper`` needs no file opened.
+            known = snap.queue_ranges.get((topic, queue_id))
+            if known is None or known[1] < offset or known[0] >= upper:
+                return None
         want = max_nums if tag_codes is None else MAX_FILTER_ROWS
         groups = []
         for f in snap.files_of(topic, queue_id=(queue_id, queue_id), queue_offset=(offset, upper - 1)):
@@ -328,24 +351,33 @@ class LakeReader:
             return None
         rows.sort(key=lambda r: r[0])
         out = TierPull([], [], offset)
+        chosen: list[tuple[RowGroup, int]] = []
         total = 0
         last = None
         for n, (qo, rg, i) in enumerate(rows):
             if qo == last:
                 continue  # the same record in two files (a compaction's input and output never share a snapshot)
-            if n >= want or len(out.messages) >= max_nums:
+            if n >= want or len(chosen) >= max_nums:
                 break
             last = qo
             out.next_begin_offset = qo + 1
             if tag_codes is not None and tags_code(rg.table.column("tags")[i].as_py()) not in tag_codes:
                 continue
-            size = rg.table.column("msg_size")[i].as_py()
-            if out.messages and total + size > max_bytes:
+            size = int(rg.sizes[i])
+            if chosen and total + size > max_bytes:
                 out.next_begin_offset = qo
                 break
-            out.messages.append(rg.record(i))
+            chosen.append((rg, i))
             out.queue_offsets.append(qo)
             total += size
+        start = 0
+        while start < len(chosen):  # one take per run of rows from the same row group
+            rg = chosen[start][0]
+            end = start
+            while end < len(chosen) and chosen[end][0] is rg:
+                end += 1
+            out.messages.extend(rg.records([i for _, i in chosen[start:end]]))
+            start = end
         return out
 
     def message_at(self, commitlog_offset: int) -> bytes | None:

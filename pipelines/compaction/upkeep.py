@@ -21,7 +21,7 @@ TARGET_FILE_SIZE = 128 * 1024 * 1024
 
 def compact(lake: Path, today: date | None = None, target_size: int = TARGET_FILE_SIZE) -> dict[str, Any]:
     """Optimize and vacuum each tier table under ``lake``; returns what was done, per table."""
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, WriterProperties
 
     from pipelines import lake as lk
 
@@ -33,7 +33,9 @@ def compact(lake: Path, today: date | None = None, target_size: int = TARGET_FIL
             continue
         dt = DeltaTable(uri)
         filters = [(tables.STORE_DATE, "<", today.isoformat())] if name == tables.MESSAGES else None
-        metrics = dt.optimize.compact(partition_filters=filters, target_size=target_size)
+        # messages keep small row groups (a broker pull decodes a whole one): rows, as delta-rs counts them
+        props = WriterProperties(max_row_group_size=tables.ROW_GROUP_ROWS) if name == tables.MESSAGES else None
+        metrics = dt.optimize.compact(partition_filters=filters, target_size=target_size, writer_properties=props)
         vacuumed = DeltaTable(uri).vacuum(retention_hours=None, dry_run=False, full=True)
         out[name] = {
             "files_added": metrics.get("numFilesAdded", 0),
