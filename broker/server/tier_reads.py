@@ -39,9 +39,17 @@ async def pull(
     local minimum (the next pull continues in the local store: no gap, no duplicate); tags and the SQL92
     ``record_filter`` apply as in the local store."""
     lake = broker.lake
-    if lake is None or local.status not in _FALL_THROUGH:
+    if lake is None:
         return local
-    if local.status is GetMessageStatus.OFFSET_TOO_SMALL:
+    if local.status is GetMessageStatus.FOUND and local.queue_offsets[0] > offset:
+        # Units skipped before the first record: filtered out, or pointing at a segment the clean pass has just
+        # deleted (the ConsumeQueue minimum moves right after).  The tier holds the latter: serve it, no gap.
+        if not _removed(broker, topic, queue_id, offset):
+            return local
+        upper = local.queue_offsets[0]
+    elif local.status not in _FALL_THROUGH:
+        return local
+    elif local.status is GetMessageStatus.OFFSET_TOO_SMALL:
         upper = local.min_offset
     elif local.status is GetMessageStatus.MESSAGE_WAS_REMOVING:
         upper = local.max_offset
@@ -57,6 +65,18 @@ async def pull(
         status, found.next_begin_offset, min(offset, local.min_offset), local.max_offset, found.messages,
         found.queue_offsets,
     )  # fmt: skip
+
+
+def _removed(broker: BrokerContext, topic: str, queue_id: int, offset: int) -> bool:
+    """Does the ConsumeQueue unit at ``offset`` point below the CommitLog's first offset (its segment deleted)?"""
+    store = broker.store
+    cq = store.find_consume_queue(topic, queue_id, create=False)
+    if cq is None:
+        return False
+    if offset < cq.min_offset_in_queue:
+        return True  # corrected since the read
+    unit = cq.get_unit(offset)
+    return unit is not None and unit[0] < store.min_phy_offset
 
 
 async def min_offset(broker: BrokerContext, topic: str, queue_id: int, local: int) -> int:
