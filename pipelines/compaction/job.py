@@ -341,8 +341,10 @@ class TierJob:
             # small run of a row group (broker/lake/reader.py), not rows spread over the whole file.
             .sortWithinPartitions(*tables.MESSAGES_PARTITION_BY, "queue_id", "queue_offset")
             .write.mode("errorifexists")
-            # row groups of 8 MiB, not parquet's 128: the broker decodes a whole row group for a cold pull
+            # small row groups (parquet's default is 128 MiB *encoded*, and bodies compress well): a pull
+            # falling through to the tier decodes a whole row group
             .option("parquet.block.size", str(tables.ROW_GROUP_BYTES))
+            .option("parquet.block.row.count.limit", str(tables.ROW_GROUP_ROWS))
             .partitionBy(*tables.MESSAGES_PARTITION_BY)
             .parquet(str(stage_dir))
         )

@@ -22,8 +22,8 @@ QUALITY_RESULTS = "quality_results"
 REPORTS_DIR = "_reports"
 
 MESSAGES_PARTITION_BY = ["topic", STORE_DATE]
-ROW_GROUP_BYTES = 8 * 1024 * 1024  # what a pull falling through to the tier decodes at most
-ROW_GROUP_ROWS = 8192  # the same for compaction, whose writer counts rows (about 8 MiB of 1 KiB messages)
+ROW_GROUP_BYTES = 8 * 1024 * 1024  # encoded row group size of the messages table
+ROW_GROUP_ROWS = 8192  # and at most this many rows (the compaction writer counts only rows)
 MESSAGES_SCHEMA = pa.schema([*MESSAGE_FIELDS, pa.field(STORE_DATE, pa.date32(), nullable=False)])
 
 QUEUE_RANGE = pa.struct(
