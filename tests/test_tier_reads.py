@@ -94,7 +94,7 @@ def test_pulls_walk_each_queue_in_order_with_every_record_byte_for_byte(written,
             offset = found.next_begin_offset
         assert got == [_raw(written, r) for r in rows], (topic, queue_id)
     # an upper bound (where the local store takes over) is never crossed
-    rows = _expected(written)[("Orders", 0)]
+    rows = _expected(written)[("Payments", 1)]
     found = reader.pull("Orders", 0, 0, 3, 32, 1 << 20)
     assert found.queue_offsets == [0, 1, 2] and found.next_begin_offset == 3
     assert reader.pull("Orders", 0, len(rows), 1 << 62, 32, 1 << 20) is None
@@ -168,3 +168,18 @@ def test_a_missing_or_broken_lake_answers_nothing_and_logs_each_cause_once(tmp_p
     for _ in range(3):
         assert reader.pull("Orders", 0, 0, 1 << 62, 32, 1 << 20) is None
     assert len([r for r in caplog.records if "cannot read the tier" in r.getMessage()]) == 1
+
+
+@pytest.mark.unit
+def test_a_sql92_filter_sees_the_rebuilt_records(written, lake):
+    from broker.filter.sql92 import compile_selector
+
+    selector = compile_selector("color = 'red'")
+    reader = LakeReader(lake)
+    rows = _expected(written)[("Payments", 1)]
+    got, offset = [], 0
+    while (found := reader.pull("Payments", 1, offset, 1 << 62, 4, 1 << 20, None, selector.matches_record)) is not None:
+        got.extend(found.messages)
+        offset = found.next_begin_offset
+    expected = [_raw(written, r) for r in rows if r["properties"].get("color") == "red"]
+    assert expected and got == expected

@@ -302,13 +302,15 @@ class LakeReader:
         max_nums: int,
         max_bytes: int,
         tag_codes: set[int] | None = None,
+        record_filter: Callable[[bytes], bool] | None = None,
     ) -> TierPull | None:
         """Records of a queue from ``offset`` below ``upper`` (the local store serves from there on), at most
-        ``max_nums`` and (after the first) ``max_bytes``; tag filter as the ConsumeQueue's.  None: the tier
-        holds no row of the queue in that range (or cannot be read)."""
+        ``max_nums`` and (after the first) ``max_bytes``; tag filter as the ConsumeQueue's, then
+        ``record_filter`` (SQL92) on each rebuilt record.  None: the tier holds no row of the queue in that
+        range (or cannot be read)."""
 
         def read(snap: Snapshot) -> TierPull | None:
-            return self._pull(snap, topic, queue_id, offset, upper, max_nums, max_bytes, tag_codes)
+            return self._pull(snap, topic, queue_id, offset, upper, max_nums, max_bytes, tag_codes, record_filter)
 
         what = f"pull {topic}/{queue_id}@{offset}"
         found = self._guarded(what, read, None)
@@ -326,6 +328,7 @@ class LakeReader:
         max_nums: int,
         max_bytes: int,
         tag_codes: set[int] | None,
+        record_filter: Callable[[bytes], bool] | None = None,
     ) -> TierPull | None:
         if snap.queue_ranges is not None:
             # The segments table lists every queue range the broker may have deleted (its row is written
@@ -333,7 +336,7 @@ class LakeReader:
             known = snap.queue_ranges.get((topic, queue_id))
             if known is None or known[1] < offset or known[0] >= upper:
                 return None
-        want = max_nums if tag_codes is None else MAX_FILTER_ROWS
+        want = max_nums if tag_codes is None and record_filter is None else MAX_FILTER_ROWS
         groups = []
         for f in snap.files_of(topic, queue_id=(queue_id, queue_id), queue_offset=(offset, upper - 1)):
             for g, lo, _hi in self._row_groups(f, queue_id=(queue_id, queue_id), queue_offset=(offset, upper - 1)):
@@ -351,7 +354,7 @@ class LakeReader:
             return None
         rows.sort(key=lambda r: r[0])
         out = TierPull([], [], offset)
-        chosen: list[tuple[RowGroup, int]] = []
+        chosen: list[tuple[RowGroup, int, bytes | None]] = []
         total = 0
         last = None
         for n, (qo, rg, i) in enumerate(rows):
@@ -367,7 +370,12 @@ class LakeReader:
             if chosen and total + size > max_bytes:
                 out.next_begin_offset = qo
                 break
-            chosen.append((rg, i))
+            data = None
+            if record_filter is not None:
+                data = rg.record(i)
+                if not record_filter(data):
+                    continue
+            chosen.append((rg, i, data))
             out.queue_offsets.append(qo)
             total += size
         start = 0
@@ -376,7 +384,9 @@ class LakeReader:
             end = start
             while end < len(chosen) and chosen[end][0] is rg:
                 end += 1
-            out.messages.extend(rg.records([i for _, i in chosen[start:end]]))
+            run = chosen[start:end]
+            built = [data for _, _, data in run if data is not None]
+            out.messages.extend(built if len(built) == len(run) else rg.records([i for _, i, _ in run]))
             start = end
         return out
 
