@@ -8,11 +8,12 @@ import logging
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from broker.lake.reader import LakeReader
 from store.format import hashing
-from store.format.rebuild import record_from_row
+from store.format.rebuild import record_from_row, records_from_table
 from store.format.records import RecordError
 from store.tier_tables import MESSAGES, STORE_DATE, table_uri
 from tests.fixtures_spark import LONG_TOPIC, TOPICS, WrittenStore, write_store
@@ -61,6 +62,16 @@ def test_every_tiered_row_rebuilds_the_bytes_the_commitlog_held(written):
     assert any(r["topic"] == LONG_TOPIC for r in rows) and any(r["uniq_key"] is None for r in rows)
     for row in rows:
         assert record_from_row(row) == _raw(written, row), row["commitlog_offset"]
+
+
+@pytest.mark.unit
+def test_a_whole_table_rebuilds_as_row_by_row(written):
+    table = _segment_rows(written, sealed_only=False)
+    for topic in TOPICS:
+        rows = table.filter(pc.equal(table["topic"], topic))
+        raw = [_raw(written, r) for r in rows.to_pylist()]
+        assert records_from_table(rows.drop_columns(["topic"]), topic) == raw
+        assert records_from_table(rows.slice(3, 5), topic) == raw[3:8]  # a slice: map offsets start past 0
 
 
 @pytest.mark.unit

@@ -28,7 +28,7 @@ from urllib.parse import unquote
 from broker.lake.cache import DEFAULT_CACHE_BYTES, SizedLRU
 from store.errors import MQLakeError
 from store.format.hashing import tags_code
-from store.format.rebuild import record_from_row
+from store.format.rebuild import records_from_table
 from store.format.records import RecordError, read_store_timestamp
 from store.tier_tables import MESSAGES, SEGMENTS, table_uri
 
@@ -98,19 +98,18 @@ class RowGroup:
     sizes: Any  # np.ndarray: msg_size per row
     nbytes: int
 
-    def queue_rows(self, queue_id: int, lo: int, hi: int) -> list[tuple[int, int]]:
-        """(queue offset, row index) of the rows of ``queue_id`` with ``lo <= queue offset < hi``."""
+    def queue_rows(self, queue_id: int, lo: int, hi: int, limit: int) -> list[tuple[int, int]]:
+        """(queue offset, row index) of the first ``limit`` rows of ``queue_id`` with ``lo <= queue offset < hi``."""
         import numpy as np
 
         a, b = np.searchsorted(self.qid, queue_id, "left"), np.searchsorted(self.qid, queue_id, "right")
         i = a + np.searchsorted(self.qoff[a:b], lo, "left")
-        j = a + np.searchsorted(self.qoff[a:b], hi, "left")
+        j = min(a + np.searchsorted(self.qoff[a:b], hi, "left"), i + limit)
         return list(zip(self.qoff[i:j].tolist(), self.order[i:j].tolist(), strict=True))
 
     def records(self, indices: list[int]) -> list[bytes]:
         """The rows at ``indices`` rebuilt into their CommitLog records (one Arrow take for all of them)."""
-        rows = self.table.take(indices).to_pylist()
-        return [record_from_row(row | {TOPIC: self.topic}, self.source) for row in rows]
+        return records_from_table(self.table.take(indices), self.topic, self.source)
 
     def record(self, index: int) -> bytes:
         return self.records([index])[0]
@@ -349,7 +348,7 @@ class LakeReader:
                 if rows[want - 1][0] < low:
                     break  # every later row group starts past what this pull can take
             rg = self._group(f, g)
-            rows.extend((qo, rg, i) for qo, i in rg.queue_rows(queue_id, offset, upper))
+            rows.extend((qo, rg, i) for qo, i in rg.queue_rows(queue_id, offset, upper, want))
         if not rows:
             return None
         rows.sort(key=lambda r: r[0])
