@@ -79,12 +79,11 @@ class BrokerConfig(BaseModel):
     metrics_prom_exporter_host: str = ""  # empty: brokerIP1, as RocketMQ
     metrics_prom_exporter_port: int = Field(5557, ge=0, le=65535)
     metrics_label: str = ""  # extra labels on every metric: "k1:v1,k2:v2"
-    # mqlake: the lake the tier/verify-index/replay jobs write their reports to (metrics read the newest)
-    lake_dir: Path | None = None
     # mqlake: also log to rotating files here (broker.log, namesrv.log), as RocketMQ's ~/logs/rocketmqlogs
     log_dir: Path | None = None
     # mqlake: the Delta lake root the tier job writes (messages, segments, ...). Set, the broker serves reads
-    # below a queue's local minimum from it and `mqlake up` runs the tier job at deleteWhen; unset, neither.
+    # below a queue's local minimum from it, `mqlake up` runs the tier job at deleteWhen, and the metrics
+    # report the newest tier/verify-index/replay run from its _reports/; unset, none of these.
     lake_path: Path | None = None
     lake_cache_bytes: int = Field(256 * 1024 * 1024, ge=0)  # decoded row groups of the tier kept in memory
 

@@ -57,7 +57,7 @@ def test_metrics_carry_rocketmq_names_and_real_figures(mqlake_server_factory, tm
         metricsPromExporterHost="127.0.0.1",
         metricsPromExporterPort=str(port),
         metricsLabel="env:test,bad",
-        lakeDir=str(lake),
+        lakePath=str(lake),
     )
     topic, group = "MetricsT", "MetricsCG"
     p = producer(server)

@@ -9,8 +9,8 @@ per request (a histogram cannot be rebuilt later), and only while the exporter i
 
 Labels common to every metric, as RocketMQ sets them: ``cluster``, ``node_type="broker"``, ``node_id`` (the broker
 name), and the ``metricsLabel`` pairs. The job metrics read the newest report each job writes under
-``<lakeDir>/_reports/`` (``tier-*.json``, ``verify-*.json``, ``replay-*.json``): its file time is the run's end,
-and its content says whether the run succeeded. Without ``lakeDir`` they are absent.
+``<lakePath>/_reports/`` (``tier-*.json``, ``verify-*.json``, ``replay-*.json``): its file time is the run's end,
+and its content says whether the run succeeded. Without ``lakePath`` they are absent.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ class BrokerCollector(Collector):
         yield from self._broker_gauges(base)
         yield from self._storage(base)
         yield from self._segments(base)
-        lake = b.config.lake_dir
+        lake = b.config.lake_path
         if lake is not None:
             yield from self._jobs(base, Path(lake))
 
