@@ -40,7 +40,7 @@ SEGMENT = max(4 << 20, int(256 * 1024 * 1024 * SCALE) // 4096 * 4096)
 SEALED = 4
 BODY = 1024
 CHUNK = 2_000
-TARGET_RATIO = 0.5
+TARGET_RATIO = 0.6  # issue 16 (was 0.5 in issue 4)
 TARGET_SECONDS_PER_GIB = 90.0
 
 
