@@ -28,7 +28,7 @@ from urllib.parse import unquote
 from broker.lake.cache import DEFAULT_CACHE_BYTES, SizedLRU
 from store.errors import MQLakeError
 from store.format.hashing import tags_code
-from store.format.rebuild import records_from_table
+from store.format.rebuild import RecordBlob, records_blob
 from store.format.records import RecordError, read_store_timestamp
 from store.tier_tables import MESSAGES, SEGMENTS, table_uri
 
@@ -47,6 +47,7 @@ RECORD_COLUMNS = (
     "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times", "prepared_txn_offset",
     "tags", "keys", "uniq_key", "properties", "body",
 )  # fmt: skip
+_BLOB_ONLY = ("body", "properties")  # read only to rebuild the records
 _STAT_COLUMNS = ("queue_id", "queue_offset", "commitlog_offset", "store_timestamp")
 
 
@@ -87,11 +88,14 @@ class Snapshot:
 
 @dataclass(slots=True)
 class RowGroup:
-    """A decoded row group, with its rows ordered by (queue id, queue offset) for binary search."""
+    """A decoded row group: its records rebuilt once, end to end in one buffer (a pull slices them, as a local
+    pull slices the CommitLog), the columns lookups read, and its rows ordered by (queue id, queue offset) for
+    binary search."""
 
     topic: str
     source: str
-    table: Any  # pa.Table of RECORD_COLUMNS
+    table: Any  # pa.Table of RECORD_COLUMNS but the record parts only ``blob`` needs (body, properties)
+    blob: RecordBlob
     qid: Any  # np.ndarray, sorted
     qoff: Any  # np.ndarray, sorted within a queue id
     order: Any  # np.ndarray: row index of each sorted position
@@ -108,8 +112,8 @@ class RowGroup:
         return list(zip(self.qoff[i:j].tolist(), self.order[i:j].tolist(), strict=True))
 
     def records(self, indices: list[int]) -> list[bytes]:
-        """The rows at ``indices`` rebuilt into their CommitLog records (one Arrow take for all of them)."""
-        return records_from_table(self.table.take(indices), self.topic, self.source)
+        """The CommitLog records of the rows at ``indices``."""
+        return self.blob.records(indices)
 
     def record(self, index: int) -> bytes:
         return self.records([index])[0]
@@ -276,13 +280,16 @@ class LakeReader:
         import numpy as np
         import pyarrow.parquet as pq
 
+        source = f"{f.path} row group {g}"
         table = pq.ParquetFile(f.path, metadata=self._file_metadata(f.path)).read_row_group(g, list(RECORD_COLUMNS))
+        blob = records_blob(table, f.topic, source)
+        table = table.drop_columns(list(_BLOB_ONLY))  # the blob holds them; the cache bound counts it instead
         qid = table.column("queue_id").to_numpy()
         qoff = table.column("queue_offset").to_numpy()
         order = np.lexsort((qoff, qid))
         sizes = table.column("msg_size").to_numpy()
-        return RowGroup(f.topic, f"{f.path} row group {g}", table, qid[order], qoff[order], order, sizes,
-                        table.nbytes + order.nbytes * 4)  # fmt: skip
+        return RowGroup(f.topic, source, table, blob, qid[order], qoff[order], order, sizes,
+                        table.nbytes + blob.nbytes + order.nbytes * 4)  # fmt: skip
 
     def _group(self, f: TierFile, g: int) -> RowGroup:
         return self.cache.get((f.path, g), lambda: self._load(f, g))

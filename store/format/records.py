@@ -80,13 +80,20 @@ _SHORT = struct.Struct(">h")
 _OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET
 
 
-def _host_struct(v6: bool) -> str:
-    return "16si" if v6 else "4si"
+def header_fields(born_v6: bool, store_v6: bool) -> tuple[tuple[str, str], ...]:
+    """(name, big-endian ``struct`` code) of every field from TOTALSIZE to BODYLENGTH, in record order."""
+    return (
+        ("total_size", "i"), ("magic", "i"), ("body_crc", "i"), ("queue_id", "i"), ("flag", "i"),
+        ("queue_offset", "q"), ("physical_offset", "q"), ("sys_flag", "i"), ("born_timestamp", "q"),
+        ("born_ip", "16s" if born_v6 else "4s"), ("born_port", "i"), ("store_timestamp", "q"),
+        ("store_ip", "16s" if store_v6 else "4s"), ("store_port", "i"), ("reconsume_times", "i"),
+        ("prepared_transaction_offset", "q"), ("body_length", "i"),
+    )  # fmt: skip
 
 
 # One struct per (bornHost v6, storeHost v6): everything from TOTALSIZE to BODYLENGTH.
 _HEADERS: dict[tuple[bool, bool], struct.Struct] = {
-    (b, s): struct.Struct(">iiiiiqqiq" + _host_struct(b) + "q" + _host_struct(s) + "iqi")
+    (b, s): struct.Struct(">" + "".join(code for _, code in header_fields(b, s)))
     for b in (False, True)
     for s in (False, True)
 }
