@@ -78,6 +78,9 @@ class Snapshot:
     queue_ranges: dict[tuple[str, int], tuple[int, int]] | None
     floor: int = -1  # the local store's first CommitLog offset when the snapshot was taken
     taken: float = field(default_factory=time.monotonic)
+    # (topic, queue) -> its row groups as (lowest, highest queue offset, file, index), by lowest: pulls of a
+    # queue walk these instead of every file's statistics (filled by LakeReader._queue_groups)
+    queue_groups: dict[tuple[str, int], list[tuple[int, int, TierFile, int]]] = field(default_factory=dict)
 
     def files_of(self, topic: str | None, **ranges: tuple[int, int]) -> list[TierFile]:
         return [
@@ -102,14 +105,14 @@ class RowGroup:
     sizes: Any  # np.ndarray: msg_size per row
     nbytes: int
 
-    def queue_rows(self, queue_id: int, lo: int, hi: int, limit: int) -> list[tuple[int, int]]:
-        """(queue offset, row index) of the first ``limit`` rows of ``queue_id`` with ``lo <= queue offset < hi``."""
-        import numpy as np
-
-        a, b = np.searchsorted(self.qid, queue_id, "left"), np.searchsorted(self.qid, queue_id, "right")
-        i = a + np.searchsorted(self.qoff[a:b], lo, "left")
-        j = min(a + np.searchsorted(self.qoff[a:b], hi, "left"), i + limit)
-        return list(zip(self.qoff[i:j].tolist(), self.order[i:j].tolist(), strict=True))
+    def queue_rows(self, queue_id: int, lo: int, hi: int, limit: int) -> tuple[Any, Any]:
+        """(queue offsets, row indices) of the first ``limit`` rows of ``queue_id`` with ``lo <= queue offset <
+        hi``, as numpy arrays in queue order."""
+        a, b = self.qid.searchsorted(queue_id, "left"), self.qid.searchsorted(queue_id, "right")
+        offs = self.qoff[a:b]
+        i = a + offs.searchsorted(lo, "left")
+        j = min(a + offs.searchsorted(hi, "left"), i + limit)
+        return self.qoff[i:j], self.order[i:j]
 
     def records(self, indices: list[int]) -> list[bytes]:
         """The CommitLog records of the rows at ``indices``."""
@@ -342,37 +345,50 @@ class LakeReader:
             known = snap.queue_ranges.get((topic, queue_id))
             if known is None or known[1] < offset or known[0] >= upper:
                 return None
+        import numpy as np
+
         want = max_nums if tag_codes is None and record_filter is None else MAX_FILTER_ROWS
-        groups = []
-        for f in snap.files_of(topic, queue_id=(queue_id, queue_id), queue_offset=(offset, upper - 1)):
-            for g, lo, _hi in self._row_groups(f, queue_id=(queue_id, queue_id), queue_offset=(offset, upper - 1)):
-                groups.append((lo.get("queue_offset", 0), f, g))
-        groups.sort(key=lambda x: x[0])
-        rows: list[tuple[int, RowGroup, int]] = []
+        groups = [(lo, f, g) for lo, hi, f, g in self._queue_groups(snap, topic, queue_id)
+                  if lo < upper and hi >= offset]  # fmt: skip
+        found: list[tuple[Any, Any, RowGroup]] = []  # (queue offsets, row indices, row group) per row group
+        count = 0
         for low, f, g in groups:
-            if len(rows) >= want:
-                rows.sort(key=lambda r: r[0])
-                if rows[want - 1][0] < low:
-                    break  # every later row group starts past what this pull can take
+            if count >= want and np.sort(np.concatenate([q for q, _, _ in found]))[want - 1] < low:
+                break  # every later row group starts past what this pull can take
             rg = self._group(f, g)
-            rows.extend((qo, rg, i) for qo, i in rg.queue_rows(queue_id, offset, upper, want))
-        if not rows:
+            qo, idx = rg.queue_rows(queue_id, offset, upper, want)
+            if len(qo):
+                found.append((qo, idx, rg))
+                count += len(qo)
+        if not found:
             return None
-        rows.sort(key=lambda r: r[0])
+        if len(found) == 1 and tag_codes is None and record_filter is None:  # the common case: one row group
+            qos, idxs, rg = found[0]
+            return self._take_all(found, qos[:max_nums], idxs[:max_nums], np.zeros(min(len(qos), max_nums), int),
+                                  rg.sizes[idxs[:max_nums]], max_bytes)  # fmt: skip
+        qos = np.concatenate([q for q, _, _ in found])
+        idxs = np.concatenate([i for _, i, _ in found])
+        which = np.repeat(np.arange(len(found)), [len(q) for q, _, _ in found])
+        sizes = np.concatenate([rg.sizes[i] for _, i, rg in found])
+        by = np.argsort(qos, kind="stable")[:want]
+        qos, idxs, which, sizes = qos[by], idxs[by], which[by], sizes[by]
+        # the same record in two files (a compaction's input and output never share a snapshot): keep one
+        first = np.ones(len(qos), bool)
+        first[1:] = qos[1:] != qos[:-1]
+        qos, idxs, which, sizes = qos[first], idxs[first], which[first], sizes[first]
+        if tag_codes is None and record_filter is None:
+            return self._take_all(found, qos[:max_nums], idxs[:max_nums], which[:max_nums], sizes[:max_nums],
+                                  max_bytes)  # fmt: skip
         out = TierPull([], [], offset)
         chosen: list[tuple[RowGroup, int, bytes | None]] = []
         total = 0
-        last = None
-        for n, (qo, rg, i) in enumerate(rows):
-            if qo == last:
-                continue  # the same record in two files (a compaction's input and output never share a snapshot)
-            if n >= want or len(chosen) >= max_nums:
+        for qo, i, k, size in zip(qos.tolist(), idxs.tolist(), which.tolist(), sizes.tolist(), strict=True):
+            if len(chosen) >= max_nums:
                 break
-            last = qo
+            rg = found[k][2]
             out.next_begin_offset = qo + 1
             if tag_codes is not None and tags_code(rg.table.column("tags")[i].as_py()) not in tag_codes:
                 continue
-            size = int(rg.sizes[i])
             if chosen and total + size > max_bytes:
                 out.next_begin_offset = qo
                 break
@@ -384,15 +400,41 @@ class LakeReader:
             chosen.append((rg, i, data))
             out.queue_offsets.append(qo)
             total += size
+        for rg, i, data in chosen:
+            out.messages.append(data if data is not None else rg.record(i))
+        return out
+
+    def _queue_groups(self, snap: Snapshot, topic: str, queue_id: int) -> list[tuple[int, int, TierFile, int]]:
+        key = (topic, queue_id)
+        groups = snap.queue_groups.get(key)
+        if groups is None:
+            span = {"queue_id": (queue_id, queue_id)}
+            groups = sorted(
+                ((lo.get("queue_offset", 0), hi.get("queue_offset", 1 << 62), f, g)
+                 for f in snap.files_of(topic, **span) for g, lo, hi in self._row_groups(f, **span)),
+                key=lambda x: x[0],
+            )  # fmt: skip
+            snap.queue_groups[key] = groups
+        return groups
+
+    @staticmethod
+    def _take_all(
+        found: list[tuple[Any, Any, RowGroup]], qos: Any, idxs: Any, which: Any, sizes: Any, max_bytes: int
+    ) -> TierPull:
+        """An unfiltered pull: the rows in queue order while their sizes fit ``max_bytes`` (the first always)."""
+        import numpy as np
+
+        n = max(1, int(np.cumsum(sizes).searchsorted(max_bytes, "right")))
+        qo = qos[:n].tolist()
+        nxt = int(qos[n]) if n < len(qos) else qo[-1] + 1
+        out = TierPull([], qo, nxt)
+        w, ix = which[:n].tolist(), idxs[:n]
         start = 0
-        while start < len(chosen):  # one take per run of rows from the same row group
-            rg = chosen[start][0]
-            end = start
-            while end < len(chosen) and chosen[end][0] is rg:
+        while start < n:  # one slice of the offsets per run of rows from the same row group
+            end = start + 1
+            while end < n and w[end] == w[start]:
                 end += 1
-            run = chosen[start:end]
-            built = [data for _, _, data in run if data is not None]
-            out.messages.extend(built if len(built) == len(run) else rg.records([i for _, i, _ in run]))
+            out.messages.extend(found[w[start]][2].records(ix[start:end]))
             start = end
         return out
 
