@@ -104,11 +104,19 @@ class RowGroup:
     order: Any  # np.ndarray: row index of each sorted position
     sizes: Any  # np.ndarray: msg_size per row
     nbytes: int
+    spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # queue id -> its sorted positions [a, b)
+
+    def __post_init__(self) -> None:
+        import numpy as np
+
+        ids, starts = np.unique(self.qid, return_index=True)
+        ends = [*starts[1:].tolist(), len(self.qid)]
+        self.spans = dict(zip(ids.tolist(), zip(starts.tolist(), ends, strict=True), strict=True))
 
     def queue_rows(self, queue_id: int, lo: int, hi: int, limit: int) -> tuple[Any, Any]:
         """(queue offsets, row indices) of the first ``limit`` rows of ``queue_id`` with ``lo <= queue offset <
         hi``, as numpy arrays in queue order."""
-        a, b = self.qid.searchsorted(queue_id, "left"), self.qid.searchsorted(queue_id, "right")
+        a, b = self.spans.get(queue_id, (0, 0))
         offs = self.qoff[a:b]
         i = a + offs.searchsorted(lo, "left")
         j = min(a + offs.searchsorted(hi, "left"), i + limit)

@@ -79,6 +79,9 @@ class RecordBlob:
 
         at = np.asarray(indices, np.int64)
         data = self.data
+        if len(at) and at[-1] - at[0] == len(at) - 1 and (len(at) < 2 or (np.diff(at) == 1).all()):
+            bounds = self.offsets[at[0] : at[-1] + 2].tolist()  # a run of rows: their records are adjacent
+            return [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
         return [data[a:b] for a, b in zip(self.offsets[at].tolist(), self.offsets[at + 1].tolist(), strict=True)]
 
     def all(self) -> list[bytes]:
