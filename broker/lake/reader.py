@@ -361,8 +361,10 @@ class LakeReader:
         found: list[tuple[Any, Any, RowGroup]] = []  # (queue offsets, row indices, row group) per row group
         count = 0
         for low, f, g in groups:
-            if count >= want and np.sort(np.concatenate([q for q, _, _ in found]))[want - 1] < low:
-                break  # every later row group starts past what this pull can take
+            if count >= want:
+                qos = found[0][0] if len(found) == 1 else np.sort(np.concatenate([q for q, _, _ in found]))
+                if qos[want - 1] < low:
+                    break  # every later row group starts past what this pull can take
             rg = self._group(f, g)
             qo, idx = rg.queue_rows(queue_id, offset, upper, want)
             if len(qo):
