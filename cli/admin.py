@@ -68,7 +68,12 @@ Namesrv = Annotated[
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
-def _call(namesrv: str, fn: Callable[[Admin], Awaitable[T]]) -> T:
+A = TypeVar("A", bound="Admin")
+
+
+def _call(namesrv: str, fn: Callable[[A], Awaitable[T]], client: type[A] | None = None) -> T:
+    """Run ``fn`` with a connected ``client`` (``Admin`` unless given) that signs and speaks TLS as the
+    command line asked; a client or wire error ends the command with exit code 1."""
     from broker.client.admin import Admin
     from broker.remoting.loop import run
     from store.errors import MQLakeError
@@ -83,8 +88,8 @@ def _call(namesrv: str, fn: Callable[[Admin], Awaitable[T]]) -> T:
         ssl_context = None
         if _conn.tls or _conn.tls_trust is not None:
             ssl_context = client_context(trust=_conn.tls_trust, verify_server=_conn.tls_trust is not None)
-        async with Admin(namesrv, credentials=creds, ssl_context=ssl_context) as admin:
-            return await fn(admin)
+        async with (client or Admin)(namesrv, credentials=creds, ssl_context=ssl_context) as admin:
+            return await fn(admin)  # type: ignore[arg-type]
 
     try:
         return run(go())
@@ -284,12 +289,16 @@ def _split(text: str | None) -> tuple[str, ...]:
     return tuple(split_list(text))
 
 
-def _acl_call(
-    namesrv: str, broker_addr: str | None, cluster: str | None, fn: Callable[[Admin, list[str]], Awaitable[T]]
-) -> T:
+def one_target(cluster: str | None, broker_addr: str | None) -> None:
     if (cluster is None) == (broker_addr is None):
         print_error("give exactly one of -c/--clusterName or -b/--brokerAddr")
         raise typer.Exit(2)
+
+
+def _acl_call(
+    namesrv: str, broker_addr: str | None, cluster: str | None, fn: Callable[[Admin, list[str]], Awaitable[T]]
+) -> T:
+    one_target(cluster, broker_addr)
 
     async def go(admin: Admin) -> T:
         from broker.client.acl_admin import target_addrs
@@ -323,7 +332,7 @@ def update_acl_config(
     account = AclAccount(access_key, secret_key, white, admin_flag, default_topic_perm, default_group_perm,
                          _split(topic_perms), _split(group_perms))  # fmt: skip
     addrs = _acl_call(namesrv, broker_addr, cluster, lambda a, addrs: update_account(a, addrs, account))
-    _done(as_json, {"accessKey": access_key, "brokers": addrs},
+    done(as_json, {"accessKey": access_key, "brokers": addrs},
           [f"update plain access config to {a} success." for a in addrs])  # fmt: skip
 
 
@@ -339,7 +348,7 @@ def delete_acl_config(
     from broker.client.acl_admin import delete_account
 
     addrs = _acl_call(namesrv, broker_addr, cluster, lambda a, addrs: delete_account(a, addrs, access_key))
-    _done(as_json, {"accessKey": access_key, "brokers": addrs},
+    done(as_json, {"accessKey": access_key, "brokers": addrs},
           [f"delete plain access config account from {a} success." for a in addrs])  # fmt: skip
 
 
@@ -357,7 +366,7 @@ def update_global_white_addr(
 
     patterns = list(_split(addresses))
     addrs = _acl_call(namesrv, broker_addr, cluster, lambda a, addrs: update_global_white_addrs(a, addrs, patterns))
-    _done(as_json, {"globalWhiteRemoteAddresses": patterns, "brokers": addrs},
+    done(as_json, {"globalWhiteRemoteAddresses": patterns, "brokers": addrs},
           [f"update global white remote addresses to {a} success." for a in addrs])  # fmt: skip
 
 
@@ -390,7 +399,7 @@ def get_acl_config(
         console().print("globalWhiteRemoteAddresses: " + ",".join(conf.get("globalWhiteAddrs", [])), markup=False)
 
 
-def _done(as_json: bool, result: dict[str, Any], lines: list[str]) -> None:
+def done(as_json: bool, result: Any, lines: list[str]) -> None:
     if as_json:
         _print_json(result)
     else:

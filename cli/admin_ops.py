@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from cli.admin import AsJson, Namesrv, _print_json, admin_app, message_detail_table
+from cli.admin import AsJson, Namesrv, _call, _print_json, admin_app, done, message_detail_table, one_target
 from store.console import console, print_error, table
 
 if TYPE_CHECKING:
@@ -26,32 +26,8 @@ BrokerAddr = Annotated[str | None, typer.Option("-b", "--brokerAddr", help="This
 
 def _ops(namesrv: str, fn: Callable[[OpsAdmin], Awaitable[T]]) -> T:
     from broker.client.ops import OpsAdmin
-    from broker.remoting.loop import run
-    from store.errors import MQLakeError
 
-    async def go() -> T:
-        async with OpsAdmin(namesrv) as admin:
-            return await fn(admin)  # type: ignore[arg-type]
-
-    try:
-        return run(go())
-    except MQLakeError as e:
-        print_error(e)
-        raise typer.Exit(1) from None
-
-
-def _one_target(cluster: str | None, broker_addr: str | None) -> None:
-    if (cluster is None) == (broker_addr is None):
-        print_error("give exactly one of -c/--clusterName or -b/--brokerAddr")
-        raise typer.Exit(2)
-
-
-def _say(as_json: bool, data: Any, lines: list[str]) -> None:
-    if as_json:
-        _print_json(data)
-    else:
-        for line in lines:
-            console().print(line, markup=False, highlight=False)
+    return _call(namesrv, fn, OpsAdmin)
 
 
 def _java_bool(text: str) -> bool:
@@ -80,7 +56,7 @@ def delete_topic(
 ) -> None:
     """Delete a topic on every master of a cluster and in the NameServers."""
     addrs = _ops(namesrv, lambda a: a.delete_topic(topic, cluster))
-    _say(as_json, {"topic": topic, "brokers": addrs},
+    done(as_json, {"topic": topic, "brokers": addrs},
          [f"delete topic [{topic}] from cluster [{cluster}] success.",
           f"delete topic [{topic}] from NameServer success."])  # fmt: skip
 
@@ -104,7 +80,7 @@ def update_sub_group(
     """Create or update a subscription group on a broker (-b) or every master of a cluster (-c)."""
     from broker.remoting.protocol.body import SubscriptionGroupConfig
 
-    _one_target(cluster, broker_addr)
+    one_target(cluster, broker_addr)
     cfg = SubscriptionGroupConfig(
         group_name=group, consume_enable=_java_bool(consume_enable),
         consume_from_min_enable=_java_bool(consume_from_min_enable),
@@ -113,7 +89,7 @@ def update_sub_group(
         notify_consumer_ids_changed_enable=_java_bool(notify),
     )  # fmt: skip
     addrs = _ops(namesrv, lambda a: a.update_sub_group(cfg, cluster=cluster, broker_addr=broker_addr))
-    _say(as_json, {"config": cfg.to_json(), "brokers": addrs},
+    done(as_json, {"config": cfg.to_json(), "brokers": addrs},
          [f"create subscription group to {a} success." for a in addrs] + [str(cfg.to_json())])  # fmt: skip
 
 
@@ -127,10 +103,10 @@ def delete_sub_group(
     as_json: AsJson = False,
 ) -> None:
     """Delete a subscription group (in a cluster also its %RETRY% and %DLQ% topics)."""
-    _one_target(cluster, broker_addr)
+    one_target(cluster, broker_addr)
     addrs = _ops(namesrv, lambda a: a.delete_sub_group(group, cluster=cluster, broker_addr=broker_addr,
                                                        remove_offset=remove_offset))  # fmt: skip
-    _say(as_json, {"group": group, "brokers": addrs},
+    done(as_json, {"group": group, "brokers": addrs},
          [f"delete subscription group [{group}] from broker [{a}] success." for a in addrs])  # fmt: skip
 
 
@@ -167,7 +143,7 @@ def clone_group_offset(
 ) -> None:
     """Give a group another group's offsets on a topic."""
     addrs = _ops(namesrv, lambda a: a.clone_group_offset(src, dest, topic, offline))
-    _say(as_json, {"srcGroup": src, "destGroup": dest, "topic": topic, "brokers": addrs},
+    done(as_json, {"srcGroup": src, "destGroup": dest, "topic": topic, "brokers": addrs},
          [f"clone group offset success. srcGroup[{src}], destGroup={dest}, topic[{topic}]"])  # fmt: skip
 
 
@@ -271,7 +247,7 @@ def broker_status(
     as_json: AsJson = False,
 ) -> None:
     """A broker's runtime figures (GET_BROKER_RUNTIME_INFO): TPS, today's and yesterday's counts, store state."""
-    _one_target(cluster, broker_addr)
+    one_target(cluster, broker_addr)
 
     async def go(a: OpsAdmin) -> dict[str, dict[str, str]]:
         addrs = [broker_addr] if broker_addr else await a.master_addrs(cluster or "")
@@ -294,7 +270,7 @@ def get_broker_config(
 ) -> None:
     """Every setting of a broker."""
     cfg = _ops(namesrv, lambda a: a.get_broker_config(broker_addr))
-    _say(as_json, cfg, [f"{k:<40} = {v}" for k, v in cfg.items()])
+    done(as_json, cfg, [f"{k:<40} = {v}" for k, v in cfg.items()])
 
 
 @admin_app.command("updateBrokerConfig")
@@ -307,9 +283,9 @@ def update_broker_config(
     as_json: AsJson = False,
 ) -> None:
     """Change a setting while the broker runs (only the keys it applies at once)."""
-    _one_target(cluster, broker_addr)
+    one_target(cluster, broker_addr)
     addrs = _ops(namesrv, lambda a: a.update_broker_config(key, value, cluster=cluster, broker_addr=broker_addr))
-    _say(as_json, {"key": key, "value": value, "brokers": addrs},
+    done(as_json, {"key": key, "value": value, "brokers": addrs},
          [f"update broker config success, {a}" for a in addrs])  # fmt: skip
 
 
@@ -321,7 +297,7 @@ def wipe_write_perm(
 ) -> None:
     """Stop clients sending to a broker (in the NameServers' routes)."""
     counts = _ops(namesrv, lambda a: a.wipe_write_perm(broker_name))
-    _say(
+    done(
         as_json,
         counts,
         [f"wipe write perm of broker[{broker_name}] in name server[{ns}] OK, {n}" for ns, n in counts.items()],
@@ -336,7 +312,7 @@ def add_write_perm(
 ) -> None:
     """Let clients send to a broker again."""
     counts = _ops(namesrv, lambda a: a.add_write_perm(broker_name))
-    _say(
+    done(
         as_json,
         counts,
         [f"add write perm of broker[{broker_name}] in name server[{ns}] OK, {n}" for ns, n in counts.items()],
@@ -351,9 +327,9 @@ def delete_expired_commitlog(
     as_json: AsJson = False,
 ) -> None:
     """Run the expired-CommitLog pass now (segments are tiered first, per expiredSegmentPolicy)."""
-    _one_target(cluster, broker_addr)
+    one_target(cluster, broker_addr)
     addrs = _ops(namesrv, lambda a: a.delete_expired_commitlog(cluster=cluster, broker_addr=broker_addr))
-    _say(as_json, {"brokers": addrs}, [f"delete expired commitlog on {a} success" for a in addrs])
+    done(as_json, {"brokers": addrs}, [f"delete expired commitlog on {a} success" for a in addrs])
 
 
 @admin_app.command("statsAll")

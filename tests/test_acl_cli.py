@@ -142,3 +142,14 @@ def test_python_push_consumer_heartbeats_pulls_and_commits_signed(server) -> Non
 
     run(go())
     assert "refused" not in server.log_text()[log_before:]  # heartbeats, pulls, offset commits: all passed
+
+
+def test_operator_commands_sign_too(server) -> None:
+    """The mqadmin-style operator commands go through the same signing client as the ACL ones."""
+    refused = admin(server, "updateBrokerConfig", "-k", "maxMessageSize", "-v", "4194304")
+    assert refused.exit_code == 1 and "No accessKey is configured" in refused.output
+    changed = admin(server, "updateBrokerConfig", "-k", "maxMessageSize", "-v", "4194304", env=ADMIN_ENV)
+    assert changed.exit_code == 0, changed.output
+    shown = admin(server, "getBrokerConfig", env=ADMIN_ENV)
+    assert shown.exit_code == 0, shown.output
+    assert "4194304" in shown.stdout
