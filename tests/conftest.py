@@ -7,7 +7,7 @@ import pytest
 from tests import host_disk
 from tests.helpers import make_config
 
-pytest_plugins = ["tests.fixtures_spark", "tests.fixtures_broker", "tests.twins"]
+pytest_plugins = ["tests.fixtures_spark", "tests.fixtures_broker", "tests.live_broker", "tests.twins"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -31,10 +31,10 @@ from store.schedule import ParkRefused, park
 from tests.aio import async_test, poll
 from tests.fixtures_broker import remoting_call as broker_call
 from tests.helpers import make_config, read_queue, wait_dispatched, wait_until
+from tests.live_broker import LiveBroker, records
 from tests.test_acl_broker import ADMIN as ACL_ADMIN
 from tests.test_acl_broker import PRODUCER as ACL_PRODUCER
 from tests.test_acl_broker import acl_broker, call, send_cmd
-from tests.test_broker_protocol import LiveBroker, records
 from tests.test_conformance_cpp_client import Collector, producer, push_consumer, unique
 
 # =====================================================================================================
@@ -222,17 +222,8 @@ def test_timer_progress_survives_restart_and_nothing_due_is_lost(tmp_path) -> No
 
 
 @pytest.fixture
-def live(tmp_path):
-    made: list[LiveBroker] = []
-
-    def factory(**conf: str) -> LiveBroker:
-        b = LiveBroker(tmp_path / f"store{len(made)}", **conf).start()
-        made.append(b)
-        return b
-
-    yield factory
-    for b in made:
-        b.close()
+def live(fresh_broker):
+    return fresh_broker
 
 
 def _pull_all(b: LiveBroker, topic: str, queue_id: int = 0, expr: str = "*", group: str = "g") -> list:

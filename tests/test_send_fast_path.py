@@ -16,7 +16,7 @@ from broker.remoting.errors import HeaderError
 from broker.server.send import SendProcessor
 from store.format import msgid, properties
 from store.format.records import decode_record
-from tests.test_broker_protocol import LiveBroker, records
+from tests.live_broker import records
 
 FULL_V2 = {
     "a": "pg", "b": "Fast", "c": "TBW102", "d": "4", "e": "2", "f": "0", "g": "1795000000000", "h": "7",
@@ -72,16 +72,8 @@ def _request(topic: str, body: bytes, uniq: str) -> RemotingCommand:
 
 
 @pytest.fixture
-def live(tmp_path):
-    made: list[LiveBroker] = []
-
-    def factory(**conf: str) -> LiveBroker:
-        made.append(LiveBroker(tmp_path / f"store{len(made)}", **conf).start())
-        return made[-1]
-
-    yield factory
-    for b in made:
-        b.close()
+def live(fresh_broker):
+    return fresh_broker
 
 
 @pytest.mark.integration
