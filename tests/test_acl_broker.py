@@ -29,15 +29,10 @@ from broker.server.controller import BrokerController
 from store.format import properties
 from tests.aio import async_test, poll
 from tests.helpers import wait_until
+from tests.live_broker import SMALL
 
 pytestmark = pytest.mark.integration
 
-SMALL = {
-    "mappedFileSizeCommitLog": str(1024 * 1024),
-    "mappedFileSizeConsumeQueue": str(20 * 1000),
-    "maxHashSlotNum": "1000",
-    "maxIndexNum": "4000",
-}
 ADMIN = Credentials("admin-key", "admin-secret")
 PRODUCER = Credentials("producer-key", "producer-secret")
 ACL = {

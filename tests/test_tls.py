@@ -32,16 +32,11 @@ from cli.main import app
 from tests.aio import async_test, poll
 from tests.fixtures_broker import REPO, MqlakeServer, free_port, stop_servers
 from tests.helpers import wait_until
+from tests.live_broker import SMALL
 from tests.tls_certs import self_signed
 
 pytestmark = pytest.mark.integration
 
-SMALL = {
-    "mappedFileSizeCommitLog": str(1024 * 1024),
-    "mappedFileSizeConsumeQueue": str(20 * 1000),
-    "maxHashSlotNum": "1000",
-    "maxIndexNum": "4000",
-}
 
 
 @pytest.fixture(scope="module")
