@@ -168,9 +168,7 @@ def update_topic(
     as_json: AsJson = False,
 ) -> None:
     """Create or update a topic on a broker (-b) or on every broker of a cluster (-c)."""
-    if (cluster is None) == (broker_addr is None):
-        print_error("give exactly one of -c/--clusterName or -b/--brokerAddr")
-        raise typer.Exit(2)
+    one_target(cluster, broker_addr)
     addrs = _call(namesrv, lambda a: a.create_topic(
         topic, cluster=cluster, broker_addr=broker_addr, read_queue_nums=read_queue_nums,
         write_queue_nums=write_queue_nums, perm=perm, order=order,
@@ -301,9 +299,7 @@ def _acl_call(
     one_target(cluster, broker_addr)
 
     async def go(admin: Admin) -> T:
-        from broker.client.acl_admin import target_addrs
-
-        return await fn(admin, await target_addrs(admin, broker_addr, cluster))
+        return await fn(admin, await admin.target_brokers(cluster, broker_addr))
 
     return _call(namesrv, go)
 

@@ -36,13 +36,6 @@ class AclAccount:
         return f"AclAccount(access_key={self.access_key!r}, admin={self.admin})"
 
 
-async def target_addrs(admin: Admin, broker_addr: str | None, cluster: str | None) -> list[str]:
-    """``-b`` one broker, or ``-c`` every master of a cluster."""
-    if (broker_addr is None) == (cluster is None):
-        raise MQClientError("give exactly one of a broker address or a cluster name")
-    return [broker_addr] if broker_addr is not None else await admin.master_addrs(cluster or "")
-
-
 async def update_account(admin: Admin, addrs: list[str], account: AclAccount) -> list[str]:
     header = h.CreateAccessConfigRequestHeader(
         access_key=account.access_key, secret_key=account.secret_key,

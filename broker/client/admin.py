@@ -118,6 +118,15 @@ class Admin:
             raise MQClientError(f"cluster {cluster!r} not found; known: {sorted(info.cluster_addr_table)}")
         return info.master_addrs(cluster)
 
+    async def target_brokers(self, cluster: str | None, broker_addr: str | None) -> list[str]:
+        """mqadmin's ``-b`` (this broker) or ``-c`` (every master of the cluster): exactly one of them."""
+        if (cluster is None) == (broker_addr is None):
+            raise MQClientError("give exactly one of cluster or broker address")
+        addrs = [broker_addr] if broker_addr else await self.master_addrs(cluster or "")
+        if not addrs:
+            raise MQClientError(f"cluster {cluster!r} has no master broker")
+        return addrs
+
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
         resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
         check(resp, "broker runtime info", addr)
@@ -152,11 +161,7 @@ class Admin:
     ) -> list[str]:
         """UPDATE_AND_CREATE_TOPIC on one broker or on every master of a cluster; returns the addresses done."""
         check_topic(topic)
-        if (cluster is None) == (broker_addr is None):
-            raise MQClientError("give exactly one of cluster or broker address")
-        addrs = [broker_addr] if broker_addr else await self.master_addrs(cluster or "")
-        if not addrs:
-            raise MQClientError(f"cluster {cluster!r} has no master broker")
+        addrs = await self.target_brokers(cluster, broker_addr)
         header = h.CreateTopicRequestHeader(
             topic=topic, default_topic=AUTO_CREATE_TOPIC, read_queue_nums=read_queue_nums,
             write_queue_nums=write_queue_nums, perm=perm, topic_filter_type="SINGLE_TAG", topic_sys_flag=0,

@@ -61,14 +61,6 @@ def _sum_24h(data: BrokerStatsData) -> int:
 
 
 class OpsAdmin(Admin):
-    async def _brokers(self, cluster: str | None, broker_addr: str | None) -> list[str]:
-        if (cluster is None) == (broker_addr is None):
-            raise MQClientError("give exactly one of cluster or broker address")
-        addrs = [broker_addr] if broker_addr else await self.master_addrs(cluster or "")
-        if not addrs:
-            raise MQClientError(f"cluster {cluster!r} has no master broker")
-        return addrs
-
     async def _call(self, addr: str, code: int, header: h.Header | None, what: str, body: bytes = b"",
                     ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:  # fmt: skip
         resp = await self._invoke(addr, RemotingCommand.request(code, header, body))
@@ -89,7 +81,7 @@ class OpsAdmin(Admin):
     # -- topics ---------------------------------------------------------------------------------------------
     async def delete_topic(self, topic: str, cluster: str) -> list[str]:
         """DELETE_TOPIC_IN_BROKER on every master of ``cluster``, then DELETE_TOPIC_IN_NAMESRV on every NameServer."""
-        addrs = await self._brokers(cluster, None)
+        addrs = await self.target_brokers(cluster, None)
         for addr in addrs:
             await self._call(addr, RequestCode.DELETE_TOPIC_IN_BROKER, h.DeleteTopicRequestHeader(topic=topic),
                              f"delete topic {topic}")  # fmt: skip
@@ -101,7 +93,7 @@ class OpsAdmin(Admin):
     # -- subscription groups ---------------------------------------------------------------------------------
     async def update_sub_group(self, cfg: SubscriptionGroupConfig, *, cluster: str | None = None,
                                broker_addr: str | None = None) -> list[str]:  # fmt: skip
-        addrs = await self._brokers(cluster, broker_addr)
+        addrs = await self.target_brokers(cluster, broker_addr)
         for addr in addrs:
             await self._call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None,
                              f"update subscription group {cfg.group_name}", cfg.encode())  # fmt: skip
@@ -110,7 +102,7 @@ class OpsAdmin(Admin):
     async def delete_sub_group(self, group: str, *, cluster: str | None = None, broker_addr: str | None = None,
                                remove_offset: bool = False) -> list[str]:  # fmt: skip
         """DELETE_SUBSCRIPTIONGROUP; in a cluster also the group's retry and dead-letter topics, as mqadmin does."""
-        addrs = await self._brokers(cluster, broker_addr)
+        addrs = await self.target_brokers(cluster, broker_addr)
         header = h.DeleteSubscriptionGroupRequestHeader(group_name=group, clean_offset=remove_offset)
         for addr in addrs:
             await self._call(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, header, f"delete subscription group {group}")
@@ -210,7 +202,7 @@ class OpsAdmin(Admin):
 
     async def update_broker_config(self, key: str, value: str, *, cluster: str | None = None,
                                    broker_addr: str | None = None) -> list[str]:  # fmt: skip
-        addrs = await self._brokers(cluster, broker_addr)
+        addrs = await self.target_brokers(cluster, broker_addr)
         body = f"{key}={value}\n".encode()
         for addr in addrs:
             await self._call(addr, RequestCode.UPDATE_BROKER_CONFIG, None, f"update broker config {key}", body)
@@ -235,7 +227,7 @@ class OpsAdmin(Admin):
 
     async def delete_expired_commitlog(self, *, cluster: str | None = None, broker_addr: str | None = None
                                        ) -> list[str]:  # fmt: skip
-        addrs = await self._brokers(cluster, broker_addr)
+        addrs = await self.target_brokers(cluster, broker_addr)
         for addr in addrs:
             await self._call(addr, RequestCode.DELETE_EXPIRED_COMMITLOG, None, "delete expired commitlog")
         return addrs
