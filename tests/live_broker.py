@@ -4,8 +4,10 @@ BrokerController on its own event-loop thread) and the ``fresh_broker`` fixture 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -132,3 +134,15 @@ def fresh_broker(tmp_path):
     yield factory
     for b in made:
         b.close()
+
+
+@contextlib.asynccontextmanager
+async def running_broker(store_dir: Path, **conf: str) -> AsyncIterator[BrokerController]:
+    """A started BrokerController on the caller's event loop (small store, an OS-chosen port), shut down after."""
+    controller = BrokerController(*build_configs({**SMALL, "listenPort": "0", "storePathRootDir": str(store_dir),
+                                                  **conf}))  # fmt: skip
+    await controller.start()
+    try:
+        yield controller
+    finally:
+        await controller.shutdown()

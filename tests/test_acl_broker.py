@@ -29,7 +29,7 @@ from broker.server.controller import BrokerController
 from store.format import properties
 from tests.aio import async_test, poll
 from tests.helpers import wait_until
-from tests.live_broker import SMALL
+from tests.live_broker import SMALL, running_broker
 
 pytestmark = pytest.mark.integration
 
@@ -55,14 +55,9 @@ def write_acl(home: Path, data: dict | str) -> Path:
 @contextlib.asynccontextmanager
 async def acl_broker(tmp_path: Path, acl: dict | str = ACL, **conf: str) -> AsyncIterator[BrokerController]:
     write_acl(tmp_path / "home", acl)
-    values = {**SMALL, "listenPort": "0", "storePathRootDir": str(tmp_path / "store"), "aclEnable": "true",
-              "rocketmqHome": str(tmp_path / "home"), **conf}  # fmt: skip
-    controller = BrokerController(*build_configs(values))
-    await controller.start()
-    try:
+    async with running_broker(tmp_path / "store", aclEnable="true", rocketmqHome=str(tmp_path / "home"),
+                              **conf) as controller:  # fmt: skip
         yield controller
-    finally:
-        await controller.shutdown()
 
 
 def send_cmd(topic: str, body: bytes = b"hello", code: int = RequestCode.SEND_MESSAGE_V2) -> RemotingCommand:

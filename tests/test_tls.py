@@ -32,7 +32,7 @@ from cli.main import app
 from tests.aio import async_test, poll
 from tests.fixtures_broker import REPO, MqlakeServer, free_port, stop_servers
 from tests.helpers import wait_until
-from tests.live_broker import SMALL
+from tests.live_broker import SMALL, running_broker
 from tests.tls_certs import self_signed
 
 pytestmark = pytest.mark.integration
@@ -47,14 +47,9 @@ def certs(tmp_path_factory) -> tuple[Path, Path]:
 @contextlib.asynccontextmanager
 async def tls_broker(tmp_path: Path, certs: tuple[Path, Path], **tls: str) -> AsyncIterator[BrokerController]:
     cert, key = certs
-    values = {**SMALL, "listenPort": "0", "storePathRootDir": str(tmp_path / "store"),
-              "tls.server.certPath": str(cert), "tls.server.keyPath": str(key), **tls}  # fmt: skip
-    controller = BrokerController(*build_configs(values))
-    await controller.start()
-    try:
+    tls = {"tls.server.certPath": str(cert), "tls.server.keyPath": str(key), **tls}
+    async with running_broker(tmp_path / "store", **tls) as controller:
         yield controller
-    finally:
-        await controller.shutdown()
 
 
 async def runtime_info(addr: str, ssl_context=None) -> int:
