@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 
 .PHONY: install up test bench fuzz lint airflow clean
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed $(PROXY_STUBS)
 
 # Re-runs only when the dependency declarations or the compiled twins' sources change; the package itself is
 # editable (the Python modules are read in place, the Cython twins are built into the tree by setup.py).
@@ -16,8 +16,21 @@ $(VENV)/.installed: pyproject.toml constraints.txt setup.py $(TWIN_SOURCES)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,airflow]'
 	touch $@
 
+# The RocketMQ 5.x gRPC client (PyPI rocketmq-python-client) in a virtual environment of its own: its top-level
+# package `rocketmq` is also the 4.x C++ client's.  The tests drive it as a subprocess; its shipped protocol
+# descriptors are what the broker's gRPC stubs are generated from (tools/gen_grpc_stubs.py, docs/grpc.md).
+RMQ5_VENV := .venv-rmq5
+PROXY_STUBS := broker/proxy/v2/service_pb2_grpc.py
+$(RMQ5_VENV)/.installed: constraints.txt
+	test -x $(RMQ5_VENV)/bin/python || $(PYTHON) -m venv $(RMQ5_VENV)
+	$(RMQ5_VENV)/bin/python -m pip install -q -c constraints.txt rocketmq-python-client grpcio-tools
+	touch $@
+
+$(PROXY_STUBS): tools/gen_grpc_stubs.py $(RMQ5_VENV)/.installed
+	$(RMQ5_VENV)/bin/python tools/gen_grpc_stubs.py
+
 up: install
-	$(VENV)/bin/mqlake up
+	$(VENV)/bin/mqlake up --proxy
 
 # The static checks first (a few seconds), then the whole suite.
 test: lint
@@ -56,6 +69,7 @@ lint: install
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .mqlake .airflow .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(RMQ5_VENV) build dist *.egg-info .mqlake .airflow .pytest_cache .ruff_cache .mypy_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+	rm -f broker/proxy/v2/*_pb2*.py broker/proxy/v2/*_pb2.pyi
 	rm -f $(TWIN_SOURCES:.pyx=.c) $(wildcard store/format/_*.so broker/remoting/_*.so)

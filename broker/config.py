@@ -86,6 +86,12 @@ class BrokerConfig(BaseModel):
     # report the newest tier/verify-index/replay run from its _reports/; unset, none of these.
     lake_path: Path | None = None
     lake_cache_bytes: int = Field(256 * 1024 * 1024, ge=0)  # decoded row groups of the tier kept in memory
+    # The RocketMQ 5 gRPC endpoint (broker.proxy, docs/grpc.md): a proxy in local mode in the broker process, off
+    # unless enableProxy=true; RocketMQ's ProxyConfig names and defaults for the port and the invisible-time bounds.
+    enable_proxy: bool = False
+    grpc_server_port: int = Field(8081, ge=0, le=65535)
+    min_invisible_time_mills_for_recv: int = Field(10_000, ge=1000)
+    max_invisible_time_mills: int = Field(12 * 3600 * 1000, ge=1000)
 
     @field_validator("enable_dleger_commit_log")
     @classmethod

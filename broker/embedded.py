@@ -15,6 +15,7 @@ from typing import Any
 from broker.config import BrokerConfig
 from broker.lake.tier_schedule import TierSchedule
 from broker.namesrv import NamesrvController
+from broker.proxy.server import GrpcProxy
 from broker.remoting.loop import run, wait_for_signal
 from broker.server.controller import BrokerController
 from broker.tls_settings import tls_server_context
@@ -53,9 +54,14 @@ async def serve(
             broker_config.namesrv_addr = addr
     broker = BrokerController(broker_config, store_config, host=broker_host)
     schedule: asyncio.Task | None = None
+    proxy: GrpcProxy | None = None
     try:
         await broker.start()
         log.info("Broker ready at %s (store %s)", broker.addr, store_config.store_path_root_dir)
+        if broker_config.enable_proxy:  # the RocketMQ 5 gRPC endpoint (docs/grpc.md)
+            proxy = GrpcProxy(broker)
+            await proxy.start()
+            log.info("gRPC proxy ready at %s:%d", proxy.host, proxy.port)
         tiering = TierSchedule(store_config, broker.store.manifest.entries, broker_config.lake_path, tier_command)
         schedule = asyncio.create_task(tiering.run())
         await wait_for_signal()
@@ -65,6 +71,8 @@ async def serve(
             schedule.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await schedule
+        if proxy is not None:
+            await proxy.stop()
         await broker.shutdown()
         if namesrv is not None:
             await namesrv.stop()

@@ -136,12 +136,16 @@ def up(
     ] = None,
     lake: LakeOption = None,
     log_level: LogLevel = "INFO",
+    proxy: Annotated[bool | None, typer.Option(
+        "--proxy/--no-proxy", help="Serve RocketMQ 5 gRPC clients on grpcServerPort (default: enableProxy).")] = None,
 ) -> None:
     """Run a NameServer and a Broker in one process (embedded mode); SIGTERM/SIGINT stop both gracefully."""
     from broker.embedded import run_servers
 
     _setup_logging(log_level)
     broker_cfg, store_cfg = _load_conf(config, store_dir, broker_port, host, lake)
+    if proxy is not None:
+        broker_cfg.enable_proxy = proxy
     ns_host = host or broker_cfg.broker_ip1
     configured = broker_cfg.namesrv_addrs
     if namesrv_port is None:

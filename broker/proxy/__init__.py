@@ -1,0 +1,7 @@
+"""The RocketMQ 5 gRPC endpoint (``apache.rocketmq.v2.MessagingService``): a proxy in local mode inside the broker.
+
+``server`` runs the grpc.aio server on the broker's event loop; ``service`` answers the RPCs; ``pop`` holds the
+receive/ack (pop) state and its revive log; ``convert`` maps v2 messages to and from CommitLog records;
+``receipt`` encodes receipt handles; ``status`` holds the v2 status codes.  The stubs in ``v2/`` are generated at
+install time (``tools/gen_grpc_stubs.py``, docs/grpc.md).
+"""

@@ -1,0 +1,447 @@
+"""``apache.rocketmq.v2.MessagingService``: the RPCs a RocketMQ 5 client calls, answered from this broker.
+
+Sends go through the broker's own send path (``SendProcessor``, as a SEND_MESSAGE built from the v2 message) and
+END_TRANSACTION through its transaction processor, so topic checks, auto-created retry/DLQ topics, half messages,
+timers and flushing are the remoting clients' to the byte.  Receives and acks are ``pop``'s.  Every refusal is a
+v2 ``Status`` with a message naming what was wrong; the RPCs a 5.x client may call that are not served
+(PullMessage, UpdateOffset, GetOffset, QueryOffset, RecallMessage, SyncLiteSubscription) answer UNSUPPORTED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import grpc
+
+from broker.proxy import convert, receipt
+from broker.proxy.pop import Popped, PopService
+from broker.proxy.status import Code, ProxyError, from_remoting, status
+from broker.proxy.v2 import definition_pb2 as pb
+from broker.proxy.v2 import service_pb2 as svc
+from broker.proxy.v2 import service_pb2_grpc
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import Channel
+from broker.remoting.errors import RequestRefused
+from broker.remoting.headers import EndTransactionRequestHeader, SendMessageRequestHeader
+from broker.remoting.protocol.heartbeat import EXPRESSION_TYPE_SQL92
+from broker.server import half_messages as hm
+from broker.server import topics as tp
+from broker.server.filters import property_selector
+from broker.server.send import SendProcessor
+from store.format import hashing, msgid, records
+from store.format import properties as P
+
+if TYPE_CHECKING:
+    from broker.server.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 32  # messages per receive (the proxy's and the pop's limit)
+DEFAULT_INVISIBLE_MS = 30_000
+DEFAULT_POLL_MS = 20_000
+PRODUCER_MAX_ATTEMPTS = 3  # the proxy's producer retry policy: 3 attempts, exponential 10 ms .. 1 s
+# The consumer back-off the proxy hands out: delay levels 3.. of the default messageDelayLevel.
+CONSUMER_BACKOFF_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+
+
+@dataclass
+class _Peer:
+    """The gRPC peer as the broker's send path sees a connection (it reads the born host only)."""
+
+    remote_addr: str
+    remote_host: tuple[str, int]
+
+    @classmethod
+    def of(cls, context: grpc.aio.ServicerContext) -> _Peer:
+        peer = context.peer() or ""  # "ipv4:127.0.0.1:5000", "ipv6:[::1]:5000"
+        host, _, port = peer.partition(":")[2].rpartition(":")
+        host = host.strip("[]") or "127.0.0.1"
+        try:
+            return cls(f"{host}:{port}", (host if ":" not in host else "127.0.0.1", int(port)))
+        except ValueError:
+            return cls(peer, ("127.0.0.1", 0))
+
+
+@dataclass
+class ClientInfo:
+    client_id: str
+    client_type: int = pb.CLIENT_TYPE_UNSPECIFIED
+    group: str = ""
+    settings: pb.Settings | None = None
+    commands: asyncio.Queue[svc.TelemetryCommand | None] = field(default_factory=asyncio.Queue)
+
+
+def _client_id(context: grpc.aio.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-mq-client-id":
+            return str(value)
+    raise ProxyError(Code.CLIENT_ID_REQUIRED, "the x-mq-client-id header is missing")
+
+
+def _overall(statuses: list[pb.Status]) -> pb.Status:
+    if len(statuses) == 1:
+        return statuses[0]
+    if all(s.code == Code.OK for s in statuses):
+        return status()
+    return status(Code.MULTIPLE_RESULTS, "some entries failed: see each entry's status")
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):
+    def __init__(self, broker: BrokerController, pop: PopService) -> None:
+        self.broker = broker
+        self.pop = pop
+        self.sender = SendProcessor(broker)
+        self.clients: dict[str, ClientInfo] = {}
+        self._round_robin = itertools.count()
+
+    # --- checks shared by the RPCs --------------------------------------------------------------------------
+    def _topic(self, resource: pb.Resource) -> tp.TopicConfig:
+        name = resource.name
+        bad = tp.topic_name_error(name)
+        if bad is not None:
+            raise ProxyError(Code.ILLEGAL_TOPIC, bad)
+        tc = self.broker.topics.get(name)
+        if tc is None:
+            raise ProxyError(Code.TOPIC_NOT_FOUND, f"topic {name} does not exist")
+        return tc
+
+    def _group(self, resource: pb.Resource) -> str:
+        name = resource.name
+        bad = tp.topic_name_error(name)
+        if bad is not None:
+            raise ProxyError(Code.ILLEGAL_CONSUMER_GROUP, f"consumer group {name!r}: {bad.replace('topic', 'name')}")
+        if self.broker.groups.find(name) is None:  # created here when autoCreateSubscriptionGroup is on
+            raise ProxyError(Code.CONSUMER_GROUP_NOT_FOUND, f"consumer group {name} does not exist")
+        return name
+
+    def _invisible_ms(self, d: Any, what: str) -> int:
+        ms = convert.duration_ms(d)
+        c = self.broker.config
+        if not c.min_invisible_time_mills_for_recv <= ms <= c.max_invisible_time_mills:
+            raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"{what} of {ms} ms is outside "
+                             f"[{c.min_invisible_time_mills_for_recv}, {c.max_invisible_time_mills}] ms")  # fmt: skip
+        return ms
+
+    def _receipt(self, text: str) -> receipt.ReceiptHandle:
+        return receipt.decode(text, self.broker.config.broker_name)
+
+    def _endpoints(self, asked: pb.Endpoints) -> pb.Endpoints:
+        if asked.addresses:
+            return asked  # local mode: the clients reach every queue where they reached the proxy
+        return pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=self.broker.host,
+                                                                  port=self.broker.config.grpc_server_port)])
+
+    # --- route, heartbeat, settings -------------------------------------------------------------------------
+    async def QueryRoute(self, request: svc.QueryRouteRequest, context: Any) -> svc.QueryRouteResponse:
+        try:
+            tc = self._topic(request.topic)
+        except ProxyError as e:
+            return svc.QueryRouteResponse(status=status(e.code, e.message))
+        broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(request.endpoints))
+        queues = []
+        for qid in range(max(tc.read_queue_nums, tc.write_queue_nums)):
+            read = qid < tc.read_queue_nums and tp.is_readable(tc.perm)
+            write = qid < tc.write_queue_nums and tp.is_writeable(tc.perm)
+            perm = pb.READ_WRITE if read and write else pb.READ if read else pb.WRITE if write else pb.NONE
+            queues.append(pb.MessageQueue(topic=pb.Resource(name=tc.topic_name), id=qid, permission=perm, broker=broker,
+                                          accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]))
+        return svc.QueryRouteResponse(status=status(), message_queues=queues)
+
+    def _client(self, context: Any) -> ClientInfo:
+        cid = _client_id(context)
+        info = self.clients.get(cid)
+        if info is None:
+            info = self.clients[cid] = ClientInfo(cid)
+        return info
+
+    async def Heartbeat(self, request: svc.HeartbeatRequest, context: Any) -> svc.HeartbeatResponse:
+        try:
+            info = self._client(context)
+            info.client_type = request.client_type
+            if request.HasField("group"):
+                info.group = self._group(request.group)
+        except ProxyError as e:
+            return svc.HeartbeatResponse(status=status(e.code, e.message))
+        return svc.HeartbeatResponse(status=status())
+
+    async def NotifyClientTermination(self, request: svc.NotifyClientTerminationRequest,
+                                      context: Any) -> svc.NotifyClientTerminationResponse:  # fmt: skip
+        try:
+            cid = _client_id(context)
+        except ProxyError as e:
+            return svc.NotifyClientTerminationResponse(status=status(e.code, e.message))
+        info = self.clients.pop(cid, None)
+        if info is not None:
+            info.commands.put_nowait(None)  # ends its telemetry stream
+        return svc.NotifyClientTerminationResponse(status=status())
+
+    def settings(self, asked: pb.Settings) -> pb.Settings:
+        """The settings a client is told on its telemetry stream: its retry policy, and for a producer the body
+        limit, for a consumer its group's FIFO flag, batch size and long-polling time."""
+        out = pb.Settings(client_type=asked.client_type, access_point=asked.access_point,
+                          request_timeout=asked.request_timeout or convert.duration(3000))  # fmt: skip
+        if asked.HasField("publishing"):
+            out.backoff_policy.max_attempts = PRODUCER_MAX_ATTEMPTS
+            backoff = out.backoff_policy.exponential_backoff
+            backoff.initial.CopyFrom(convert.duration(10))
+            backoff.max.CopyFrom(convert.duration(1000))
+            backoff.multiplier = 2.0
+            out.publishing.topics.extend(asked.publishing.topics)
+            out.publishing.max_body_size = self.broker.store_config.max_message_size
+            out.publishing.validate_message_type = True
+        elif asked.HasField("subscription"):
+            group = asked.subscription.group.name
+            out.backoff_policy.max_attempts = self.pop.max_attempts(group)
+            out.backoff_policy.customized_backoff.next.extend(convert.duration(s * 1000) for s in CONSUMER_BACKOFF_S)
+            sub = out.subscription
+            sub.group.CopyFrom(asked.subscription.group)
+            sub.subscriptions.extend(asked.subscription.subscriptions)
+            sub.fifo = self.pop.fifo(group)
+            sub.receive_batch_size = MAX_BATCH
+            polling = asked.subscription.long_polling_timeout
+            sub.long_polling_timeout.CopyFrom(polling if polling.seconds or polling.nanos
+                                              else convert.duration(DEFAULT_POLL_MS))  # fmt: skip
+        return out
+
+    async def Telemetry(self, request_iterator: AsyncIterator[svc.TelemetryCommand],
+                        context: Any) -> AsyncIterator[svc.TelemetryCommand]:  # fmt: skip
+        """Settings sync: each settings command the client writes is answered with the server's settings."""
+        try:
+            info = self._client(context)
+        except ProxyError as e:
+            yield svc.TelemetryCommand(status=status(e.code, e.message))
+            return
+        commands = info.commands
+
+        async def read() -> None:
+            try:
+                async for cmd in request_iterator:
+                    if cmd.HasField("settings"):
+                        info.settings = cmd.settings
+                        info.client_type = cmd.settings.client_type
+                        if cmd.settings.HasField("subscription"):
+                            info.group = cmd.settings.subscription.group.name
+                        commands.put_nowait(svc.TelemetryCommand(status=status(), settings=self.settings(cmd.settings)))
+            finally:
+                commands.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (reply := await commands.get()) is not None:
+                yield reply
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.RpcError):
+                await reader
+
+    # --- send -----------------------------------------------------------------------------------------------
+    async def SendMessage(self, request: svc.SendMessageRequest, context: Any) -> svc.SendMessageResponse:
+        if not request.messages:
+            return svc.SendMessageResponse(status=status(Code.BAD_REQUEST, "no message to send"))
+        peer = _Peer.of(context)
+        entries = []
+        for msg in request.messages:
+            try:
+                entries.append(await self._send_one(msg, peer))
+            except ProxyError as e:
+                entries.append(svc.SendResultEntry(status=status(e.code, e.message),
+                                                   message_id=msg.system_properties.message_id))  # fmt: skip
+        return svc.SendMessageResponse(status=_overall([e.status for e in entries]), entries=entries)
+
+    async def _send_one(self, msg: pb.Message, peer: _Peer) -> svc.SendResultEntry:
+        tc = self._topic(msg.topic)
+        props, sys_flag = convert.send_properties(msg, self.broker.store_config.max_message_size)
+        queues = max(tc.write_queue_nums, 1)
+        group = props.get(convert.PROPERTY_SHARDING_KEY)
+        # A message group always goes to the same queue (the proxy's SendMessageQueueSelector hashes it)
+        qid = abs(hashing.java_string_hash(group)) % queues if group is not None else next(self._round_robin) % queues
+        born = msg.system_properties.born_timestamp
+        header = SendMessageRequestHeader(
+            producer_group=props.get(convert.PROPERTY_PRODUCER_GROUP, "PROXY_SEND"), topic=tc.topic_name,
+            default_topic=tp.AUTO_CREATE_TOPIC_KEY_TOPIC, default_topic_queue_nums=queues, queue_id=qid,
+            sys_flag=sys_flag, born_timestamp=born.seconds * 1000 + born.nanos // 1_000_000 or convert.now_ms(),
+            flag=0, properties=P.encode_properties(props).decode("utf-8"),
+        )  # fmt: skip
+        cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, header, msg.body)
+        answer = self.sender.send_inline(cmd, cast(Channel, peer))
+        resp = answer if isinstance(answer, RemotingCommand) else await answer
+        if resp.code != ResponseCode.SUCCESS:
+            code = from_remoting(resp.code)
+            if code == Code.BAD_REQUEST and P.PROPERTY_TIMER_DELIVER_MS in props:
+                code = Code.ILLEGAL_DELIVERY_TIME
+            raise ProxyError(code, resp.remark or f"send refused ({resp.code})")
+        ext = resp.ext_fields
+        tx_id = ext.get("msgId", "") if sys_flag == records.TRANSACTION_PREPARED_TYPE else ""
+        return svc.SendResultEntry(status=status(), message_id=msg.system_properties.message_id,
+                                   transaction_id=tx_id, offset=int(ext.get("queueOffset", "0")))  # fmt: skip
+
+    async def EndTransaction(self, request: svc.EndTransactionRequest, context: Any) -> svc.EndTransactionResponse:
+        """The transaction id is the half message's offset message id: it names the half message's CommitLog
+        offset, so a commit or rollback needs no state kept since the send, across restarts too."""
+        try:
+            code, text = await self._end_transaction(request, _Peer.of(context))
+        except ProxyError as e:
+            code, text = e.code, e.message
+        return svc.EndTransactionResponse(status=status(code, text))
+
+    async def _end_transaction(self, request: svc.EndTransactionRequest, peer: _Peer) -> tuple[int, str]:
+        kinds = {pb.COMMIT: records.TRANSACTION_COMMIT_TYPE, pb.ROLLBACK: records.TRANSACTION_ROLLBACK_TYPE}
+        kind = kinds.get(request.resolution)
+        if kind is None:
+            return Code.OK, "resolution unknown: the transaction stays open"
+        try:
+            _, offset = msgid.decode_offset_msg_id(request.transaction_id)
+        except (ValueError, IndexError):
+            bad = f"transaction id {request.transaction_id!r} is malformed"
+            raise ProxyError(Code.INVALID_TRANSACTION_ID, bad) from None
+        raw = self.broker.store.look_message_by_offset(offset)
+        half = records.decode_record(raw) if raw is not None else None
+        if half is None or half.topic != hm.HALF_TOPIC or half.uniq_key != request.message_id:
+            missing = f"no half message {request.message_id} for transaction id {request.transaction_id}"
+            raise ProxyError(Code.INVALID_TRANSACTION_ID, missing)
+        header = EndTransactionRequestHeader(
+            producer_group=half.property_map.get(convert.PROPERTY_PRODUCER_GROUP, ""),
+            tran_state_table_offset=half.queue_offset, commit_log_offset=offset, commit_or_rollback=kind,
+            from_transaction_check=request.source == pb.SOURCE_SERVER_CHECK, msg_id=request.transaction_id,
+            transaction_id=request.message_id, topic=request.topic.name,
+        )  # fmt: skip
+        cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, header)
+        answer = self.broker.transactions.end_transaction(cmd, cast(Channel, peer))
+        resp = answer if isinstance(answer, RemotingCommand) else await answer
+        if resp.code != ResponseCode.SUCCESS:
+            code = Code.INVALID_TRANSACTION_ID if resp.code == ResponseCode.SYSTEM_ERROR else from_remoting(resp.code)
+            raise ProxyError(code, resp.remark or "end transaction refused")
+        return Code.OK, "OK"
+
+    # --- receive, ack -------------------------------------------------------------------------------------
+    async def QueryAssignment(self, request: svc.QueryAssignmentRequest, context: Any) -> svc.QueryAssignmentResponse:
+        """One assignment per broker, queue id -1: a push consumer pops all of this broker's queues of the topic."""
+        try:
+            tc = self._topic(request.topic)
+            self._group(request.group)
+        except ProxyError as e:
+            return svc.QueryAssignmentResponse(status=status(e.code, e.message))
+        broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(request.endpoints))
+        queue = pb.MessageQueue(topic=pb.Resource(name=tc.topic_name), id=-1, permission=pb.READ_WRITE, broker=broker,
+                                accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION])  # fmt: skip
+        return svc.QueryAssignmentResponse(status=status(), assignments=[pb.Assignment(message_queue=queue)])
+
+    def _filter(self, expr: pb.FilterExpression) -> Any:
+        text = expr.expression.strip()
+        if expr.type == pb.SQL:
+            try:
+                selector = property_selector(self.broker.config, EXPRESSION_TYPE_SQL92, text)
+            except RequestRefused as e:
+                raise ProxyError(Code.ILLEGAL_FILTER_EXPRESSION, e.remark) from None
+            return lambda rec: selector.evaluate(rec.property_map)
+        if not text or text == "*":
+            return lambda rec: True
+        tags = {t.strip() for t in text.split("||") if t.strip()}
+        if not tags:
+            raise ProxyError(Code.ILLEGAL_FILTER_EXPRESSION, f"tag expression {text!r} names no tag")
+        return lambda rec: rec.tags in tags
+
+    async def ReceiveMessage(self, request: svc.ReceiveMessageRequest,
+                             context: Any) -> AsyncIterator[svc.ReceiveMessageResponse]:  # fmt: skip
+        try:
+            group = self._group(request.group)
+            tc = self._topic(request.message_queue.topic)
+            accept = self._filter(request.filter_expression)
+            if not 0 < request.batch_size <= MAX_BATCH:
+                raise ProxyError(Code.BAD_REQUEST, f"batch size {request.batch_size} is outside [1, {MAX_BATCH}]")
+            invisible = (self._invisible_ms(request.invisible_duration, "invisible duration")
+                         if request.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS)  # fmt: skip
+            wait = (convert.duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout")
+                    else DEFAULT_POLL_MS)  # fmt: skip
+            if wait < 0:
+                raise ProxyError(Code.ILLEGAL_POLLING_TIME, f"long polling time of {wait} ms is negative")
+            left = context.time_remaining()
+            if left is not None:  # answer (empty) before the client's deadline, not after it
+                wait = max(0, min(wait, int(left * 1000) - 1000))
+            popped = await self.pop.receive(group, tc.topic_name, accept, request.batch_size, invisible, wait)
+        except ProxyError as e:
+            yield svc.ReceiveMessageResponse(status=status(e.code, e.message))
+            return
+        if not popped:
+            yield svc.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
+            return
+        yield svc.ReceiveMessageResponse(status=status())
+        for p in popped:
+            yield svc.ReceiveMessageResponse(message=self._message(p))
+        yield svc.ReceiveMessageResponse(delivery_timestamp=convert._timestamp(convert.now_ms()))
+
+    @staticmethod
+    def _message(p: Popped) -> pb.Message:
+        m = convert.to_message(p.record, p.handle.encode(), p.handle.invisible_ms)
+        m.system_properties.delivery_attempt = p.attempt
+        return m
+
+    async def AckMessage(self, request: svc.AckMessageRequest, context: Any) -> svc.AckMessageResponse:
+        try:
+            group = self._group(request.group)
+            self._topic(request.topic)
+            if not request.entries:
+                raise ProxyError(Code.BAD_REQUEST, "no entry to ack")
+        except ProxyError as e:
+            return svc.AckMessageResponse(status=status(e.code, e.message))
+        results = []
+        for entry in request.entries:
+            try:
+                await self.pop.ack(group, self._receipt(entry.receipt_handle))
+                st = status()
+            except ProxyError as e:
+                st = status(e.code, e.message)
+            results.append(svc.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                                                     status=st))  # fmt: skip
+        return svc.AckMessageResponse(status=_overall([r.status for r in results]), entries=results)
+
+    async def ChangeInvisibleDuration(self, request: svc.ChangeInvisibleDurationRequest,
+                                      context: Any) -> svc.ChangeInvisibleDurationResponse:  # fmt: skip
+        try:
+            group = self._group(request.group)
+            self._topic(request.topic)
+            invisible = self._invisible_ms(request.invisible_duration, "invisible duration")
+            handle = await self.pop.change_invisible(group, self._receipt(request.receipt_handle), invisible)
+        except ProxyError as e:
+            return svc.ChangeInvisibleDurationResponse(status=status(e.code, e.message))
+        return svc.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle.encode())
+
+    async def ForwardMessageToDeadLetterQueue(self, request: svc.ForwardMessageToDeadLetterQueueRequest,
+                                              context: Any) -> svc.ForwardMessageToDeadLetterQueueResponse:  # fmt: skip
+        try:
+            group = self._group(request.group)
+            self._topic(request.topic)
+            await self.pop.dead_letter(group, self._receipt(request.receipt_handle))
+        except ProxyError as e:
+            return svc.ForwardMessageToDeadLetterQueueResponse(status=status(e.code, e.message))
+        return svc.ForwardMessageToDeadLetterQueueResponse(status=status())
+
+    # --- not served -------------------------------------------------------------------------------------------
+    @staticmethod
+    def _unsupported(what: str) -> pb.Status:
+        return status(Code.UNSUPPORTED, f"{what} is not served by this broker (see docs/grpc.md)")
+
+    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[svc.PullMessageResponse]:
+        yield svc.PullMessageResponse(status=self._unsupported("PullMessage"))
+
+    async def UpdateOffset(self, request: Any, context: Any) -> svc.UpdateOffsetResponse:
+        return svc.UpdateOffsetResponse(status=self._unsupported("UpdateOffset"))
+
+    async def GetOffset(self, request: Any, context: Any) -> svc.GetOffsetResponse:
+        return svc.GetOffsetResponse(status=self._unsupported("GetOffset"))
+
+    async def QueryOffset(self, request: Any, context: Any) -> svc.QueryOffsetResponse:
+        return svc.QueryOffsetResponse(status=self._unsupported("QueryOffset"))
+
+    async def RecallMessage(self, request: Any, context: Any) -> svc.RecallMessageResponse:
+        return svc.RecallMessageResponse(status=self._unsupported("RecallMessage"))
+
+    async def SyncLiteSubscription(self, request: Any, context: Any) -> svc.SyncLiteSubscriptionResponse:
+        return svc.SyncLiteSubscriptionResponse(status=self._unsupported("SyncLiteSubscription"))

@@ -1,0 +1,131 @@
+"""Drives the official RocketMQ 5.x Python client (PyPI ``rocketmq-python-client``) for the gRPC tests.
+
+Run with the Python of ``.venv-rmq5`` (``tests/rmq5.py`` does), never imported by pytest: that client's top-level
+package ``rocketmq`` is also the 4.x C++ client's.  Prints one JSON document on stdout.
+
+    produce  --endpoint E --topic T [--count N] [--tag T] [--keys K] [--group G] [--delay-ms D] [--tx commit|rollback]
+    receive  --endpoint E --topic T --group G --expect N [--invisible S] [--ack] [--deadline S] [--filter TAG]
+    receive_renew  as receive, then ChangeInvisibleDuration on each message before acking it
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
+)
+
+
+class _Unknown(TransactionChecker):
+    def check(self, message: Message) -> TransactionResolution:
+        return TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED
+
+
+def _config(endpoint: str) -> ClientConfiguration:
+    return ClientConfiguration(endpoint, Credentials(), request_timeout=5)
+
+
+def produce(a: argparse.Namespace) -> dict:
+    producer = Producer(_config(a.endpoint), (a.topic,), checker=_Unknown() if a.tx else None)
+    producer.startup()
+    sent = []
+    try:
+        for i in range(a.count):
+            msg = Message()
+            msg.topic = a.topic
+            msg.body = f"{a.prefix}-{i}".encode()
+            if a.tag:
+                msg.tag = a.tag
+            for key in a.keys or ():
+                msg.keys = key
+            msg.add_property("index", str(i))
+            if a.group:
+                msg.message_group = a.group
+            if a.delay_ms:
+                msg.delivery_timestamp = int(time.time() * 1000 + a.delay_ms) // 1000 + 1
+            if a.tx:
+                tx = producer.begin_transaction()
+                receipt = producer.send(msg, tx)
+                tx.commit() if a.tx == "commit" else tx.rollback()
+            else:
+                receipt = producer.send(msg)
+            sent.append({"message_id": receipt.message_id, "offset": receipt.offset,
+                         "transaction_id": receipt.transaction_id, "queue": receipt.message_queue.message_queue0().id})
+    finally:
+        producer.shutdown()
+    return {"sent": sent}
+
+
+def receive(a: argparse.Namespace) -> dict:
+    expression = FilterExpression(a.filter) if a.filter else FilterExpression()
+    consumer = SimpleConsumer(_config(a.endpoint), a.group, {a.topic: expression}, await_duration=a.await_s)
+    consumer.startup()
+    got = []
+    errors = []
+    acked = []
+    end = time.monotonic() + a.deadline
+    try:
+        while len(got) < a.expect and time.monotonic() < end:
+            for m in consumer.receive(min(32, a.expect - len(got)), a.invisible) or []:
+                item = {"body": m.body.decode(), "message_id": m.message_id, "tag": m.tag, "topic": m.topic,
+                        "keys": sorted(m.keys), "attempt": m.delivery_attempt, "group": m.message_group,
+                        "properties": dict(m.properties), "receipt_handle": m.receipt_handle,
+                        "delivery_timestamp": m.delivery_timestamp, "received_at": time.time()}
+                if a.mode == "renew":
+                    consumer.change_invisible_duration(m, a.invisible)
+                    item["renewed_handle"] = m.receipt_handle
+                if a.ack or a.mode == "renew":
+                    consumer.ack(m)
+                    acked.append(m)
+                got.append(item)
+        if a.ack_again:  # acking a handle twice: the second must fail
+            for m in acked[:1]:
+                try:
+                    consumer.ack(m)
+                except Exception as e:  # noqa: BLE001 - the failure is the result reported
+                    errors.append({"code": getattr(e, "code", None), "message": str(e)})
+    finally:
+        consumer.shutdown()
+    return {"received": got, "errors": errors}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("command", choices=["produce", "receive", "receive_renew"])
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--prefix", default="m")
+    p.add_argument("--tag")
+    p.add_argument("--keys", nargs="*")
+    p.add_argument("--group")
+    p.add_argument("--delay-ms", type=int, default=0)
+    p.add_argument("--tx", choices=["commit", "rollback"])
+    p.add_argument("--expect", type=int, default=1)
+    p.add_argument("--invisible", type=int, default=10)
+    p.add_argument("--await-s", type=int, default=2)
+    p.add_argument("--deadline", type=float, default=30)
+    p.add_argument("--ack", action="store_true")
+    p.add_argument("--ack-again", action="store_true")
+    p.add_argument("--filter")
+    a = p.parse_args()
+    a.mode = "renew" if a.command == "receive_renew" else "plain"
+    out = produce(a) if a.command == "produce" else receive(a)
+    json.dump(out, sys.stdout)
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
