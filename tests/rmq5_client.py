@@ -3,7 +3,8 @@
 Run with the Python of ``.venv-rmq5`` (``tests/rmq5.py`` does), never imported by pytest: that client's top-level
 package ``rocketmq`` is also the 4.x C++ client's.  Prints one JSON document on stdout.
 
-    produce  --endpoint E --topic T [--count N] [--tag T] [--keys K] [--group G] [--delay-ms D] [--tx commit|rollback]
+    produce  --endpoint E --topic T [--count N] [--tag T] [--keys K...] [--group G] [--delay-ms D]
+             [--tx commit|rollback|check-commit|check-rollback]  (check-*: left open for the broker's check-back)
     receive  --endpoint E --topic T --group G --expect N [--invisible S] [--ack] [--deadline S] [--filter TAG]
     receive_renew  as receive, then ChangeInvisibleDuration on each message before acking it
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 
 from rocketmq import (
@@ -27,9 +29,18 @@ from rocketmq import (
 )
 
 
-class _Unknown(TransactionChecker):
+class _Checker(TransactionChecker):
+    """Answers the broker's check-back of a transaction left open with ``resolution``; records what it was asked."""
+
+    def __init__(self, resolution: TransactionResolution) -> None:
+        self.resolution = resolution
+        self.checked: list[str] = []
+        self.done = threading.Event()
+
     def check(self, message: Message) -> TransactionResolution:
-        return TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED
+        self.checked.append(message.message_id)
+        self.done.set()
+        return self.resolution
 
 
 def _config(endpoint: str) -> ClientConfiguration:
@@ -37,7 +48,10 @@ def _config(endpoint: str) -> ClientConfiguration:
 
 
 def produce(a: argparse.Namespace) -> dict:
-    producer = Producer(_config(a.endpoint), (a.topic,), checker=_Unknown() if a.tx else None)
+    # a check-back racing the producer's own commit or rollback answers the same
+    resolution = TransactionResolution.COMMIT if a.tx in ("commit", "check-commit") else TransactionResolution.ROLLBACK
+    checker = _Checker(resolution)
+    producer = Producer(_config(a.endpoint), (a.topic,), checker=checker if a.tx else None)
     producer.startup()
     sent = []
     try:
@@ -57,14 +71,24 @@ def produce(a: argparse.Namespace) -> dict:
             if a.tx:
                 tx = producer.begin_transaction()
                 receipt = producer.send(msg, tx)
-                tx.commit() if a.tx == "commit" else tx.rollback()
+                if a.tx == "commit":
+                    tx.commit()
+                elif a.tx == "rollback":
+                    tx.rollback()  # check-*: left open, for the broker's check-back to resolve
             else:
                 receipt = producer.send(msg)
             sent.append({"message_id": receipt.message_id, "offset": receipt.offset,
                          "transaction_id": receipt.transaction_id, "queue": receipt.message_queue.message_queue0().id})
+        out: dict = {"sent": sent}
+        if a.tx and a.tx.startswith("check"):
+            checker.done.wait(a.deadline)
+            out["checked"] = checker.checked
+            if a.consume_group:  # the producer stays up (its EndTransaction may still be on its way) until then
+                a.group, a.ack = a.consume_group, True
+                out.update(receive(a))
     finally:
         producer.shutdown()
-    return {"sent": sent}
+    return out
 
 
 def receive(a: argparse.Namespace) -> dict:
@@ -111,7 +135,7 @@ def main() -> int:
     p.add_argument("--keys", nargs="*")
     p.add_argument("--group")
     p.add_argument("--delay-ms", type=int, default=0)
-    p.add_argument("--tx", choices=["commit", "rollback"])
+    p.add_argument("--tx", choices=["commit", "rollback", "check-commit", "check-rollback"])
     p.add_argument("--expect", type=int, default=1)
     p.add_argument("--invisible", type=int, default=10)
     p.add_argument("--await-s", type=int, default=2)
@@ -119,6 +143,7 @@ def main() -> int:
     p.add_argument("--ack", action="store_true")
     p.add_argument("--ack-again", action="store_true")
     p.add_argument("--filter")
+    p.add_argument("--consume-group", help="produce --tx check-*: then receive in this group before stopping")
     a = p.parse_args()
     a.mode = "renew" if a.command == "receive_renew" else "plain"
     out = produce(a) if a.command == "produce" else receive(a)

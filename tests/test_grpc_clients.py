@@ -24,7 +24,9 @@ from tests.test_conformance_cpp_client import Collector, message, producer, push
 
 pytestmark = pytest.mark.integration
 
-PROXY_CONF = {"enableProxy": "true", "minInvisibleTimeMillsForRecv": "1000"}
+# transactionTimeOut and transactionCheckInterval shortened: an open transaction is checked back within a second
+PROXY_CONF = {"enableProxy": "true", "minInvisibleTimeMillsForRecv": "1000", "transactionTimeOut": "500",
+              "transactionCheckInterval": "300"}
 
 
 class ProxyServer:
@@ -208,3 +210,12 @@ def test_messages_in_flight_survive_a_broker_crash(tmp_path) -> None:
         assert {m["attempt"] for m in again["received"]} == {2}  # revived from the checkpoints, not re-read
     finally:
         stop_servers([p.server])
+
+
+def test_open_transaction_is_resolved_by_the_check_back_on_the_telemetry_stream(proxy) -> None:
+    """A half message neither committed nor rolled back: the broker asks the producer (RecoverOrphanedTransaction-
+    Command on its telemetry stream), the client's checker answers COMMIT, and the message is delivered."""
+    topic, group = proxy.create_topic(), proxy.create_group()
+    out = proxy.client("produce", "--topic", topic, "--tx", "check-commit", "--consume-group", group, "--expect", "1")
+    assert out["checked"] == [out["sent"][0]["message_id"]]
+    assert bodies(out) == ["m-0"]

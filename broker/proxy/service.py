@@ -29,10 +29,15 @@ from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel
 from broker.remoting.errors import RequestRefused
-from broker.remoting.headers import EndTransactionRequestHeader, SendMessageRequestHeader
+from broker.remoting.headers import (
+    CheckTransactionStateRequestHeader,
+    EndTransactionRequestHeader,
+    SendMessageRequestHeader,
+)
 from broker.remoting.protocol.heartbeat import EXPRESSION_TYPE_SQL92
 from broker.server import half_messages as hm
 from broker.server import topics as tp
+from broker.server.clients import ClientChannel
 from broker.server.filters import property_selector
 from broker.server.send import SendProcessor
 from store.format import hashing, msgid, records
@@ -44,7 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 32  # messages per receive (the proxy's and the pop's limit)
-DEFAULT_INVISIBLE_MS = 30_000
+DEFAULT_INVISIBLE_MS = 60_000  # ProxyConfig.defaultInvisibleTimeMills
 DEFAULT_POLL_MS = 20_000
 PRODUCER_MAX_ATTEMPTS = 3  # the proxy's producer retry policy: 3 attempts, exponential 10 ms .. 1 s
 # The consumer back-off the proxy hands out: delay levels 3.. of the default messageDelayLevel.
@@ -69,13 +74,38 @@ class _Peer:
             return cls(peer, ("127.0.0.1", 0))
 
 
+class TelemetryChannel:
+    """A 5.x client's telemetry stream as the broker's processors see a client connection: registered as a
+    producer channel of its transactional topics, so the transaction check-back (CHECK_TRANSACTION_STATE) reaches
+    it, as a RecoverOrphanedTransactionCommand."""
+
+    def __init__(self, client_id: str, peer: _Peer) -> None:
+        self.client_id = client_id
+        self.remote_addr = peer.remote_addr
+        self.remote_host = peer.remote_host
+        self.commands: asyncio.Queue[svc.TelemetryCommand | None] = asyncio.Queue()
+
+    def close(self) -> None:
+        self.commands.put_nowait(None)
+
+    async def send_oneway(self, cmd: RemotingCommand) -> None:
+        if cmd.code != RequestCode.CHECK_TRANSACTION_STATE:
+            return  # remoting-only notifications (consumer ids changed, ...) mean nothing to a 5.x client
+        h = cmd.read_header(CheckTransactionStateRequestHeader)
+        half = records.decode_record(cmd.body, size=len(cmd.body))
+        tx_id = h.offset_msg_id or half.offset_msg_id  # what EndTransaction finds the half message by
+        recover = svc.RecoverOrphanedTransactionCommand(message=convert.to_message(half, "", 0), transaction_id=tx_id)
+        self.commands.put_nowait(svc.TelemetryCommand(recover_orphaned_transaction_command=recover))
+
+
 @dataclass
 class ClientInfo:
     client_id: str
     client_type: int = pb.CLIENT_TYPE_UNSPECIFIED
     group: str = ""
     settings: pb.Settings | None = None
-    commands: asyncio.Queue[svc.TelemetryCommand | None] = field(default_factory=asyncio.Queue)
+    telemetry: TelemetryChannel | None = None
+    producing: set[str] = field(default_factory=set)  # the topics it is registered as a producer of
 
 
 def _client_id(context: grpc.aio.ServicerContext) -> str:
@@ -121,12 +151,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise ProxyError(Code.CONSUMER_GROUP_NOT_FOUND, f"consumer group {name} does not exist")
         return name
 
-    def _invisible_ms(self, d: Any, what: str) -> int:
+    def _invisible_ms(self, d: Any, low: int) -> int:
+        """An invisible duration within [low, maxInvisibleTimeMills]: minInvisibleTimeMillsForRecv for a receive,
+        1 s for a renewal."""
         ms = convert.duration_ms(d)
-        c = self.broker.config
-        if not c.min_invisible_time_mills_for_recv <= ms <= c.max_invisible_time_mills:
-            raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"{what} of {ms} ms is outside "
-                             f"[{c.min_invisible_time_mills_for_recv}, {c.max_invisible_time_mills}] ms")  # fmt: skip
+        high = self.broker.config.max_invisible_time_mills
+        if not low <= ms <= high:
+            raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME,
+                             f"invisible duration of {ms} ms is outside [{low}, {high}] ms")  # fmt: skip
         return ms
 
     def _receipt(self, text: str) -> receipt.ReceiptHandle:
@@ -167,6 +199,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             info.client_type = request.client_type
             if request.HasField("group"):
                 info.group = self._group(request.group)
+            self._refresh(info)
         except ProxyError as e:
             return svc.HeartbeatResponse(status=status(e.code, e.message))
         return svc.HeartbeatResponse(status=status())
@@ -178,9 +211,25 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except ProxyError as e:
             return svc.NotifyClientTerminationResponse(status=status(e.code, e.message))
         info = self.clients.pop(cid, None)
-        if info is not None:
-            info.commands.put_nowait(None)  # ends its telemetry stream
+        if info is not None and info.telemetry is not None:
+            self.broker.producers.channel_closed(info.telemetry)
+            info.telemetry.close()  # ends its telemetry stream
         return svc.NotifyClientTerminationResponse(status=status())
+
+    def _register_producer(self, info: ClientInfo, topic: str) -> None:
+        """The client as a producer of ``topic``'s transactions (their producer group is the topic)."""
+        if info.telemetry is not None and topic not in info.producing:
+            self.broker.producers.register(topic, ClientChannel(info.telemetry, info.client_id, "PYTHON"))
+            info.producing.add(topic)
+
+    def _refresh(self, info: ClientInfo) -> None:
+        """A heartbeat: its producer channels stay registered (the broker drops silent ones)."""
+        if info.telemetry is None:
+            return
+        for topic in info.producing:
+            channel = self.broker.producers.groups.get(topic, {}).get(info.telemetry)
+            if channel is not None:
+                channel.last_update = convert.now_ms()
 
     def settings(self, asked: pb.Settings) -> pb.Settings:
         """The settings a client is told on its telemetry stream: its retry policy, and for a producer the body
@@ -212,13 +261,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator: AsyncIterator[svc.TelemetryCommand],
                         context: Any) -> AsyncIterator[svc.TelemetryCommand]:  # fmt: skip
-        """Settings sync: each settings command the client writes is answered with the server's settings."""
+        """Settings sync: each settings command the client writes is answered with the server's settings; a
+        producer's stream also carries the transaction check-backs of its topics."""
         try:
             info = self._client(context)
         except ProxyError as e:
             yield svc.TelemetryCommand(status=status(e.code, e.message))
             return
-        commands = info.commands
+        if info.telemetry is not None:  # a rebuilt stream replaces the old one
+            self.broker.producers.channel_closed(info.telemetry)
+            info.telemetry.close()
+            info.producing.clear()
+        channel = info.telemetry = TelemetryChannel(info.client_id, _Peer.of(context))
+        commands = channel.commands
 
         async def read() -> None:
             try:
@@ -228,6 +283,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         info.client_type = cmd.settings.client_type
                         if cmd.settings.HasField("subscription"):
                             info.group = cmd.settings.subscription.group.name
+                        for topic in cmd.settings.publishing.topics:
+                            self._register_producer(info, topic.name)
                         commands.put_nowait(svc.TelemetryCommand(status=status(), settings=self.settings(cmd.settings)))
             finally:
                 commands.put_nowait(None)
@@ -240,6 +297,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, grpc.RpcError):
                 await reader
+            self.broker.producers.channel_closed(channel)
+            if info.telemetry is channel:
+                info.telemetry = None
+                info.producing.clear()
 
     # --- send -----------------------------------------------------------------------------------------------
     async def SendMessage(self, request: svc.SendMessageRequest, context: Any) -> svc.SendMessageResponse:
@@ -250,6 +311,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         for msg in request.messages:
             try:
                 entries.append(await self._send_one(msg, peer))
+                if msg.system_properties.message_type == pb.TRANSACTION:
+                    with contextlib.suppress(ProxyError):  # no client id: no check-back, the send stands
+                        self._register_producer(self._client(context), msg.topic.name)
             except ProxyError as e:
                 entries.append(svc.SendResultEntry(status=status(e.code, e.message),
                                                    message_id=msg.system_properties.message_id))  # fmt: skip
@@ -356,8 +420,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             accept = self._filter(request.filter_expression)
             if not 0 < request.batch_size <= MAX_BATCH:
                 raise ProxyError(Code.BAD_REQUEST, f"batch size {request.batch_size} is outside [1, {MAX_BATCH}]")
-            invisible = (self._invisible_ms(request.invisible_duration, "invisible duration")
-                         if request.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS)  # fmt: skip
+            invisible = DEFAULT_INVISIBLE_MS
+            if request.HasField("invisible_duration"):
+                low = self.broker.config.min_invisible_time_mills_for_recv
+                invisible = self._invisible_ms(request.invisible_duration, low)
             wait = (convert.duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout")
                     else DEFAULT_POLL_MS)  # fmt: skip
             if wait < 0:
@@ -407,7 +473,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             group = self._group(request.group)
             self._topic(request.topic)
-            invisible = self._invisible_ms(request.invisible_duration, "invisible duration")
+            invisible = self._invisible_ms(request.invisible_duration, 1000)
             handle = await self.pop.change_invisible(group, self._receipt(request.receipt_handle), invisible)
         except ProxyError as e:
             return svc.ChangeInvisibleDurationResponse(status=status(e.code, e.message))
