@@ -205,6 +205,10 @@ class PopService:
                 if not waiting:
                     del self._waiters[t]
 
+    def waiting(self, topic: str) -> int:
+        """How many receives are parked on ``topic``."""
+        return len(self._waiters.get(topic, ()))
+
     def _on_arrival(self, topic: str, *_: int) -> None:
         # the store's dispatch thread
         if topic in self._waiters and self._loop is not None and not self._loop.is_closed():

@@ -8,14 +8,18 @@ a body over maxMessageSize within that room gets MESSAGE_BODY_TOO_LARGE.
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from broker.proxy.pop import PopService
-from broker.proxy.service import MessagingService
-from broker.proxy.v2 import service_pb2_grpc
+from broker.proxy.service import Malformed, MessagingService
+from broker.proxy.status import Code, status
+from broker.proxy.v2 import service_pb2 as svc
 
 if TYPE_CHECKING:
     from broker.server.controller import BrokerController
@@ -34,7 +38,7 @@ class GrpcProxy:
         limit = broker.store_config.max_message_size + ENVELOPE_ROOM
         self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                                ("grpc.so_reuseport", 0)])  # fmt: skip
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, self.server)
+        self.server.add_generic_rpc_handlers((handlers(self.service),))
         self.port = 0
 
     async def start(self) -> None:
@@ -53,3 +57,56 @@ class GrpcProxy:
         await self.pop.stop()
         await self.server.stop(grace)
         log.info("gRPC proxy stopped")
+
+
+def _lenient(cls: Any) -> Callable[[bytes], Any]:
+    """The request decoder: bytes that are no ``cls`` become a ``Malformed`` the RPC answers BAD_REQUEST to."""
+
+    def decode(data: bytes) -> Any:
+        try:
+            return cls.FromString(data)
+        except DecodeError as e:
+            return Malformed(f"malformed {cls.DESCRIPTOR.name} ({len(data)} bytes): {e}")
+
+    return decode
+
+
+def _refusing(fn: Callable[..., Any], response: Any, streaming: bool) -> Callable[..., Any]:
+    """``fn``, except that a Malformed request is answered with ``response(status=BAD_REQUEST)``."""
+    if streaming:
+
+        @functools.wraps(fn)
+        async def stream(request: Any, context: Any) -> Any:
+            if isinstance(request, Malformed):
+                yield response(status=status(Code.BAD_REQUEST, request.reason))
+                return
+            async for item in fn(request, context):
+                yield item
+
+        return stream
+
+    @functools.wraps(fn)
+    async def unary(request: Any, context: Any) -> Any:
+        if isinstance(request, Malformed):
+            return response(status=status(Code.BAD_REQUEST, request.reason))
+        return await fn(request, context)
+
+    return unary
+
+
+def handlers(service: MessagingService) -> grpc.GenericRpcHandler:
+    """Every MessagingService method of the protocol, with the servicer's method and a lenient decoder (the
+    generated ``add_..._to_server`` would let a decode error out as an UNKNOWN gRPC error)."""
+    desc = svc.DESCRIPTOR.services_by_name["MessagingService"]
+    table = {}
+    for m in desc.methods:
+        request, response = getattr(svc, m.input_type.name), getattr(svc, m.output_type.name)
+        fn = getattr(service, m.name)
+        kwargs = {"request_deserializer": _lenient(request), "response_serializer": response.SerializeToString}
+        if m.client_streaming:  # Telemetry: each command decoded alone, a malformed one answered in the stream
+            table[m.name] = grpc.stream_stream_rpc_method_handler(fn, **kwargs)
+        elif m.server_streaming:
+            table[m.name] = grpc.unary_stream_rpc_method_handler(_refusing(fn, response, True), **kwargs)
+        else:
+            table[m.name] = grpc.unary_unary_rpc_method_handler(_refusing(fn, response, False), **kwargs)
+    return grpc.method_handlers_generic_handler(desc.full_name, table)

@@ -56,6 +56,13 @@ PRODUCER_MAX_ATTEMPTS = 3  # the proxy's producer retry policy: 3 attempts, expo
 CONSUMER_BACKOFF_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 
 
+@dataclass(frozen=True)
+class Malformed:
+    """A request whose bytes did not decode (``server``'s decoder gives it to the RPC instead of failing)."""
+
+    reason: str
+
+
 @dataclass
 class _Peer:
     """The gRPC peer as the broker's send path sees a connection (it reads the born host only)."""
@@ -278,7 +285,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         async def read() -> None:
             try:
                 async for cmd in request_iterator:
-                    if cmd.HasField("settings"):
+                    if isinstance(cmd, Malformed):
+                        commands.put_nowait(svc.TelemetryCommand(status=status(Code.BAD_REQUEST, cmd.reason)))
+                    elif cmd.HasField("settings"):
                         info.settings = cmd.settings
                         info.client_type = cmd.settings.client_type
                         if cmd.settings.HasField("subscription"):
