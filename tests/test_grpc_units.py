@@ -1,0 +1,109 @@
+"""The gRPC endpoint's pure parts: receipt handles in RocketMQ's layout, v2 message <-> record properties, and the
+stubs generated at install time (names on the wire as the 5.x clients call them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.proxy import convert, receipt
+from broker.proxy.status import ProxyError
+from broker.proxy.v2 import definition_pb2 as pb
+from broker.proxy.v2 import service_pb2 as svc
+from store.format import records
+
+pytestmark = pytest.mark.unit
+
+# ReceiptHandle.encode of RocketMQ 5 for: startOffset 7, retrieveTime 1700000000123, invisibleTime 30000,
+# reviveQueueId 0, a retry topic ("1"), broker-a, queue 3, offset 42, commitLogOffset 123456 (space-separated).
+JAVA_HANDLE = "7 1700000000123 30000 0 1 broker-a 3 42 123456"
+
+
+def test_receipt_handle_layout_is_rocketmqs() -> None:
+    h = receipt.decode(JAVA_HANDLE, "broker-a")
+    assert (h.ck_offset, h.pop_time, h.invisible_ms, h.revive_qid, h.topic_type) == (7, 1700000000123, 30000, 0, 1)
+    assert (h.broker_name, h.queue_id, h.queue_offset, h.commitlog_offset) == ("broker-a", 3, 42, 123456)
+    assert h.next_visible == 1700000030123
+    assert h.encode() == JAVA_HANDLE
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("", "expected 9 fields"),
+    ("7 1700000000123 30000 0 1 broker-a 3 42", "expected 9 fields"),
+    ("7 x 30000 0 1 broker-a 3 42 1", "not a number"),
+    ("7 1 30000 0 5 broker-a 3 42 1", "out of range"),
+    ("7 1 30000 0 1 broker-b 3 42 1", "from broker broker-b"),
+])  # fmt: skip
+def test_bad_receipt_handles_are_refused_with_the_reason(text: str, why: str) -> None:
+    with pytest.raises(ProxyError) as e:
+        receipt.decode(text, "broker-a")
+    assert e.value.code == pb.INVALID_RECEIPT_HANDLE and why in e.value.message
+
+
+def _message(kind: int = pb.NORMAL, body: bytes = b"hello", **props: str) -> pb.Message:
+    m = pb.Message(topic=pb.Resource(name="T"), body=body, user_properties=props)
+    m.system_properties.message_id = "01AABBCC"
+    m.system_properties.message_type = kind  # type: ignore[assignment]
+    return m
+
+
+def test_send_properties_map_the_system_properties_as_the_proxy_does() -> None:
+    m = _message(pb.FIFO, color="red")
+    m.system_properties.tag = "TagA"
+    m.system_properties.keys.extend(["k1", "k2"])
+    m.system_properties.message_group = "g1"
+    props, sys_flag = convert.send_properties(m, 1024)
+    assert props == {"color": "red", "TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "01AABBCC", "__SHARDINGKEY": "g1"}
+    assert sys_flag == 0
+    d = _message(pb.DELAY)
+    d.system_properties.delivery_timestamp.FromMilliseconds(1700000000123)
+    assert convert.send_properties(d, 1024)[0]["TIMER_DELIVER_MS"] == "1700000000123"
+    props, sys_flag = convert.send_properties(_message(pb.TRANSACTION), 1024)
+    assert (props["TRAN_MSG"], props["PGROUP"], sys_flag) == ("true", "T", records.TRANSACTION_PREPARED_TYPE)
+
+
+@pytest.mark.parametrize(("message", "code"), [
+    (_message(body=b""), pb.MESSAGE_BODY_EMPTY),
+    (_message(body=b"x" * 1025), pb.MESSAGE_BODY_TOO_LARGE),
+    (_message(DELAY="3"), pb.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    (_message(**{"a\x01b": "v"}), pb.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    (_message(pb.FIFO), pb.ILLEGAL_MESSAGE_GROUP),
+    (_message(pb.DELAY), pb.ILLEGAL_DELIVERY_TIME),
+    (_message(pb.LITE), pb.UNSUPPORTED),
+])  # fmt: skip
+def test_bad_messages_are_refused_with_their_code(message: pb.Message, code: int) -> None:
+    with pytest.raises(ProxyError) as e:
+        convert.send_properties(message, 1024)
+    assert e.value.code == code
+
+
+def test_a_group_on_a_normal_message_conflicts_with_its_type() -> None:
+    m = _message(pb.NORMAL)
+    m.system_properties.message_group = "g"
+    with pytest.raises(ProxyError) as e:
+        convert.send_properties(m, 1024)
+    assert e.value.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+
+
+def test_a_retried_record_is_shown_under_its_topic_with_body_digest_and_attempt() -> None:
+    from store.format import properties as P
+
+    props = {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "01AABBCC", "RETRY_TOPIC": "Orders", "CLUSTER": "c",
+             "color": "red", "__SHARDINGKEY": "g1"}  # fmt: skip
+    rec = records.MessageRecord(topic="%RETRY%G", queue_id=0, body=b"hello", properties=P.encode_properties(props),
+                                reconsume_times=2, born_timestamp=1700000000123, store_timestamp=1700000000456)
+    m = convert.to_message(rec, "handle", 30_000)
+    sp = m.system_properties
+    assert m.topic.name == "Orders" and dict(m.user_properties) == {"color": "red"}
+    assert (sp.tag, list(sp.keys), sp.message_id, sp.message_group) == ("TagA", ["k1", "k2"], "01AABBCC", "g1")
+    assert sp.message_type == pb.FIFO and sp.delivery_attempt == 3 and sp.receipt_handle == "handle"
+    assert (sp.body_digest.type, sp.body_digest.checksum) == (pb.CRC32, "3610A686")  # CRC32("hello")
+    assert sp.born_timestamp.ToMilliseconds() == 1700000000123 and sp.invisible_duration.seconds == 30
+
+
+def test_generated_stubs_keep_the_protocols_names() -> None:
+    service = svc.DESCRIPTOR.services_by_name["MessagingService"]
+    assert service.full_name == "apache.rocketmq.v2.MessagingService"
+    assert {"QueryRoute", "Heartbeat", "SendMessage", "QueryAssignment", "ReceiveMessage", "AckMessage",
+            "ForwardMessageToDeadLetterQueue", "EndTransaction", "Telemetry", "NotifyClientTermination",
+            "ChangeInvisibleDuration"} <= {m.name for m in service.methods}  # fmt: skip
+    assert pb.Code.Value("INVALID_RECEIPT_HANDLE") == 40013 and pb.Code.Value("MESSAGE_NOT_FOUND") == 40401
