@@ -12,7 +12,7 @@ On start the open checkpoints are rebuilt by reading the revive log from the rev
 of group ``CID_RMQ_SYS_REVIVE`` on the revive topic, moved on as checkpoints close): un-acked messages of a
 broker that crashed are redelivered after their invisible time, as before the crash.
 
-FIFO groups (``consumeMessageOrderly``) pop a queue only while none of its messages is in flight; an expired one is
+FIFO groups (``consumeMessageOrderly``) pop a queue only when none of its messages is in flight; an expired one is
 redelivered from the same queue, in order, with its delivery attempt counted, and dead-lettered past the limit.
 
 Record bodies are JSON (mqlake's own; RocketMQ's ``PopCheckPoint`` batches a bitmap of offsets per checkpoint).
@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import json
 import logging
 import random
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -92,6 +94,10 @@ class PopService:
         self.broker = broker
         self.revive_topic = REVIVE_TOPIC_PREFIX + broker.config.broker_cluster_name
         self.inflight: dict[int, InFlight] = {}  # by checkpoint offset
+        # kept beside it so that a revive scan and a FIFO pop cost what they find, not what is in flight:
+        self._deadlines: list[tuple[int, int]] = []  # (deadline, ck offset) heap; stale entries skipped
+        self._open_cks: list[int] = []  # ck offset heap: the revive offset is its least open one
+        self._busy: Counter[tuple[str, str, int]] = Counter()  # messages in flight per (group, topic, queue)
         self._fifo_attempts: dict[tuple[str, str, int, int], int] = {}  # redeliveries of a FIFO message
         self._lock = asyncio.Lock()  # one pop/ack/revive at a time: the offsets and the table change together
         self._waiters: dict[str, set[asyncio.Future]] = {}
@@ -142,7 +148,8 @@ class PopService:
                 elif rec.tags == _ACK:
                     open_cks.pop(int(body["ck"]), None)
             offset = res.next_begin_offset
-        self.inflight = open_cks
+        for e in open_cks.values():
+            self._add(e)
         if open_cks:
             log.info("pop: %d messages in flight recovered from %s", len(open_cks), self.revive_topic)
 
@@ -232,13 +239,23 @@ class PopService:
             return low
         return store.get_max_offset_in_queue(topic, queue_id)
 
-    def _busy_queues(self, group: str) -> set[tuple[str, int]]:
-        return {(e.topic, e.queue_id) for e in self.inflight.values() if e.group == group}
+    def _add(self, e: InFlight) -> None:
+        self.inflight[e.ck_offset] = e
+        heapq.heappush(self._deadlines, (e.deadline, e.ck_offset))
+        heapq.heappush(self._open_cks, e.ck_offset)
+        self._busy[(e.group, e.topic, e.queue_id)] += 1
+
+    def _remove(self, e: InFlight) -> None:
+        if self.inflight.pop(e.ck_offset, None) is None:
+            return
+        key = (e.group, e.topic, e.queue_id)
+        self._busy[key] -= 1
+        if self._busy[key] <= 0:
+            del self._busy[key]
 
     async def _pop(self, group: str, topic: str, accept: MessageFilter, batch: int, invisible_ms: int) -> list[Popped]:
         async with self._lock:
             fifo = self.fifo(group)
-            busy = self._busy_queues(group) if fifo else set()
             store = self.broker.store
             picked: list[tuple[str, int, records.MessageRecord]] = []
             moved: dict[tuple[str, int], int] = {}
@@ -252,7 +269,7 @@ class PopService:
                     qid = (self._rr + i) % n
                     if len(picked) >= batch:
                         break
-                    if (popped_topic, qid) in busy:
+                    if fifo and (group, popped_topic, qid) in self._busy:
                         continue  # FIFO: its earlier message is in flight
                     offset = self._start_offset(group, popped_topic, qid)
                     res = store.get_message(popped_topic, qid, offset, batch - len(picked))
@@ -281,7 +298,7 @@ class PopService:
             out = []
             for i, (e, (_, _, rec)) in enumerate(zip(entries, picked, strict=True)):
                 e.ck_offset = first + i
-                self.inflight[e.ck_offset] = e
+                self._add(e)
                 attempt = rec.reconsume_times + 1 + self._fifo_attempts.get(self._fifo_key(e), 0)
                 out.append(Popped(rec, self._handle(e), attempt))
             for (t, q), off in moved.items():
@@ -306,11 +323,28 @@ class PopService:
                              "expired (the message was redelivered) or renewed")  # fmt: skip
         return e
 
-    async def ack(self, group: str, handle: rh.ReceiptHandle) -> None:
+    async def ack(self, group: str, handles: list[rh.ReceiptHandle | ProxyError]) -> list[ProxyError | None]:
+        """Ack each handle (an AckMessage's entries: their ack records written as one batch); per handle, the
+        refusal or None.  A ProxyError in ``handles`` (an entry that did not decode) is passed through."""
         async with self._lock:
-            e = self._find(group, handle)
-            await self._append([self._record(_ACK, {"ck": e.ck_offset})])
-            self._close(e)
+            results: list[ProxyError | None] = []
+            closing: list[InFlight] = []
+            for handle in handles:
+                try:
+                    if isinstance(handle, ProxyError):
+                        raise handle
+                    e = self._find(group, handle)
+                    if e in closing:
+                        raise ProxyError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is twice in one ack")
+                    closing.append(e)
+                    results.append(None)
+                except ProxyError as refused:
+                    results.append(refused)
+            if closing:
+                await self._append([self._record(_ACK, {"ck": e.ck_offset}) for e in closing])
+                for e in closing:
+                    self._close(e)
+            return results
 
     async def change_invisible(self, group: str, handle: rh.ReceiptHandle, invisible_ms: int) -> rh.ReceiptHandle:
         async with self._lock:
@@ -319,8 +353,8 @@ class PopService:
                                invisible_ms, -1, e.fifo)  # fmt: skip
             renewed.ck_offset = await self._append([self._record(_CK, renewed.ck_body()),
                                                     self._record(_ACK, {"ck": e.ck_offset})])  # fmt: skip
-            del self.inflight[e.ck_offset]
-            self.inflight[renewed.ck_offset] = renewed
+            self._remove(e)
+            self._add(renewed)
             return self._handle(renewed)
 
     async def dead_letter(self, group: str, handle: rh.ReceiptHandle) -> None:
@@ -334,7 +368,7 @@ class PopService:
             self._close(e)
 
     def _close(self, e: InFlight) -> None:
-        self.inflight.pop(e.ck_offset, None)
+        self._remove(e)
         self._fifo_attempts.pop(self._fifo_key(e), None)
 
     def _read(self, e: InFlight) -> records.MessageRecord | None:
@@ -373,13 +407,22 @@ class PopService:
     async def revive(self) -> int:
         """Redeliver every message whose invisible time has passed; how many."""
         now = now_ms()
-        expired = sorted((e for e in self.inflight.values() if e.deadline <= now), key=lambda e: e.ck_offset)
+        expired = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            deadline, ck = heapq.heappop(self._deadlines)
+            e = self.inflight.get(ck)
+            if e is not None and e.deadline == deadline:
+                expired.append(e)
         done = 0
         for e in expired:
             async with self._lock:
                 if self.inflight.get(e.ck_offset) is not e:
                     continue  # acked or renewed meanwhile
-                await self._revive_one(e)
+                try:
+                    await self._revive_one(e)
+                except BaseException:
+                    heapq.heappush(self._deadlines, (e.deadline, e.ck_offset))  # tried again at the next scan
+                    raise
                 done += 1
         self._commit_revive_offset()
         return done
@@ -404,12 +447,14 @@ class PopService:
                 target = self.broker.create_retry_topic(e.group, cfg.retry_queue_nums if cfg else 1)
             await self._put_again(rec, target)
         await self._append([self._record(_ACK, {"ck": e.ck_offset})])
-        self.inflight.pop(e.ck_offset, None)
+        self._remove(e)
         if e.fifo:
             self._wake(e.topic)
 
     def _commit_revive_offset(self) -> None:
-        low = min(self.inflight, default=None)
+        while self._open_cks and self._open_cks[0] not in self.inflight:
+            heapq.heappop(self._open_cks)
+        low = self._open_cks[0] if self._open_cks else None
         if low is None:
             low = self.broker.store.get_max_offset_in_queue(self.revive_topic, 0)
         self.broker.offsets.commit(REVIVE_GROUP, self.revive_topic, 0, low)

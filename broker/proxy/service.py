@@ -466,15 +466,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 raise ProxyError(Code.BAD_REQUEST, "no entry to ack")
         except ProxyError as e:
             return svc.AckMessageResponse(status=status(e.code, e.message))
-        results = []
+        handles: list[receipt.ReceiptHandle | ProxyError] = []
         for entry in request.entries:
             try:
-                await self.pop.ack(group, self._receipt(entry.receipt_handle))
-                st = status()
+                handles.append(self._receipt(entry.receipt_handle))
             except ProxyError as e:
-                st = status(e.code, e.message)
-            results.append(svc.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
-                                                     status=st))  # fmt: skip
+                handles.append(e)
+        try:
+            refusals = await self.pop.ack(group, handles)
+        except ProxyError as e:  # the ack records were not written: none of the entries is acked
+            refusals = [e] * len(handles)
+        results = [svc.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                                             status=status() if e is None else status(e.code, e.message))
+                   for entry, e in zip(request.entries, refusals, strict=True)]  # fmt: skip
         return svc.AckMessageResponse(status=_overall([r.status for r in results]), entries=results)
 
     async def ChangeInvisibleDuration(self, request: svc.ChangeInvisibleDurationRequest,
