@@ -2,6 +2,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # The project supports CPython 3.11 only (requires-python); fall back to python3 if it is 3.11.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
+RMQ5_VENV := .venv-rmq5
+PROXY_STUBS := broker/proxy/v2/service_pb2_grpc.py
 
 .PHONY: install up test bench fuzz lint airflow clean
 
@@ -19,8 +21,6 @@ $(VENV)/.installed: pyproject.toml constraints.txt setup.py $(TWIN_SOURCES)
 # The RocketMQ 5.x gRPC client (PyPI rocketmq-python-client) in a virtual environment of its own: its top-level
 # package `rocketmq` is also the 4.x C++ client's.  The tests drive it as a subprocess; its shipped protocol
 # descriptors are what the broker's gRPC stubs are generated from (tools/gen_grpc_stubs.py, docs/grpc.md).
-RMQ5_VENV := .venv-rmq5
-PROXY_STUBS := broker/proxy/v2/service_pb2_grpc.py
 $(RMQ5_VENV)/.installed: constraints.txt
 	test -x $(RMQ5_VENV)/bin/python || $(PYTHON) -m venv $(RMQ5_VENV)
 	$(RMQ5_VENV)/bin/python -m pip install -q -c constraints.txt rocketmq-python-client grpcio-tools
