@@ -5,6 +5,7 @@ status code RocketMQ's proxy answers, with a message naming what was wrong, and 
 from __future__ import annotations
 
 import itertools
+import threading
 
 import grpc
 import pytest
@@ -216,3 +217,20 @@ def test_unserved_rpcs_answer_unsupported(proxied) -> None:
     r = proxied.stub.GetOffset(svc.GetOffsetRequest(), metadata=META)
     assert r.status.code == pb.UNSUPPORTED and "GetOffset" in r.status.message
 
+
+
+def test_stopping_the_proxy_answers_a_parked_receive(proxied) -> None:
+    topic, g = proxied.topic(), group(proxied)
+    result: list = []
+
+    def receive() -> None:
+        result.append(proxied.receive(topic, g, wait_s=20, timeout=30))
+
+    waiter = threading.Thread(target=receive)
+    waiter.start()
+    wait_until(lambda: proxied.proxy.pop.waiting(topic) > 0, what="the receive to park")
+    proxied.broker.run(proxied.proxy.stop(grace=5))
+    waiter.join(10)
+    assert not waiter.is_alive()
+    [(status, msgs)] = result
+    assert status.code == pb.MESSAGE_NOT_FOUND and msgs == []

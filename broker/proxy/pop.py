@@ -104,6 +104,7 @@ class PopService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self._rr = 0
+        self._stopping = False
 
     @property
     def broker_name(self) -> str:
@@ -119,6 +120,7 @@ class PopService:
         self._task = asyncio.create_task(self._revive_loop())
 
     async def stop(self) -> None:
+        self._stopping = True  # parked receives answer now (with what they have: nothing)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -189,7 +191,7 @@ class PopService:
             try:
                 found = await self._pop(group, topic, accept, batch, invisible_ms)
                 left = deadline - now_ms()
-                if found or left <= 0 or self.broker.stopping:
+                if found or left <= 0 or self._stopping:
                     return found
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(min(left, 1000) / 1000):  # re-check now and then (revives, FIFO)

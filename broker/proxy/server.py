@@ -71,8 +71,15 @@ def _lenient(cls: Any) -> Callable[[bytes], Any]:
     return decode
 
 
+def _failed(method: str, response: Any) -> Any:
+    """A bug (an exception the RPC did not turn into a status): logged, and answered INTERNAL_SERVER_ERROR."""
+    log.exception("gRPC %s failed", method)
+    return response(status=status(Code.INTERNAL_SERVER_ERROR, f"{method} failed inside the broker: see its log"))
+
+
 def _refusing(fn: Callable[..., Any], response: Any, streaming: bool) -> Callable[..., Any]:
-    """``fn``, except that a Malformed request is answered with ``response(status=BAD_REQUEST)``."""
+    """``fn``, except that a Malformed request is answered with ``response(status=BAD_REQUEST)`` and an unexpected
+    exception with INTERNAL_SERVER_ERROR (never an UNKNOWN gRPC error without a v2 status)."""
     if streaming:
 
         @functools.wraps(fn)
@@ -80,8 +87,15 @@ def _refusing(fn: Callable[..., Any], response: Any, streaming: bool) -> Callabl
             if isinstance(request, Malformed):
                 yield response(status=status(Code.BAD_REQUEST, request.reason))
                 return
-            async for item in fn(request, context):
-                yield item
+            started = False
+            try:
+                async for item in fn(request, context):
+                    started = True
+                    yield item
+            except Exception:
+                if started:  # a status was already sent: the stream just ends, in error
+                    raise
+                yield _failed(fn.__name__, response)
 
         return stream
 
@@ -89,7 +103,10 @@ def _refusing(fn: Callable[..., Any], response: Any, streaming: bool) -> Callabl
     async def unary(request: Any, context: Any) -> Any:
         if isinstance(request, Malformed):
             return response(status=status(Code.BAD_REQUEST, request.reason))
-        return await fn(request, context)
+        try:
+            return await fn(request, context)
+        except Exception:
+            return _failed(fn.__name__, response)
 
     return unary
 

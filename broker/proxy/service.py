@@ -307,9 +307,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             with contextlib.suppress(asyncio.CancelledError, grpc.RpcError):
                 await reader
             self.broker.producers.channel_closed(channel)
-            if info.telemetry is channel:
-                info.telemetry = None
-                info.producing.clear()
+            if info.telemetry is channel:  # the client is gone (or rebuilds its stream, and is known again)
+                self.clients.pop(info.client_id, None)
 
     # --- send -----------------------------------------------------------------------------------------------
     async def SendMessage(self, request: svc.SendMessageRequest, context: Any) -> svc.SendMessageResponse:
