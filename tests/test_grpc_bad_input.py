@@ -63,17 +63,19 @@ class Proxied:
                                                                        write_queue_nums=queues))  # fmt: skip
         return name
 
-    def send(self, topic: str, body: bytes = b"hello", **props: str) -> svc.SendMessageResponse:
+    def send(self, topic: str, body: bytes = b"hello", tag: str | None = None, **props: str) -> svc.SendMessageResponse:
         msg = pb.Message(topic=pb.Resource(name=topic), body=body, user_properties=props)
+        if tag is not None:
+            msg.system_properties.tag = tag
         msg.system_properties.message_id = f"0100000000000000000000000{next(_ids):09d}"
         msg.system_properties.message_type = pb.NORMAL
         return self.stub.SendMessage(svc.SendMessageRequest(messages=[msg]), metadata=META, timeout=10)
 
     def receive(self, topic: str, group: str, invisible_s: int = 10, wait_s: float = 0, batch: int = 32,
-                timeout: float = 10) -> tuple[pb.Status, list[pb.Message]]:  # fmt: skip
+                timeout: float = 10, expression: str = "*", kind: int = pb.TAG) -> tuple[pb.Status, list[pb.Message]]:
         req = svc.ReceiveMessageRequest(group=pb.Resource(name=group), batch_size=batch,
                                         message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
-                                        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"))  # fmt: skip
+                                        filter_expression=pb.FilterExpression(type=kind, expression=expression))
         req.invisible_duration.FromMilliseconds(int(invisible_s * 1000))
         req.long_polling_timeout.FromMilliseconds(int(wait_s * 1000))
         status, msgs = None, []
@@ -92,7 +94,8 @@ class Proxied:
 
 @pytest.fixture
 def proxied(tmp_path):
-    conf = {"grpcServerPort": "0", "minInvisibleTimeMillsForRecv": "1000", "autoCreateSubscriptionGroup": "false"}
+    conf = {"grpcServerPort": "0", "minInvisibleTimeMillsForRecv": "1000", "autoCreateSubscriptionGroup": "false",
+            "enablePropertyFilter": "true"}
     p = Proxied(LiveBroker(tmp_path / "store", **conf).start())
     yield p
     p.close()
@@ -234,3 +237,17 @@ def test_stopping_the_proxy_answers_a_parked_receive(proxied) -> None:
     assert not waiter.is_alive()
     [(status, msgs)] = result
     assert status.code == pb.MESSAGE_NOT_FOUND and msgs == []
+
+
+def test_tag_and_sql92_filters_pick_the_messages_and_a_bad_expression_is_refused(proxied) -> None:
+    topic = proxied.topic()
+    for i, (tag, color) in enumerate([("TagA", "red"), ("TagB", "red"), ("TagA", "blue"), ("TagC", "red")]):
+        assert proxied.send(topic, f"m{i}".encode(), tag=tag, color=color).status.code == pb.OK
+    wait_until(lambda: proxied.store.get_max_offset_in_queue(topic, 0) == 4, what="four messages stored")
+    _, by_tag = proxied.receive(topic, group(proxied), expression="TagA || TagC", wait_s=5)
+    assert sorted(m.body for m in by_tag) == [b"m0", b"m2", b"m3"]
+    _, by_sql = proxied.receive(topic, group(proxied), expression="color = 'red' AND TAGS <> 'TagC'", kind=pb.SQL,
+                                wait_s=5)  # fmt: skip
+    assert sorted(m.body for m in by_sql) == [b"m0", b"m1"]
+    status, _ = proxied.receive(topic, group(proxied), expression="color = = 'red'", kind=pb.SQL)
+    assert status.code == pb.ILLEGAL_FILTER_EXPRESSION and status.message
