@@ -1,6 +1,7 @@
-"""The gRPC endpoint's answers to bad input, dead-lettering and a receive closed mid-wait, over real gRPC on
-loopback with mqlake's generated stubs (``broker.proxy.v2``) against an in-process broker: each refusal is the v2
-status code RocketMQ's proxy answers, with a message naming what was wrong, and the broker keeps serving."""
+"""The gRPC endpoint over real gRPC on loopback with mqlake's generated stubs (``broker.proxy.v2``) against an
+in-process broker: bad input (each refusal the v2 status code RocketMQ's proxy answers, with a message naming what
+was wrong, nothing stored or acked, the broker serving on), dead-lettering, filters, settings sync, a receive
+closed mid-wait or parked when the proxy stops."""
 
 from __future__ import annotations
 
@@ -251,3 +252,22 @@ def test_tag_and_sql92_filters_pick_the_messages_and_a_bad_expression_is_refused
     assert sorted(m.body for m in by_sql) == [b"m0", b"m1"]
     status, _ = proxied.receive(topic, group(proxied), expression="color = = 'red'", kind=pb.SQL)
     assert status.code == pb.ILLEGAL_FILTER_EXPRESSION and status.message
+
+
+def test_telemetry_answers_settings_and_query_assignment_names_this_broker(proxied) -> None:
+    fifo = group(proxied, consumeMessageOrderly=True, retry_max_times=3)
+    topic = proxied.topic(queues=2)
+    publish = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=topic)]))
+    subscribe = pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(group=pb.Resource(name=fifo)))
+    stream = proxied.stub.Telemetry(iter([svc.TelemetryCommand(settings=publish),
+                                          svc.TelemetryCommand(settings=subscribe)]), metadata=META, timeout=10)
+    producer, consumer = next(stream), next(stream)
+    stream.cancel()
+    assert producer.status.code == pb.OK and producer.settings.publishing.max_body_size == int(SMALL["maxMessageSize"])
+    assert producer.settings.backoff_policy.max_attempts == 3
+    assert consumer.settings.subscription.fifo and consumer.settings.backoff_policy.max_attempts == 4
+    req = svc.QueryAssignmentRequest(topic=pb.Resource(name=topic), group=pb.Resource(name=fifo))
+    [assignment] = proxied.stub.QueryAssignment(req, metadata=META).assignments
+    assert assignment.message_queue.id == -1 and assignment.message_queue.broker.name == "broker-a"
+    req.topic.name = "NoSuchTopic"
+    assert proxied.stub.QueryAssignment(req, metadata=META).status.code == pb.TOPIC_NOT_FOUND
