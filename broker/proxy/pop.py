@@ -9,7 +9,7 @@ put to the group's retry topic with reconsumeTimes + 1, or to its DLQ (``%DLQ%<g
 retryMaxTimes are used up, and the checkpoint is acked.
 
 On start the open checkpoints are rebuilt by reading the revive log from the revive offset (the consumer offset
-of group ``CID_RMQ_SYS_REVIVE`` on the revive topic, moved on as checkpoints close): un-acked messages of a
+of group ``CID_RMQ_SYS_REVIVE_GROUP`` on the revive topic, moved on as checkpoints close): un-acked messages of a
 broker that crashed are redelivered after their invisible time, as before the crash.
 
 FIFO groups (``consumeMessageOrderly``) pop a queue only when none of its messages is in flight; an expired one is
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
-REVIVE_GROUP = "CID_RMQ_SYS_REVIVE"
+REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"  # PopAckConstants.REVIVE_GROUP
 REVIVE_INTERVAL = 0.2  # s between revive scans; invisible times are whole seconds or more
 _CK, _ACK = "ck", "ack"
 _READ_BATCH = 32
@@ -138,18 +138,21 @@ class PopService:
         offset = max(self.broker.offsets.query(REVIVE_GROUP, self.revive_topic, 0),
                      store.get_min_offset_in_queue(self.revive_topic, 0))  # fmt: skip
         open_cks: dict[int, InFlight] = {}
-        while True:
+        end = store.get_max_offset_in_queue(self.revive_topic, 0)
+        while offset < end:
             res = store.get_message(self.revive_topic, 0, offset, _READ_BATCH)
-            if not res.messages:
-                break
             for raw, qoff in zip(res.messages, res.queue_offsets, strict=True):
-                rec = records.decode_record(raw)
-                body = json.loads(rec.body)
-                if rec.tags == _CK:
-                    open_cks[qoff] = InFlight.from_ck(body, qoff)
-                elif rec.tags == _ACK:
-                    open_cks.pop(int(body["ck"]), None)
-            offset = res.next_begin_offset
+                try:
+                    rec = records.decode_record(raw)
+                    body = json.loads(rec.body)
+                    if rec.tags == _CK:
+                        open_cks[qoff] = InFlight.from_ck(body, qoff)
+                    elif rec.tags == _ACK:
+                        open_cks.pop(int(body["ck"]), None)
+                except (records.RecordError, ValueError, KeyError, TypeError) as e:  # not ours, or damaged: skipped
+                    log.error("pop: %s queue 0 offset %d: unreadable revive record skipped: %s", self.revive_topic,
+                              qoff, e)  # fmt: skip
+            offset = max(res.next_begin_offset, offset + 1)  # past a unit it could not read, too
         for e in open_cks.values():
             self._add(e)
         if open_cks:
