@@ -149,9 +149,9 @@ class PopService:
                         open_cks[qoff] = InFlight.from_ck(body, qoff)
                     elif rec.tags == _ACK:
                         open_cks.pop(int(body["ck"]), None)
-                except (records.RecordError, ValueError, KeyError, TypeError) as e:  # not ours, or damaged: skipped
+                except (records.RecordError, ValueError, KeyError, TypeError) as bad:  # not ours, or damaged
                     log.error("pop: %s queue 0 offset %d: unreadable revive record skipped: %s", self.revive_topic,
-                              qoff, e)  # fmt: skip
+                              qoff, bad)  # fmt: skip
             offset = max(res.next_begin_offset, offset + 1)  # past a unit it could not read, too
         for e in open_cks.values():
             self._add(e)
