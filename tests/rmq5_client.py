@@ -7,6 +7,7 @@ package ``rocketmq`` is also the 4.x C++ client's.  Prints one JSON document on 
              [--tx commit|rollback|check-commit|check-rollback]  (check-*: left open for the broker's check-back)
     receive  --endpoint E --topic T --group G --expect N [--invisible S] [--ack] [--deadline S] [--filter TAG]
     receive_renew  as receive, then ChangeInvisibleDuration on each message before acking it
+    push     --endpoint E --topic T --group G --expect N [--fail-first] [--deadline S]  (a PushConsumer)
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ import time
 
 from rocketmq import (
     ClientConfiguration,
+    ConsumeResult,
     Credentials,
     FilterExpression,
     Message,
+    MessageListener,
     Producer,
+    PushConsumer,
     SimpleConsumer,
     TransactionChecker,
     TransactionResolution,
@@ -124,9 +128,43 @@ def receive(a: argparse.Namespace) -> dict:
     return {"received": got, "errors": errors}
 
 
+class _Listener(MessageListener):
+    """Records each delivery; fails a message's first delivery when asked to (``--fail-first``)."""
+
+    def __init__(self, fail_first: bool, expect: int) -> None:
+        self.fail_first = fail_first
+        self.expect = expect
+        self.deliveries: list[dict] = []
+        self.succeeded: set[str] = set()
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+    def consume(self, message: Message) -> ConsumeResult:
+        ok = not (self.fail_first and message.delivery_attempt == 1)
+        with self.lock:
+            self.deliveries.append({"body": message.body.decode(), "attempt": message.delivery_attempt, "ok": ok})
+            if ok:
+                self.succeeded.add(message.message_id)
+            if len(self.succeeded) >= self.expect:
+                self.done.set()
+        return ConsumeResult.SUCCESS if ok else ConsumeResult.FAILURE
+
+
+def push(a: argparse.Namespace) -> dict:
+    listener = _Listener(a.fail_first, a.expect)
+    consumer = PushConsumer(_config(a.endpoint), a.group, listener, {a.topic: FilterExpression()})
+    consumer.startup()
+    try:
+        listener.done.wait(a.deadline)
+    finally:
+        consumer.shutdown()
+    with listener.lock:
+        return {"deliveries": list(listener.deliveries)}
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("command", choices=["produce", "receive", "receive_renew"])
+    p.add_argument("command", choices=["produce", "receive", "receive_renew", "push"])
     p.add_argument("--endpoint", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--count", type=int, default=1)
@@ -143,10 +181,11 @@ def main() -> int:
     p.add_argument("--ack", action="store_true")
     p.add_argument("--ack-again", action="store_true")
     p.add_argument("--filter")
+    p.add_argument("--fail-first", action="store_true", help="push: fail each message's first delivery")
     p.add_argument("--consume-group", help="produce --tx check-*: then receive in this group before stopping")
     a = p.parse_args()
     a.mode = "renew" if a.command == "receive_renew" else "plain"
-    out = produce(a) if a.command == "produce" else receive(a)
+    out = produce(a) if a.command == "produce" else push(a) if a.command == "push" else receive(a)
     json.dump(out, sys.stdout)
     sys.stdout.flush()
     return 0

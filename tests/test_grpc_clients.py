@@ -3,7 +3,8 @@
 
 Producer: normal, FIFO (message group), delay (delivery timestamp) and transactional (commit / rollback).
 SimpleConsumer: receive + ack, invisible-time expiry redelivers through the retry topic, ChangeInvisibleDuration,
-an already-acked receipt handle is refused.  Mixed traffic: 4.x and 5.x producers on one topic, read by a 5.x
+an already-acked receipt handle is refused.  PushConsumer: settings, assignment, a failed message redelivered after
+its back-off.  Mixed traffic: 4.x and 5.x producers on one topic, read by a 5.x
 SimpleConsumer and a 4.x push consumer.  A broker killed with messages in flight redelivers them after restart.
 """
 
@@ -219,3 +220,15 @@ def test_open_transaction_is_resolved_by_the_check_back_on_the_telemetry_stream(
     out = proxy.client("produce", "--topic", topic, "--tx", "check-commit", "--consume-group", group, "--expect", "1")
     assert out["checked"] == [out["sent"][0]["message_id"]]
     assert bodies(out) == ["m-0"]
+
+
+def test_push_consumer_gets_settings_assignment_and_a_failed_message_again(proxy) -> None:
+    """The 5.x PushConsumer waits for its settings (telemetry), finds its queues by QueryAssignment, and a message
+    whose consumption fails comes again after the back-off the settings gave (ChangeInvisibleDuration)."""
+    topic, group = proxy.create_topic(), proxy.create_group()
+    proxy.client("produce", "--topic", topic, "--count", "3")
+    out = proxy.client("push", "--topic", topic, "--group", group, "--expect", "3", "--fail-first")
+    by_body: dict[str, list] = {}
+    for d in out["deliveries"]:
+        by_body.setdefault(d["body"], []).append((d["attempt"], d["ok"]))
+    assert by_body == {f"m-{i}": [(1, False), (2, True)] for i in range(3)}

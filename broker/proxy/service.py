@@ -40,7 +40,7 @@ from broker.server import topics as tp
 from broker.server.clients import ClientChannel
 from broker.server.filters import property_selector
 from broker.server.send import SendProcessor
-from store.format import hashing, msgid, records
+from store.format import delay, hashing, msgid, records
 from store.format import properties as P
 
 if TYPE_CHECKING:
@@ -52,8 +52,7 @@ MAX_BATCH = 32  # messages per receive (the proxy's and the pop's limit)
 DEFAULT_INVISIBLE_MS = 60_000  # ProxyConfig.defaultInvisibleTimeMills
 DEFAULT_POLL_MS = 20_000
 PRODUCER_MAX_ATTEMPTS = 3  # the proxy's producer retry policy: 3 attempts, exponential 10 ms .. 1 s
-# The consumer back-off the proxy hands out: delay levels 3.. of the default messageDelayLevel.
-CONSUMER_BACKOFF_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+FIRST_RETRY_LEVEL = 3  # a consumer's n-th retry waits delay level 3 + n - 1, as CONSUMER_SEND_MSG_BACK's
 
 
 @dataclass(frozen=True)
@@ -255,7 +254,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         elif asked.HasField("subscription"):
             group = asked.subscription.group.name
             out.backoff_policy.max_attempts = self.pop.max_attempts(group)
-            out.backoff_policy.customized_backoff.next.extend(convert.duration(s * 1000) for s in CONSUMER_BACKOFF_S)
+            out.backoff_policy.customized_backoff.next.extend(convert.duration(ms) for ms in self._backoff_ms())
             sub = out.subscription
             sub.group.CopyFrom(asked.subscription.group)
             sub.subscriptions.extend(asked.subscription.subscriptions)
@@ -265,6 +264,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             sub.long_polling_timeout.CopyFrom(polling if polling.seconds or polling.nanos
                                               else convert.duration(DEFAULT_POLL_MS))  # fmt: skip
         return out
+
+    def _backoff_ms(self) -> list[int]:
+        """A push consumer's wait before each retry: the broker's delay levels from level 3 on (10 s, 30 s, 1 m, ...
+        with the default messageDelayLevel), the last one when there are fewer levels."""
+        levels = delay.parse_delay_levels(self.broker.store_config.message_delay_level)
+        return levels[FIRST_RETRY_LEVEL - 1 :] or levels[-1:]
 
     async def Telemetry(self, request_iterator: AsyncIterator[svc.TelemetryCommand],
                         context: Any) -> AsyncIterator[svc.TelemetryCommand]:  # fmt: skip
