@@ -59,8 +59,9 @@ async def serve(
         await broker.start()
         log.info("Broker ready at %s (store %s)", broker.addr, store_config.store_path_root_dir)
         if broker_config.enable_proxy:  # the RocketMQ 5 gRPC endpoint (docs/grpc.md)
-            proxy = GrpcProxy(broker)
-            await proxy.start()
+            starting = GrpcProxy(broker)
+            await starting.start()  # a taken grpcServerPort stops here: the broker shuts down, the CLI names it
+            proxy = starting
             log.info("gRPC proxy ready at %s:%d", proxy.host, proxy.port)
         tiering = TierSchedule(store_config, broker.store.manifest.entries, broker_config.lake_path, tier_command)
         schedule = asyncio.create_task(tiering.run())

@@ -11,6 +11,9 @@ SimpleConsumer and a 4.x push consumer.  A broker killed with messages in flight
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -19,7 +22,7 @@ from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.protocol.body import SubscriptionGroupConfig
 from tests import rmq5
-from tests.fixtures_broker import MqlakeServer, free_port, remoting_call, stop_servers
+from tests.fixtures_broker import TEST_CONF, MqlakeServer, free_port, remoting_call, stop_servers
 from tests.helpers import wait_until
 from tests.test_conformance_cpp_client import Collector, message, producer, push_consumer, unique
 
@@ -232,3 +235,18 @@ def test_push_consumer_gets_settings_assignment_and_a_failed_message_again(proxy
     for d in out["deliveries"]:
         by_body.setdefault(d["body"], []).append((d["attempt"], d["ok"]))
     assert by_body == {f"m-{i}": [(1, False), (2, True)] for i in range(3)}
+
+
+def test_a_taken_grpc_port_stops_mqlake_up_with_one_clear_line(tmp_path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        values = {**TEST_CONF, "storePathRootDir": str(tmp_path / "store"), "listenPort": str(free_port()),
+                  "enableProxy": "true", "grpcServerPort": str(busy.getsockname()[1])}  # fmt: skip
+        conf = tmp_path / "broker.conf"
+        conf.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+        out = subprocess.run([sys.executable, "-P", "-c", "from cli.main import main; main()", "up", "-c", str(conf),
+                              "--namesrv-port", str(free_port())], capture_output=True, text=True, timeout=120,
+                             cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 1 and "grpcServerPort" in out.stderr, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr

@@ -20,6 +20,7 @@ from broker.proxy.pop import PopService
 from broker.proxy.service import Malformed, MessagingService
 from broker.proxy.status import Code, status
 from broker.proxy.v2 import service_pb2 as svc
+from store.errors import MQLakeError
 
 if TYPE_CHECKING:
     from broker.server.controller import BrokerController
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ENVELOPE_ROOM = 64 * 1024  # properties, topic and the other fields around a body of maxMessageSize
+
+
+class ProxyPortError(MQLakeError, OSError):
+    """grpcServerPort cannot be listened on."""
 
 
 class GrpcProxy:
@@ -44,14 +49,18 @@ class GrpcProxy:
     async def start(self) -> None:
         await self.pop.start()
         port = self.broker.config.grpc_server_port
-        self.port = self.server.add_insecure_port(f"{self.host}:{port}")
+        try:
+            self.port = self.server.add_insecure_port(f"{self.host}:{port}")
+        except RuntimeError as e:  # grpcio's "Failed to bind": the port is taken
+            self.port = 0
+            log.error("gRPC proxy: %s", e)
         if self.port == 0:
             await self.pop.stop()
-            raise OSError(f"gRPC proxy: cannot listen on {self.host}:{port} (grpcServerPort)")
+            raise ProxyPortError(f"gRPC proxy: cannot listen on {self.host}:{port} (grpcServerPort): in use?")
         if port == 0:
             self.broker.config.grpc_server_port = self.port
         await self.server.start()
-        log.info("gRPC proxy (apache.rocketmq.v2.MessagingService) serving on %s:%d", self.host, self.port)
+        log.debug("gRPC proxy (apache.rocketmq.v2.MessagingService) serving on %s:%d", self.host, self.port)
 
     async def stop(self, grace: float = 2.0) -> None:
         await self.pop.stop()
