@@ -103,9 +103,9 @@ def test_5x_producer_to_5x_simple_consumer_with_tags_keys_properties_and_ack(pro
 def test_unacked_message_is_redelivered_after_its_invisible_time_and_renew_keeps_it(proxy) -> None:
     topic, group = proxy.create_topic(), proxy.create_group()
     proxy.client("produce", "--topic", topic, "--count", "2")
-    first = proxy.client("receive", "--topic", topic, "--group", group, "--expect", "2", "--invisible", "1")
+    first = proxy.client("receive", "--topic", topic, "--group", group, "--expect", "2", "--invisible", "2")
     assert sorted(bodies(first)) == ["m-0", "m-1"] and {m["attempt"] for m in first["received"]} == {1}
-    # not acked: after 1 s both come again (from the group's retry topic), as attempt 2, under the original topic
+    # not acked: after 2 s both come again (from the group's retry topic), as attempt 2, under the original topic
     again = proxy.client("receive_renew", "--topic", topic, "--group", group, "--expect", "2", "--invisible", "2")
     assert sorted(bodies(again)) == ["m-0", "m-1"]
     assert {m["attempt"] for m in again["received"]} == {2}
