@@ -271,3 +271,17 @@ def test_telemetry_answers_settings_and_query_assignment_names_this_broker(proxi
     assert assignment.message_queue.id == -1 and assignment.message_queue.broker.name == "broker-a"
     req.topic.name = "NoSuchTopic"
     assert proxied.stub.QueryAssignment(req, metadata=META).status.code == pb.TOPIC_NOT_FOUND
+
+
+def test_fifo_message_past_the_retry_limit_goes_to_the_dlq_and_the_next_one_follows(proxied) -> None:
+    topic, g = proxied.topic(), group(proxied, consumeMessageOrderly=True, retry_max_times=1)
+    for body in (b"first", b"second"):
+        assert proxied.send(topic, body).status.code == pb.OK
+    wait_until(lambda: proxied.store.get_max_offset_in_queue(topic, 0) == 2, what="both stored")
+    _, [a] = proxied.receive(topic, g, invisible_s=1, wait_s=5)
+    _, [b] = proxied.receive(topic, g, invisible_s=1, wait_s=10)  # the same message again, from the same queue
+    assert (a.body, a.system_properties.delivery_attempt) == (b"first", 1)
+    assert (b.body, b.system_properties.delivery_attempt) == (b"first", 2)
+    _, [c] = proxied.receive(topic, g, invisible_s=1, wait_s=10)  # two attempts used: dead-lettered, the next follows
+    assert (c.body, c.system_properties.delivery_attempt) == (b"second", 1)
+    wait_until(lambda: proxied.store.get_max_offset_in_queue(tp.dlq_topic(g), 0) == 1, what="first in the DLQ")
