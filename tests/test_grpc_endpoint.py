@@ -285,3 +285,25 @@ def test_fifo_message_past_the_retry_limit_goes_to_the_dlq_and_the_next_one_foll
     _, [c] = proxied.receive(topic, g, invisible_s=1, wait_s=10)  # two attempts used: dead-lettered, the next follows
     assert (c.body, c.system_properties.delivery_attempt) == (b"second", 1)
     wait_until(lambda: proxied.store.get_max_offset_in_queue(tp.dlq_topic(g), 0) == 1, what="first in the DLQ")
+
+
+def test_a_producers_telemetry_stream_is_its_transaction_channel_until_it_terminates(proxied) -> None:
+    topic = proxied.topic()
+    publish = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=topic)]))
+    release = threading.Event()
+
+    def commands():  # the settings, then an open stream, as a live client keeps it
+        yield svc.TelemetryCommand(settings=publish)
+        release.wait(30)
+
+    stream = proxied.stub.Telemetry(commands(), metadata=META, timeout=30)
+    try:
+        assert next(stream).status.code == pb.OK
+        producers = proxied.broker.controller.producers.groups
+        wait_until(lambda: topic in producers, what="the producer channel of its topic")
+        r = proxied.stub.NotifyClientTermination(svc.NotifyClientTerminationRequest(), metadata=META)
+        assert r.status.code == pb.OK
+        wait_until(lambda: topic not in producers, what="the channel gone with the client")
+        assert list(stream) == []  # the server ended the stream
+    finally:
+        release.set()
