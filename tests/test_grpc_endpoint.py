@@ -11,7 +11,7 @@ import threading
 import grpc
 import pytest
 
-from broker.proxy.server import GrpcProxy
+from broker.proxy.server import GrpcProxy, ProxyRoleError
 from broker.proxy.v2 import definition_pb2 as pb
 from broker.proxy.v2 import service_pb2 as svc
 from broker.proxy.v2.service_pb2_grpc import MessagingServiceStub
@@ -307,3 +307,15 @@ def test_a_producers_telemetry_stream_is_its_transaction_channel_until_it_termin
         assert list(stream) == []  # the server ended the stream
     finally:
         release.set()
+
+
+def test_a_slave_refuses_to_serve_the_endpoint(tmp_path) -> None:
+    slave = LiveBroker(tmp_path / "slave", brokerRole="SLAVE", brokerId="1").start()
+    try:
+        async def start() -> None:
+            await GrpcProxy(slave.controller, host="127.0.0.1").start()
+
+        with pytest.raises(ProxyRoleError, match="SLAVE"):
+            slave.run(start())
+    finally:
+        slave.close()

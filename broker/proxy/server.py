@@ -34,6 +34,10 @@ class ProxyPortError(MQLakeError, OSError):
     """grpcServerPort cannot be listened on."""
 
 
+class ProxyRoleError(MQLakeError, ValueError):
+    """enableProxy on a broker that cannot serve it (a slave: pop state and sends are written to the CommitLog)."""
+
+
 class GrpcProxy:
     def __init__(self, broker: BrokerController, host: str | None = None) -> None:
         self.broker = broker
@@ -47,6 +51,9 @@ class GrpcProxy:
         self.port = 0
 
     async def start(self) -> None:
+        if self.broker.is_slave:
+            raise ProxyRoleError("enableProxy=true on a SLAVE: the gRPC endpoint writes sends and pop checkpoints "
+                                 "to the CommitLog, which only the master does; enable it on the master")  # fmt: skip
         await self.pop.start()
         port = self.broker.config.grpc_server_port
         try:
