@@ -71,11 +71,13 @@ TEST_CONF = {
 REPO = Path(__file__).resolve().parents[1]
 
 
-def remoting_call(addr: str, code: int, header: Header | None = None, body: bytes = b"") -> RemotingCommand:
-    """One request over mqlake's own remoting client, to observe a server's state from outside a test."""
+def remoting_call(addr: str, code: int, header: Header | None = None, body: bytes = b"",
+                  ssl_context=None) -> RemotingCommand:  # fmt: skip
+    """One request over mqlake's own remoting client, to observe a server's state from outside a test (over TLS
+    with ``ssl_context``)."""
 
     async def call() -> RemotingCommand:
-        client = RemotingClient()
+        client = RemotingClient(ssl_context=ssl_context)
         try:
             return await client.invoke(addr, RemotingCommand.request(code, header, body), 10)
         finally:

@@ -47,6 +47,9 @@ class _Checker(TransactionChecker):
         return self.resolution
 
 
+TLS = False  # --tls: the channel is TLS (the client trusts the roots in GRPC_DEFAULT_SSL_ROOTS_FILE_PATH)
+
+
 def _config(endpoint: str) -> ClientConfiguration:
     return ClientConfiguration(endpoint, Credentials(), request_timeout=5)
 
@@ -55,7 +58,7 @@ def produce(a: argparse.Namespace) -> dict:
     # a check-back racing the producer's own commit or rollback answers the same
     resolution = TransactionResolution.COMMIT if a.tx in ("commit", "check-commit") else TransactionResolution.ROLLBACK
     checker = _Checker(resolution)
-    producer = Producer(_config(a.endpoint), (a.topic,), checker=checker if a.tx else None)
+    producer = Producer(_config(a.endpoint), (a.topic,), checker=checker if a.tx else None, tls_enable=TLS)
     producer.startup()
     sent = []
     try:
@@ -97,7 +100,8 @@ def produce(a: argparse.Namespace) -> dict:
 
 def receive(a: argparse.Namespace) -> dict:
     expression = FilterExpression(a.filter) if a.filter else FilterExpression()
-    consumer = SimpleConsumer(_config(a.endpoint), a.group, {a.topic: expression}, await_duration=a.await_s)
+    consumer = SimpleConsumer(_config(a.endpoint), a.group, {a.topic: expression}, await_duration=a.await_s,
+                              tls_enable=TLS)
     consumer.startup()
     got = []
     errors = []
@@ -183,7 +187,10 @@ def main() -> int:
     p.add_argument("--filter")
     p.add_argument("--fail-first", action="store_true", help="push: fail each message's first delivery")
     p.add_argument("--consume-group", help="produce --tx check-*: then receive in this group before stopping")
+    p.add_argument("--tls", action="store_true")
     a = p.parse_args()
+    global TLS
+    TLS = a.tls
     a.mode = "renew" if a.command == "receive_renew" else "plain"
     out = produce(a) if a.command == "produce" else push(a) if a.command == "push" else receive(a)
     json.dump(out, sys.stdout)

@@ -21,10 +21,12 @@ import pytest
 from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.protocol.body import SubscriptionGroupConfig
+from broker.remoting.tls import client_context
 from tests import rmq5
 from tests.fixtures_broker import TEST_CONF, MqlakeServer, free_port, remoting_call, stop_servers
 from tests.helpers import wait_until
 from tests.test_conformance_cpp_client import Collector, message, producer, push_consumer, unique
+from tests.tls_certs import self_signed
 
 pytestmark = pytest.mark.integration
 
@@ -34,37 +36,40 @@ PROXY_CONF = {"enableProxy": "true", "minInvisibleTimeMillsForRecv": "1000", "tr
 
 
 class ProxyServer:
-    def __init__(self, server: MqlakeServer, port: int, home) -> None:
+    def __init__(self, server: MqlakeServer, port: int, home, ssl_context=None) -> None:
         self.server = server
         self.endpoint = f"127.0.0.1:{port}"
         self.home = home
+        self.ssl_context = ssl_context  # the broker's remoting port speaks TLS
 
     def wait_proxy(self) -> None:
         wait_until(lambda: "gRPC proxy ready at" in self.server.run_log(), 30, what="the gRPC proxy to serve")
 
-    def client(self, command: str, *args: str) -> dict:
-        return rmq5.client(command, self.endpoint, self.home, *args)
+    def client(self, command: str, *args: str, trust=None) -> dict:
+        return rmq5.client(command, self.endpoint, self.home, *args, trust=trust)
 
     def create_topic(self, queues: int = 4) -> str:
         topic = unique("T5")
         hdr = h.CreateTopicRequestHeader(topic=topic, default_topic="TBW102", read_queue_nums=queues,
                                          write_queue_nums=queues, perm=6, topic_filter_type="SINGLE_TAG")  # fmt: skip
-        r = remoting_call(self.server.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, hdr)
+        r = remoting_call(self.server.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, hdr,
+                          ssl_context=self.ssl_context)  # fmt: skip
         assert r.code == ResponseCode.SUCCESS, r.remark
         return topic
 
     def create_group(self, **fields: object) -> str:
         group = unique("G5")
         body = SubscriptionGroupConfig(group_name=group, **fields).encode()
-        r = remoting_call(self.server.broker_addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, body)
+        r = remoting_call(self.server.broker_addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, body,
+                          ssl_context=self.ssl_context)  # fmt: skip
         assert r.code == ResponseCode.SUCCESS, r.remark
         return group
 
 
-def _start(tmp_path, name: str, **conf: str) -> ProxyServer:
+def _start(tmp_path, name: str, ssl_context=None, **conf: str) -> ProxyServer:
     port = free_port()
     server = MqlakeServer(tmp_path / name, **PROXY_CONF, grpcServerPort=str(port), **conf)
-    proxy = ProxyServer(server, port, tmp_path / f"{name}-home")
+    proxy = ProxyServer(server, port, tmp_path / f"{name}-home", ssl_context)
     server.start()
     proxy.wait_proxy()
     return proxy
@@ -250,3 +255,18 @@ def test_a_taken_grpc_port_stops_mqlake_up_with_one_clear_line(tmp_path) -> None
                              cwd=tmp_path)  # fmt: skip
     assert out.returncode == 1 and "grpcServerPort" in out.stderr, out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_the_5x_client_over_tls_when_the_broker_enforces_it(tmp_path) -> None:
+    cert, key = self_signed(tmp_path / "tls")
+    tls = {"tls.server.mode": "enforcing", "tls.server.certPath": str(cert), "tls.server.keyPath": str(key)}
+    p = _start(tmp_path, "tls", ssl_context=client_context(trust=cert), **tls)
+    try:
+        topic, group = p.create_topic(), p.create_group()
+        sent = p.client("produce", "--topic", topic, trust=cert)["sent"]
+        got = p.client("receive", "--topic", topic, "--group", group, "--ack", trust=cert)
+        assert [m["message_id"] for m in got["received"]] == [sent[0]["message_id"]]
+        with pytest.raises(AssertionError, match="rmq5_client produce exited"):  # a plaintext client gets nowhere
+            p.client("produce", "--topic", topic)
+    finally:
+        stop_servers([p.server])

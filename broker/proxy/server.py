@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -20,6 +21,7 @@ from broker.proxy.pop import PopService
 from broker.proxy.service import Malformed, MessagingService
 from broker.proxy.status import Code, status
 from broker.proxy.v2 import service_pb2 as svc
+from broker.tls_config import TlsConfig
 from store.errors import MQLakeError
 
 if TYPE_CHECKING:
@@ -32,6 +34,40 @@ ENVELOPE_ROOM = 64 * 1024  # properties, topic and the other fields around a bod
 
 class ProxyPortError(MQLakeError, OSError):
     """grpcServerPort cannot be listened on."""
+
+
+class ProxyTlsError(MQLakeError, ValueError):
+    """A ``tls.server.*`` file the gRPC port cannot use; the message names it."""
+
+
+def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials | None:
+    """The gRPC port's TLS from the broker's ``tls.server.*`` keys: TLS only in ``enforcing`` mode.  gRPC cannot
+    take plaintext and TLS on one port, so ``permissive`` serves plaintext (as ``disabled``)."""
+    if tls.server_mode != "enforcing" or tls.server_cert_path is None or tls.server_key_path is None:
+        if tls.server_mode == "permissive":
+            log.warning("tls.server.mode=permissive: the gRPC port serves plaintext only (gRPC cannot mix both)")
+        return None
+
+    def read(path: Path) -> bytes:
+        try:
+            return path.read_bytes()
+        except OSError as e:
+            raise ProxyTlsError(f"gRPC proxy: cannot read {path}: {e.strerror}") from None
+
+    key = read(tls.server_key_path)
+    if tls.server_key_password:  # gRPC takes an unencrypted key: decrypted here, in memory only
+        from cryptography.hazmat.primitives import serialization
+
+        try:
+            loaded = serialization.load_pem_private_key(key, tls.server_key_password.encode())
+        except (ValueError, TypeError) as e:
+            raise ProxyTlsError(f"gRPC proxy: {tls.server_key_path}: {e}") from None
+        key = loaded.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                   serialization.NoEncryption())  # fmt: skip
+    asks = tls.server_need_client_auth != "none" and tls.server_trust_cert_path is not None
+    trust = read(tls.server_trust_cert_path) if asks and tls.server_trust_cert_path is not None else None
+    return grpc.ssl_server_credentials([(key, read(tls.server_cert_path))], root_certificates=trust,
+                                       require_client_auth=tls.server_need_client_auth == "require")  # fmt: skip
 
 
 class ProxyRoleError(MQLakeError, ValueError):
@@ -54,10 +90,14 @@ class GrpcProxy:
         if self.broker.is_slave:
             raise ProxyRoleError("enableProxy=true on a SLAVE: the gRPC endpoint writes sends and pop checkpoints "
                                  "to the CommitLog, which only the master does; enable it on the master")  # fmt: skip
+        credentials = server_credentials(self.broker.config.tls)
         await self.pop.start()
         port = self.broker.config.grpc_server_port
         try:
-            self.port = self.server.add_insecure_port(f"{self.host}:{port}")
+            if credentials is None:
+                self.port = self.server.add_insecure_port(f"{self.host}:{port}")
+            else:
+                self.port = self.server.add_secure_port(f"{self.host}:{port}", credentials)
         except RuntimeError as e:  # grpcio's "Failed to bind": the port is taken
             self.port = 0
             log.error("gRPC proxy: %s", e)
