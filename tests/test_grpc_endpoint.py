@@ -6,6 +6,7 @@ closed mid-wait or parked when the proxy stops."""
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 
 import grpc
@@ -15,6 +16,8 @@ from broker.proxy.server import GrpcProxy, ProxyRoleError
 from broker.proxy.v2 import definition_pb2 as pb
 from broker.proxy.v2 import service_pb2 as svc
 from broker.proxy.v2.service_pb2_grpc import MessagingServiceStub
+from broker.remoting.codes import RequestCode
+from broker.remoting.headers import GetConsumerListByGroupRequestHeader
 from broker.remoting.protocol.topic import TopicConfig
 from broker.server import topics as tp
 from tests.helpers import wait_until
@@ -287,23 +290,36 @@ def test_fifo_message_past_the_retry_limit_goes_to_the_dlq_and_the_next_one_foll
     wait_until(lambda: proxied.store.get_max_offset_in_queue(tp.dlq_topic(g), 0) == 1, what="first in the DLQ")
 
 
-def test_a_producers_telemetry_stream_is_its_transaction_channel_until_it_terminates(proxied) -> None:
-    topic = proxied.topic()
+def test_a_clients_telemetry_stream_is_its_producer_and_consumer_channel_until_it_terminates(proxied) -> None:
+    """Producer: the transaction check-back channel of its topics; consumer: a member of its group, as remoting
+    consumers are (GET_CONSUMER_LIST_BY_GROUP lists it)."""
+    topic, g = proxied.topic(), group(proxied)
     publish = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=topic)]))
+    entry = pb.SubscriptionEntry(topic=pb.Resource(name=topic), expression=pb.FilterExpression(type=pb.TAG,
+                                                                                               expression="TagA"))
+    subscribe = pb.Settings(client_type=pb.SIMPLE_CONSUMER,
+                            subscription=pb.Subscription(group=pb.Resource(name=g), subscriptions=[entry]))
     release = threading.Event()
 
     def commands():  # the settings, then an open stream, as a live client keeps it
         yield svc.TelemetryCommand(settings=publish)
+        yield svc.TelemetryCommand(settings=subscribe)
         release.wait(30)
 
     stream = proxied.stub.Telemetry(commands(), metadata=META, timeout=30)
     try:
-        assert next(stream).status.code == pb.OK
-        producers = proxied.broker.controller.producers.groups
-        wait_until(lambda: topic in producers, what="the producer channel of its topic")
+        assert next(stream).status.code == pb.OK and next(stream).status.code == pb.OK
+        c = proxied.broker.controller
+        wait_until(lambda: topic in c.producers.groups, what="the producer channel of its topic")
+        assert c.consumers.client_ids(g) == ["test-client"]
+        assert c.consumers.find_subscription(g, topic).sub_string == "TagA"
+        members = proxied.broker.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, GetConsumerListByGroupRequestHeader(
+            consumer_group=g))  # fmt: skip
+        assert json.loads(members.body)["consumerIdList"] == ["test-client"]
         r = proxied.stub.NotifyClientTermination(svc.NotifyClientTerminationRequest(), metadata=META)
         assert r.status.code == pb.OK
-        wait_until(lambda: topic not in producers, what="the channel gone with the client")
+        wait_until(lambda: topic not in c.producers.groups and not c.consumers.client_ids(g),
+                   what="the channels gone with the client")  # fmt: skip
         assert list(stream) == []  # the server ended the stream
     finally:
         release.set()

@@ -34,7 +34,7 @@ from broker.remoting.headers import (
     EndTransactionRequestHeader,
     SendMessageRequestHeader,
 )
-from broker.remoting.protocol.heartbeat import EXPRESSION_TYPE_SQL92
+from broker.remoting.protocol.heartbeat import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG, SubscriptionData
 from broker.server import half_messages as hm
 from broker.server import topics as tp
 from broker.server.clients import ClientChannel
@@ -218,9 +218,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return svc.NotifyClientTerminationResponse(status=status(e.code, e.message))
         info = self.clients.pop(cid, None)
         if info is not None and info.telemetry is not None:
-            self.broker.producers.channel_closed(info.telemetry)
+            self._forget(info.telemetry)
             info.telemetry.close()  # ends its telemetry stream
         return svc.NotifyClientTerminationResponse(status=status())
+
+    def _forget(self, channel: TelemetryChannel) -> None:
+        self.broker.producers.channel_closed(channel)
+        self.broker.consumers.channel_closed(channel)
 
     def _register_producer(self, info: ClientInfo, topic: str) -> None:
         """The client as a producer of ``topic``'s transactions (their producer group is the topic)."""
@@ -228,10 +232,25 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self.broker.producers.register(topic, ClientChannel(info.telemetry, info.client_id, "PYTHON"))
             info.producing.add(topic)
 
+    def _register_consumer(self, info: ClientInfo) -> None:
+        """A consumer's telemetry stream as a channel of its group (as RocketMQ 5 registers gRPC clients): remoting
+        tools list it (consumerConnection), and the broker drops it when its heartbeats stop."""
+        settings = info.settings
+        if info.telemetry is None or settings is None or not settings.HasField("subscription") or not info.group:
+            return
+        subs = [SubscriptionData(topic=e.topic.name, sub_string=e.expression.expression or "*",
+                                 expression_type=EXPRESSION_TYPE_SQL92 if e.expression.type == pb.SQL
+                                 else EXPRESSION_TYPE_TAG)
+                for e in settings.subscription.subscriptions]  # fmt: skip
+        channel = ClientChannel(info.telemetry, info.client_id, "PYTHON")
+        self.broker.consumers.register(info.group, channel, "CONSUME_POP", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET",
+                                       subs)  # fmt: skip
+
     def _refresh(self, info: ClientInfo) -> None:
-        """A heartbeat: its producer channels stay registered (the broker drops silent ones)."""
+        """A heartbeat: its producer and consumer channels stay registered (the broker drops silent ones)."""
         if info.telemetry is None:
             return
+        self._register_consumer(info)
         for topic in info.producing:
             channel = self.broker.producers.groups.get(topic, {}).get(info.telemetry)
             if channel is not None:
@@ -281,7 +300,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             yield svc.TelemetryCommand(status=status(e.code, e.message))
             return
         if info.telemetry is not None:  # a rebuilt stream replaces the old one
-            self.broker.producers.channel_closed(info.telemetry)
+            self._forget(info.telemetry)
             info.telemetry.close()
             info.producing.clear()
         channel = info.telemetry = TelemetryChannel(info.client_id, _Peer.of(context))
@@ -299,6 +318,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                             info.group = cmd.settings.subscription.group.name
                         for topic in cmd.settings.publishing.topics:
                             self._register_producer(info, topic.name)
+                        self._register_consumer(info)
                         commands.put_nowait(svc.TelemetryCommand(status=status(), settings=self.settings(cmd.settings)))
             finally:
                 commands.put_nowait(None)
@@ -311,7 +331,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, grpc.RpcError):
                 await reader
-            self.broker.producers.channel_closed(channel)
+            self._forget(channel)
             if info.telemetry is channel:  # the client is gone (or rebuilds its stream, and is known again)
                 self.clients.pop(info.client_id, None)
 
