@@ -5,6 +5,7 @@ closed mid-wait or parked when the proxy stops."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import threading
@@ -335,3 +336,16 @@ def test_a_slave_refuses_to_serve_the_endpoint(tmp_path) -> None:
             slave.run(start())
     finally:
         slave.close()
+
+
+def test_an_acl_broker_refuses_to_serve_the_endpoint_unchecked(tmp_path) -> None:
+    from broker.config import build_configs
+    from broker.server.controller import BrokerController
+
+    async def start() -> None:
+        conf = {**SMALL, "listenPort": "0", "storePathRootDir": str(tmp_path / "s"), "aclEnable": "true",
+                "rocketmqHome": str(tmp_path)}  # fmt: skip
+        await GrpcProxy(BrokerController(*build_configs(conf)), host="127.0.0.1").start()
+
+    with pytest.raises(ProxyRoleError, match="aclEnable"):
+        asyncio.run(start())

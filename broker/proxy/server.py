@@ -71,7 +71,8 @@ def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials | None:
 
 
 class ProxyRoleError(MQLakeError, ValueError):
-    """enableProxy on a broker that cannot serve it (a slave: pop state and sends are written to the CommitLog)."""
+    """enableProxy on a broker that cannot serve it: a slave (pop state and sends are written to the CommitLog), or
+    one with ACL on (the gRPC endpoint does not check it yet)."""
 
 
 class GrpcProxy:
@@ -90,6 +91,9 @@ class GrpcProxy:
         if self.broker.is_slave:
             raise ProxyRoleError("enableProxy=true on a SLAVE: the gRPC endpoint writes sends and pop checkpoints "
                                  "to the CommitLog, which only the master does; enable it on the master")  # fmt: skip
+        if self.broker.config.acl_enable:  # never serve open by accident
+            raise ProxyRoleError("enableProxy=true with aclEnable=true: the gRPC endpoint does not check ACL "
+                                 "signatures yet, so it would serve every client unchecked; turn one of them off")
         credentials = server_credentials(self.broker.config.tls)
         await self.pop.start()
         port = self.broker.config.grpc_server_port
