@@ -10,16 +10,18 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.config import BrokerConfig
 from broker.lake.tier_schedule import TierSchedule
 from broker.namesrv import NamesrvController
-from broker.proxy.server import GrpcProxy
 from broker.remoting.loop import run, wait_for_signal
 from broker.server.controller import BrokerController
 from broker.tls_settings import tls_server_context
 from store.config import MessageStoreConfig
+
+if TYPE_CHECKING:
+    from broker.proxy.server import GrpcProxy
 
 log = logging.getLogger("mqlake")
 
@@ -58,7 +60,9 @@ async def serve(
     try:
         await broker.start()
         log.info("Broker ready at %s (store %s)", broker.addr, store_config.store_path_root_dir)
-        if broker_config.enable_proxy:  # the RocketMQ 5 gRPC endpoint (docs/grpc.md)
+        if broker_config.enable_proxy:  # the RocketMQ 5 gRPC endpoint (docs/grpc.md); grpcio loaded only then
+            from broker.proxy.server import GrpcProxy
+
             starting = GrpcProxy(broker)
             await starting.start()  # a taken grpcServerPort stops here: the broker shuts down, the CLI names it
             proxy = starting
