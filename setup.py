@@ -18,7 +18,11 @@ TWINS = [
     "store.format._records",
     "store.format._units",
     "broker.remoting._command",
+    "store.format._runs",
+    "broker.remoting._send",
 ]
+# C libraries a twin links against (the run encoder calls zlib's crc32 without the GIL).
+LIBRARIES = {"store.format._runs": ["z"]}
 
 
 class OptionalBuildExt(build_ext):
@@ -45,7 +49,10 @@ def extensions() -> list[Extension]:
     except ImportError as e:
         print(f"mqlake: Cython is not importable ({e}); the pure-Python twins will run", file=sys.stderr)
         return []
-    exts = [Extension(name, [name.replace(".", "/") + ".pyx"], optional=True) for name in TWINS]
+    exts = [
+        Extension(name, [name.replace(".", "/") + ".pyx"], libraries=LIBRARIES.get(name, []), optional=True)
+        for name in TWINS
+    ]
     return cythonize(exts, compiler_directives={"language_level": "3"}, quiet=True)
 
 

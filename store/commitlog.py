@@ -17,7 +17,7 @@ from enum import Enum
 from pathlib import Path
 
 from store.errors import MQLakeError
-from store.format import records, units
+from store.format import records, runs, units
 from store.mapped_file import MappedFile, MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -62,54 +62,47 @@ class CommitLog:
     def append_batch(
         self, encoded: Sequence[bytes], topic: str, queue_id: int, sys_flag: int, total: int | None = None
     ) -> AppendResult:
-        """Append consecutive records of one topic-queue; they never straddle two segments.
+        """Append consecutive records of one topic-queue (:meth:`append_run` of their concatenation)."""
+        run = encoded[0] if len(encoded) == 1 else b"".join(encoded)
+        return self.append_run(run, len(encoded), topic, queue_id, sys_flag)
 
-        The records are copied into the segment and only then back-filled with what is known inside the
-        lock (queue offset, physical offset, store time).  Each record's first 8 bytes (TOTALSIZE, MAGIC)
-        are written last, the batch's first record last of all: until then the segment holds zeros there,
-        which recovery reads as the end of the log.  A process killed mid-append so leaves no record
-        behind, rather than a complete-looking one with queue offset 0 and physical offset 0.
+    def append_run(self, run: bytes, count: int, topic: str, queue_id: int, sys_flag: int) -> AppendResult:
+        """Append ``count`` consecutive records of one topic-queue, encoded into one ``run``; they never straddle
+        two segments.
+
+        The run is copied into the segment in one piece and only then back-filled with what is known inside the
+        lock (queue offsets, physical offsets, store time), its first record's TOTALSIZE and MAGIC last
+        (``runs.write_run``): until then the segment holds zeros there, which recovery reads as the end of the
+        log.  A process killed mid-append so leaves no record behind, rather than a complete-looking one with
+        queue offset 0 and physical offset 0.
         """
-        if total is None:
-            total = sum(len(r) for r in encoded)
+        total = len(run)
         if total + records.END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return AppendResult(AppendStatus.MESSAGE_SIZE_EXCEEDED)
         key = f"{topic}-{queue_id}"
         # Half and rollback records take queue offset 0 and do not advance the queue (doAppend).
         advances = records.is_consumable(sys_flag)
-        patch = records.patch_record
-        head_len = records.SIZE_MAGIC_LENGTH
         with self.put_lock:
             if not self.writable:
                 return AppendResult(AppendStatus.NOT_WRITABLE)
             store_ts = time.time_ns() // 1_000_000
             self.begin_time_in_lock = store_ts
-            mf = self.queue.last_or_new()
-            if mf.file_size - mf.wrote < total + records.END_FILE_MIN_BLANK_LENGTH:
-                self._write_blank(mf)
+            try:
                 mf = self.queue.last_or_new()
-            queue_offset = self.topic_queue_table.get(key, 0) if advances else 0
-            pos = start = mf.wrote
-            base = mf.file_from_offset
-            view = mf.view
-            q = queue_offset
-            for r in encoded:
-                n = len(r)
-                view[pos + head_len : pos + n] = memoryview(r)[head_len:]
-                patch(view, pos, q, base + pos, store_ts)
-                pos += n
+                if mf.file_size - mf.wrote < total + records.END_FILE_MIN_BLANK_LENGTH:
+                    self._write_blank(mf)
+                    mf = self.queue.last_or_new()
+                queue_offset = self.topic_queue_table.get(key, 0) if advances else 0
+                start = mf.wrote
+                base = mf.file_from_offset
+                runs.write_run(mf.view, start, run, count, queue_offset, base + start, store_ts, advances)
+                mf.wrote = start + total
+                mf.last_store_timestamp = self.last_store_timestamp = store_ts
                 if advances:
-                    q += 1
-            head = pos
-            for r in reversed(encoded):
-                head -= len(r)
-                view[head : head + head_len] = r[:head_len]
-            mf.wrote = pos
-            mf.last_store_timestamp = self.last_store_timestamp = store_ts
-            if advances:
-                self.topic_queue_table[key] = q
-            self.begin_time_in_lock = 0
-        return AppendResult(AppendStatus.PUT_OK, base + start, total, store_ts, queue_offset, len(encoded))
+                    self.topic_queue_table[key] = queue_offset + count
+            finally:
+                self.begin_time_in_lock = 0
+        return AppendResult(AppendStatus.PUT_OK, base + start, total, store_ts, queue_offset, count)
 
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         """A slave's append (``appendData``): ``data`` is the master's CommitLog from ``offset``, copied as it is.

@@ -31,7 +31,7 @@ from store.dispatch import (
     ReputService,
     count_records,
 )
-from store.format import delay, msgid, records, units
+from store.format import delay, msgid, records, runs, units
 from store.index import IndexService
 from store.recovery import RecoveryReport, recover
 from store.retention import SegmentManifest, SegmentState, disk_used_ratio, is_deletion_hour
@@ -289,6 +289,25 @@ class MessageStore:
     # put
     # =================================================================================================
     def _check(self, msg: records.MessageRecord) -> PutMessageResult | None:
+        refused = self._refusal()
+        if refused is not None:
+            return refused
+        if not msg.topic or (len(msg.topic) > 127 and len(msg.topic.encode("utf-8")) > 0x7FFF):
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="topic is empty or too long")
+        if len(msg.body) > self.config.max_message_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                error=f"body of {len(msg.body)} bytes exceeds maxMessageSize {self.config.max_message_size}",
+            )
+        if len(msg.properties) > records.MAX_PROPERTIES_LENGTH:
+            return PutMessageResult(
+                PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                error=f"properties of {len(msg.properties)} bytes exceed {records.MAX_PROPERTIES_LENGTH}",
+            )
+        return None
+
+    def _refusal(self) -> PutMessageResult | None:
+        """Why this store takes no put now (not running, a slave, a full disk), or None."""
         if not self._running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is not running")
         if self.config.broker_role == BrokerRole.SLAVE:
@@ -301,18 +320,6 @@ class MessageStore:
                 PutMessageStatus.SERVICE_NOT_AVAILABLE,
                 error=f"the broker's disk is full [{self.disk_ratio:.2f}], over diskSpaceWarningLevelRatio "
                 f"{self.config.disk_space_warning_level_ratio}%: messages are refused until space is freed",
-            )
-        if not msg.topic or (len(msg.topic) > 127 and len(msg.topic.encode("utf-8")) > 0x7FFF):
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="topic is empty or too long")
-        if len(msg.body) > self.config.max_message_size:
-            return PutMessageResult(
-                PutMessageStatus.MESSAGE_ILLEGAL,
-                error=f"body of {len(msg.body)} bytes exceeds maxMessageSize {self.config.max_message_size}",
-            )
-        if len(msg.properties) > records.MAX_PROPERTIES_LENGTH:
-            return PutMessageResult(
-                PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                error=f"properties of {len(msg.properties)} bytes exceed {records.MAX_PROPERTIES_LENGTH}",
             )
         return None
 
@@ -345,13 +352,26 @@ class MessageStore:
             m.store_host = self.store_host
             encoded.append(records.encode_record(m))
         first = msgs[0]
-        return self._append(encoded, first.topic, first.queue_id, first.sys_flag, wants_wait(first))
+        run = encoded[0] if len(encoded) == 1 else b"".join(encoded)
+        return self._append(run, len(encoded), first.topic, first.queue_id, first.sys_flag, wants_wait(first))
+
+    def put_run_nowait(
+        self, run: bytes, count: int, topic: str, queue_id: int, sys_flag: int, wait: bool = True
+    ) -> tuple[PutMessageResult, Future | None]:
+        """Append ``count`` records of one topic-queue already encoded into one run (``store.format.runs``: the
+        broker's send path), copied into the segment in one piece.  The caller has held each message to the
+        checks of :meth:`put_messages_nowait` (topic, body and properties sizes) and parks nothing; the result
+        carries no message ids (``runs.offset_msg_ids`` gives them from the run)."""
+        refused = self._refusal()
+        if refused is not None:
+            return refused, None
+        return self._append(run, count, topic, queue_id, sys_flag, wait, ids=False)
 
     def _append(
-        self, encoded: list[bytes], topic: str, queue_id: int, sys_flag: int, wait: bool
+        self, run: bytes, count: int, topic: str, queue_id: int, sys_flag: int, wait: bool, ids: bool = True
     ) -> tuple[PutMessageResult, Future | None]:
         try:
-            res = self.commitlog.append_batch(encoded, topic, queue_id, sys_flag)
+            res = self.commitlog.append_run(run, count, topic, queue_id, sys_flag)
         except OSError as e:
             log.error("append failed: %s", e)
             return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(e)), None
@@ -360,12 +380,9 @@ class MessageStore:
         if res.status != AppendStatus.PUT_OK:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, res, error=res.status.value), None
         self.reput.notify_appended()
-        off = res.wrote_offset
-        ids = []
-        for r in encoded:
-            ids.append(msgid.create_offset_msg_id(self.store_host, off))
-            off += len(r)
-        result = PutMessageResult(PutMessageStatus.PUT_OK, res, ids)
+        off = res.wrote_offset + res.wrote_bytes
+        msg_ids = runs.offset_msg_ids(self.store_host, res.wrote_offset, run, count).split(",") if ids else []
+        result = PutMessageResult(PutMessageStatus.PUT_OK, res, msg_ids)
         for listener in self._append_listeners:
             listener(off)
         if self._group_commit is not None and wait:
@@ -377,7 +394,8 @@ class MessageStore:
         Java's re-put with WAIT=false it never waits for a flush."""
         if not self._running or self.disk_full:
             return False
-        return self._append(encoded, topic, queue_id, records.TRANSACTION_NOT_TYPE, False)[0].ok
+        run = b"".join(encoded)
+        return self._append(run, len(encoded), topic, queue_id, records.TRANSACTION_NOT_TYPE, False)[0].ok
 
     def put_message(self, msg: records.MessageRecord) -> PutMessageResult:
         """Append; in SYNC_FLUSH wait for the group commit (FLUSH_DISK_TIMEOUT after syncFlushTimeout)."""

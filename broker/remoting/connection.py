@@ -45,8 +45,11 @@ class Channel(Protocol):
 
 
 # Normally an ``async def``; a plain function returning the response (or None) is also accepted and is answered
-# without creating a task, which saves a few microseconds per request on hot paths that never wait.
-Handler = Callable[[RemotingCommand, Channel], Awaitable[RemotingCommand | None] | RemotingCommand | None]
+# without creating a task, which saves a few microseconds per request on hot paths that never wait.  A plain
+# function may also return the response already encoded (``bytes``: the whole frame, its opaque the request's),
+# as the send fast path does.
+HandlerResult = Awaitable[RemotingCommand | None] | RemotingCommand | bytes | None
+Handler = Callable[[RemotingCommand, Channel], HandlerResult]
 Dispatcher = Callable[[int], Handler | None]
 
 _LENGTH = struct.Struct(">i")
@@ -197,6 +200,10 @@ class Connection(asyncio.Protocol):
         except Exception as e:
             self._finish(cmd, self._failure(cmd, e))
             return
+        if type(result) is bytes:
+            if not cmd.is_oneway:
+                self._queue(result)
+            return
         if result is None or isinstance(result, RemotingCommand):
             self._finish(cmd, result)  # a plain-function handler: answered without a task
             return
@@ -271,6 +278,10 @@ class Connection(asyncio.Protocol):
 
     def _write(self, cmd: RemotingCommand) -> None:
         head, body = cmd.encode_parts()
+        self._queue(head, body)
+
+    def _queue(self, head: bytes, body: bytes = b"") -> None:
+        """Queue an encoded frame; everything queued in one loop iteration goes out in one ``writelines``."""
         if self.closed:
             return
         self._out.append(head)

@@ -20,7 +20,7 @@ from broker.lake.reader import LakeReader
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
-from broker.remoting.connection import Channel, Handler
+from broker.remoting.connection import Channel, Handler, HandlerResult
 from broker.remoting.errors import RemotingError, RequestRefused
 from broker.remoting.headers import NotifyConsumerIdsChangedRequestHeader
 from broker.remoting.server import RemotingServer
@@ -409,7 +409,7 @@ class BrokerController:
     def _guard(self, handler: Handler) -> Handler:
         # A plain function, not a coroutine: the remoting layer then answers a handler that returns its response
         # directly (an ASYNC_FLUSH send) without a task per request, and runs a returned coroutine as a task.
-        def guarded(cmd: RemotingCommand, conn: Channel) -> RemotingCommand | Awaitable[RemotingCommand | None] | None:
+        def guarded(cmd: RemotingCommand, conn: Channel) -> HandlerResult:
             # While stopping, requests are still served until the server stops reading: a consumer's last offset
             # commit must not be refused. Only pulls no longer park.
             if not self._ready:
@@ -421,7 +421,7 @@ class BrokerController:
         if acl is None:
             return guarded
 
-        def checked(cmd: RemotingCommand, conn: Channel) -> RemotingCommand | Awaitable[RemotingCommand | None] | None:
+        def checked(cmd: RemotingCommand, conn: Channel) -> HandlerResult:
             try:
                 acl.check(cmd, conn.remote_host[0])
             except RequestRefused as e:

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from broker.remoting.codes import RequestCode
+from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
 from broker.remoting.errors import RequestRefused
@@ -293,6 +293,9 @@ class MetricsExporter:
                 raise
             if isinstance(out, RemotingCommand) or out is None:
                 record(cmd, t0, out, "oneway" if out is None else "success")
+                return out
+            if isinstance(out, bytes):  # a reply frame already encoded: only SUCCESS is answered so
+                record(cmd, t0, ResponseCode.SUCCESS, "success")
                 return out
             return wait(cmd, t0, out)
 

@@ -17,7 +17,7 @@ import logging
 import random
 from collections.abc import Awaitable
 
-from broker.remoting import batch_body
+from broker.remoting import batch_body, send_codec
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
@@ -32,7 +32,7 @@ from broker.server import half_messages
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
 from store.config import BrokerRole, FlushDiskType
-from store.format import properties, records
+from store.format import properties, records, runs
 from store.message_store import PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)
@@ -72,16 +72,15 @@ def _property(props: bytes, name: str) -> str | None:
     return properties.property_value(props, name)
 
 
-def _with_property(props: bytes, name: str, value: str) -> bytes:
-    """Append ``name=value`` unless present; the client's bytes are kept as they came."""
-    if _property(props, name) is not None:
-        return props
-    return props + properties.encode_properties({name: value})
+_with_property = runs.with_property
+_NAMES_CACHED = 4096  # topic names remembered by the fast path's name check
 
 
 class SendProcessor:
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
+        # topic name -> whether a plain send may name it (legal, not reserved, not a retry topic): names only
+        self._plain_names: dict[str, bool] = {}
 
     def routes(self) -> dict[int, Handler]:
         return {
@@ -174,13 +173,21 @@ class SendProcessor:
         that waits for the group commit, SYNC_MASTER one that waits for the slave.  As in a Java broker, the
         header's ``batch`` flag picks the batch path: the C++ client sends its batches as SEND_MESSAGE with
         ``batch=1``."""
+        if cmd.code == RequestCode.SEND_MESSAGE_V2 and self._fast_store():
+            frame = self._send_fast(cmd, conn)
+            if frame is not None:
+                return frame
         try:
             h = read_send_header(cmd)
         except HeaderError as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
         try:
             if _is_batch(cmd, h):
-                msgs, rec = self._batch_records(cmd, conn, h), None
+                tc = self._batch_target(h)
+                frame = self._batch_fast(cmd, conn, h, tc) if self._fast_store() else None
+                if frame is not None:
+                    return frame
+                msgs, rec = self._batch_records(cmd, conn, h, tc), None
             else:
                 rec = self._one_record(cmd, conn, h)
                 msgs = [rec]
@@ -243,9 +250,90 @@ class SendProcessor:
         self.broker.topics.create_system_topic(half_messages.HALF_TOPIC, 1, tp.PERM_READ | tp.PERM_WRITE)
         return half_messages.to_half(rec)
 
-    def _batch_records(
-        self, cmd: RemotingCommand, conn: Channel, h: SendMessageRequestHeader
-    ) -> list[records.MessageRecord]:
+    # --- the fast paths: records encoded into one run, appended in one copy, the reply frame built at once ------
+    def _fast_store(self) -> bool:
+        """ASYNC_FLUSH and no synchronous slave: a put's answer never waits, so a send is answered inline."""
+        sc = self.broker.store_config
+        return sc.flush_disk_type != FlushDiskType.SYNC_FLUSH and sc.broker_role != BrokerRole.SYNC_MASTER
+
+    def _plain_name(self, topic: str) -> bool:
+        ok = self._plain_names.get(topic)
+        if ok is None:
+            ok = (
+                tp.topic_name_error(topic) is None and topic not in _NOT_SENDABLE
+                and not topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX)
+            )  # fmt: skip
+            if len(self._plain_names) >= _NAMES_CACHED:
+                self._plain_names.clear()
+            self._plain_names[topic] = ok
+        return ok
+
+    def _send_fast(self, cmd: RemotingCommand, conn: Channel) -> bytes | None:
+        """A plain SEND_MESSAGE_V2 (``send_codec.read_send_v2``) to an existing, writable topic: the header read,
+        the record encode and the reply in three native calls.  None hands the request to the general path,
+        which runs every check again and gives anything unusual (a new topic, a retry, a transaction, a delay, a
+        refused put) the answer it always had; nothing is stored before None."""
+        f = send_codec.read_send_v2(cmd.ext_fields)
+        if f is None:
+            return None
+        topic, queue_id, sys_flag, flag, born_ts, props, reconsume, uniq = f
+        b = self.broker
+        tc = b.topics.get(topic)
+        if (
+            tc is None or not self._plain_name(topic) or not tp.is_writeable(tc.perm)
+            or not tp.is_writeable(b.config.broker_permission)
+            or queue_id >= max(tc.write_queue_nums, tc.read_queue_nums) or topic in b.topics.unsaved
+            or len(cmd.body) > b.store_config.max_message_size
+        ):  # fmt: skip
+            return None
+        if tc.topic_filter_type == "MULTI_TAG":
+            sys_flag |= records.MULTI_TAGS_FLAG
+        store = b.store
+        try:
+            run = runs.encode_message(topic, queue_id, cmd.body, props, flag, sys_flag, born_ts, conn.remote_host,
+                                      store.store_host, reconsume, b.config.broker_cluster_name)  # fmt: skip
+        except (ValueError, OverflowError):  # a field out of its range: the general path says which
+            return None
+        result, _ = store.put_run_nowait(run, 1, topic, queue_id, sys_flag)
+        append = result.append
+        if not result.ok or append is None:
+            return None  # refused, nothing stored: the general path answers with the store's status
+        b.stats.put(topic, 1, append.wrote_bytes)
+        msg_id = runs.offset_msg_ids(store.store_host, append.wrote_offset, run, 1)
+        c = b.config
+        return send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, queue_id, append.queue_offset, uniq,
+                                     c.region_id, c.trace_on)  # fmt: skip
+
+    def _batch_fast(
+        self, cmd: RemotingCommand, conn: Channel, h: SendMessageRequestHeader, tc: tp.TopicConfig
+    ) -> bytes | None:
+        """A batch decoded and encoded into one run in one native call (``runs.encode_batch``) and appended in one
+        copy; None for a body the general path must answer (malformed, empty, an item too large) or a refused
+        put (nothing stored then), or a topic whose creation is not on disk yet."""
+        b = self.broker
+        if h.topic in b.topics.unsaved:
+            return None
+        sys_flag = h.sys_flag | (records.MULTI_TAGS_FLAG if tc.topic_filter_type == "MULTI_TAG" else 0)
+        store = b.store
+        try:
+            run, count = runs.encode_batch(
+                cmd.body, h.topic, h.queue_id, sys_flag, h.born_timestamp, conn.remote_host, store.store_host,
+                h.reconsume_times or 0, b.config.broker_cluster_name, b.store_config.max_message_size,
+            )  # fmt: skip
+        except (ValueError, OverflowError):  # BatchBodyError, RunError, RecordEncodeError, a field out of range
+            return None
+        result, _ = store.put_run_nowait(run, count, h.topic, h.queue_id, sys_flag)
+        append = result.append
+        if not result.ok or append is None:
+            return None
+        b.stats.put(h.topic, count, append.wrote_bytes)
+        msg_ids = runs.offset_msg_ids(store.store_host, append.wrote_offset, run, count)
+        c = b.config
+        return send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_ids, h.queue_id, append.queue_offset, None,
+                                     c.region_id, c.trace_on)  # fmt: skip
+
+    def _batch_target(self, h: SendMessageRequestHeader) -> tp.TopicConfig:
+        """A batch's topic checks, and its queue when the client left the choice to the broker."""
         tc = self._check(h)
         if h.topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX):
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group topic")
@@ -255,6 +343,11 @@ class SendProcessor:
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, f"a batch cannot be delayed (DELAY {level})")
         if h.queue_id < 0:
             h.queue_id = random.randrange(tc.write_queue_nums)
+        return tc
+
+    def _batch_records(
+        self, cmd: RemotingCommand, conn: Channel, h: SendMessageRequestHeader, tc: tp.TopicConfig
+    ) -> list[records.MessageRecord]:
         try:
             items = batch_body.decode_batch_body(cmd.body)
         except batch_body.BatchBodyError as e:

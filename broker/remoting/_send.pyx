@@ -1,0 +1,132 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Compiled twin of :mod:`broker.remoting.send_codec` (the reference).  ``read_send_v2`` reads the header the
+Java client writes (plain decimal integers, no unit mode, no batch flag) and ``send_reply`` writes a JSON reply
+whose strings need no escaping; anything else is handed to the reference."""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.stdint cimport int64_t, uint8_t
+from libc.string cimport memcmp, memcpy
+
+from broker.remoting.codes import CURRENT_VERSION
+from store.format import native
+from store.schedule import may_park
+
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
+
+
+_reference = native.TWINS["broker.remoting.send_codec"].python
+cdef bytes _VERSION = str(int(CURRENT_VERSION)).encode()
+cdef int TRANSACTION_BITS = 0xC  # records.TRANSACTION_ROLLBACK_TYPE: prepared, commit or rollback
+
+
+cdef object _int(object s):
+    """``int(s)`` of an ASCII ``[-]digits`` string of at most 18 digits; None for anything ``int`` might read
+    otherwise (spaces, '+', '_', other digits) or refuse."""
+    if type(s) is not str:
+        return None
+    cdef Py_ssize_t n, i = 0
+    cdef const char* p = PyUnicode_AsUTF8AndSize(s, &n)
+    cdef bint neg = n > 0 and p[0] == 45  # '-'
+    cdef int64_t v = 0
+    if neg:
+        i = 1
+    if n - i < 1 or n - i > 18:
+        return None
+    while i < n:
+        if p[i] < 48 or p[i] > 57:
+            return None
+        v = v * 10 + (p[i] - 48)
+        i += 1
+    return -v if neg else v
+
+
+cdef inline bint _false_or_absent(object v):
+    return v is None or (type(v) is str and v == "false")
+
+
+cdef object _uniq_key(const uint8_t* p, Py_ssize_t n):
+    """``properties.property_value(props, "UNIQ_KEY")``: the last segment opening with UNIQ_KEY 0x01."""
+    cdef Py_ssize_t q = 0, seg, v_at = -1, v_len = 0
+    while q <= n:
+        seg = q
+        while q < n and p[q] != 2:
+            q += 1
+        if q - seg >= 9 and memcmp(p + seg, b"UNIQ_KEY\x01", 9) == 0:
+            v_at, v_len = seg + 9, q - seg - 9
+        q += 1
+    if v_at < 0 or v_len == 0:
+        return None
+    return PyBytes_FromStringAndSize(<const char*>p + v_at, v_len).decode("utf-8", "replace")
+
+
+def read_send_v2(ext):
+    """Mirrors ``send_codec.read_send_v2``."""
+    if type(ext) is not dict:
+        return _reference["read_send_v2"](ext)
+    if "topic" in ext or "b" not in ext:
+        return None
+    get = ext.get
+    topic, props_s, j = get("b"), get("i"), get("j")
+    queue_id, sys_flag, flag, born_ts = _int(get("e")), _int(get("f")), _int(get("h")), _int(get("g"))
+    reconsume = 0 if j is None else _int(j)
+    if (
+        queue_id is None or sys_flag is None or flag is None or born_ts is None or reconsume is None
+        or type(topic) is not str or type(get("a")) is not str or type(get("c")) is not str or _int(get("d")) is None
+        or not (props_s is None or type(props_s) is str) or "l" in ext
+        or not _false_or_absent(get("k")) or not _false_or_absent(get("m"))
+    ):
+        return _reference["read_send_v2"](ext)  # an unusual header: the reference parses it or returns None
+    if queue_id < 0 or sys_flag & TRANSACTION_BITS:
+        return None
+    cdef bytes props
+    try:
+        props = b"" if props_s is None else props_s.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    cdef Py_ssize_t n = len(props)
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(props)
+    if (n and p[n - 1] != 2) or b"TRAN_MSG\x01" in props or may_park(props):
+        return None
+    return topic, queue_id, sys_flag, flag, born_ts, props, reconsume, _uniq_key(p, n)
+
+
+cdef bint _plain(object s):
+    """A str that JSON writes as it is: printable ASCII without '"' or '\\'."""
+    if type(s) is not str:
+        return False
+    cdef Py_ssize_t n, i
+    cdef const char* p = PyUnicode_AsUTF8AndSize(s, &n)
+    for i in range(n):
+        if p[i] < 32 or p[i] > 126 or p[i] == 34 or p[i] == 92:
+            return False
+    return True
+
+
+def send_reply(opaque, serialize_type, msg_id, queue_id, queue_offset, transaction_id, region, trace_on):
+    """Mirrors ``send_codec.send_reply`` for a JSON reply of plain strings."""
+    if not (
+        serialize_type == 0 and type(opaque) is int and type(queue_id) is int and type(queue_offset) is int
+        and _plain(msg_id) and _plain(region) and (transaction_id is None or _plain(transaction_id))
+        and type(trace_on) is bool
+    ):
+        return _reference["send_reply"](opaque, serialize_type, msg_id, queue_id, queue_offset, transaction_id,
+                                        region, trace_on)
+    tx = "" if transaction_id is None else f',"transactionId":"{transaction_id}"'
+    cdef bytes header = (
+        f'{{"code":0,"extFields":{{"msgId":"{msg_id}","queueId":"{queue_id}","queueOffset":"{queue_offset}"{tx},'
+        f'"MSG_REGION":"{region}","TRACE_ON":"{"true" if trace_on else "false"}"}},"flag":1,"language":"PYTHON",'
+        f'"opaque":{opaque},"serializeTypeCurrentRPC":"JSON","version":'
+    ).encode("ascii") + _VERSION + b"}"
+    cdef Py_ssize_t h = len(header)
+    if h > 0xFFFFFF:  # the reference raises FrameError
+        return _reference["send_reply"](opaque, serialize_type, msg_id, queue_id, queue_offset, transaction_id,
+                                        region, trace_on)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, h + 8)
+    cdef uint8_t* o = <uint8_t*>PyBytes_AS_STRING(out)
+    cdef Py_ssize_t length = h + 4
+    o[0], o[1], o[2], o[3] = (length >> 24) & 0xFF, (length >> 16) & 0xFF, (length >> 8) & 0xFF, length & 0xFF
+    o[4], o[5], o[6], o[7] = 0, (h >> 16) & 0xFF, (h >> 8) & 0xFF, h & 0xFF
+    memcpy(o + 8, PyBytes_AS_STRING(header), h)
+    return out
