@@ -9,10 +9,13 @@ Environment:
   BENCH_PROFILE  1: run the broker under cProfile during the 8-connection send phase and print its top functions
 
 What is measured, exactly:
-  * The broker is ``mqlake up`` in its own process (ASYNC_FLUSH, a temporary store, free ports); the load
-    generator (this process, uvloop) uses broker/client: ``Producer.send`` / ``send_batch`` coroutines kept
-    ``WINDOW`` in flight, spread over 1 or 8 connections (``connections_per_addr``).  1 KiB bodies with TAGS and
-    KEYS; topic ``BenchTopic`` with 8 queues, round-robin.
+  * The broker is ``mqlake up`` in its own process (ASYNC_FLUSH, a temporary store, free ports).  The load
+    generator (this process, uvloop) is a raw-protocol producer for the throughput rows: SEND_MESSAGE_V2 and
+    SEND_BATCH_MESSAGE frames encoded once as broker/client's Producer encodes them (``raw_frames``), kept
+    ``WINDOW`` in flight over 1 or 8 connections, each answer checked to be SUCCESS; so the broker, not the
+    Python client (~40 µs of CPU per send), gets the cores.  The row "the same, Python Producer" sends through
+    ``Producer.send`` (``connections_per_addr=8``) for comparison.  1 KiB bodies with TAGS, KEYS and a UNIQ_KEY
+    per message; topic ``BenchTopic`` with 8 queues, round-robin.
   * Latency: a ``PushConsumer`` (long polling) in this process; messages are sent at a fixed rate (ticks of 1 ms)
     and the latency of each is from just before ``send`` to its handler call.
   * Baseline: an asyncio echo server in its own process answers every frame with a frame of the size the broker's
@@ -43,9 +46,11 @@ from benchmarks.report import emit
 from broker.client import Admin, Message, MessageExt, Producer, PullConsumer, PushConsumer
 from broker.client.message import ConsumeFromWhere
 from broker.remoting import headers as h
+from broker.remoting.batch_body import BatchItem, encode_batch_body
 from broker.remoting.codes import RequestCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.loop import run
+from store.format import msgid, properties
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1") or 1)
 BODY = 1024
@@ -129,10 +134,12 @@ class BrokerProcess:
                 raise RuntimeError(f"broker not ready after {READY_TIMEOUT:.0f}s: see {self.root / 'broker.log'}")
             await asyncio.sleep(0.1)
 
-    def cpu_seconds(self) -> float:
-        """user + system CPU the broker process has used so far (/proc/<pid>/stat)."""
+    def cpu_seconds(self, main_thread: bool = False) -> float:
+        """user + system CPU the broker process (or its main thread: the event loop) has used so far."""
+        pid = self.process.pid
         try:
-            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            stat = Path(f"/proc/{pid}/task/{pid}/stat" if main_thread else f"/proc/{pid}/stat")
+            fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             return float("nan")
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -140,14 +147,17 @@ class BrokerProcess:
     @contextlib.contextmanager
     def measured(self, out: dict):
         """CpuMeter for this process and the machine, plus the broker's own cores, into ``out``."""
-        b0, t0 = self.cpu_seconds(), time.perf_counter()
+        b0, m0, t0 = self.cpu_seconds(), self.cpu_seconds(main_thread=True), time.perf_counter()
         with CpuMeter() as cpu:
             yield
         wall = time.perf_counter() - t0
         broker = (self.cpu_seconds() - b0) / wall
+        loop = (self.cpu_seconds(main_thread=True) - m0) / wall
         out.update(cpu.as_dict(), broker_cpu_cores=broker, bg_cpu_cores=max(0.0, cpu.other_cores - broker))
         if out.get("msgs_per_s"):
             out["broker_us_per_msg"] = broker / out["msgs_per_s"] * 1e6
+            # the event loop's thread alone (the request path); the rest is dispatch, flush and housekeeping
+            out["loop_us_per_msg"] = loop / out["msgs_per_s"] * 1e6
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -248,6 +258,112 @@ async def echo_rate(port: int, request_size: int, reply_size: int, conns: int, w
     for c in clients:
         c.transport.close()
     return total / elapsed
+
+
+# -- the raw-protocol producer ---------------------------------------------------------------------------------------
+# The Python Producer costs ~40 µs of this process's CPU per send, more than the broker: on 2 shared cores it, not
+# the broker, would set the rate.  The throughput rows therefore send frames encoded once here, exactly as the
+# Producer encodes them (SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE, the same header fields and properties, a UNIQ_KEY
+# of its own per message), cycled over the queues; answers are counted and must be SUCCESS.
+
+RAW_FRAMES = 512  # distinct frames cycled (distinct UNIQ_KEYs and KEYS for the broker's index)
+_SUCCESS_HEAD = b'{"code":0,'  # the JSON header of a SUCCESS answer begins so (fastjson's key order)
+
+
+def raw_frames(count: int, batch: int = 0) -> list[bytes]:
+    """``count`` request frames of 1 KiB messages (``batch`` of them per SEND_BATCH_MESSAGE when not 0)."""
+    uniq = msgid.UniqKeyGenerator()
+    born = int(time.time() * 1000)
+    frames = []
+    for i in range(count):
+        if batch:
+            items = []
+            for j in range(batch):
+                m = bench_message(i * batch + j)
+                items.append(BatchItem(m.flag, m.body_bytes(), properties.encode_properties(m.wire_properties(
+                    uniq.next()))))  # fmt: skip
+            body = encode_batch_body(items)
+            props = properties.encode_properties(Message(TOPIC, body).wire_properties(None))
+        else:
+            m = bench_message(i)
+            body, props = m.body_bytes(), properties.encode_properties(m.wire_properties(uniq.next()))
+        header = h.SendMessageRequestHeaderV2(
+            a="bench_raw", b=TOPIC, c="TBW102", d=4, e=i % QUEUES, f=0, g=born, h=0, i=props.decode(), j=0, k=False,
+            m=bool(batch), n="bench-a",
+        )  # fmt: skip
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        cmd = RemotingCommand.request(code, header, body)
+        cmd.opaque = i + 1
+        frames.append(cmd.encode())
+    return frames
+
+
+class _RawProducer(asyncio.Protocol):
+    def __init__(self, frames: list[bytes], budget: itertools.count, total: int, done: asyncio.Future) -> None:
+        self.frames, self.budget, self.total, self.done = frames, budget, total, done
+        self.next = 0
+        self.pending = 0
+        self.failed = 0
+        self.buf = bytearray()
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def send(self, n: int) -> None:
+        out = []
+        frames = self.frames
+        for _ in range(n):
+            if next(self.budget) >= self.total:
+                break
+            out.append(frames[self.next % len(frames)])
+            self.next += 1
+        self.pending += len(out)
+        if out:
+            self.transport.writelines(out)
+        elif self.pending == 0 and not self.done.done():
+            self.done.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos, n = 0, 0
+        while len(buf) - pos >= 8:
+            size = int.from_bytes(buf[pos : pos + 4], "big")
+            if len(buf) - pos - 4 < size:
+                break
+            if buf[pos + 8 : pos + 8 + len(_SUCCESS_HEAD)] != _SUCCESS_HEAD:
+                self.failed += 1
+            pos += 4 + size
+            n += 1
+        del buf[:pos]
+        self.pending -= n
+        self.send(n)
+
+
+async def raw_rate(addr: str, frames: list[bytes], conns: int, window: int, total: int, per: int = 1) -> float:
+    """Messages per second of ``total`` requests (``per`` messages each) kept ``window`` in flight over ``conns``
+    connections of raw frames; fails if any answer is not SUCCESS."""
+    loop = asyncio.get_running_loop()
+    host, port = addr.rsplit(":", 1)
+    budget = itertools.count()
+    clients = []
+    for k in range(conns):
+        done = loop.create_future()
+        _, c = await loop.create_connection(
+            lambda d=done, k=k: _RawProducer(frames[k:] + frames[:k], budget, total, d), host, int(port)
+        )
+        clients.append(c)
+    t0 = time.perf_counter()
+    for c in clients:
+        c.send(max(1, window // conns))
+    await asyncio.gather(*(c.done for c in clients))
+    elapsed = time.perf_counter() - t0
+    for c in clients:
+        c.transport.close()
+    failed = sum(c.failed for c in clients)
+    if failed:
+        raise RuntimeError(f"{failed} of {total} raw sends were not answered SUCCESS")
+    return total * per / elapsed
 
 
 # -- the broker path ------------------------------------------------------------------------------------------------
@@ -390,23 +506,30 @@ async def broker_phase(b: BrokerProcess, profile_only: bool) -> dict:
         await p8.publish_queues(TOPIC, refresh=True)
         await send_rate(p1, _n(WARMUP), 32)  # connections, routes, the broker's first segment
         await send_rate(p8, _n(WARMUP), 64)
+        singles, batches = raw_frames(RAW_FRAMES), raw_frames(RAW_FRAMES // 8, BATCH)
+        addr = b.broker_addr
         if profile_only:
             out["single_8"] = d = {}
             with b.measured(d):
-                d["msgs_per_s"] = await send_rate(p8, _n(SINGLE_COUNT), WINDOW_8)
+                d["msgs_per_s"] = await raw_rate(addr, singles, 8, WINDOW_8, _n(SINGLE_COUNT))
             return out
-        for name, prod, window in (("single_1", p1, WINDOW_1), ("single_8", p8, WINDOW_8)):
+        for name, conns, window in (("single_1", 1, WINDOW_1), ("single_8", 8, WINDOW_8)):
             print(f"  [{name}]", flush=True)
             out[name] = d = {"window": window}
             with b.measured(d):
-                d["msgs_per_s"] = await send_rate(prod, _n(SINGLE_COUNT), window)
+                d["msgs_per_s"] = await raw_rate(addr, singles, conns, window, _n(SINGLE_COUNT))
+        print("  [single_8_client]", flush=True)  # the same through the Python Producer, for its cost
+        out["single_8_client"] = d = {"window": WINDOW_8}
+        with b.measured(d):
+            d["msgs_per_s"] = await send_rate(p8, _n(SINGLE_COUNT) // 2, WINDOW_8)
         print("  [batch_8]", flush=True)
-        await batch_rate(p8, _n(BATCH * 20), 4)
+        await raw_rate(addr, batches, 8, 4, _n(20), BATCH)
         out["batch_8"] = d = {"window_batches": BATCH_WINDOW}
         with b.measured(d):
-            d["msgs_per_s"] = await batch_rate(p8, _n(BATCH_COUNT), BATCH_WINDOW)
+            d["msgs_per_s"] = await raw_rate(addr, batches, 8, BATCH_WINDOW, _n(BATCH_COUNT) // BATCH, BATCH)
         # Everything acknowledged so far must be dispatched (ConsumeQueue) before latency means anything.
-        acked = 2 * _n(WARMUP) + 2 * _n(SINGLE_COUNT) + (_n(BATCH * 20) // BATCH + _n(BATCH_COUNT) // BATCH) * BATCH
+        acked = (2 * _n(WARMUP) + 2 * _n(SINGLE_COUNT) + _n(SINGLE_COUNT) // 2
+                 + (_n(20) + _n(BATCH_COUNT) // BATCH) * BATCH)  # fmt: skip
         out["dispatch_catch_up_s"] = await wait_dispatched(b.namesrv_addr, acked)
         print(f"  [dispatch caught up {out['dispatch_catch_up_s']:.1f} s after the batch phase]", flush=True)
         for key, rate in (("latency_low", LATENCY_LOW_RATE), ("latency", LATENCY_RATE)):
@@ -460,25 +583,29 @@ def baseline_phase(sizes: dict[str, int]) -> dict:
 def print_report(r: dict) -> None:
     m = r["machine"]
     print(f"machine: {m['nproc']} cores, {m['memory_gib']} GiB, {m['cpu']}, Python {m['python']}, {m['date']}")
-    print(codecs_line(m) + "; the broker process (mqlake up) inherits the choice, the load generator too")
+    print(codecs_line(m) + "; the broker process (mqlake up) inherits the choice, the load generator too;")
+    print("throughput rows: raw-protocol frames encoded once (the broker gets the cores), latency: Python clients")
     s = r["frame_sizes"]
     print(f"BENCH_SCALE={m['bench_scale']}; 1 KiB bodies, ASYNC_FLUSH, topic of {QUEUES} queues; frames: send "
           f"{s['single_request']} B -> {s['single_reply']} B, batch of {BATCH} {s['batch_request']} B -> "
           f"{s['batch_reply']} B")  # fmt: skip
     print("gen / broker cpu = cores used by the load generator (this process) / the broker process; bg cpu = cores")
     print("used by everything else on the machine meanwhile (other engineers' jobs); raw echo rows: gen = client\n")
-    print("broker us/msg = broker CPU per message (load-independent); 1-core ceiling = 10^6 / that\n")
+    print("broker us/msg = broker CPU per message (load-independent); 1-core ceiling = 10^6 / that;")
+    print("loop us/msg = the part of it in the event loop's thread (the request path; the rest is dispatch)\n")
     hdr = (f"{'run':<34}{'msgs/s':>10}{'raw echo':>11}{'vs raw':>8}{'gen cpu':>9}{'broker cpu':>11}{'bg cpu':>8}"
-           f"{'broker us/msg':>15}{'1-core ceiling':>16}")  # fmt: skip
+           f"{'broker us/msg':>15}{'loop us/msg':>13}{'1-core ceiling':>16}")  # fmt: skip
     print(hdr)
     print("-" * len(hdr))
     labels = {"single_1": f"send, 1 connection, {WINDOW_1} in flight", "single_8": f"send, 8 connections, {WINDOW_8}"
-              " in flight", "batch_8": f"batch of {BATCH}, 8 conns, {BATCH_WINDOW} in flight"}  # fmt: skip
+              " in flight", "single_8_client": "  the same, Python Producer",
+              "batch_8": f"batch of {BATCH}, 8 conns, {BATCH_WINDOW} in flight"}  # fmt: skip
     for k, label in labels.items():
-        d, base = r["broker"][k], r["baseline"][k]
+        d, base = r["broker"][k], r["baseline"][k.removesuffix("_client")]
         print(f"{label:<34}{d['msgs_per_s']:>10,.0f}{base['msgs_per_s']:>11,.0f}"
               f"{d['msgs_per_s'] / base['msgs_per_s']:>8.2f}{d['own_cpu_cores']:>9.2f}{d['broker_cpu_cores']:>11.2f}"
-              f"{d['bg_cpu_cores']:>8.2f}{d['broker_us_per_msg']:>15.1f}{1e6 / d['broker_us_per_msg']:>16,.0f}")
+              f"{d['bg_cpu_cores']:>8.2f}{d['broker_us_per_msg']:>15.1f}{d['loop_us_per_msg']:>13.1f}"
+              f"{1e6 / d['broker_us_per_msg']:>16,.0f}")
     print()
     for key in ("latency_low", "latency"):
         lat = r["broker"][key]
