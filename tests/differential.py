@@ -13,9 +13,17 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from broker.remoting import send_codec  # noqa: F401 - imported for its twins (store.format.native)
 from broker.remoting.codes import RequestCode, SerializeType
 from broker.remoting.command import RemotingCommand
-from store.format import native, properties, records, units
+from store.format import (
+    batch_body,
+    native,
+    properties,
+    records,
+    runs,  # noqa: F401 - imported for its twins
+    units,
+)
 
 
 class Disagreement(AssertionError):
@@ -259,7 +267,137 @@ def json_header(data: bytes) -> None:
     same("broker.remoting.command", "json_header", cmd)
 
 
+_HOSTS = ("127.0.0.1", "10.0.0.2", "::1", "2001:db8::7", "not-an-ip")
+_PROPS = (
+    b"TAGS\x01TagA\x02KEYS\x01ORDER-1\x02UNIQ_KEY\x01" + b"A" * 32 + b"\x02",
+    b"CLUSTER\x01mine\x02",
+    b"CLUSTER\x01\x02TAGS\x01x\x02",  # an empty CLUSTER counts as absent
+    b"",
+    b"TAGS\x01no separator at the end",
+)
+SEED_BATCHES: list[bytes] = [
+    batch_body.encode_batch_body([batch_body.BatchItem(i, b"b%d" % i * (1 + 7 * i), _PROPS[i % len(_PROPS)])
+                                  for i in range(n)])
+    for n in (1, 3, 6)
+]  # fmt: skip
+
+
+def _send_args(data: bytes) -> tuple:
+    """(topic, queueId, sysFlag, bornTimestamp, bornHost, storeHost, reconsumeTimes, cluster) from the bytes."""
+    knob = data[0]
+    topic = ("TopicTest", "T" * 130, "t\u00e9", "%RETRY%g", "\ud800")[knob % 5] if knob & 0x80 else "TopicTest"
+    ints = [_int_from(data[1] if i == data[1] % 4 else 0, data[2:], i * 8) for i in range(4)]
+    born = (_HOSTS[knob % 5] if knob & 0x40 else "127.0.0.1", ints[1] & 0xFFFF if not knob & 0x20 else ints[1])
+    store = (_HOSTS[(knob >> 3) % 4], 10911)
+    cluster = ("DefaultCluster", "cl\u00e4", "\udc00")[knob % 3] if knob & 0x10 else "DefaultCluster"
+    return topic, ints[0] % 64 if not knob & 0x08 else ints[0], ints[2] & 0xFFF, ints[3], born, store, \
+        data[1] % 3, cluster
+
+
+def encode_message(data: bytes) -> None:
+    """``runs.encode_message``: a send's record from fields of the bytes, properties with or without CLUSTER."""
+    if len(data) < 4:
+        return
+    topic, queue_id, sys_flag, born_ts, born, store, reconsume, cluster = _send_args(data)
+    props = _PROPS[data[2] % len(_PROPS)] if data[3] & 1 else bytes(data[4:40])
+    if data[3] & 2:
+        props = props * 2000  # past the properties length a record can hold
+    same("store.format.runs", "encode_message", topic, queue_id, bytes(data[40:]), props, data[3] - 128, sys_flag,
+         born_ts, born, store, reconsume, cluster)  # fmt: skip
+
+
+def encode_batch(data: bytes) -> None:
+    """``runs.encode_batch`` of raw bytes and of mutated real batch bodies, with item size limits."""
+    if len(data) < 4:
+        return
+    mode = data[0]
+    seed = SEED_BATCHES[mode % len(SEED_BATCHES)]
+    body = bytes(data[4:]) if mode % 5 == 0 else bytes(_overlay(seed, data[4:]))
+    topic, queue_id, sys_flag, born_ts, born, store, reconsume, cluster = _send_args(data)
+    max_body = (4 * 1024 * 1024, 10, 0, -1)[data[3] % 4]
+    same("store.format.runs", "encode_batch", body, topic, queue_id, sys_flag, born_ts, born, store, reconsume,
+         cluster, max_body)  # fmt: skip
+
+
+def _seed_run(data: bytes) -> tuple[bytes, int]:
+    n = 1 + data[0] % 3
+    return b"".join(SEED_RECORDS[(data[0] + i) % len(SEED_RECORDS)] for i in range(n)), n
+
+
+def write_run(data: bytes) -> None:
+    """``runs.write_run`` of real runs (or mutated ones, or wrong counts) into a buffer, at positions in and out of
+    it: the same bytes afterwards, or the same error and the buffer untouched alike."""
+    if len(data) < 4:
+        return
+    run, count = _seed_run(data)
+    if data[1] & 0x80:
+        run = bytes(_overlay(run, data[4:]))
+    if data[1] & 0x40:
+        count += data[2] % 3 - 1
+    pos = data[2] * 3 - 16 if data[1] & 0x20 else data[2]
+    values = [_int_from(data[3] if i == data[3] % 3 else 0, data[4:], i * 8) for i in range(3)]
+    size = len(run) + 256 - (data[3] % 64 if data[1] & 0x10 else 0)
+    a, b = bytearray(size), bytearray(size)
+    advances = bool(data[1] & 1)
+    py, c = _pair("store.format.runs", "write_run")
+    ra = _outcome(py, a, pos, run, count, values[0], values[1], values[2], advances)
+    rb = _outcome(c, b, pos, run, count, values[0], values[1], values[2], advances)
+    if ra != rb or a != b:
+        raise Disagreement(f"write_run(pos={pos}, count={count}, {values}): python {ra} != compiled {rb}")
+
+
+def offset_msg_ids(data: bytes) -> None:
+    """``runs.offset_msg_ids`` of real or mutated runs, offsets at the edges, IPv4 and IPv6 store hosts."""
+    if len(data) < 4:
+        return
+    run, count = _seed_run(data)
+    if data[1] & 0x80:
+        run = bytes(_overlay(run, data[4:]))
+    if data[1] & 0x40:
+        count += data[2] % 3 - 1
+    offset = _int_from(data[3], data[4:], 0)
+    same("store.format.runs", "offset_msg_ids", (_HOSTS[data[1] % 4], 10911), offset, run, count)
+
+
+def read_send_v2(data: bytes) -> None:
+    """``send_codec.read_send_v2`` of the Java client's header with fields replaced or dropped by the bytes."""
+    if len(data) < 2:
+        return
+    ext = dict(_SEND_EXT)
+    keys = [*"abcdefghijklmn", "topic"]
+    texts = data[1:].split(b"\x00")
+    for i, raw in enumerate(texts[:6]):
+        key = keys[(data[0] + 3 * i + (raw[0] if raw else 0)) % len(keys)]
+        if raw and raw[0] % 5 == 0:
+            ext.pop(key, None)
+        else:
+            ext[key] = raw[1:].decode("utf-8", "surrogateescape" if data[0] & 1 else "replace")
+    same("broker.remoting.send_codec", "read_send_v2", ext)
+
+
+def send_reply(data: bytes) -> None:
+    """``send_codec.send_reply`` with strings that need escaping or not and numbers at the edges."""
+    if len(data) < 3:
+        return
+    texts = data[3:].split(b"\x00")
+
+    def text(i: int) -> str:
+        raw = texts[i % len(texts)]
+        return raw.decode("utf-8", "surrogateescape" if data[0] & 1 else "replace")
+
+    tx = None if data[0] & 2 else text(2)
+    same("broker.remoting.send_codec", "send_reply", int.from_bytes(data[:2], "big", signed=True), data[2] % 3,
+         text(0) if data[0] & 4 else "7F00000100002A9F" + data[3:11].hex().upper()[:16], _int_from(data[1], data, 2),
+         _int_from(data[2], data, 5), tx, text(1) if data[0] & 8 else "DefaultRegion", bool(data[0] & 16))  # fmt: skip
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
+    "encode_message": encode_message,
+    "encode_batch": encode_batch,
+    "write_run": write_run,
+    "offset_msg_ids": offset_msg_ids,
+    "read_send_v2": read_send_v2,
+    "send_reply": send_reply,
     "decode_frame": decode_frame,
     "json_header": json_header,
     "check_record": check_record,

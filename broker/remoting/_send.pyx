@@ -24,7 +24,7 @@ cdef int TRANSACTION_BITS = 0xC  # records.TRANSACTION_ROLLBACK_TYPE: prepared, 
 cdef object _int(object s):
     """``int(s)`` of an ASCII ``[-]digits`` string of at most 18 digits; None for anything ``int`` might read
     otherwise (spaces, '+', '_', other digits) or refuse."""
-    if type(s) is not str:
+    if type(s) is not str or not s.isascii():
         return None
     cdef Py_ssize_t n, i = 0
     cdef const char* p = PyUnicode_AsUTF8AndSize(s, &n)
@@ -94,7 +94,7 @@ def read_send_v2(ext):
 
 cdef bint _plain(object s):
     """A str that JSON writes as it is: printable ASCII without '"' or '\\'."""
-    if type(s) is not str:
+    if type(s) is not str or not s.isascii():  # an ASCII str's UTF-8 is its own data: no encoding, no error
         return False
     cdef Py_ssize_t n, i
     cdef const char* p = PyUnicode_AsUTF8AndSize(s, &n)
