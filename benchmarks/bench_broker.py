@@ -17,7 +17,8 @@ What is measured, exactly:
     ``Producer.send`` (``connections_per_addr=8``) for comparison.  1 KiB bodies with TAGS, KEYS and a UNIQ_KEY
     per message; topic ``BenchTopic`` with 8 queues, round-robin.
   * Latency: a ``PushConsumer`` (long polling) in this process; messages are sent at a fixed rate (ticks of 1 ms)
-    and the latency of each is from just before ``send`` to its handler call.
+    by a raw-protocol sender on one connection (a frame per queue encoded once, the message's key written into
+    its body), and the latency of each is from just before its frame is written to its handler call.
   * Baseline: an asyncio echo server in its own process answers every frame with a frame of the size the broker's
     response has, writing all the answers to one read in one ``writelines`` (what the remoting layer does); a raw
     protocol client keeps the same number of frames of the request's size in flight on the same connection count.
@@ -64,13 +65,17 @@ SINGLE_COUNT = 40_000
 BATCH_COUNT = 320_000  # messages, in batches of BATCH
 LATENCY_RATE = 5_000
 LATENCY_LOW_RATE = 500  # well under what the broker sustains here: the latency without a backlog
+LATENCY_HIGH_RATE = 20_000
+LATENCY_ROWS = (("latency_low", LATENCY_LOW_RATE), ("latency", LATENCY_RATE), ("latency_high", LATENCY_HIGH_RATE))
 LATENCY_SECONDS = 6.0
 WARMUP = 2_000
 BASELINE_COUNT = 400_000  # the raw path is ~20x faster: more requests for a timing well above timer noise
 
-TARGET_SINGLE_8 = 30_000
-TARGET_BATCH = 200_000
-TARGET_P99_MS = 10.0
+# issue 14's targets (issue 3 asked for 30 k, 200 k and p99 10 ms at 5 k)
+TARGET_SINGLE_8 = 40_000
+TARGET_BATCH = 300_000
+TARGET_P99_MS = 5.0
+TARGET_P99_HIGH_MS = 10.0
 
 READY_TIMEOUT = 60.0
 
@@ -400,7 +405,52 @@ async def batch_rate(producer: Producer, total: int, window: int) -> float:
     return batches * BATCH / (time.perf_counter() - t0)
 
 
-async def latency(namesrv: str, producer: Producer, rate: int, seconds: float, group: str) -> dict:
+class _PacedSender(asyncio.Protocol):
+    """The latency rows' producer: one connection, one SEND_MESSAGE_V2 frame per queue encoded once, each send a
+    copy with the message's 16-byte key written over the start of its body; answers must be SUCCESS."""
+
+    def __init__(self) -> None:
+        self.templates = [bytearray(f) for f in raw_frames(QUEUES)]
+        self.buf = bytearray()
+        self.failed = 0
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def send(self, i: int, key: bytes) -> None:
+        frame = self.templates[i % QUEUES]
+        frame[len(frame) - BODY : len(frame) - BODY + len(key)] = key
+        self.transport.write(bytes(frame))
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos = 0
+        while len(buf) - pos >= 8:
+            size = int.from_bytes(buf[pos : pos + 4], "big")
+            if len(buf) - pos - 4 < size:
+                break
+            if buf[pos + 8 : pos + 8 + len(_SUCCESS_HEAD)] != _SUCCESS_HEAD:
+                self.failed += 1
+            pos += 4 + size
+        del buf[:pos]
+
+
+async def raw_latency(namesrv: str, broker_addr: str, rate: int, seconds: float, group: str) -> dict:
+    """``latency`` with the paced raw-protocol sender instead of the Python Producer."""
+    host, port = broker_addr.rsplit(":", 1)
+    _, sender = await asyncio.get_running_loop().create_connection(_PacedSender, host, int(port))
+    try:
+        out = await latency(namesrv, None, rate, seconds, group, raw=sender)
+    finally:
+        sender.transport.close()
+    if sender.failed:
+        raise RuntimeError(f"{sender.failed} paced sends were not answered SUCCESS")
+    return out
+
+
+async def latency(namesrv: str, producer: Producer | None, rate: int, seconds: float, group: str,
+                  raw: _PacedSender | None = None) -> dict:  # fmt: skip
     sent: dict[bytes, float] = {}
     lat: list[float] = []
     got = asyncio.Event()
@@ -437,6 +487,10 @@ async def latency(namesrv: str, producer: Producer, rate: int, seconds: float, g
                 await asyncio.sleep(delay)
             key = f"{i:016d}".encode()
             sent[key] = time.perf_counter()
+            if raw is not None:
+                raw.send(i, key)
+                continue
+            assert producer is not None
             task = loop.create_task(producer.send(Message(TOPIC, key + pad, tags="TagA")))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -532,11 +586,12 @@ async def broker_phase(b: BrokerProcess, profile_only: bool) -> dict:
                  + (_n(20) + _n(BATCH_COUNT) // BATCH) * BATCH)  # fmt: skip
         out["dispatch_catch_up_s"] = await wait_dispatched(b.namesrv_addr, acked)
         print(f"  [dispatch caught up {out['dispatch_catch_up_s']:.1f} s after the batch phase]", flush=True)
-        for key, rate in (("latency_low", LATENCY_LOW_RATE), ("latency", LATENCY_RATE)):
+        for key, rate in LATENCY_ROWS:
             print(f"  [{key} {rate}/s]", flush=True)
             out[key] = d = {}
             with b.measured(d):
-                d.update(await latency(b.namesrv_addr, p1, rate, LATENCY_SECONDS * SCALE, group=f"bench_{key}"))
+                d.update(await raw_latency(b.namesrv_addr, b.broker_addr, rate, LATENCY_SECONDS * SCALE,
+                                           group=f"bench_{key}"))  # fmt: skip
     finally:
         await p1.shutdown()
         await p8.shutdown()
@@ -584,7 +639,7 @@ def print_report(r: dict) -> None:
     m = r["machine"]
     print(f"machine: {m['nproc']} cores, {m['memory_gib']} GiB, {m['cpu']}, Python {m['python']}, {m['date']}")
     print(codecs_line(m) + "; the broker process (mqlake up) inherits the choice, the load generator too;")
-    print("throughput rows: raw-protocol frames encoded once (the broker gets the cores), latency: Python clients")
+    print("raw-protocol frames encoded once send (the broker gets the cores); latency: a PushConsumer receives")
     s = r["frame_sizes"]
     print(f"BENCH_SCALE={m['bench_scale']}; 1 KiB bodies, ASYNC_FLUSH, topic of {QUEUES} queues; frames: send "
           f"{s['single_request']} B -> {s['single_reply']} B, batch of {BATCH} {s['batch_request']} B -> "
@@ -607,7 +662,7 @@ def print_report(r: dict) -> None:
               f"{d['bg_cpu_cores']:>8.2f}{d['broker_us_per_msg']:>15.1f}{d['loop_us_per_msg']:>13.1f}"
               f"{1e6 / d['broker_us_per_msg']:>16,.0f}")
     print()
-    for key in ("latency_low", "latency"):
+    for key, _ in LATENCY_ROWS:
         lat = r["broker"][key]
         print(f"produce->consume latency at {lat['rate']:,} msgs/s (achieved {lat['achieved_send_rate']:,.0f}), "
               f"{lat['messages']:,} of {lat['sent']:,} received: p50 {lat['p50_ms']:.2f} ms, "
@@ -656,6 +711,8 @@ def main() -> dict:
              TARGET_BATCH),
             ("latency p99 at 5,000 msgs/s (ms)", br["latency"]["p99_ms"] <= TARGET_P99_MS, br["latency"]["p99_ms"],
              TARGET_P99_MS),
+            ("latency p99 at 20,000 msgs/s (ms)", br["latency_high"]["p99_ms"] <= TARGET_P99_HIGH_MS,
+             br["latency_high"]["p99_ms"], TARGET_P99_HIGH_MS),
         ]  # fmt: skip
         results["wall_seconds"] = time.perf_counter() - t0
     return emit("bench_broker", results, print_report)
