@@ -200,7 +200,7 @@ class Connection(asyncio.Protocol):
         except Exception as e:
             self._finish(cmd, self._failure(cmd, e))
             return
-        if type(result) is bytes:
+        if isinstance(result, bytes):
             if not cmd.is_oneway:
                 self._queue(result)
             return

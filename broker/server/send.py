@@ -167,12 +167,14 @@ class SendProcessor:
         return tc
 
     # --- handlers ------------------------------------------------------------------------------------------
-    def send_inline(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | Awaitable[RemotingCommand]:
+    def send_inline(
+        self, cmd: RemotingCommand, conn: Channel
+    ) -> RemotingCommand | bytes | Awaitable[RemotingCommand]:
         """Codes 10, 310 and 320, as a plain function so the remoting layer answers without a task per request:
         in ASYNC_FLUSH nothing here waits and the response comes back at once; SYNC_FLUSH returns a coroutine
         that waits for the group commit, SYNC_MASTER one that waits for the slave.  As in a Java broker, the
         header's ``batch`` flag picks the batch path: the C++ client sends its batches as SEND_MESSAGE with
-        ``batch=1``."""
+        ``batch=1``.  The fast paths answer with the reply frame already encoded (``bytes``)."""
         if cmd.code == RequestCode.SEND_MESSAGE_V2 and self._fast_store():
             frame = self._send_fast(cmd, conn)
             if frame is not None:

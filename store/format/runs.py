@@ -69,7 +69,7 @@ def encode_batch(
 
 
 def _record_sizes(run: bytes | memoryview, count: int) -> list[int]:
-    sizes = []
+    sizes: list[int] = []
     pos = 0
     for _ in range(count):
         if len(run) - pos < records.MIN_RECORD_SIZE:
