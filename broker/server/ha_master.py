@@ -78,10 +78,11 @@ class HAService:
     # --- wake-ups and acknowledgements ------------------------------------------------------------------------
     def on_appended(self, end: int) -> None:
         """An append listener: wake every connection's writer (from whichever thread appended)."""
-        if self.connections:
-            if len(self._unacked) >= 4 * LAG_WINDOW:  # a slave connected but acking nothing: keep the newest
-                self._unacked.clear()
-            self._unacked.append((end, time.monotonic()))
+        if not self.connections:
+            return  # no slave: nothing to wake (this runs on every put)
+        if len(self._unacked) >= 4 * LAG_WINDOW:  # a slave connected but acking nothing: keep the newest
+            self._unacked.clear()
+        self._unacked.append((end, time.monotonic()))
         if threading.get_ident() == self._loop_thread:
             self._wake_writers()
         elif self._loop is not None:
