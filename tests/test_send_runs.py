@@ -163,6 +163,7 @@ def test_read_send_v2_reads_the_java_clients_header():
         {"i": "TRAN_MSG\x01true\x02"}, {"i": "DELAY\x013\x02"}, {"i": "TIMER_DELAY_SEC\x0110\x02"},
         {"i": "TAGS\x01a"},  # CLUSTER would not be a segment of its own
         {"d": None}, {"e": "three"}, {"topic": "V1Topic"},  # missing or bad fields, a V1 header
+        {"batch": "1"},  # V1's batch flag, which the general path also reads
     ],
 )  # fmt: skip
 def test_read_send_v2_leaves_anything_unusual_to_the_general_path(change: dict):

@@ -88,3 +88,16 @@ def test_bad_sends_get_the_general_paths_codes_and_store_nothing(fresh_broker):
         r = b.call(code, _header(topic, 0, batch=code == RequestCode.SEND_BATCH_MESSAGE), body)
         assert (r.code, remark in (r.remark or "")) == (ResponseCode.MESSAGE_ILLEGAL, True), (topic, body[:20], r)
     assert b.controller.store.commitlog.max_offset == stored
+
+
+def test_a_one_message_batch_asking_for_a_delay_is_parked_as_before(fresh_broker):
+    """The general path's put treats a batch of one as a single send, whose DELAY parks it; the fast path hands
+    such a batch over rather than store it at once."""
+    b = fresh_broker()
+    assert b.send("Later", b"creates the topic", queue_id=0).code == ResponseCode.SUCCESS
+    item = batch_body.BatchItem(0, b"later", properties.encode_properties({"DELAY": "3"}))
+    r = b.call(RequestCode.SEND_BATCH_MESSAGE, _header("Later", 0, batch=True), batch_body.encode_batch_body([item]))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    b.dispatched()
+    assert b.controller.store.get_max_offset_in_queue("Later", 0) == 1  # only the first send is in the queue
+    assert b.controller.store.get_max_offset_in_queue("SCHEDULE_TOPIC_XXXX", 2) == 1  # level 3 waits in queue 2

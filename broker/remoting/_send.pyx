@@ -65,7 +65,7 @@ def read_send_v2(ext):
     """Mirrors ``send_codec.read_send_v2``."""
     if type(ext) is not dict:
         return _reference["read_send_v2"](ext)
-    if "topic" in ext or "b" not in ext:
+    if "topic" in ext or "batch" in ext or "b" not in ext:
         return None
     get = ext.get
     topic, props_s, j = get("b"), get("i"), get("j")

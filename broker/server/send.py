@@ -34,6 +34,7 @@ from broker.server.context import BrokerContext
 from store.config import BrokerRole, FlushDiskType
 from store.format import properties, records, runs
 from store.message_store import PutMessageResult, PutMessageStatus
+from store.schedule import may_park
 
 log = logging.getLogger(__name__)
 
@@ -324,6 +325,8 @@ class SendProcessor:
             )  # fmt: skip
         except (ValueError, OverflowError):  # BatchBodyError, RunError, RecordEncodeError, a field out of range
             return None
+        if count == 1 and may_park(run):
+            return None  # one message: the general path's put treats it as a single send, which may be parked
         result, _ = store.put_run_nowait(run, count, h.topic, h.queue_id, sys_flag)
         append = result.append
         if not result.ok or append is None:
