@@ -273,7 +273,8 @@ class SendProcessor:
 
     def _send_fast(self, cmd: RemotingCommand, conn: Channel) -> bytes | None:
         """A plain SEND_MESSAGE_V2 (``send_codec.read_send_v2``) to an existing, writable topic: the header read,
-        the record encode and the reply in three native calls.  None hands the request to the general path,
+        the record encode, its copy into the segment and the reply frame are native calls (``runs``, ``send_codec``)
+        and the Python between them is the per-request checks.  None hands the request to the general path,
         which runs every check again and gives anything unusual (a new topic, a retry, a transaction, a delay, a
         refused put) the answer it always had; nothing is stored before None."""
         f = send_codec.read_send_v2(cmd.ext_fields)
