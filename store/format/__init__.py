@@ -11,8 +11,12 @@
   names; their numpy dtypes for the pipelines.
 - :mod:`store.format.delay` — delay levels, the tagsCode of a SCHEDULE_TOPIC_XXXX unit, the timer topic's name.
 - :mod:`store.format.columnar` — many records at once into numpy / Arrow arrays (the Spark source).
+- :mod:`store.format.batch_body` — the SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessages``).
+- :mod:`store.format.runs` — a send's records encoded into one run, copied into a segment and back-filled in
+  one piece, their offset message ids (the broker's send path).
 - :mod:`store.format.native` — the choice between a module's compiled twin (``_records.pyx``, ``_hashing.pyx``,
-  ``_properties.pyx``, ``_units.pyx``; also ``broker/remoting/_command.pyx``) and its Python reference.
+  ``_properties.pyx``, ``_units.pyx``, ``_runs.pyx``; also ``broker/remoting/_command.pyx`` and ``_send.pyx``) and its
+  Python reference.
 
 Layouts follow Apache RocketMQ 4.9.8 / 5.x (``MessageDecoder``, ``CommitLog.doAppend``, ``ConsumeQueue``,
 ``IndexFile``, ``StoreCheckpoint``); every integer is big-endian.  Pure functions over bytes: the broker, the
