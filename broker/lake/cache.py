@@ -52,5 +52,11 @@ class SizedLRU(Generic[V]):
                 self.bytes -= dropped
         return value
 
+    def peek(self, key: Hashable) -> V | None:
+        """The value kept under ``key`` (None: none), leaving hit and miss counts and the order as they are."""
+        with self._lock:
+            found = self._items.get(key)
+        return None if found is None else found[0]
+
     def __len__(self) -> int:
         return len(self._items)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from broker.lake.cache import DEFAULT_CACHE_BYTES, SizedLRU
+from broker.lake.cursors import Cursor, Cursors
 from store.errors import MQLakeError
 from store.format.hashing import tags_code
 from store.format.rebuild import RecordBlob, records_blob
@@ -38,6 +40,9 @@ T = TypeVar("T")
 
 REFRESH_S = 1.0  # a snapshot older than this is taken again before a read
 MISS_REFRESH_S = 0.1  # a read that found nothing takes a new snapshot if the one it used is older than this
+# Row groups decoded at once: a decode holds the row group's columns and its rebuilt records (about three times
+# the row group) outside the cache's bound, and decodes mostly hold the GIL, so more at once only adds memory
+DECODERS = 2
 MAX_FILTER_ROWS = 20 * 32  # rows a pull examines under a tag filter, as the local store's MAX_FILTER_UNITS bound
 TOPIC = "topic"
 
@@ -70,17 +75,19 @@ class TierFile:
         return (a is None or a <= hi) and (b is None or b >= lo)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Snapshot:
     version: int
     files: tuple[TierFile, ...]
     # (topic, queue) -> first, last tiered queue offset, from the segments table (None: there is none)
     queue_ranges: dict[tuple[str, int], tuple[int, int]] | None
-    floor: int = -1  # the local store's first CommitLog offset when the snapshot was taken
-    taken: float = field(default_factory=time.monotonic)
+    floor: int = -1  # the local store's first CommitLog offset when the snapshot was last checked
+    taken: float = field(default_factory=time.monotonic)  # when it was last checked against the tables
+    segments_version: int | None = None  # the segments table's version queue_ranges was read at
     # (topic, queue) -> its row groups as (lowest, highest queue offset, file, index), by lowest: pulls of a
     # queue walk these instead of every file's statistics (filled by LakeReader._queue_groups)
     queue_groups: dict[tuple[str, int], list[tuple[int, int, TierFile, int]]] = field(default_factory=dict)
+    cursors: Cursors = field(default_factory=Cursors)  # where walking consumers read next, in this snapshot only
 
     def files_of(self, topic: str | None, **ranges: tuple[int, int]) -> list[TierFile]:
         return [
@@ -91,20 +98,22 @@ class Snapshot:
 
 @dataclass(slots=True)
 class RowGroup:
-    """A decoded row group: its records rebuilt once, end to end in one buffer (a pull slices them, as a local
-    pull slices the CommitLog), the columns lookups read, and its rows ordered by (queue id, queue offset) for
-    binary search."""
+    """A decoded row group, its rows ordered by (queue id, queue offset) for binary search: its records rebuilt
+    once, end to end in one buffer in that order (a pull slices them, as a local pull slices the CommitLog), and
+    the columns lookups read."""
 
     topic: str
+    at: tuple[TierFile, int]  # the file and the index of the row group in it
     source: str
     table: Any  # pa.Table of RECORD_COLUMNS but the record parts only ``blob`` needs (body, properties)
     blob: RecordBlob
     qid: Any  # np.ndarray, sorted
     qoff: Any  # np.ndarray, sorted within a queue id
-    order: Any  # np.ndarray: row index of each sorted position
     sizes: Any  # np.ndarray: msg_size per row
     nbytes: int
-    spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # queue id -> its sorted positions [a, b)
+    spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # queue id -> its rows [a, b)
+    # queue id -> (first offset, rows) of a span whose queue offsets are consecutive (no gap, no repeat)
+    runs: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         import numpy as np
@@ -112,15 +121,41 @@ class RowGroup:
         ids, starts = np.unique(self.qid, return_index=True)
         ends = [*starts[1:].tolist(), len(self.qid)]
         self.spans = dict(zip(ids.tolist(), zip(starts.tolist(), ends, strict=True), strict=True))
+        for q, (a, b) in self.spans.items():
+            first, last = int(self.qoff[a]), int(self.qoff[b - 1])
+            if last - first == b - a - 1 and (b - a < 2 or bool((np.diff(self.qoff[a:b]) == 1).all())):
+                self.runs[q] = (first, a)
 
     def queue_rows(self, queue_id: int, lo: int, hi: int, limit: int) -> tuple[Any, Any]:
         """(queue offsets, row indices) of the first ``limit`` rows of ``queue_id`` with ``lo <= queue offset <
         hi``, as numpy arrays in queue order."""
+        import numpy as np
+
         a, b = self.spans.get(queue_id, (0, 0))
         offs = self.qoff[a:b]
-        i = a + offs.searchsorted(lo, "left")
-        j = min(a + offs.searchsorted(hi, "left"), i + limit)
-        return self.qoff[i:j], self.order[i:j]
+        i = a + int(offs.searchsorted(lo, "left"))
+        j = min(a + int(offs.searchsorted(hi, "left")), i + limit)
+        return self.qoff[i:j], np.arange(i, j)
+
+    def position(self, queue_id: int, offset: int) -> tuple[int, int] | None:
+        """(row of ``offset``, first offset past this row group's run of the queue) when the queue's rows here
+        are consecutive offsets and hold ``offset``; None otherwise."""
+        run = self.runs.get(queue_id)
+        if run is None:
+            return None
+        first, a = run
+        end = first + self.spans[queue_id][1] - a
+        return (a + offset - first, end) if first <= offset < end else None
+
+    def run(self, row: int, count: int, max_bytes: int) -> list[bytes]:
+        """The records of rows ``row`` on, at most ``count`` and, after the first, ``max_bytes`` in all (rows of
+        a run are adjacent in the buffer: one bounds look-up, then a slice per record)."""
+        bounds = self.blob.offsets[row : row + count + 1].tolist()
+        if bounds[-1] - bounds[0] > max_bytes:
+            count = max(1, bisect_right(bounds, bounds[0] + max_bytes) - 1)
+            del bounds[count + 1 :]
+        data = self.blob.data
+        return [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
     def records(self, indices: list[int]) -> list[bytes]:
         """The CommitLog records of the rows at ``indices``."""
@@ -154,6 +189,7 @@ class LakeReader:
         self.segments_uri = table_uri(self.lake, SEGMENTS)
         self.cache: SizedLRU[RowGroup] = SizedLRU(cache_bytes, lambda rg: rg.nbytes)
         self._lock = threading.Lock()
+        self._decoding = threading.BoundedSemaphore(DECODERS)
         self._snapshot: Snapshot | None = None
         self._tables: dict[str, Any] = {}  # uri -> DeltaTable, updated incrementally
         self._metadata: dict[str, Any] = {}  # file path -> parquet FileMetaData (files never change)
@@ -171,8 +207,9 @@ class LakeReader:
             if snap is not None and snap.floor == floor and time.monotonic() - snap.taken < max_age:
                 return snap
             try:
-                self._snapshot = self._take(floor)
-                if self._snapshot is not None:  # footers of files no snapshot lists any more are not needed
+                self._snapshot = self._take(floor, snap)
+                if self._snapshot is not None and self._snapshot is not snap:
+                    # footers of files no snapshot lists any more are not needed
                     live = {f.path for f in self._snapshot.files}
                     self._metadata = {p: md for p, md in self._metadata.items() if p in live}
                     self._stats = {p: st for p, st in self._stats.items() if p in live}
@@ -191,7 +228,9 @@ class LakeReader:
             dt.update_incremental()
         return dt
 
-    def _take(self, floor: int) -> Snapshot | None:
+    def _take(self, floor: int, current: Snapshot | None = None) -> Snapshot | None:
+        """A snapshot of the tables as they are now: ``current`` itself, re-dated, when neither table has a
+        new version since (its row groups per queue and its cursors stay good)."""
         import pyarrow as pa
         from deltalake import DeltaTable
 
@@ -202,6 +241,11 @@ class LakeReader:
             )
             return None
         dt = self._table(self.messages_uri)
+        segments = self._table(self.segments_uri) if DeltaTable.is_deltatable(self.segments_uri) else None
+        segments_version = None if segments is None else segments.version()
+        if current is not None and (current.version, current.segments_version) == (dt.version(), segments_version):
+            current.floor, current.taken = floor, time.monotonic()
+            return current
         adds = pa.table(dt.get_add_actions(flatten=True))
         cols = {name: adds.column(name).to_pylist() for name in adds.column_names}
         files = []
@@ -211,15 +255,16 @@ class LakeReader:
             lo = {c: cols.get(f"min.{c}", [None] * (i + 1))[i] for c in _STAT_COLUMNS}
             hi = {c: cols.get(f"max.{c}", [None] * (i + 1))[i] for c in _STAT_COLUMNS}
             files.append(TierFile(path, cols[f"partition.{TOPIC}"][i], lo, hi))
-        return Snapshot(dt.version(), tuple(files), self._queue_ranges(), floor)
+        return Snapshot(dt.version(), tuple(files), self._queue_ranges(segments), floor,
+                        segments_version=segments_version)  # fmt: skip
 
-    def _queue_ranges(self) -> dict[tuple[str, int], tuple[int, int]] | None:
-        from deltalake import DeltaTable
-
-        if not DeltaTable.is_deltatable(self.segments_uri):
+    @staticmethod
+    def _queue_ranges(segments: Any) -> dict[tuple[str, int], tuple[int, int]] | None:
+        """(topic, queue) -> first, last queue offset over the ``segments`` table's rows (None: no table)."""
+        if segments is None:
             return None
         out: dict[tuple[str, int], tuple[int, int]] = {}
-        rows = self._table(self.segments_uri).to_pyarrow_table(columns=["queue_ranges"]).column(0).to_pylist()
+        rows = segments.to_pyarrow_table(columns=["queue_ranges"]).column(0).to_pylist()
         for ranges in rows:
             for r in ranges or ():
                 key = (r["topic"], r["queue_id"])
@@ -292,18 +337,32 @@ class LakeReader:
         import pyarrow.parquet as pq
 
         source = f"{f.path} row group {g}"
-        table = pq.ParquetFile(f.path, metadata=self._file_metadata(f.path)).read_row_group(g, list(RECORD_COLUMNS))
-        blob = records_blob(table, f.topic, source)
-        table = table.drop_columns(list(_BLOB_ONLY))  # the blob holds them; the cache bound counts it instead
+        parquet = pq.ParquetFile(f.path, metadata=self._file_metadata(f.path))
+        # one thread: a row group is 8 MiB at most, and its columns decode faster than threads start and join
+        table = parquet.read_row_group(g, list(RECORD_COLUMNS), use_threads=False)
         qid = table.column("queue_id").to_numpy()
         qoff = table.column("queue_offset").to_numpy()
-        order = np.lexsort((qoff, qid))
+        if len(qid) > 1 and not ((qid[1:] > qid[:-1]) | ((qid[1:] == qid[:-1]) & (qoff[1:] >= qoff[:-1]))).all():
+            # not in queue order (files the tier job wrote before it sorted): sort once, so a queue's records
+            # are adjacent in the buffer
+            order = np.lexsort((qoff, qid))
+            table = table.take(order)
+            qid, qoff = qid[order], qoff[order]
+        blob = records_blob(table, f.topic, source)
+        table = table.drop_columns(list(_BLOB_ONLY))  # the blob holds them; the cache bound counts it instead
         sizes = table.column("msg_size").to_numpy()
-        return RowGroup(f.topic, source, table, blob, qid[order], qoff[order], order, sizes,
-                        table.nbytes + blob.nbytes + order.nbytes * 4)  # fmt: skip
+        nbytes = table.nbytes + blob.nbytes + qid.nbytes + qoff.nbytes
+        return RowGroup(f.topic, (f, g), source, table, blob, qid, qoff, sizes, nbytes)
 
     def _group(self, f: TierFile, g: int) -> RowGroup:
-        return self.cache.get((f.path, g), lambda: self._load(f, g))
+        key = (f.path, g)
+
+        def load() -> RowGroup:
+            with self._decoding:
+                done = self.cache.peek(key)  # decoded by another thread while this one waited
+                return done if done is not None else self._load(f, g)
+
+        return self.cache.get(key, load)
 
     # --- reads ------------------------------------------------------------------------------------------------
     def queue_range(self, topic: str, queue_id: int) -> tuple[int, int] | None:
@@ -353,9 +412,17 @@ class LakeReader:
             known = snap.queue_ranges.get((topic, queue_id))
             if known is None or known[1] < offset or known[0] >= upper:
                 return None
+        unfiltered = tag_codes is None and record_filter is None
+        if unfiltered and upper > offset:
+            cursor = snap.cursors.find(topic, queue_id, offset)
+            count = min(max_nums, upper - offset)
+            # a consumer walking on: its rows are the next ones of a known run (one the pull would run past
+            # is left to the full path, which goes on into the next row group as a pull from here must)
+            if cursor is not None and cursor.limit - offset >= count:
+                return self._pull_run(snap, topic, queue_id, cursor, count, max_bytes)
         import numpy as np
 
-        want = max_nums if tag_codes is None and record_filter is None else MAX_FILTER_ROWS
+        want = max_nums if unfiltered else MAX_FILTER_ROWS
         groups = [(lo, f, g) for lo, hi, f, g in self._queue_groups(snap, topic, queue_id)
                   if lo < upper and hi >= offset]  # fmt: skip
         found: list[tuple[Any, Any, RowGroup]] = []  # (queue offsets, row indices, row group) per row group
@@ -372,10 +439,12 @@ class LakeReader:
                 count += len(qo)
         if not found:
             return None
-        if len(found) == 1 and tag_codes is None and record_filter is None:  # the common case: one row group
+        if len(found) == 1 and unfiltered:  # the common case: one row group
             qos, idxs, rg = found[0]
-            return self._take_all(found, qos[:max_nums], idxs[:max_nums], np.zeros(min(len(qos), max_nums), int),
-                                  rg.sizes[idxs[:max_nums]], max_bytes)  # fmt: skip
+            out = self._take_all(found, qos[:max_nums], idxs[:max_nums], np.zeros(min(len(qos), max_nums), int),
+                                 rg.sizes[idxs[:max_nums]], max_bytes)  # fmt: skip
+            self._note_cursor(snap, topic, queue_id, out.next_begin_offset, [rg])
+            return out
         qos = np.concatenate([q for q, _, _ in found])
         idxs = np.concatenate([i for _, i, _ in found])
         which = np.repeat(np.arange(len(found)), [len(q) for q, _, _ in found])
@@ -386,9 +455,11 @@ class LakeReader:
         first = np.ones(len(qos), bool)
         first[1:] = qos[1:] != qos[:-1]
         qos, idxs, which, sizes = qos[first], idxs[first], which[first], sizes[first]
-        if tag_codes is None and record_filter is None:
-            return self._take_all(found, qos[:max_nums], idxs[:max_nums], which[:max_nums], sizes[:max_nums],
-                                  max_bytes)  # fmt: skip
+        if unfiltered:
+            out = self._take_all(found, qos[:max_nums], idxs[:max_nums], which[:max_nums], sizes[:max_nums],
+                                 max_bytes)  # fmt: skip
+            self._note_cursor(snap, topic, queue_id, out.next_begin_offset, [rg for _, _, rg in found])
+            return out
         out = TierPull([], [], offset)
         chosen: list[tuple[RowGroup, int, bytes | None]] = []
         total = 0
@@ -413,6 +484,40 @@ class LakeReader:
         for rg, i, data in chosen:
             out.messages.append(data if data is not None else rg.record(i))
         return out
+
+    def _pull_run(
+        self, snap: Snapshot, topic: str, queue_id: int, cursor: Cursor, count: int, max_bytes: int
+    ) -> TierPull:
+        """An unfiltered pull from a cursor whose run holds ``count`` rows more: those, sliced from the cached
+        records, as far as ``max_bytes`` lets; the cursor moves on by what was taken."""
+        rg = self._group(*cursor.group)  # reloaded if the cache let it go
+        messages = rg.run(cursor.position, count, max_bytes)
+        n = len(messages)
+        snap.cursors.keep(topic, queue_id, cursor.advanced(n))
+        return TierPull(messages, list(range(cursor.offset, cursor.offset + n)), cursor.offset + n)
+
+    def _note_cursor(self, snap: Snapshot, topic: str, queue_id: int, offset: int, near: list[RowGroup]) -> None:
+        """After an unfiltered pull: a cursor at the queue's next offset when one of the row groups just read
+        holds it in a run of consecutive offsets; the run is cut where another row group of the snapshot holds
+        an offset of the queue too (its statistics say so, and its rows confirm it), so a pull from the cursor
+        returns what the full path would."""
+        for rg in reversed(near):
+            at = rg.position(queue_id, offset)
+            if at is not None:
+                break
+        else:
+            return
+        row, limit = at
+        f, g = rg.at
+        for lo, hi, f2, g2 in self._queue_groups(snap, topic, queue_id):
+            if lo >= limit:
+                break  # by lowest offset: the rest start past the run
+            if hi >= offset and (g2 != g or f2.path != f.path):
+                qo, _ = self._group(f2, g2).queue_rows(queue_id, offset, limit, 1)
+                if len(qo):
+                    limit = int(qo[0])
+        if limit > offset:
+            snap.cursors.keep(topic, queue_id, Cursor(rg.at, offset, row, limit))
 
     def _queue_groups(self, snap: Snapshot, topic: str, queue_id: int) -> list[tuple[int, int, TierFile, int]]:
         key = (topic, queue_id)
@@ -504,7 +609,7 @@ class LakeReader:
             for f in snap.files_of(topic, **span):
                 for g, _lo, _hi in self._row_groups(f, **span):
                     rg = self._group(f, g)
-                    ts = rg.table.column("store_timestamp").to_numpy()[rg.order]
+                    ts = rg.table.column("store_timestamp").to_numpy()
                     a, b = np.searchsorted(rg.qid, queue_id, "left"), np.searchsorted(rg.qid, queue_id, "right")
                     ok = (ts[a:b] <= timestamp) if upper else (ts[a:b] >= timestamp)
                     offs = rg.qoff[a:b][ok]

@@ -140,14 +140,15 @@ def records_blob(table: pa.Table, topic: str, source: str = "") -> RecordBlob:
             rows = np.flatnonzero((born_v6 == b6) & (store_v6 == s6))
             if not len(rows):
                 continue
+            at: slice | np.ndarray = slice(None) if len(rows) == n else rows  # all rows: no copies to select them
             dtype = _header_dtype(b6, s6)
             head = np.zeros(len(rows), dtype)
-            total[rows] = dtype.itemsize + body_len[rows] + tail_len[rows] + props_len[rows]
-            head["total_size"] = total[rows]
+            total[at] = dtype.itemsize + body_len[at] + tail_len[at] + props_len[at]
+            head["total_size"] = total[at]
             for name, values in columns.items():
-                head[name] = values[rows]
-            head["born_ip"] = born_ip[rows, : dtype["born_ip"].shape[0]]
-            head["store_ip"] = store_ip[rows, : dtype["store_ip"].shape[0]]
+                head[name] = values[at]
+            head["born_ip"] = born_ip[at, : dtype["born_ip"].shape[0]]
+            head["store_ip"] = store_ip[at, : dtype["store_ip"].shape[0]]
             heads.append((rows, head.view(np.uint8).reshape(len(rows), dtype.itemsize)))
     tails: list[tuple[np.ndarray, np.ndarray]] = []
     for wide in (False, True):
@@ -210,6 +211,12 @@ def _binary_rows(parts: list[tuple[np.ndarray, np.ndarray]], n: int) -> pa.Array
     import numpy as np
     import pyarrow as pa
 
+    if len(parts) == 1 and len(parts[0][0]) == n:  # every row of one width (the usual case): the values are the data
+        values = np.ascontiguousarray(parts[0][1])
+        offsets = np.arange(n + 1, dtype=np.int64) * values.shape[1]
+        return pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(values.reshape(-1))]
+        )
     widths = np.zeros(n, np.int64)
     for rows, values in parts:
         widths[rows] = values.shape[1]
@@ -225,8 +232,8 @@ def _large_binary(column: Any) -> pa.Array:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return pc.fill_null(arr.cast(pa.large_binary()), pa.scalar(b"", pa.large_binary()))
+    arr = (column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column).cast(pa.large_binary())
+    return pc.fill_null(arr, pa.scalar(b"", pa.large_binary())) if arr.null_count else arr
 
 
 def _properties_array(column: pa.ChunkedArray) -> pa.Array:
@@ -238,8 +245,8 @@ def _properties_array(column: pa.ChunkedArray) -> pa.Array:
     if len(maps) == 0:
         return pa.array([], pa.string())
     maps = pa.concat_arrays([maps])  # unsliced: offsets then index the children from 0
-    entries = pc.binary_join_element_wise(maps.keys, maps.items, NAME_VALUE_SEPARATOR)
-    entries = pc.binary_join_element_wise(entries, "", PROPERTY_SEPARATOR)  # a separator after every entry
+    # name 0x01 value 0x02: the separators as scalar parts joined with an empty separator, in one pass
+    entries = pc.binary_join_element_wise(maps.keys, NAME_VALUE_SEPARATOR, maps.items, PROPERTY_SEPARATOR, "")
     lists = pa.ListArray.from_arrays(maps.offsets, entries, mask=maps.is_null())
     return pc.binary_join(lists, "")
 
