@@ -99,7 +99,8 @@ class GetMessageResult:
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    messages: list[bytes] = field(default_factory=list)  # raw CommitLog records, byte-identical
+    # raw CommitLog records, byte-identical (views of a cached buffer when the broker read them from the tier)
+    messages: list[bytes | memoryview] = field(default_factory=list)
     queue_offsets: list[int] = field(default_factory=list)
     # The reader is further behind the CommitLog's end than accessMessageInMemoryMaxRatio of RAM: its reads come from
     # disk, and a master may send it to a slave (suggestWhichBrokerId)

@@ -54,6 +54,7 @@ RECORD_COLUMNS = (
 )  # fmt: skip
 _BLOB_ONLY = ("body", "properties")  # read only to rebuild the records
 _STAT_COLUMNS = ("queue_id", "queue_offset", "commitlog_offset", "store_timestamp")
+_HOST_COLUMNS = ["born_host", "store_host"]
 
 
 class LakeReadError(MQLakeError, RuntimeError):
@@ -147,7 +148,7 @@ class RowGroup:
         end = first + self.spans[queue_id][1] - a
         return (a + offset - first, end) if first <= offset < end else None
 
-    def run(self, row: int, count: int, max_bytes: int) -> list[bytes]:
+    def run(self, row: int, count: int, max_bytes: int) -> list[bytes | memoryview]:
         """The records of rows ``row`` on, at most ``count`` and, after the first, ``max_bytes`` in all (rows of
         a run are adjacent in the buffer: one bounds look-up, then a slice per record)."""
         bounds = self.blob.offsets[row : row + count + 1].tolist()
@@ -157,19 +158,21 @@ class RowGroup:
         data = self.blob.data
         return [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
-    def records(self, indices: list[int]) -> list[bytes]:
-        """The CommitLog records of the rows at ``indices``."""
+    def records(self, indices: list[int]) -> list[memoryview]:
+        """The CommitLog records of the rows at ``indices`` (views of the cached buffer)."""
         return self.blob.records(indices)
 
     def record(self, index: int) -> bytes:
-        return self.records([index])[0]
+        """One record, copied: lookups and filters keep it apart from the cached buffer."""
+        return self.records([index])[0].tobytes()
 
 
 @dataclass(slots=True)
 class TierPull:
-    """What a pull found in the tier: records in queue order and where the next pull begins."""
+    """What a pull found in the tier: records in queue order and where the next pull begins.  An unfiltered
+    pull's records are views of the cached row group, as a local pull's are slices of the CommitLog."""
 
-    messages: list[bytes]
+    messages: list[bytes | memoryview]
     queue_offsets: list[int]
     next_begin_offset: int
 
@@ -337,7 +340,8 @@ class LakeReader:
         import pyarrow.parquet as pq
 
         source = f"{f.path} row group {g}"
-        parquet = pq.ParquetFile(f.path, metadata=self._file_metadata(f.path))
+        # hosts as the dictionary parquet keeps of them: the rebuild parses each distinct one once
+        parquet = pq.ParquetFile(f.path, metadata=self._file_metadata(f.path), read_dictionary=_HOST_COLUMNS)
         # one thread: a row group is 8 MiB at most, and its columns decode faster than threads start and join
         table = parquet.read_row_group(g, list(RECORD_COLUMNS), use_threads=False)
         qid = table.column("queue_id").to_numpy()

@@ -306,7 +306,7 @@ class TransactionProcessor:
             log.warning("CHECK_TRANSACTION_STATE to %s failed: %s", conn.remote_addr, e)
 
 
-def _decode(raw: bytes) -> records.MessageRecord | None:
+def _decode(raw: bytes | memoryview) -> records.MessageRecord | None:
     """A record the store handed out whole (its size is the slice's): decoded, or None (logged) if it does not."""
     try:
         return records.decode_record(raw, size=len(raw))
