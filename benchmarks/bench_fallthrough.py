@@ -19,7 +19,16 @@ What is timed, exactly (in process, no network: the two read paths PULL_MESSAGE 
   * cache bound: 8 threads, each walking a queue with its own position, share one reader whose cache is
     bounded at CACHE_BOUND; the largest ``cache.bytes`` seen after any pull, and the growth of the
     process's resident set over the walk.
-  msgs/s counts messages returned; each rate is messages / wall time of the whole walk.
+  msgs/s counts messages returned; each rate is messages / wall time of the whole walk.  Each walk also
+  reports this process's CPU time per message (process_time: all its threads), steadier than the rates on a
+  shared machine.
+
+Through the broker (beside the in-process figures, not instead of them): ``mqlake up`` on the same store, a
+stock-protocol pull consumer (``broker.client.PullConsumer``, this process) walking the same queues the same
+way, 32 messages a pull: once before tiering (local), once after it with ``lakePath`` set (fall-through).
+Reported: msgs/s and the broker process's CPU per message (its utime + stime over the walk).  The client
+decodes every message, so its rate bounds both walks; the broker's CPU per message is the read path's cost.
+BENCH_BROKER=0 leaves this part out.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks.bench_store import STORE_HOST, build_messages, machine
+from benchmarks.bench_store import STORE_HOST, TOPIC, build_messages, machine
 from benchmarks.bench_tier import BODY, SEALED, SEGMENT
 from benchmarks.report import emit
 from store.config import MessageStoreConfig
@@ -41,6 +50,7 @@ from store.message_store import GetMessageStatus, MessageStore
 
 QUEUES = 8
 PULL = 32
+WITH_BROKER = os.environ.get("BENCH_BROKER", "1") != "0"
 CACHE_BOUND = 64 * 1024 * 1024
 TARGET_RATIO = 0.5
 TARGET_COLD_MS = 200.0
@@ -78,6 +88,71 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
+def _process_cpu(pid: int) -> float:
+    """utime + stime of a process, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def broker_walk(tmp: Path, sealed_end: int, lake: Path | None) -> dict:
+    """``mqlake up`` on the store under ``tmp`` (with ``lakePath`` if ``lake``), and a pull consumer walking
+    every queue from offset 0 until it reaches a message at or past ``sealed_end`` (the active segment, local
+    in both walks) or the queue's end."""
+    import asyncio
+
+    from benchmarks.bench_broker import BrokerProcess
+    from broker.client import Admin, PullConsumer
+    from broker.client.message import MessageQueue, PullStatus
+    from broker.remoting.loop import run as run_loop
+
+    # the embedded tier job runs at deleteWhen: put that hour as far from now as a day allows
+    far_hour = (time.gmtime().tm_hour + 12) % 24
+    extra = {"mappedFileSizeCommitLog": str(SEGMENT), "deleteWhen": f"{far_hour:02d}"}
+    if lake is not None:
+        extra["lakePath"] = str(lake)
+    b = BrokerProcess(tmp, extra=extra)
+
+    async def walk_all() -> dict:
+        await b.wait_ready()
+        async with Admin(b.namesrv_addr) as admin:
+            await admin.create_topic(TOPIC, broker_addr=b.broker_addr, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+        consumer = await PullConsumer("bench_fallthrough_walk", b.namesrv_addr).start()
+        try:
+            deadline = time.monotonic() + 30
+            while len(queues := await consumer.fetch_queues(TOPIC)) < QUEUES:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{TOPIC} route never showed {QUEUES} queues")
+                await asyncio.sleep(0.2)
+            broker = next(iter({q.broker_name for q in queues}))
+            # GET_MIN_OFFSET first: the broker imports the lake's libraries and takes its first snapshot
+            # outside the timed walk (no row group is decoded: the walk starts with a cold cache)
+            await consumer.min_offset(MessageQueue(TOPIC, broker, 0))
+            got = 0
+            cpu0, t0 = _process_cpu(b.process.pid), time.perf_counter()
+            for q in range(QUEUES):
+                mq, offset = MessageQueue(TOPIC, broker, q), 0
+                while True:
+                    r = await consumer.pull(mq, offset, PULL)
+                    if r.status is not PullStatus.FOUND:
+                        break
+                    keep = [m for m in r.messages if m.commit_log_offset < sealed_end]
+                    got += len(keep)
+                    if len(keep) < len(r.messages):
+                        break
+                    offset = r.next_begin_offset
+            seconds, cpu = time.perf_counter() - t0, _process_cpu(b.process.pid) - cpu0
+        finally:
+            await consumer.shutdown()
+        return {"messages": got, "seconds": seconds, "msgs_per_s": got / seconds,
+                "broker_us_per_msg": cpu / got * 1e6}  # fmt: skip
+
+    try:
+        return run_loop(walk_all())
+    finally:
+        b.stop()
+
+
 def run(tmp: Path) -> dict:
     from broker.lake.reader import LakeReader
     from pipelines.compaction.job import tier
@@ -91,16 +166,19 @@ def run(tmp: Path) -> dict:
         sealed_end = SEALED * SEGMENT
 
         def local_pull(queue_id: int, offset: int):
-            r = store.get_message("BenchTopic", queue_id, offset, PULL)
+            r = store.get_message(TOPIC, queue_id, offset, PULL)
             if r.status is not GetMessageStatus.FOUND:
                 return None
             keep = [m for m in r.messages if read_physical_offset(m, 0) < sealed_end]
             return keep, (r.next_begin_offset if len(keep) == len(r.messages) else None)
 
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         local_msgs = sum(walk(local_pull, q) for q in range(QUEUES))
-        local_s = time.perf_counter() - t0
-    results["local"] = {"messages": local_msgs, "seconds": local_s, "msgs_per_s": local_msgs / local_s}
+        local_s, local_cpu = time.perf_counter() - t0, time.process_time() - c0
+    results["local"] = {"messages": local_msgs, "seconds": local_s, "msgs_per_s": local_msgs / local_s,
+                        "cpu_us_per_msg": local_cpu / local_msgs * 1e6}  # fmt: skip
+    if WITH_BROKER:
+        results["broker_local"] = broker_walk(tmp, SEALED * SEGMENT, None)
 
     spark = get_spark(os.environ.get("BENCH_MASTER"), app_name="bench-fallthrough")
     t0 = time.perf_counter()
@@ -111,7 +189,7 @@ def run(tmp: Path) -> dict:
 
     def tier_pull(reader):
         def pull(queue_id: int, offset: int):
-            r = reader.pull("BenchTopic", queue_id, offset, 1 << 62, PULL, 256 * 1024)
+            r = reader.pull(TOPIC, queue_id, offset, 1 << 62, PULL, 256 * 1024)
             return None if r is None else (r.messages, r.next_begin_offset)
 
         return pull
@@ -120,18 +198,24 @@ def run(tmp: Path) -> dict:
     for q in range(QUEUES):
         reader = LakeReader(lake)
         t0 = time.perf_counter()
-        assert reader.pull("BenchTopic", q, 0, 1 << 62, PULL, 256 * 1024) is not None
+        assert reader.pull(TOPIC, q, 0, 1 << 62, PULL, 256 * 1024) is not None
         cold.append((time.perf_counter() - t0) * 1000)
     results["cold_first_pull_ms"] = {"median": statistics.median(cold), "max": max(cold), "all": cold}
 
     reader = LakeReader(lake)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     tier_msgs = sum(walk(tier_pull(reader), q) for q in range(QUEUES))
-    tier_s = time.perf_counter() - t0
+    tier_s, tier_cpu = time.perf_counter() - t0, time.process_time() - c0
     results["fallthrough"] = {"messages": tier_msgs, "seconds": tier_s, "msgs_per_s": tier_msgs / tier_s,
+                              "cpu_us_per_msg": tier_cpu / tier_msgs * 1e6,
                               "cache_hits": reader.cache.hits, "cache_misses": reader.cache.misses}  # fmt: skip
     assert tier_msgs == local_msgs, (tier_msgs, local_msgs)
     results["ratio_fallthrough_vs_local"] = results["fallthrough"]["msgs_per_s"] / results["local"]["msgs_per_s"]
+    if WITH_BROKER:
+        bl = results["broker_local"]
+        bf = results["broker_fallthrough"] = broker_walk(tmp, SEALED * SEGMENT, lake)
+        assert bf["messages"] == bl["messages"] == local_msgs, (bf["messages"], bl["messages"], local_msgs)
+        results["ratio_broker_fallthrough_vs_local"] = bf["msgs_per_s"] / bl["msgs_per_s"]
 
     bounded = LakeReader(lake, cache_bytes=CACHE_BOUND)
     peak = [0]
@@ -171,13 +255,19 @@ def run(tmp: Path) -> dict:
 def print_report(r: dict) -> None:
     lo, ft, cb = r["local"], r["fallthrough"], r["cache_bound"]
     print(f"{lo['messages']:,} tiered messages of {BODY} B in {r['queues']} queues ({r['tiered_segments']} segments)")
-    print(f"local pull:        {lo['msgs_per_s']:10,.0f} msgs/s")
-    print(f"fall-through pull: {ft['msgs_per_s']:10,.0f} msgs/s  ratio {r['ratio_fallthrough_vs_local']:.2f} "
-          f"(target >= {TARGET_RATIO}); cache {ft['cache_hits']} hits / {ft['cache_misses']} misses")  # fmt: skip
+    print(f"local pull:        {lo['msgs_per_s']:10,.0f} msgs/s  ({lo['cpu_us_per_msg']:.2f} us CPU/msg)")
+    print(f"fall-through pull: {ft['msgs_per_s']:10,.0f} msgs/s  ({ft['cpu_us_per_msg']:.2f} us CPU/msg)  ratio "
+          f"{r['ratio_fallthrough_vs_local']:.2f} (target >= {TARGET_RATIO}); cache {ft['cache_hits']} hits / "
+          f"{ft['cache_misses']} misses")  # fmt: skip
     print(f"first pull of a cold queue: median {r['cold_first_pull_ms']['median']:.0f} ms, "
           f"max {r['cold_first_pull_ms']['max']:.0f} ms (target <= {TARGET_COLD_MS:.0f})")  # fmt: skip
     print(f"{cb['consumers']} consumers, cache bound {cb['bound_bytes'] / 2**20:.0f} MiB: peak "
           f"{cb['peak_cache_bytes'] / 2**20:.1f} MiB, RSS growth {cb['rss_growth_bytes'] / 2**20:.0f} MiB")  # fmt: skip
+    if "broker_fallthrough" in r:
+        bl, bf = r["broker_local"], r["broker_fallthrough"]
+        print(f"through the broker (pull consumer): local {bl['msgs_per_s']:,.0f} msgs/s, broker "
+              f"{bl['broker_us_per_msg']:.1f} us/msg; fall-through {bf['msgs_per_s']:,.0f} msgs/s, broker "
+              f"{bf['broker_us_per_msg']:.1f} us/msg; ratio {r['ratio_broker_fallthrough_vs_local']:.2f}")  # fmt: skip
 
 
 def main() -> dict:
