@@ -111,7 +111,11 @@ def broker_walk(tmp: Path, sealed_end: int, lake: Path | None) -> dict:
     extra = {"mappedFileSizeCommitLog": str(SEGMENT), "deleteWhen": f"{far_hour:02d}"}
     if lake is not None:
         extra["lakePath"] = str(lake)
-    b = BrokerProcess(tmp, extra=extra)
+    # the broker's own directory (its broker.conf and log), with the store under it as BrokerProcess expects
+    home = tmp / ("broker-fallthrough" if lake is not None else "broker-local")
+    home.mkdir(exist_ok=True)
+    if not (home / "store").exists():
+        (home / "store").symlink_to(tmp / "store")
 
     async def walk_all() -> dict:
         await b.wait_ready()
@@ -147,10 +151,17 @@ def broker_walk(tmp: Path, sealed_end: int, lake: Path | None) -> dict:
         return {"messages": got, "seconds": seconds, "msgs_per_s": got / seconds,
                 "broker_us_per_msg": cpu / got * 1e6}  # fmt: skip
 
-    try:
-        return run_loop(walk_all())
-    finally:
-        b.stop()
+    for attempt in (1, 2):  # random free ports: the HA port (listenPort + 1) may be taken
+        b = BrokerProcess(home, extra=extra)
+        try:
+            return run_loop(walk_all())
+        except RuntimeError as e:
+            if attempt == 2 or b.process.poll() is None:
+                raise
+            print(f"broker did not start ({e}); its log ends:\n{(home / 'broker.log').read_text()[-2000:]}")
+        finally:
+            b.stop()
+    raise AssertionError("unreachable")
 
 
 def run(tmp: Path) -> dict:
