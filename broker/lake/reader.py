@@ -5,10 +5,13 @@ Every read takes one :class:`Snapshot` — a Delta version's file list with each
 only those files, so a tiering run, a compaction or a vacuum committing meanwhile never shows it a half state
 (a file a compaction removed stays on disk for ``delta.deletedFileRetentionDuration``).  Snapshots are taken
 again at most every :data:`REFRESH_S` seconds, or sooner when a read finds nothing, so a segment tiered
-and then deleted locally is found on the first pull that needs it.
+and then deleted locally is found on the first pull that needs it; while neither table has a new version
+the same snapshot stays, with what reads learnt in it.
 
 Files are pruned by their Delta statistics (queue id, queue offset, CommitLog offset, store time) and row
 groups by their parquet statistics; decoded row groups are kept in a bounded LRU (:mod:`broker.lake.cache`).
+A consumer walking a queue is served from a cursor (:mod:`broker.lake.cursors`): its next records are
+sliced from the cached row group without searching again.
 
 Every method is blocking (file reads): the broker calls them in a thread.  A missing or unreadable lake is
 never an error to the caller: the methods answer "nothing tiered" and the cause is logged once.
