@@ -414,7 +414,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )  # fmt: skip
         cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, header)
         answer = self.broker.transactions.end_transaction(cmd, cast(Channel, peer))
-        resp = answer if isinstance(answer, RemotingCommand) else await answer
+        resp = answer if isinstance(answer, RemotingCommand) or answer is None else await answer
+        assert resp is not None  # only a oneway END_TRANSACTION goes unanswered
         if resp.code != ResponseCode.SUCCESS:
             code = Code.INVALID_TRANSACTION_ID if resp.code == ResponseCode.SYSTEM_ERROR else from_remoting(resp.code)
             raise ProxyError(code, resp.remark or "end transaction refused")

@@ -16,6 +16,7 @@ from broker.remoting.connection import Handler
 from broker.remoting.protocol.topic import TopicConfig
 from broker.server.clients import ConsumerManager, ProducerManager
 from broker.server.groups import SubscriptionGroupManager
+from broker.server.half_messages import RecentHalves
 from broker.server.long_polling import PullRequestHoldService
 from broker.server.offsets import ConsumerOffsetManager
 from broker.server.queue_locks import RebalanceLockManager
@@ -38,6 +39,7 @@ class BrokerContext(Protocol):
     hold: PullRequestHoldService  # parked pulls
     stats: BrokerStatsManager
     lake: LakeReader | None  # the tier under lakePath; None: reads stay local
+    recent_halves: RecentHalves  # half messages just stored by sends, for their END_TRANSACTION
 
     @property
     def store(self) -> MessageStore:

@@ -33,6 +33,7 @@ from broker.server.context import Processor
 from broker.server.groups import SubscriptionGroupManager
 from broker.server.ha_master import HAService
 from broker.server.ha_slave import HAClient
+from broker.server.half_messages import RecentHalves
 from broker.server.long_polling import PullRequestHoldService
 from broker.server.metrics import MetricsExporter
 from broker.server.offsets import ConsumerOffsetManager
@@ -82,6 +83,7 @@ class BrokerController:
         self.consumers = ConsumerManager(on_group_changed=self._consumer_ids_changed)
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
+        self.recent_halves = RecentHalves()
         self.transactions = TransactionProcessor(self)
         check = 5.0 if broker_config.long_polling_enable else broker_config.short_polling_time_mills / 1000
         self.hold = PullRequestHoldService(self._max_offset, check)

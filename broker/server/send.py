@@ -211,7 +211,16 @@ class SendProcessor:
         result, _ = self.broker.store.put_messages_nowait(msgs)  # ASYNC_FLUSH: never a future to wait for
         if result.ok:
             self.broker.stats.put(h.topic, len(msgs), result.append.wrote_bytes if result.append else 0)
+            self._remember_half(rec, result)
         return self._reply(cmd, result, h.queue_id, rec)
+
+    def _remember_half(self, rec: records.MessageRecord | None, result: PutMessageResult) -> None:
+        """A half message just stored is kept for its END_TRANSACTION (``half_messages.RecentHalves``)."""
+        if rec is not None and rec.topic == half_messages.HALF_TOPIC and result.append is not None:
+            a = result.append
+            rec.physical_offset, rec.queue_offset, rec.store_timestamp = (a.wrote_offset, a.queue_offset,
+                                                                          a.store_timestamp)  # fmt: skip
+            self.broker.recent_halves.add(rec)
 
     async def _put_when_topic_saved(
         self, cmd: RemotingCommand, msgs: list[records.MessageRecord], h: SendMessageRequestHeader,
@@ -227,6 +236,8 @@ class SendProcessor:
         self, cmd: RemotingCommand, msgs: list[records.MessageRecord], queue_id: int, rec: records.MessageRecord | None
     ) -> RemotingCommand:
         result = await self.broker.put(msgs)
+        if result.ok:
+            self._remember_half(rec, result)
         return self._reply(cmd, result, queue_id, rec)
 
     def _one_record(self, cmd: RemotingCommand, conn: Channel, h: SendMessageRequestHeader) -> records.MessageRecord:

@@ -39,6 +39,7 @@ from broker.server.context import BrokerContext
 from store.config import FlushDiskType
 from store.format import msgid, records
 from store.message_store import GetMessageStatus
+from store.schedule import may_park
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,11 @@ class TransactionProcessor:
         self._uniq = msgid.UniqKeyGenerator()
         self._task: asyncio.Task | None = None
         self._checks: set[asyncio.Task] = set()
-        self._pending_ops: list[int] = []  # half offsets resolved in this loop turn, written as one op message
+        # What the oneway END_TRANSACTIONs of one loop turn resolved, written when the turn ends: the committed
+        # messages as one batch per real queue (about the whole in-flight window arrives in one turn), then one op.
+        self._turn_scheduled = False
+        self._pending_commits: dict[tuple[str, int], list[_Commit]] = {}
+        self._pending_ops: list[int] = []
 
     def routes(self) -> dict[int, Handler]:
         return {RequestCode.END_TRANSACTION: self.end_transaction}
@@ -83,7 +88,7 @@ class TransactionProcessor:
         self._task = asyncio.get_running_loop().create_task(self._check_loop(), name="transaction-check")
 
     async def stop(self) -> None:
-        self._flush_ops()
+        self._end_turn()
         tasks = [t for t in (self._task, *self._checks) if t is not None]
         for t in tasks:
             t.cancel()
@@ -92,7 +97,11 @@ class TransactionProcessor:
                 await t
 
     def _read_half(self, commit_log_offset: int) -> records.MessageRecord | None:
-        """The half message starting at ``commit_log_offset``, or None unless a half message starts there."""
+        """The half message starting at ``commit_log_offset``, or None unless a half message starts there: the one
+        a send just stored if it is still remembered, else read from the CommitLog."""
+        fresh = self.broker.recent_halves.get(commit_log_offset, _now() - self.broker.config.transaction_time_out)
+        if fresh is not None:
+            return fresh
         raw = self.broker.store.look_message_by_offset(commit_log_offset)
         rec = None if raw is None else _decode(raw)
         if rec is None or rec.topic != hm.HALF_TOPIC or rec.physical_offset != commit_log_offset:
@@ -113,16 +122,19 @@ class TransactionProcessor:
         return msgid.parse_host_string(self.broker.config.broker_addr)
 
     # --- END_TRANSACTION ----------------------------------------------------------------------------------------
-    def end_transaction(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | Awaitable[RemotingCommand]:
-        """A plain function, as the send path: in ASYNC_FLUSH nothing waits, so no task per request; the op
-        messages of every END_TRANSACTION handled in one loop turn are written as one (5.x's comma-separated op
-        body). In SYNC_FLUSH the coroutine waits until the committed message and its op are durable."""
-        h = cmd.read_header(EndTransactionRequestHeader)
+    def end_transaction(
+        self, cmd: RemotingCommand, conn: Channel
+    ) -> RemotingCommand | Awaitable[RemotingCommand | None] | None:
+        """A plain function, as the send path: in ASYNC_FLUSH nothing waits, so no task per request, and a oneway
+        request (the producer's own END_TRANSACTION) gets no response built; the op messages of every
+        END_TRANSACTION handled in one loop turn are written as one (5.x's comma-separated op body). In SYNC_FLUSH
+        the coroutine waits until the committed message and its op are durable."""
+        h = read_end_transaction_header(cmd)
         kind = h.commit_or_rollback
         if kind not in (records.TRANSACTION_COMMIT_TYPE, records.TRANSACTION_ROLLBACK_TYPE):
             if kind != records.TRANSACTION_NOT_TYPE:
                 log.warning("END_TRANSACTION from %s with commitOrRollback %d: ignored", conn.remote_addr, kind)
-            return cmd.response(ResponseCode.SUCCESS)  # UNKNOW: the check-back will ask again (oneway: not sent)
+            return _answer(cmd, ResponseCode.SUCCESS)  # UNKNOW: the check-back will ask again
         what = "commit" if kind == records.TRANSACTION_COMMIT_TYPE else "rollback"
         half = self._read_half(h.commit_log_offset)
         refused = self._validate(h, half)
@@ -130,57 +142,83 @@ class TransactionProcessor:
             log.warning("END_TRANSACTION %s from %s (group %s, offset %d/%d, msgId %s) ignored: %s", what,
                         conn.remote_addr, h.producer_group, h.tran_state_table_offset, h.commit_log_offset, h.msg_id,
                         refused)  # fmt: skip
-            return cmd.response(ResponseCode.SYSTEM_ERROR, refused)
+            return _answer(cmd, ResponseCode.SYSTEM_ERROR, refused)
         assert half is not None  # _validate refuses a missing one
         if not h.from_transaction_check and self._immunity_passed(half):
             log.warning("END_TRANSACTION %s for %s after its check immunity: left to the check-back", what, h.msg_id)
             late = "the check immunity time has passed: wait for the check"
-            return cmd.response(ResponseCode.ILLEGAL_OPERATION, late)
-        final: list[records.MessageRecord] = []
+            return _answer(cmd, ResponseCode.ILLEGAL_OPERATION, late)
+        final: records.MessageRecord | None = None
         if kind == records.TRANSACTION_COMMIT_TYPE:
             target = hm.real_target(half)
             if target is None:
-                return cmd.response(ResponseCode.SYSTEM_ERROR, "the half message has no REAL_TOPIC/REAL_QID")
-            final.append(hm.committed(half, *target))
+                return _answer(cmd, ResponseCode.SYSTEM_ERROR, "the half message has no REAL_TOPIC/REAL_QID")
+            final = hm.committed(half, *target)
         offsets = sorted({half.queue_offset, hm.origin_offset(half)})
         self.resolved.add(offsets)  # at once: a concurrent request for the same transaction is ignored
+        self.broker.recent_halves.discard(half.physical_offset)
         if self.broker.store_config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
             return self._end_and_wait(cmd, final, offsets)
-        if final:
-            result, _ = self.broker.store.put_messages_nowait(final)
+        if final is not None and cmd.is_oneway and not may_park(final.properties):
+            self._defer(offsets, final)  # nobody waits for an answer: appended with the others of this turn
+            return None
+        if final is not None:
+            result, _ = self.broker.store.put_messages_nowait([final])
             if not result.ok:
                 self.resolved.discard(offsets)
-                return cmd.response(ResponseCode.SYSTEM_ERROR, result.error or result.status.value)
-            self.broker.stats.put(final[0].topic, len(final), result.append.wrote_bytes if result.append else 0)
-        self._queue_op(offsets)
-        return cmd.response(ResponseCode.SUCCESS)
+                return _answer(cmd, ResponseCode.SYSTEM_ERROR, result.error or result.status.value)
+            self.broker.stats.put(final.topic, 1, result.append.wrote_bytes if result.append else 0)
+        self._defer(offsets)
+        return _answer(cmd, ResponseCode.SUCCESS)
 
     async def _end_and_wait(
-        self, cmd: RemotingCommand, final: list[records.MessageRecord], offsets: list[int]
-    ) -> RemotingCommand:
+        self, cmd: RemotingCommand, final: records.MessageRecord | None, offsets: list[int]
+    ) -> RemotingCommand | None:
         try:
-            if final:
-                result = await self.broker.put(final)
+            if final is not None:
+                result = await self.broker.put([final])
                 if not result.ok:
                     self.resolved.discard(offsets)
-                    return cmd.response(ResponseCode.SYSTEM_ERROR, result.error or result.status.value)
+                    return _answer(cmd, ResponseCode.SYSTEM_ERROR, result.error or result.status.value)
             await self._write_op(offsets)
         except BaseException:
             self.resolved.discard(offsets)
             raise
-        return cmd.response(ResponseCode.SUCCESS)
+        return _answer(cmd, ResponseCode.SUCCESS)
 
-    def _queue_op(self, offsets: list[int]) -> None:
-        if not self._pending_ops:
-            asyncio.get_running_loop().call_soon(self._flush_ops)
-        self._pending_ops.extend(offsets)
+    def _defer(self, offsets: list[int], final: records.MessageRecord | None = None) -> None:
+        """The op for ``offsets`` (and the committed message ``final``), written when this loop turn ends."""
+        if not self._turn_scheduled:
+            self._turn_scheduled = True
+            asyncio.get_running_loop().call_soon(self._end_turn)
+        if final is None:
+            self._pending_ops.extend(offsets)
+        else:
+            self._pending_commits.setdefault((final.topic, final.queue_id), []).append((final, offsets))
 
-    def _flush_ops(self) -> None:
+    def _end_turn(self) -> None:
+        """Append the turn's committed messages, one batch per queue, then one op for every transaction whose
+        resolution is stored: a batch that fails leaves its transactions unresolved, for the check-back."""
+        self._turn_scheduled = False
+        commits, self._pending_commits = self._pending_commits, {}
         offsets, self._pending_ops = self._pending_ops, []
+        store = self.broker.store
+        for (topic, queue_id), pending in commits.items():
+            for batch in _batches(pending):
+                msgs = [m for m, _ in batch]
+                result, _ = store.put_messages_nowait(msgs)
+                if result.ok:
+                    self.broker.stats.put(topic, len(msgs), result.append.wrote_bytes if result.append else 0)
+                    offsets.extend(o for _, done in batch for o in done)
+                else:
+                    log.error("%d committed messages for %s:%d not written: %s", len(msgs), topic, queue_id,
+                              result.error or result.status)  # fmt: skip
+                    for _, done in batch:
+                        self.resolved.discard(done)
         if not offsets:
             return
         self.broker.topics.create_system_topic(hm.OP_TOPIC, 1, _RW)
-        result, _ = self.broker.store.put_messages_nowait([self._op(offsets)])
+        result, _ = store.put_messages_nowait([self._op(offsets)])
         if not result.ok:  # the check-back will ask about them again
             log.error("op message for half offsets %s not written: %s", offsets, result.error or result.status)
 
@@ -304,6 +342,49 @@ class TransactionProcessor:
             await conn.send_oneway(cmd)
         except RemotingError as e:
             log.warning("CHECK_TRANSACTION_STATE to %s failed: %s", conn.remote_addr, e)
+
+
+# A batch never straddles two CommitLog segments: one of at most this many bytes (or of one record) wastes little
+# of a segment's end when it does not fit there.
+_BATCH_BYTES = 256 * 1024
+
+
+_Commit = tuple[records.MessageRecord, list[int]]  # a committed message and the half offsets it resolves
+
+
+def _batches(pending: list[_Commit]) -> list[list[_Commit]]:
+    """``pending`` cut into runs of at most ``_BATCH_BYTES`` of bodies and properties."""
+    out: list[list[_Commit]] = [[]]
+    size = 0
+    for item in pending:
+        n = len(item[0].body) + len(item[0].properties)
+        if out[-1] and size + n > _BATCH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(item)
+        size += n
+    return out
+
+
+def read_end_transaction_header(cmd: RemotingCommand) -> EndTransactionRequestHeader:
+    """``EndTransactionRequestHeader`` read field by field (this runs for every transaction); anything missing or
+    malformed takes the generic parser, so its HeaderError is the one a client sees."""
+    ext = cmd.ext_fields
+    try:
+        check = ext.get("fromTransactionCheck")
+        return EndTransactionRequestHeader(
+            producer_group=ext["producerGroup"], tran_state_table_offset=int(ext["tranStateTableOffset"]),
+            commit_log_offset=int(ext["commitLogOffset"]), commit_or_rollback=int(ext["commitOrRollback"]),
+            from_transaction_check=check is not None and check.lower() == "true", msg_id=ext["msgId"],
+            transaction_id=ext.get("transactionId"), topic=ext.get("topic"),
+        )  # fmt: skip
+    except (KeyError, ValueError):
+        return cmd.read_header(EndTransactionRequestHeader)
+
+
+def _answer(cmd: RemotingCommand, code: int, remark: str | None = None) -> RemotingCommand | None:
+    """The response, unless the request is oneway (nothing would be sent: none is built)."""
+    return None if cmd.is_oneway else cmd.response(code, remark)
 
 
 def _decode(raw: bytes | memoryview) -> records.MessageRecord | None:
