@@ -56,7 +56,24 @@ class TransactionSendResult:
 
 
 async def _resolve(value: StateOrAwaitable) -> LocalTransactionState:
+    if isinstance(value, LocalTransactionState):  # the common answer, checked first: this runs per transaction
+        return value
     return await value if inspect.isawaitable(value) else value
+
+
+def end_transaction_ext(
+    group: str, queue_offset: int, commit_log_offset: int, state: int, from_check: bool, msg_id: str,
+    transaction_id: str | None,
+) -> dict[str, str]:  # fmt: skip
+    """``EndTransactionRequestHeader(...).to_ext()`` written directly (same keys, same order): this runs for every
+    transaction, and the generic encoder walks the header's field specs."""
+    ext = {
+        "producerGroup": group, "tranStateTableOffset": str(queue_offset), "commitLogOffset": str(commit_log_offset),
+        "commitOrRollback": str(state), "fromTransactionCheck": "true" if from_check else "false", "msgId": msg_id,
+    }  # fmt: skip
+    if transaction_id is not None:
+        ext["transactionId"] = transaction_id
+    return ext
 
 
 class TransactionProducer(Producer):
@@ -135,14 +152,11 @@ class TransactionProducer(Producer):
                 log.exception("local transaction of %s failed: its state is UNKNOW", uniq)
                 state = LocalTransactionState.UNKNOW
         _host, commit_log_offset = msgid.decode_offset_msg_id(result.offset_msg_id)
-        header = h.EndTransactionRequestHeader(
-            producer_group=self.group, tran_state_table_offset=result.queue_offset, commit_log_offset=commit_log_offset,
-            commit_or_rollback=int(state), from_transaction_check=False, msg_id=uniq,
-            transaction_id=result.transaction_id or uniq,
-        )  # fmt: skip
+        ext = end_transaction_ext(self.group, result.queue_offset, commit_log_offset, int(state), False, uniq,
+                                  result.transaction_id or uniq)  # fmt: skip
         try:
-            await self._client.remoting.invoke_oneway(addr, RemotingCommand.request(RequestCode.END_TRANSACTION, header,
-                                                                                    oneway=True))  # fmt: skip
+            await self._client.remoting.invoke_oneway(addr, RemotingCommand.request(RequestCode.END_TRANSACTION,
+                                                                                    oneway=True, ext=ext))  # fmt: skip
         except RemotingError as e:  # the broker's check-back will resolve it
             log.warning("END_TRANSACTION of %s to %s failed: %s", uniq, addr, e)
         return TransactionSendResult(result, state)
@@ -172,12 +186,9 @@ class TransactionProducer(Producer):
         except Exception as e:
             log.exception("check listener failed for %s", msg.msg_id)
             state, remark = LocalTransactionState.UNKNOW, f"check listener failed: {e}"
-        header = h.EndTransactionRequestHeader(
-            producer_group=self.group, tran_state_table_offset=req.tran_state_table_offset,
-            commit_log_offset=req.commit_log_offset, commit_or_rollback=int(state), from_transaction_check=True,
-            msg_id=msg.msg_id or req.msg_id or "", transaction_id=req.transaction_id,
-        )  # fmt: skip
-        end = RemotingCommand.request(RequestCode.END_TRANSACTION, header, oneway=True)
+        ext = end_transaction_ext(self.group, req.tran_state_table_offset, req.commit_log_offset, int(state), True,
+                                  msg.msg_id or req.msg_id or "", req.transaction_id)  # fmt: skip
+        end = RemotingCommand.request(RequestCode.END_TRANSACTION, oneway=True, ext=ext)
         end.remark = remark
         try:
             await conn.send_oneway(end)

@@ -38,6 +38,7 @@ def encode_host(host: Host) -> bytes:
     return pack_ip(ip) + _INT.pack(port)
 
 
+@functools.lru_cache(maxsize=4096)  # few distinct hosts; ipaddress's text form costs microseconds per record
 def decode_addr(raw: bytes) -> str:
     """The text form of 4 or 16 address bytes."""
     return str(ipaddress.ip_address(raw))
