@@ -18,6 +18,7 @@ from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.loop import run
 from broker.server import half_messages as hm
+from broker.server.send import SendProcessor
 from store.format import msgid, records
 from tests.test_client_broker import make_topic, pull_all
 
@@ -159,3 +160,68 @@ def test_a_broker_commits_remembered_and_restarted_half_messages_as_java_does(mq
             await client.close()
 
     run(go())
+
+
+class _Peer:
+    """What SendProcessor reads from a connection: the peer address (it becomes the record's born host)."""
+
+    remote_addr = "127.0.0.1:5555"
+    remote_host = ("127.0.0.1", 5555)
+
+
+def _half_request(code: int, topic: str, queue_id: int, uniq: str, born: int) -> RemotingCommand:
+    v1 = h.SendMessageRequestHeader(
+        producer_group="pg_fast", topic=topic, default_topic="TBW102", default_topic_queue_nums=4, queue_id=queue_id,
+        sys_flag=records.TRANSACTION_PREPARED_TYPE, born_timestamp=born, flag=3,
+        properties=(b"TAGS\x01T\x02KEYS\x01k\x02WAIT\x01true\x02UNIQ_KEY\x01" + uniq.encode()
+                    + b"\x02TRAN_MSG\x01true\x02PGROUP\x01pg_fast\x02").decode(),
+    )  # fmt: skip
+    header = h.SendMessageRequestHeaderV2.from_v1(v1) if code == RequestCode.SEND_MESSAGE_V2 else v1
+    cmd = RemotingCommand.request(code, header, b"half-body" * 20)
+    cmd.opaque = 7
+    return cmd
+
+
+@pytest.mark.integration
+def test_a_half_message_sent_by_the_fast_path_is_stored_as_the_general_path_stores_it(fresh_broker) -> None:
+    b = fresh_broker()
+    proc = SendProcessor(b.controller)
+    born = 1_700_000_000_999
+
+    async def send() -> tuple[object, object]:
+        # the first half creates the topic and the half topic (the general path, waiting for topics.json)
+        first = proc.send_inline(_half_request(RequestCode.SEND_MESSAGE, "TxFast", 2, "U0", born), _Peer())
+        assert not isinstance(first, RemotingCommand | bytes)
+        assert (await first).code == ResponseCode.SUCCESS
+        fast = proc.send_inline(_half_request(RequestCode.SEND_MESSAGE_V2, "TxFast", 2, "U1", born), _Peer())
+        general = proc.send_inline(_half_request(RequestCode.SEND_MESSAGE, "TxFast", 2, "U1", born), _Peer())
+        return fast, general
+
+    fast, general = b.run(send())
+    assert isinstance(fast, bytes), "an ASYNC_FLUSH half message is answered by the fast path's ready frame"
+    assert isinstance(general, RemotingCommand)
+    fast_resp = RemotingCommand.decode(fast[4:])
+    answers = [fast_resp.ext_fields, general.ext_fields]
+    assert fast_resp.code == general.code == ResponseCode.SUCCESS and fast_resp.opaque == 7
+    assert [list(a) for a in answers] == [["msgId", "queueId", "queueOffset", "transactionId", "MSG_REGION",
+                                           "TRACE_ON"]] * 2  # fmt: skip
+    assert [(a["queueId"], a["queueOffset"], a["transactionId"]) for a in answers] == [("2", "1", "U1"),
+                                                                                      ("2", "2", "U1")]  # fmt: skip
+    stored = []
+    for a in answers:
+        _host, offset = msgid.decode_offset_msg_id(a["msgId"])
+        raw = b.controller.store.look_message_by_offset(offset)
+        assert raw is not None
+        fields = _layout(raw)
+        assert fields["topic"] == hm.HALF_TOPIC and fields["physical_offset"] == offset
+        same = bytearray(raw)  # what the append fills in (queue offset, physical offset, store time) aside
+        records.patch_record(same, 0, 0, 0, 0)
+        stored.append(bytes(same))
+        half = records.decode_record(raw)
+        assert hm.real_target(half) == ("TxFast", 2) and half.property_map["__transactionId__"] == "U1"
+    assert stored[0] == stored[1]
+    _host, fast_offset = msgid.decode_offset_msg_id(answers[0]["msgId"])
+    remembered = b.controller.recent_halves.get(fast_offset, 0)
+    assert remembered is not None and records.encode_record(remembered) == b.controller.store.look_message_by_offset(
+        fast_offset
+    )  # fmt: skip

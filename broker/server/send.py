@@ -75,6 +75,7 @@ def _property(props: bytes, name: str) -> str | None:
 
 _with_property = runs.with_property
 _NAMES_CACHED = 4096  # topic names remembered by the fast path's name check
+_TRAN_MSG = "TRAN_MSG\x01true"  # in a V2 header's properties ("i"): a half message, for _half_fast
 
 
 class SendProcessor:
@@ -178,6 +179,8 @@ class SendProcessor:
         ``batch=1``.  The fast paths answer with the reply frame already encoded (``bytes``)."""
         if cmd.code == RequestCode.SEND_MESSAGE_V2 and self._fast_store():
             frame = self._send_fast(cmd, conn)
+            if frame is None and _TRAN_MSG in cmd.ext_fields.get("i", ""):
+                frame = self._half_fast(cmd, conn)
             if frame is not None:
                 return frame
         try:
@@ -317,6 +320,52 @@ class SendProcessor:
         msg_id = runs.offset_msg_ids(store.store_host, append.wrote_offset, run, 1)
         c = b.config
         return send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, queue_id, append.queue_offset, uniq,
+                                     c.region_id, c.trace_on)  # fmt: skip
+
+    def _half_fast(self, cmd: RemotingCommand, conn: Channel) -> bytes | None:
+        """A transaction's half message (``TRAN_MSG=true``) by the fast path's steps: the record the general path
+        would store (``_record`` then ``half_messages.to_half``: the same bytes), appended as a run of one,
+        remembered for its END_TRANSACTION and answered with a ready frame, so that a transaction's first request
+        costs what a plain send does. None hands anything unusual to the general path, nothing stored."""
+        b = self.broker
+        ext = cmd.ext_fields
+        if "topic" in ext or "batch" in ext or ext.get("m") == "1" or b.config.reject_transaction_message:
+            return None
+        try:
+            h = SendMessageRequestHeaderV2.read_v1(ext)
+        except HeaderError:
+            return None
+        props = (h.properties or "").encode("utf-8")
+        if h.batch or h.unit_mode or h.queue_id < 0 or may_park(props) or (props and not props.endswith(b"\x02")):
+            return None
+        if _property(props, properties.PROPERTY_TRANSACTION_PREPARED) != "true":
+            return None
+        tc = b.topics.get(h.topic)
+        half_tc = b.topics.get(half_messages.HALF_TOPIC)
+        if (
+            tc is None or half_tc is None or not self._plain_name(h.topic) or not tp.is_writeable(tc.perm)
+            or not tp.is_writeable(b.config.broker_permission)
+            or h.queue_id >= max(tc.write_queue_nums, tc.read_queue_nums)
+            or h.topic in b.topics.unsaved or half_messages.HALF_TOPIC in b.topics.unsaved
+            or len(cmd.body) > b.store_config.max_message_size
+        ):  # fmt: skip
+            return None
+        store = b.store
+        half = half_messages.to_half(self._record(h, tc, conn, cmd.body, props, h.flag))
+        half.store_host = store.store_host
+        if len(half.properties) > records.MAX_PROPERTIES_LENGTH:
+            return None
+        run = records.encode_record(half)
+        result, _ = store.put_run_nowait(run, 1, half.topic, half.queue_id, half.sys_flag)
+        append = result.append
+        if not result.ok or append is None:
+            return None  # refused, nothing stored: the general path answers with the store's status
+        b.stats.put(h.topic, 1, append.wrote_bytes)
+        self._remember_half(half, result)
+        msg_id = runs.offset_msg_ids(store.store_host, append.wrote_offset, run, 1)
+        uniq = _property(props, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        c = b.config
+        return send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, h.queue_id, append.queue_offset, uniq,
                                      c.region_id, c.trace_on)  # fmt: skip
 
     def _batch_fast(
