@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Before any test module imports grpc (the in-process gRPC tests do): with gRPC's fork handlers on, a broker
+# subprocess forked by this process afterwards can abort between fork and exec (see broker/proxy/__init__.py).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 from tests import host_disk
 from tests.helpers import make_config

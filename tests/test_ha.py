@@ -22,7 +22,7 @@ from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.protocol.body import KVTable
 from store.commitlog import ReplicaAppendError
 from store.config import BrokerRole
-from store.format import ha
+from store.format import ha, units
 from store.message_store import MessageStore
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_broker import MqlakeServer, free_port, remoting_call, stop_servers
@@ -331,6 +331,8 @@ def commitlog_bytes(store_dir: Path, start: int, end: int) -> bytes:
     """The CommitLog's bytes in [start, end), from the segment files on disk."""
     out = bytearray()
     for f in sorted((store_dir / "commitlog").iterdir()):
+        if not units.is_offset_file_name(f.name):
+            continue  # the next segment's preallocation in progress (<name>.tmp)
         base = int(f.name)
         if base + SEGMENT <= start or base >= end:
             continue

@@ -17,7 +17,7 @@ from broker.remoting.protocol.topic import TopicConfigSerializeWrapper
 from store.checkpoint import abort_file
 from store.message_store import MessageStore
 from tests.fixtures_broker import remoting_call
-from tests.helpers import make_config, make_message, read_queue, wait_dispatched
+from tests.helpers import make_config, make_message, read_queue, wait_dispatched, wait_until
 from tests.test_conformance_cpp_client import Collector, message, producer, push_consumer, unique, wait_routed
 from tests.test_ops_admin import admin_json
 
@@ -107,6 +107,7 @@ def test_delete_topic_then_recreate_starts_at_offset_zero(mqlake_server) -> None
     finally:
         p.shutdown()
     assert [r.offset for r in new] == [0, 1, 2]
+    wait_until(cq_dir.is_dir, 30, what="the recreated topic's ConsumeQueue to be dispatched")  # dispatch is async
     assert sorted(d.name for d in cq_dir.iterdir()) == ["0"]
     got = Collector()
     c = push_consumer(mqlake_server, unique("RecreateCG"), topic, got)
