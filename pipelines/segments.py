@@ -318,7 +318,8 @@ class CommitLogReader(DataSourceReader):
         path = options.get("path")
         if not path:
             raise CommitLogSourceError('commitlog source needs a path: spark.read.format("commitlog").load(path)')
-        self.files = [str(f) for f in segment_files(path)]
+        # absolute: an executor on a cluster resolves a relative path against its own work dir
+        self.files = [str(f.absolute()) for f in segment_files(path)]
         wanted = options.get("segments")
         if wanted:
             try:

@@ -80,7 +80,22 @@ def _defaults(master: str) -> dict[str, str]:
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.driver.memory": "3g",
         }
+    else:
+        # A cluster in client deploy mode: this process is the driver; the executors are JVMs on the workers,
+        # each starting Python workers with spark.pyspark.python (this interpreter, at the same path there).
+        conf |= {
+            "spark.driver.memory": "1g",  # the executors hold the data now
+            "spark.executor.memory": "1g",  # fits a worker of `make spark-cluster` (1 core, 1 GiB each)
+            "spark.executor.cores": "1",
+        }
+        if _is_loopback_master(master):  # executors on this machine must reach the driver on loopback too
+            conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     return conf
+
+
+def _is_loopback_master(master: str) -> bool:
+    hosts = master.removeprefix("spark://").split(",")  # spark://h1:p1,h2:p2 lists standby masters
+    return all(h.rsplit(":", 1)[0] in ("127.0.0.1", "localhost") for h in hosts)
 
 
 def register_sources(spark: SparkSession) -> None:
@@ -114,7 +129,7 @@ def get_spark(master: str | None = None, app_name: str = "mqlake", conf: dict[st
     from pyspark.sql import SparkSession
 
     master = master or _submitted_master() or os.environ.get(ENV_MASTER) or DEFAULT_MASTER
-    if master.startswith("local"):
+    if master.startswith("local") or _is_loopback_master(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else a warning about the hostname on every start
     settings = _defaults(master) | parse_conf(os.environ.get(ENV_CONF)) | dict(conf or {})
     builder = SparkSession.builder.master(master).appName(app_name)

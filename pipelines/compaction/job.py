@@ -238,9 +238,12 @@ class TierJob:
     @property
     def spark(self):
         if self._spark is None:
+            from pipelines.executor_access import check_executors_see
             from pipelines.spark import get_spark
 
             self._spark = get_spark(self.master, app_name="mqlake-tier", conf=self.conf)
+            # on a cluster the executors read the segments and write the staged files themselves
+            check_executors_see(self._spark, read=[self.store_dir / "commitlog"], write=[self.lake])
         return self._spark
 
     # =================================================================================================

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pipelines import job_progress
+from pipelines.executor_access import check_executors_see
 from pipelines.index_rebuild import consume_queue as cqmod
 from pipelines.index_rebuild import index_file as idxmod
 from pipelines.index_rebuild.live import LiveIndexFile, broker_running, dispatched_bound, index_files, indexed_bound
@@ -105,6 +106,7 @@ def verify_index(
         from pipelines.spark import get_spark
 
         spark = get_spark(master, app_name="mqlake-verify-index", conf=conf)
+    check_executors_see(spark, read=[store_dir / "commitlog"])  # on a cluster the executors scan the CommitLog
     try:
         millis = delay.parse_delay_levels(cfg.message_delay_level)
         scan = scan_dispatch(spark, store_dir, bound=bound, delay_millis=millis)

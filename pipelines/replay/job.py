@@ -28,6 +28,7 @@ from typing import Any
 
 from expectations.runner import write_report
 from pipelines import job_progress
+from pipelines.executor_access import check_executors_see
 from pipelines.replay import progress as prog
 from pipelines.replay.progress import QueueKey, QueueProgress, TargetKey
 from pipelines.replay.sender import REPORT_SCHEMA, ReplayError, TaskPlan, send_partition
@@ -207,6 +208,9 @@ def replay(
         from pipelines.spark import get_spark
 
         spark = get_spark(master, app_name="mqlake-replay", conf=conf)
+    # on a cluster the executors read the tier's Parquet files and the live CommitLog themselves
+    store = [Path(spec.store_dir) / "commitlog"] if spec.store_dir else []
+    check_executors_see(spark, read=[Path(spec.lake), *store])
     fingerprint = spec.fingerprint()
     recorded = prog.read_progress(spec.lake, spec.replay_id)
     other = sorted({p.spec_hash for p in recorded.values()} - {fingerprint})
