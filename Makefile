@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 RMQ5_VENV := .venv-rmq5
 PROXY_STUBS := broker/proxy/v2/service_pb2_grpc.py
 
-.PHONY: install up test bench fuzz lint airflow clean
+.PHONY: install up test bench fuzz lint airflow spark-cluster clean
 
 install: $(VENV)/.installed $(PROXY_STUBS)
 
@@ -59,6 +59,11 @@ airflow: install
 	$(AIRFLOW_ENV) $(VENV)/bin/airflow variables get mqlake_lake > /dev/null 2>&1 || \
 		$(AIRFLOW_ENV) $(VENV)/bin/airflow variables set mqlake_lake "$(CURDIR)/.mqlake/lake"
 	$(AIRFLOW_ENV) $(VENV)/bin/airflow standalone
+
+# A Spark standalone master and two workers (1 core, 1 GiB each) on 127.0.0.1 in the foreground, logs in
+# .mqlake/spark; prints the spark:// URL for the pipelines' --master.  Ctrl-C stops them (docs/scaling.md).
+spark-cluster: install
+	$(PY) -m pipelines.spark_cluster --work-dir .mqlake/spark
 
 # ruff; the import contracts of pyproject's [tool.importlinter]; no import cycle between two modules;
 # mypy over store/ and broker/ (about 5 s from cold, the others under a second).

@@ -174,7 +174,7 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM stops the cluster as Ctrl-C does
+    raise KeyboardInterrupt  # Ctrl-C and SIGTERM stop the cluster alike
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cluster = StandaloneCluster(args.work_dir, workers=args.workers, worker_cores=args.worker_cores,
                                 worker_memory=args.worker_memory)  # fmt: skip
-    signal.signal(signal.SIGTERM, _interrupt)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # SIGINT too: a shell's background job starts with it ignored
+        signal.signal(sig, _interrupt)
     try:
         cluster.start()
         print(f"Spark standalone cluster: {cluster.master_url}  (web UI {cluster.webui_url}, "
