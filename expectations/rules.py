@@ -11,8 +11,8 @@ Three datasets are checked, each a Spark DataFrame:
     pipelines/schema.py), with ``body`` replaced by ``body_len`` and ``body_crc32`` (the CRC Spark
     recomputes from the body), plus ``prev_end`` (where the previous record of the segment ended) and
     ``prev_queue_offset`` (the previous queue offset of the same (topic, queue) in the segment, among
-    records of the same consumability).  :func:`checked_messages` makes it: each body is read and each
-    window sorted once, whatever the number of rules.
+    records of the same consumability, see expectations/sequence.py).  The tiering job builds it while it
+    decodes the segments; :func:`checked_messages` builds it from any frame of rows.
 ``segments``
     One row per segment being tiered: the facts of a scan of the file itself
     (``pipelines.segments.scan_segment``) beside the aggregates of its decoded rows.  Columns:
@@ -44,6 +44,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
+
+from expectations import sequence
 from store.format import properties, records
 
 MESSAGES = "messages"
@@ -215,26 +218,33 @@ def rules_for(dataset: str) -> list[Rule]:
     return [r for r in RULES if r.dataset == dataset]
 
 
-def checked_messages(df):
-    """The ``messages`` dataset from rows of the canonical schema (see the module docstring)."""
-    from pyspark.sql import Window
+def with_body_checks(df):
+    """``df`` with ``body_len`` and ``body_crc32`` (the CRC Spark recomputes from the body) beside ``body``."""
     from pyspark.sql import functions as F
 
-    # The bodies are reduced to length and CRC BEFORE the windows, so the shuffle and the sorts move
-    # narrow rows instead of every body twice.  The rows are hash-partitioned by segment first: that
-    # satisfies both windows' clustering, so Spark shuffles once and only re-sorts for the second.
-    by_position = Window.partitionBy("segment").orderBy("position")
-    by_queue = Window.partitionBy("segment", "topic", "queue_id", F.expr(CONSUMABLE_SQL)).orderBy("position")
-    narrow = df.select(
-        *(c for c in df.columns if c != "body"),
-        F.octet_length("body").alias("body_len"),
-        F.expr(BODY_CRC32_SQL).alias("body_crc32"),
-    ).repartition("segment")
-    return narrow.select(
-        "*",
-        F.lag(F.col("position") + F.col("msg_size")).over(by_position).alias("prev_end"),
-        F.lag("queue_offset").over(by_queue).alias("prev_queue_offset"),
-    )
+    return df.select("*", F.octet_length("body").alias("body_len"), F.expr(BODY_CRC32_SQL).alias("body_crc32"))
+
+
+def checked_messages(df):
+    """The ``messages`` dataset from rows of the canonical schema (see the module docstring).
+
+    The tiering job builds the same columns while it decodes (pipelines/compaction/staging.py); this is
+    the same dataset over any frame of rows: the bodies are reduced to length and CRC first, then each
+    segment's rows are brought together in position order (one shuffle of narrow rows) for
+    :class:`expectations.sequence.Previous`.
+    """
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    narrow = with_body_checks(df).drop("body")
+    ordered = narrow.repartition("segment").sortWithinPartitions("segment", "position")
+    out_schema = pa.schema([*to_arrow_schema(ordered.schema), *sequence.FIELDS])
+
+    def previous(batches):
+        state = sequence.Previous()
+        for batch in batches:
+            yield state.extend(batch)
+
+    return ordered.mapInArrow(previous, from_arrow_schema(out_schema))
 
 
 def flagged(dataset: str, df, segments_df, rules: tuple[Rule, ...] | list[Rule]):

@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from expectations.rules import DATASETS, RULES, SEGMENTS, Rule, flagged, rules_for
+from expectations.rules import DATASETS, MESSAGES, RULES, SEGMENTS, Rule, flagged, rules_for
 from store.errors import MQLakeError
 
 log = logging.getLogger(__name__)
@@ -101,16 +101,22 @@ class QualityReport:
         }
 
 
-def _violation_counts(df, ds_rules: list[Rule]) -> dict[tuple[str, str], int]:
-    """(segment, rule) -> rows breaking it, from ONE aggregation over the flagged dataset."""
+def _violation_counts(df, ds_rules: list[Rule], small: bool) -> dict[tuple[str, str], int]:
+    """(segment, rule) -> rows breaking it, from ONE pass over the flagged dataset.  A ``small`` dataset (one
+    row per segment or queue, built on the driver) is counted on the driver: no shuffle for a few rows."""
     from pyspark.sql import functions as F
 
+    out: dict[tuple[str, str], int] = defaultdict(int)
+    if small:
+        for row in df.select("segment", *(r.flag for r in ds_rules)).collect():
+            for r in ds_rules:
+                out[(row["segment"], r.name)] += int(row[r.flag])
+        return dict(out)
     counts = df.groupBy("segment").agg(*(F.sum(F.col(r.flag).cast("long")).alias(r.name) for r in ds_rules))
-    out = {}
     for row in counts.collect():
         for r in ds_rules:
             out[(row["segment"], r.name)] = int(row[r.name] or 0)
-    return out
+    return dict(out)
 
 
 def _samples(flagged_df, rule: Rule) -> dict[str, list[dict]]:
@@ -141,13 +147,16 @@ def validate(
     segments: list[str],
     run_id: str,
     rules: tuple[Rule, ...] = RULES,
+    counted: dict[str, dict[tuple[str, str], int]] | None = None,
 ) -> QualityReport:
     """Check ``frames`` (dataset name -> DataFrame, see :mod:`expectations.rules`) for the given segments.
 
     Spark evaluates every rule of a dataset as a flag column in one pass and counts the breaking rows per
     (segment, rule); Great Expectations evaluates one expectation per rule over those counts and decides
     which segments broke it.  The first breaking rows of a failed rule are fetched afterwards, only on
-    failure.
+    failure.  ``counted`` holds the counts already taken for a dataset (``{dataset: {(segment, rule):
+    rows}}``: the tiering job counts the ``messages`` rules while it stages the rows); that dataset's frame
+    is then read only for the samples of a failed rule.
     Returns one result per (segment, rule).
     """
     t0 = time.perf_counter()
@@ -161,7 +170,10 @@ def validate(
         if ds_rules:
             t_ds = time.perf_counter()
             flagged_frames[dataset] = flagged(dataset, frames[dataset], frames[SEGMENTS], ds_rules)
-            counts.update(_violation_counts(flagged_frames[dataset], ds_rules))
+            if counted and dataset in counted:
+                counts.update(counted[dataset])
+                continue
+            counts.update(_violation_counts(flagged_frames[dataset], ds_rules, small=dataset != MESSAGES))
             log.info("rules on %s: %d in one pass, %.2f s", dataset, len(ds_rules), time.perf_counter() - t_ds)
     checked = [r for r in RULES if r in rules]
     # every segment of the batch, plus any segment the rows name that was not expected

@@ -17,7 +17,7 @@ from pathlib import Path
 import crc32c
 import pyarrow as pa
 
-from expectations.rules import CONSUMABLE_SQL, MESSAGES, QUEUES, SEGMENTS
+from expectations.rules import MESSAGES, QUEUES, RULES, SEGMENTS
 from pipelines.segments import SegmentFacts
 from store.retention import SegmentEntry
 
@@ -56,52 +56,141 @@ class TieredSegment:
 
 @dataclass
 class RowsDigest:
-    """Aggregates of a segment's rows, computed by Spark from a table (staged or committed)."""
+    """Aggregates of a segment's rows (staged, committed or decoded), folded from :class:`DigestParts`."""
 
     count: int
     bytes: int
-    crc_sum: int
+    crc_sum: int  # sum of the stored BODYCRCs
     first_store_time: int | None
     last_store_time: int | None
     queues: dict[QueueKey, QueueRange]
+    body_bytes: int = 0  # sum of the body lengths
+    bad_crc: int = 0  # rows whose body does not match its stored CRC (counted where the CRC was recomputed)
+
+
+# what a digest reads of the canonical rows, beside the body (or its length)
+DIGEST_COLUMNS = ("segment", "topic", "queue_id", "sys_flag", "queue_offset", "msg_size", "body_crc", "position",
+                  "store_timestamp")  # fmt: skip
+
+
+class DigestParts:
+    """Partial aggregates of rows, merged across batches and Spark tasks; :meth:`digests` folds them.
+
+    One implementation for every place a digest is taken: the staging pass adds its decoded batches as it
+    writes them, :func:`rows_digest` adds the batches of any Spark frame (the committed snapshot)."""
+
+    def __init__(self) -> None:
+        # segment -> [count, bytes, crc_sum, body_bytes, bad_crc, first_pos, first_ts, last_pos, last_ts]
+        self.segments: dict[str, list] = {}
+        self.queues: dict[tuple[str, str, int], list] = {}  # (segment, topic, queue) -> [first, last, count]
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Fold in rows with :data:`DIGEST_COLUMNS` and ``body`` or ``body_len`` (and optionally ``bad_crc``)."""
+        import pyarrow.compute as pc
+
+        from expectations.sequence import consumable_mask
+
+        if batch.num_rows == 0:
+            return
+        names = batch.schema.names
+        body_len = batch.column("body_len") if "body_len" in names else pc.binary_length(batch.column("body"))
+        bad = batch.column("bad_crc") if "bad_crc" in names else pa.nulls(batch.num_rows, pa.bool_())
+        t = pa.table({
+            **{c: batch.column(c) for c in DIGEST_COLUMNS},
+            "body_len": body_len.cast(pa.int64()),
+            "body_crc": batch.column("body_crc").cast(pa.int64()),
+            "msg_size": batch.column("msg_size").cast(pa.int64()),
+            "bad": pc.cast(pc.fill_null(bad, False), pa.int64()),
+        }).sort_by([("segment", "ascending"), ("position", "ascending")])  # fmt: skip
+        per_segment = t.group_by("segment", use_threads=False).aggregate([
+            ("msg_size", "count"), ("msg_size", "sum"), ("body_crc", "sum"), ("body_len", "sum"), ("bad", "sum"),
+            ("position", "first"), ("store_timestamp", "first"), ("position", "last"), ("store_timestamp", "last"),
+        ])  # fmt: skip
+        for r in per_segment.to_pylist():
+            self._add_segment(r["segment"], [
+                r["msg_size_count"], r["msg_size_sum"], r["body_crc_sum"], r["body_len_sum"], r["bad_sum"],
+                r["position_first"], r["store_timestamp_first"], r["position_last"], r["store_timestamp_last"],
+            ])  # fmt: skip
+        queued = t.filter(pa.array(consumable_mask(t.column("sys_flag"))))
+        per_queue = queued.group_by(["segment", "topic", "queue_id"], use_threads=False).aggregate(
+            [("queue_offset", "min"), ("queue_offset", "max"), ("queue_offset", "count")]
+        )
+        for r in per_queue.to_pylist():
+            self._add_queue(
+                (r["segment"], r["topic"], r["queue_id"]),
+                [r["queue_offset_min"], r["queue_offset_max"], r["queue_offset_count"]],
+            )
+
+    def _add_segment(self, segment: str, part: list) -> None:
+        have = self.segments.get(segment)
+        if have is None:
+            self.segments[segment] = list(part)
+            return
+        for i in range(5):
+            have[i] += part[i]
+        if part[5] < have[5]:
+            have[5:7] = part[5:7]
+        if part[7] > have[7]:
+            have[7:9] = part[7:9]
+
+    def _add_queue(self, key: tuple[str, str, int], part: list) -> None:
+        have = self.queues.get(key)
+        if have is None:
+            self.queues[key] = list(part)
+        else:
+            have[0], have[1], have[2] = min(have[0], part[0]), max(have[1], part[1]), have[2] + part[2]
+
+    def merge(self, other: DigestParts) -> DigestParts:
+        for segment, part in other.segments.items():
+            self._add_segment(segment, part)
+        for key, part in other.queues.items():
+            self._add_queue(key, part)
+        return self
+
+    def digests(self) -> dict[str, RowsDigest]:
+        out = {
+            seg: RowsDigest(p[0], p[1], p[2], p[6], p[8], {}, body_bytes=p[3], bad_crc=p[4])
+            for seg, p in self.segments.items()
+        }
+        for (seg, topic, qid), (lo, hi, n) in self.queues.items():
+            out[seg].queues[(topic, qid)] = QueueRange(lo, hi, n)
+        return out
+
+
+def digest_accumulator(spark):
+    """A Spark accumulator of :class:`DigestParts` (tasks add their parts; the driver reads ``.value``)."""
+    from pyspark.accumulators import AccumulatorParam
+
+    class MergeParts(AccumulatorParam):
+        def zero(self, value: DigestParts) -> DigestParts:
+            return DigestParts()
+
+        def addInPlace(self, a: DigestParts, b: DigestParts) -> DigestParts:
+            return a.merge(b)
+
+    return spark.sparkContext.accumulator(DigestParts(), MergeParts())
 
 
 def rows_digest(df) -> dict[str, RowsDigest]:
-    """segment -> aggregates of its rows in ``df``: one Spark aggregation per (segment, topic, queue),
-    rolled up on the driver (the groups are few)."""
+    """segment -> digest of its rows in ``df`` (any frame of the canonical schema), bodies checked against
+    their stored CRC: one Spark job over the digest columns, the body reduced to its length and CRC check."""
     from pyspark.sql import functions as F
 
-    consumable = F.expr(CONSUMABLE_SQL)
-    groups = df.groupBy("segment", "topic", "queue_id").agg(
-        F.count(F.lit(1)).alias("n"),
-        F.sum("msg_size").alias("bytes"),
-        F.sum(F.col("body_crc").cast("long")).alias("crc_sum"),
-        F.min("position").alias("first_pos"),
-        F.min_by("store_timestamp", "position").alias("first_ts"),
-        F.max("position").alias("last_pos"),
-        F.max_by("store_timestamp", "position").alias("last_ts"),
-        F.min(F.when(consumable, F.col("queue_offset"))).alias("lo"),
-        F.max(F.when(consumable, F.col("queue_offset"))).alias("hi"),
-        F.count(F.when(consumable, 1)).alias("queued"),
-    )
-    out: dict[str, RowsDigest] = {}
-    first: dict[str, tuple[int, int]] = {}
-    last: dict[str, tuple[int, int]] = {}
-    for r in groups.collect():
-        seg = r["segment"]
-        d = out.setdefault(seg, RowsDigest(0, 0, 0, None, None, {}))
-        d.count += r["n"]
-        d.bytes += r["bytes"]
-        d.crc_sum += r["crc_sum"]
-        if seg not in first or r["first_pos"] < first[seg][0]:
-            first[seg] = (r["first_pos"], r["first_ts"])
-        if seg not in last or r["last_pos"] > last[seg][0]:
-            last[seg] = (r["last_pos"], r["last_ts"])
-        if r["queued"]:
-            d.queues[(r["topic"], r["queue_id"])] = QueueRange(r["lo"], r["hi"], r["queued"])
-    for seg, d in out.items():
-        d.first_store_time, d.last_store_time = first[seg][1], last[seg][1]
-    return out
+    from expectations.rules import with_body_checks
+
+    acc = digest_accumulator(df.sparkSession)
+    crc_rule = next(r for r in RULES if r.name == "crc_matches")
+    narrow = with_body_checks(df).select(*DIGEST_COLUMNS, "body_len", F.expr(crc_rule.condition).alias("bad_crc"))
+
+    def fold(batches):
+        parts = DigestParts()
+        for batch in batches:
+            parts.add(batch)
+        acc.add(parts)
+        return iter(())
+
+    narrow.mapInArrow(fold, "segment string").collect()
+    return acc.value.digests()
 
 
 def mismatches(expected: RowsDigest, found: RowsDigest | None) -> list[str]:
@@ -109,9 +198,11 @@ def mismatches(expected: RowsDigest, found: RowsDigest | None) -> list[str]:
     if found is None:
         return [f"no rows found (expected {expected.count})"]
     out = []
-    for what in ("count", "bytes", "crc_sum"):
+    for what in ("count", "bytes", "crc_sum", "body_bytes"):
         if getattr(found, what) != getattr(expected, what):
             out.append(f"{what} {getattr(found, what)}, expected {getattr(expected, what)}")
+    if found.bad_crc:
+        out.append(f"{found.bad_crc} bodies do not match their stored CRC")
     if found.queues != expected.queues:
         differing = sorted(
             f"{t}/{q}: found {found.queues.get((t, q))}, expected {expected.queues.get((t, q))}"

@@ -5,10 +5,12 @@ One run::
     claim (manifest: expired -> tiering)
     scan each file on the driver                     (record count, BLANK, torn tail)
     skip what the tier already committed             (txn version of this store, see below)
-    stage:   Spark decodes the segments and writes parquet under messages/tier-<run>/ (not yet visible)
-    validate the staged rows (expectations/)         -> quality_results; failures quarantined, kept
+    stage:   ONE Spark job decodes the segments, evaluates the record rules and digests the rows while it
+             writes them as parquet under messages/tier-<run>/ (not yet visible; staging.py)
+    validate the rules' counts and the segment/queue checks (expectations/) -> quality_results;
+             failures quarantined, kept (their staged files are not committed)
     commit:  ONE delta-rs commit adds the passing segments' files, with txn (app id, version)
-    verify:  read the committed snapshot back, match it against the validated rows
+    verify:  read the committed snapshot back (bodies too), match it against the staging pass's digests
     segments table row per verified segment (same txn id, so it is written once)
     mark_tiered; then delete tiered segments through the store (when no broker holds it)
 
@@ -43,12 +45,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from expectations.rules import checked_messages
+from expectations.rules import MESSAGES, checked_messages, rules_for
 from expectations.runner import QualityReport, validate, write_report
 from pipelines import job_progress
-from pipelines.compaction import checks, tables
+from pipelines.compaction import checks, staging, tables
 from pipelines.compaction.checks import QueueRange, RowsDigest, TieredSegment
 from pipelines.compaction.deletion import delete_tiered
+from pipelines.segments import SegmentFacts
 from store.config import MessageStoreConfig
 from store.retention import SegmentEntry, SegmentManifest, SegmentState, claimer_id
 
@@ -327,37 +330,12 @@ class TierJob:
             .load(str(self.store_dir))
         )
 
-    def _stage(self, bases: list[int], attempt: str):
-        """Decode ``bases`` with Spark and write them as parquet under the messages table root, invisible
-        to readers until committed; returns (staging dir, DataFrame over exactly the staged files)."""
-        from pyspark.sql import functions as F
-
-        from pipelines.schema import spark_schema
-
-        stage_dir = Path(self.messages_uri) / f"tier-{self.run_id}-{attempt}"
-        src = self._source(bases)
-        # UTC day from the millis, independent of the session time zone
-        day = F.date_from_unix_date(F.floor(F.col("store_timestamp") / 86_400_000).cast("int"))
-        (
-            src.withColumn(tables.STORE_DATE, day)
-            # A queue's rows together, in offset order: a broker pull falling through to the tier reads one
-            # small run of a row group (broker/lake/reader.py), not rows spread over the whole file.
-            .sortWithinPartitions(*tables.MESSAGES_PARTITION_BY, "queue_id", "queue_offset")
-            .write.mode("errorifexists")
-            # small row groups (parquet's default is 128 MiB *encoded*, and bodies compress well): a pull
-            # falling through to the tier decodes a whole row group
-            .option("parquet.block.size", str(tables.ROW_GROUP_BYTES))
-            .option("parquet.block.row.count.limit", str(tables.ROW_GROUP_ROWS))
-            .partitionBy(*tables.MESSAGES_PARTITION_BY)
-            .parquet(str(stage_dir))
-        )
-        staged = (
-            self.spark.read.schema(spark_schema(tables.MESSAGES_SCHEMA))
-            .option("basePath", str(stage_dir))
-            .parquet(str(stage_dir))
-            .select(*tables.MESSAGES_SCHEMA.names)
-        )
-        return stage_dir, staged
+    def _stage(self, batch: list[SegmentFacts], bases: list[int], entries) -> staging.Staged:
+        """Decode, check and write ``bases`` as parquet under the messages table root, invisible to readers
+        until committed (pipelines/compaction/staging.py)."""
+        times = self.spark.createDataFrame(checks.segment_check_table(batch, entries, {}))
+        directory = Path(self.messages_uri) / f"tier-{self.run_id}"
+        return staging.stage(self.spark, self.store_dir, bases, directory, times)
 
     def _stage_validate_commit(self, batch, entries, outcomes, expected, report, phase) -> int | None:
         from pipelines import lake as lk
@@ -366,21 +344,26 @@ class TierJob:
         bases = [f.base_offset for f in batch]
         clean = [f.base_offset for f in batch if checks.is_clean(f)]
         with phase("stage"):
-            stage_dir, staged = self._stage(clean, "a") if clean else (None, None)
+            staged = self._stage(batch, clean, entries) if clean else None
         with phase("validate"):
-            if staged is None:
-                staged = self.spark.createDataFrame([], spark_schema(tables.MESSAGES_SCHEMA))
-            # Two reads of the staged files, no cache: the digests read only the narrow columns (parquet
-            # prunes the bodies), and every record rule is one flag column of a single pass over the rows.
-            digests = checks.rows_digest(staged)
+            digests = staged.digests if staged else {}
+            # The messages rules were counted while staging; only if one broke are the staged rows read back,
+            # to count it per segment and sample the breaking rows.
+            counted = None
+            if staged is None or not any(staged.violations.values()):
+                counted = {MESSAGES: {(f.segment, r.name): 0 for f in batch for r in rules_for(MESSAGES)}}
+            rows = (
+                staging.staged_frame(self.spark, staged.directory) if staged
+                else self.spark.createDataFrame([], spark_schema(tables.MESSAGES_SCHEMA))
+            )  # fmt: skip
             history = _tiered_history(self.segments_uri, self.store_id)
             frames = checks.expectation_frames(
                 self.spark,
-                checked_messages(staged),
+                checked_messages(rows),
                 checks.segment_check_table(batch, entries, digests),
                 checks.queue_check_table(batch, digests, history),
             )
-            quality = validate(self.spark, frames, [f.segment for f in batch], self.run_id)
+            quality = validate(self.spark, frames, [f.segment for f in batch], self.run_id, counted=counted)
             report.quality = quality
             # results are data even if this run dies later: append them before anything is committed
             tables.append_arrow(
@@ -393,18 +376,13 @@ class TierJob:
             if b not in passing:
                 names = ", ".join(failures[entries[b].file_name])
                 outcomes[b] = self._quarantine(entries[b], f"failed expectations: {names} (run {self.run_id})")
-        if not passing:
+        if not passing or staged is None:
             return None
-        if passing != clean:
-            # Staged files mix segments only per task, so re-stage the passing ones alone rather than
-            # pick files apart; rare (a segment failed), and the verify step still checks the result.
-            with phase("stage"):
-                stage_dir, staged = self._stage(passing, "b")
-                digests = checks.rows_digest(staged)
         expected.update({entries[b].file_name: digests[entries[b].file_name] for b in passing})
         _crash_point("before_commit")
         with phase("commit"):
-            files = [p for p in stage_dir.rglob("*.parquet") if not any(x.startswith(("_", ".")) for x in p.parts)]
+            # each staged file holds one segment's rows: a quarantined segment's files are left out
+            files = staging.files_of(staged.directory, {entries[b].file_name for b in passing})
             adds = lk.add_actions(self.messages_uri, files, tables.MESSAGES_PARTITION_BY)
             version = lk.commit_files(
                 self.messages_uri,
