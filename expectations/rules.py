@@ -83,8 +83,9 @@ def _size_sql() -> str:
         f" + CASE WHEN (sys_flag & {records.STOREHOSTADDRESS_V6_FLAG}) != 0 THEN {store_v6} ELSE 0 END"
         f" + CASE WHEN magic = {records.MESSAGE_MAGIC_V2} THEN {v2} ELSE 0 END"
         " + body_len + octet_length(topic)"
-        " + coalesce(aggregate(map_entries(properties), 0,"
-        f" (acc, e) -> acc + octet_length(e.key) + octet_length(e.value) + {per_entry}), 0))"
+        # the text of every name and value plus the separators; no lambda, so Spark compiles it with the rest
+        " + coalesce(octet_length(array_join(map_keys(properties), ''))"
+        f" + octet_length(array_join(map_values(properties), '')) + {per_entry} * size(properties), 0))"
     )
 
 
@@ -159,8 +160,10 @@ RULES: tuple[Rule, ...] = (
         f"NOT (tags <=> properties['{properties.PROPERTY_TAGS}']) "
         f"OR NOT (keys <=> properties['{properties.PROPERTY_KEYS}']) "
         f"OR NOT (uniq_key <=> properties['{properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}']) "
-        f"OR exists(map_entries(properties), e -> instr(e.key, '{_BAD_TEXT}') > 0 "
-        f"OR instr(e.value, '{_BAD_TEXT}') > 0 OR e.key = '')",
+        # a bad character in any name or value is one in their concatenation (a decode leaves whole characters)
+        f"OR instr(array_join(map_keys(properties), ''), '{_BAD_TEXT}') > 0 "
+        f"OR instr(array_join(map_values(properties), ''), '{_BAD_TEXT}') > 0 "
+        "OR array_contains(map_keys(properties), '')",
     ),
     # ---- per segment -----------------------------------------------------------------------------------
     Rule(
