@@ -202,7 +202,7 @@ def mismatches(expected: RowsDigest, found: RowsDigest | None) -> list[str]:
         if getattr(found, what) != getattr(expected, what):
             out.append(f"{what} {getattr(found, what)}, expected {getattr(expected, what)}")
     if found.bad_crc:
-        out.append(f"{found.bad_crc} bodies do not match their stored CRC")
+        out.append(f"{found.bad_crc} committed row(s) whose body does not match its stored CRC")
     if found.queues != expected.queues:
         differing = sorted(
             f"{t}/{q}: found {found.queues.get((t, q))}, expected {expected.queues.get((t, q))}"
