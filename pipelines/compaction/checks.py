@@ -1,10 +1,11 @@
 """The data the integrity expectations run over, and the match of committed rows against what was validated.
 
 The chain of evidence: the file is scanned on the driver (``scan_segment``: record count, valid bytes,
-BLANK, torn tail); the rows Spark decoded and staged are validated against it by the expectations (as
-many rows as records, covering every valid byte, each body's CRC recomputed, offsets contiguous); the
-committed snapshot is then matched against those validated rows (count, bytes, per-queue offset ranges,
-sum of body CRCs) before the segment may be deleted.
+BLANK, torn tail); the rows Spark decoded are validated against it by the expectations as they are
+staged (as many rows as records, covering every valid byte, each body's CRC recomputed, offsets
+contiguous; see staging.py); the committed snapshot is then read back, bodies included, and matched
+against the digest of those rows (count, bytes, per-queue offset ranges, sums of stored body CRCs and of
+body lengths, every committed body against its CRC) before the segment may be deleted.
 """
 
 from __future__ import annotations
