@@ -29,7 +29,8 @@ def test_previous_columns_and_digest_match_spark_over_the_same_rows(spark, spark
         for batch in read_segment(spark_store.commitlog / name):
             parts.add(batch)
             b = previous.extend(batch)
-            for pos, end, q in zip(*(b.column(c).to_pylist() for c in ("position", "prev_end", "prev_queue_offset"))):
+            columns = (b.column(c).to_pylist() for c in ("position", "prev_end", "prev_queue_offset"))
+            for pos, end, q in zip(*columns, strict=True):
                 got[(name, pos)] = (end, q)
 
     df = spark.read.format("commitlog").option("segments", ",".join(str(int(n)) for n in names)).load(
