@@ -76,7 +76,8 @@ def stage(spark, store_dir: Path, bases: list[int], directory: Path, segment_tim
 
     from pipelines.schema import spark_schema
 
-    paths = [str(Path(store_dir) / "commitlog" / f"{b:020d}") for b in bases]
+    # absolute: an executor on a cluster resolves a relative path against its own work dir
+    paths = [str(Path(store_dir).absolute() / "commitlog" / f"{b:020d}") for b in bases]
     parts = digest_accumulator(spark)
     decoded = spark.range(len(paths), numPartitions=len(paths)).mapInArrow(
         decode_checked(paths, parts), spark_schema(DECODED_SCHEMA)
