@@ -17,6 +17,7 @@ TWINS = [
     "store.format._properties",
     "store.format._records",
     "store.format._units",
+    "store.format._dispatch",
     "broker.remoting._command",
     "store.format._runs",
     "broker.remoting._send",

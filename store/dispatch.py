@@ -18,8 +18,10 @@ from typing import Protocol
 
 from store.commitlog import CommitLog
 from store.consume_queue import ConsumeQueueTable
+from store.dispatch_loop import CompiledDispatch, available
 from store.format import delay, records
 from store.index import IndexService
+from store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +38,23 @@ class BuildConsumeQueue:
     """``CommitLogDispatcherBuildConsumeQueue``: a unit for each normal or committed record."""
 
     def __init__(self, queues: ConsumeQueueTable) -> None:
+        self.queues = queues
         self._find = queues.find
         self.last_store_timestamp = 0  # of the newest unit: the checkpoint's logicsMsgTimestamp
         # Deleted topics -> CommitLog offset their records reached at deletion: older records of theirs are not
         # dispatched, else they would re-create the queue at an old offset (pre-blank filled) and a re-created
         # topic's own records, numbered from 0 again, would count as already built and be dropped.
         self._deleted: dict[str, int] = {}
+        self.generation = 0  # counts forget_topic calls: the compiled loop drops the queues it registered
+
+    @property
+    def deleted_topics(self) -> dict[str, int]:
+        return self._deleted
 
     def forget_topic(self, topic: str, end: int) -> None:
         """Skip the records of ``topic`` below CommitLog offset ``end`` (call it while dispatch is paused)."""
         self._deleted[topic] = end
+        self.generation += 1
 
     def _of_deleted_topic(self, request: records.DispatchRequest) -> bool:
         end = self._deleted.get(request.topic)
@@ -69,6 +78,7 @@ class BuildIndex:
     """``CommitLogDispatcherBuildIndex``: the record's UNIQ_KEY and KEYS into the IndexFile."""
 
     def __init__(self, index: IndexService) -> None:
+        self.index = index
         self._build = index.build_index
 
     def dispatch(self, request: records.DispatchRequest) -> None:
@@ -123,11 +133,17 @@ class ReputService(threading.Thread):
         self._pause_wanted = threading.Event()  # a pass stops at the next segment boundary and lets it in
         self.sealed_stats: dict[int, SegmentStats] = {}  # base offset -> stats of finished segments
         self._current: tuple[int, SegmentStats] | None = None
+        # Runs of records by the compiled loop (store/format/_dispatch.pyx), the rest by the per-record reference
+        # below; False (or MQLAKE_NO_EXTENSIONS=1, or no build) keeps every record on the reference.
+        self.use_compiled = available()
+        self._compiled: CompiledDispatch | None = None
+        self._compiled_key: tuple[int, ...] | None = None
 
     def set_reput_from(self, offset: int) -> None:
         """Where dispatch starts (recovery decides), before the service runs."""
         self.reput_from = offset
         self._current = None
+        self._compiled_key = None  # files may have been truncated or rebuilt: register them afresh
         mf = self.commitlog.queue.find(offset)
         if mf is not None and offset > mf.file_from_offset:
             self._stats_for(mf.file_from_offset, offset - mf.file_from_offset)  # at start-up, not on a put
@@ -183,11 +199,30 @@ class ReputService(threading.Thread):
         finally:
             self.notify_appended()  # the thread may have gone to sleep on its early return
 
+    def _compiled_loop(self) -> CompiledDispatch | None:
+        """The compiled loop for the dispatchers as they are now: only the store's own two (ConsumeQueue, then
+        IndexFile) have a compiled form; any other dispatcher keeps every record on the reference path."""
+        key = tuple(map(id, self.dispatchers)) if self.use_compiled else ()
+        if key != self._compiled_key:
+            if self._compiled is not None:
+                self._compiled.close()
+            self._compiled_key, self._compiled = key, None
+            kinds = [type(d) for d in self.dispatchers]
+            if self.use_compiled and kinds in ([BuildConsumeQueue], [BuildConsumeQueue, BuildIndex]):
+                index = self.dispatchers[1].index if len(kinds) == 2 else None  # type: ignore[attr-defined]
+                self._compiled = CompiledDispatch(self.dispatchers[0], index)  # type: ignore[arg-type]
+        return self._compiled
+
+    def close(self) -> None:
+        """Release the files the compiled loop holds mapped (after the last pass, before the store closes them)."""
+        with self._reput_lock:
+            if self._compiled is not None:
+                self._compiled.close()
+            self._compiled_key, self._compiled = None, None
+
     def _do_reput(self, limit: int | None) -> int:
         cl = self.commitlog
-        check = records.check_record
-        delay_millis = self.delay_millis
-        dispatchers = [d.dispatch for d in self.dispatchers]
+        compiled = self._compiled_loop()
         done = 0
         while self.reput_from < cl.max_offset and (limit is None or done < limit) and not self._pause_wanted.is_set():
             if self.reput_from < cl.min_offset:
@@ -198,16 +233,43 @@ class ReputService(threading.Thread):
             base = mf.file_from_offset
             stats = self._stats_for(base, self.reput_from - base)
             end = mf.wrote
-            buf = mf.view[:end]  # a slave's log may end inside a record: the walk must not read past ``wrote``
-            arriving = False
-            walk = records.RecordWalk(buf, self.reput_from - base, end, None if limit is None else limit - done)
+            pos, n, arriving = self._dispatch_segment(mf, self.reput_from - base, end, limit, done, stats, compiled)
+            done += n
+            self.reput_from = base + pos
+            if pos >= mf.file_size:
+                self._seal(base, stats)
+            elif pos >= end or arriving:
+                break
+        return done
+
+    def _dispatch_segment(
+        self, mf: MappedFile, pos: int, end: int, limit: int | None, done: int, stats: SegmentStats,
+        compiled: CompiledDispatch | None,
+    ) -> tuple[int, int, bool]:  # fmt: skip
+        """Dispatch segment ``mf`` from ``pos`` up to ``end``: runs of records by the compiled loop, when there is
+        one, and each record it stops at by the reference, per record.  Returns (where dispatch stopped, records
+        dispatched, whether a replica's record is still arriving there)."""
+        check = records.check_record
+        delay_millis = self.delay_millis
+        dispatchers = [d.dispatch for d in self.dispatchers]
+        buf = mf.view[:end]  # a slave's log may end inside a record: the walk must not read past ``wrote``
+        start_done = done
+        while True:
+            if compiled is not None:
+                pos, n = compiled.run(mf, pos, end, None if limit is None else limit - done, stats, self._listeners)
+                done += n
+                if pos >= end or done == limit:
+                    return pos, done - start_done, False
+            # The reference: every record without the compiled loop, else the one it stopped at.
+            walk = records.RecordWalk(buf, pos, end, 1 if compiled is not None else None if limit is None else
+                                      limit - done)  # fmt: skip
             for pos, size in walk:
                 res = check(buf, pos, check_crc=False, delay_millis=delay_millis, size=size)
                 req = res.request
                 if req is None:  # a record that fails its checks (given the walk's size, never a BLANK)
+                    # RocketMQ stops here too; recovery deals with it at the next start
                     log.error("%s: unreadable record at position %d during dispatch: %s", mf.path, pos, res.reason)
-                    pos = end  # RocketMQ stops here too; recovery deals with it at the next start
-                    break
+                    return end, done - start_done, False
                 for dispatch in dispatchers:
                     dispatch(req)
                 if req.consumable:
@@ -218,22 +280,20 @@ class ReputService(threading.Thread):
                     stats.first_store_time = req.store_timestamp
                 stats.last_store_time = req.store_timestamp
                 done += 1
-            else:
-                pos = walk.end
-                if walk.ended is records.WalkEnd.BLANK:
-                    pos = mf.file_size
-                elif walk.ended is not records.WalkEnd.LIMIT and pos < end:  # zeros or bad bytes before the end
-                    if self.replica and records.record_incomplete_at(buf, pos):
-                        arriving = True  # the rest of a replicated record is still on its way
-                    else:
-                        log.error("%s: unreadable record at position %d during dispatch: %s", mf.path, pos, walk.reason)
-                        pos = end
-            self.reput_from = base + pos
-            if pos >= mf.file_size:
-                self._seal(base, stats)
-            elif pos >= end or arriving:
-                break
-        return done
+                if compiled is not None:
+                    compiled.after_reference(req)
+            pos = walk.end
+            if walk.ended is records.WalkEnd.BLANK:
+                return mf.file_size, done - start_done, False
+            if walk.ended is records.WalkEnd.LIMIT or pos >= end:
+                if compiled is not None and pos < end and done != limit:
+                    continue  # back to the compiled loop after the record it stopped at
+                return pos, done - start_done, False
+            # zeros or bad bytes before the end
+            if self.replica and records.record_incomplete_at(buf, pos):
+                return pos, done - start_done, True  # the rest of a replicated record is still on its way
+            log.error("%s: unreadable record at position %d during dispatch: %s", mf.path, pos, walk.reason)
+            return end, done - start_done, False
 
     def _stats_for(self, base: int, pos: int) -> SegmentStats:
         if self._current is None or self._current[0] != base:

@@ -273,6 +273,7 @@ class MessageStore:
             self.commitlog.queue.last_or_new(self.commitlog.max_offset)
 
     def _close_files(self) -> None:
+        self.reput.close()  # the compiled dispatch loop's hold on the ConsumeQueue and IndexFile maps
         self.commitlog.close()
         for cq in self.consume_queues.all():
             cq.close()

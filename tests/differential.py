@@ -9,8 +9,14 @@ properties string or key and overlay the fuzzer's bytes on it.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import os
+import shutil
 import struct
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from broker.remoting import send_codec  # noqa: F401 - imported for its twins (store.format.native)
@@ -18,6 +24,7 @@ from broker.remoting.codes import RequestCode, SerializeType
 from broker.remoting.command import RemotingCommand
 from store.format import (
     batch_body,
+    delay,
     native,
     properties,
     records,
@@ -391,6 +398,137 @@ def send_reply(data: bytes) -> None:
          _int_from(data[2], data, 5), tx, text(1) if data[0] & 8 else "DefaultRegion", bool(data[0] & 16))  # fmt: skip
 
 
+# =====================================================================================================
+# The dispatch loop: a whole CommitLog segment into ConsumeQueue and IndexFile files, by both twins
+# =====================================================================================================
+
+DISPATCH_SEGMENT = 8192
+DISPATCH_TOPICS = ("TopicA", "TopicB", "T\u00f6pic", delay.SCHEDULE_TOPIC, "V2" * 70, "rmq_sys_wheel_timer")
+DISPATCH_KEYS = ("k1", "k1 k2", " k1  k3 ", "\u00e9t\u00e9", "polygenelubricants", "a b c d e f g")
+_SYS_FLAGS = (0, 0, 0, records.TRANSACTION_PREPARED_TYPE, records.TRANSACTION_COMMIT_TYPE,
+              records.TRANSACTION_ROLLBACK_TYPE, records.MULTI_TAGS_FLAG)  # fmt: skip
+
+
+def dispatch_segment_from(data: bytes) -> bytes:
+    """A CommitLog segment of up to 24 records chosen by ``data`` (topics, queues, tags, keys, transaction states,
+    V2 and IPv6 records; queue and physical offsets as an append gives them), then ``data`` written over it."""
+    n = 1 + (data[0] % 24 if data else 0)
+    next_offset: dict[tuple[str, int], int] = {}
+    out = bytearray()
+    for i in range(n):
+        b = data[1 + i] if 1 + i < len(data) else i * 37 % 256
+        topic = DISPATCH_TOPICS[b % len(DISPATCH_TOPICS)] if b % 11 else DISPATCH_TOPICS[0]
+        qid = (b >> 3) % 3
+        props: dict[str, str] = {}
+        if b & 0x20:
+            props["TAGS"] = ("TagA", "TagB", "\u6807\u7b7e", "")[b % 4]
+        if b & 0x40:
+            props["KEYS"] = DISPATCH_KEYS[(b >> 2) % len(DISPATCH_KEYS)]
+        if b & 0x80 or b % 5 == 0:
+            props["UNIQ_KEY"] = f"7F0000010001{i:020X}" if b % 7 else "uniq \u00fc"
+        if topic == delay.SCHEDULE_TOPIC and b & 1:
+            props["DELAY"] = str(1 + b % 4)
+        sys_flag = _SYS_FLAGS[(b >> 1) % len(_SYS_FLAGS)]
+        consumable = records.is_consumable(sys_flag)
+        qoff = next_offset.get((topic, qid), 0)
+        if consumable:
+            next_offset[(topic, qid)] = qoff + 1
+        rec = records.MessageRecord(
+            topic, qid, bytes([b]) * (b % 50), properties.encode_properties(props), sys_flag=sys_flag,
+            born_host=("::1", 9876) if b % 13 == 0 else ("127.0.0.1", 1), queue_offset=qoff if consumable else 0,
+            physical_offset=len(out), store_timestamp=1_700_000_000_000 + 1500 * i - (5000 if b % 17 == 0 else 0),
+        )  # fmt: skip
+        out += records.encode_record(rec)
+    if data and data[0] & 0x80:  # the segment ends with a BLANK
+        out += records.encode_blank(DISPATCH_SEGMENT - len(out))
+    return bytes(_overlay(bytes(out), data[1 + n :]))[:DISPATCH_SEGMENT]
+
+
+def _safe_topics(segment: bytes) -> bool:
+    """Every topic a record names makes a ConsumeQueue directory under the harness's root (a mutated topic such
+    as ``/x`` or ``..`` would not; those inputs are skipped)."""
+    for pos, size in records.RecordWalk(segment):
+        req = records.check_record(segment, pos, check_crc=False, size=size).request
+        if req is not None and (req.topic in ("", ".", "..") or "/" in req.topic or "\x00" in req.topic):
+            return False
+    return True
+
+
+def _dispatch_once(root: Path, segment: bytes, compiled: bool) -> tuple[Any, ...]:
+    """Dispatch ``segment`` into ConsumeQueue and IndexFile files under ``root``; what it did and wrote."""
+    from store.commitlog import CommitLog
+    from store.consume_queue import ConsumeQueueTable
+    from store.dispatch import BuildConsumeQueue, BuildIndex, ReputService
+    from store.index import IndexService
+
+    (root / "commitlog").mkdir(parents=True)
+    (root / "commitlog" / units.offset_to_file_name(0)).write_bytes(segment.ljust(DISPATCH_SEGMENT, b"\0"))
+    cl = CommitLog(root / "commitlog", DISPATCH_SEGMENT)
+    cl.queue.load()
+    cl.queue.files[0].wrote = len(segment)
+    queues = ConsumeQueueTable(root / "consumequeue", UNIT_FILE)
+    index = IndexService(root / "index", 8, 24)
+    reput = ReputService(cl, [BuildConsumeQueue(queues), BuildIndex(index)])
+    reput.use_compiled = compiled
+    if compiled and reput._compiled_loop() is None:
+        raise RuntimeError(f"store.format._dispatch is not built ({native.missing_cause}): nothing to compare")
+    heard: list[tuple[Any, ...]] = []
+    reput.add_arrival_listener(lambda *a: heard.append(a))
+    reput.set_reput_from(0)
+    try:
+        outcome: tuple[Any, ...] = (True, [reput.do_reput(limit) for limit in (3, None, None)])
+    except Exception as e:  # the error's type is part of the answer
+        outcome = (False, type(e))
+    finally:
+        reput.close()
+    cq_files = {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / "consumequeue").rglob("*"))
+                if p.is_file()}  # fmt: skip
+    index_files = [f.mm[:] for f in index.files]  # named by wall clock: compared in order, by content
+    cq_state = sorted((cq.topic, cq.queue_id, cq.max_physic_offset, cq.min_logic_offset,
+                       [mf.wrote for mf in cq.queue.files]) for cq in queues.all())  # fmt: skip
+    stats = [(b, s.count, s.first_store_time, s.last_store_time) for b, s in reput.sealed_stats.items()]
+    if reput._current is not None:
+        c = reput._current[1]
+        stats.append((-1, c.count, c.first_store_time, c.last_store_time))
+    result = (outcome, reput.reput_from, heard, cq_files, index_files, cq_state, stats,
+              [dataclasses.astuple(f.header) for f in index.files])  # fmt: skip
+    for cq in queues.all():
+        cq.close()
+    index.close()
+    cl.close()
+    return result
+
+
+UNIT_FILE = 20 * 6  # six units per ConsumeQueue file: runs cross file ends
+
+
+def dispatch(data: bytes) -> None:
+    """The dispatch loop over a segment built from ``data``: both twins write the same ConsumeQueue and IndexFile
+    bytes, tell the listeners the same, stop at the same place."""
+    segment = dispatch_segment_from(data)
+    if not _safe_topics(segment):
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="mqlake-dispatch-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    quiet = logging.getLogger("store.dispatch")
+    was = quiet.disabled
+    quiet.disabled = True  # both twins log every damaged record they stop at
+    try:
+        python = _dispatch_once(tmp / "python", segment, compiled=False)
+        compiled = _dispatch_once(tmp / "compiled", segment, compiled=True)
+    finally:
+        quiet.disabled = was
+        shutil.rmtree(tmp, ignore_errors=True)
+    if python != compiled:
+        names = ("outcome", "reput_from", "listener calls", "ConsumeQueue files", "IndexFiles", "queue state",
+                 "segment stats", "index headers")  # fmt: skip
+        diff = [n for n, a, b in zip(names, python, compiled, strict=True) if a != b]
+        raise Disagreement(f"dispatch of {segment!r:.200}: the twins differ in {', '.join(diff)}")
+
+
+# Inputs per target in `make test`'s smoke (tests/test_twins.py) where 3,000 would take long: each dispatch input
+# writes a small store twice.
+SMOKE_RUNS = {"dispatch": 300}
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "encode_message": encode_message,
     "encode_batch": encode_batch,
@@ -406,4 +544,5 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "hashes": hashes,
     "decode_properties": decode_properties,
     "put_index_entry": put_index_entry,
+    "dispatch": dispatch,
 }

@@ -115,7 +115,7 @@ def test_differential_fuzz_smoke(target):
     """A few thousand seeded inputs per target; `make fuzz` runs a million, coverage-guided."""
     rng = random.Random(f"mqlake-{target}")
     fn = differential.TARGETS[target]
-    for _ in range(3000):
+    for _ in range(differential.SMOKE_RUNS.get(target, 3000)):
         fn(rng.randbytes(rng.randrange(0, 260)))
 
 

@@ -61,16 +61,36 @@ def install(namespace: MutableMapping[str, Any], extension: str, names: tuple[st
         twins.compiled = {name: getattr(ext, name) for name in names}
     if disabled():
         cause = f"{ENV_DISABLE} is set"
-    elif cause is not None and missing_cause is None:
-        warnings.warn(
-            f"mqlake runs its pure-Python codecs: {cause}; `make install` builds the compiled ones",
-            ExtensionWarning,
-            stacklevel=2,
-        )
+    elif cause is not None:
+        _warn_missing(cause)
     if cause is not None:
         missing_cause = missing_cause or cause
         return
     namespace.update(twins.compiled)
+
+
+def _warn_missing(cause: str) -> None:
+    """Once per process: the first compiled module found missing names the cause."""
+    if missing_cause is None:
+        warnings.warn(
+            f"mqlake runs its pure-Python codecs: {cause}; `make install` builds the compiled ones",
+            ExtensionWarning,
+            stacklevel=3,
+        )
+
+
+def compiled_module(extension: str) -> Any | None:
+    """A compiled module whose reference is a whole Python code path rather than a function of the same shape (the
+    dispatch loop: ``store.dispatch_loop``): the module, or None when the switch is set or it does not import
+    (warned as for the codec twins)."""
+    global missing_cause
+    ext, cause = load_extension(extension)
+    if disabled():
+        return None
+    if cause is not None:
+        _warn_missing(cause)
+        missing_cause = missing_cause or cause
+    return ext
 
 
 def active() -> str:

@@ -1,0 +1,111 @@
+"""The Python side of the compiled dispatch loop (``store/format/_dispatch.pyx``): what it needs per run.
+
+The loop takes runs of records with the GIL released; this module does what only Python can: registering each
+queue's current ConsumeQueue file and the current IndexFile with it (after the reference path created or rolled
+them), holding the IndexService's lock over a run, and feeding the segment statistics.  The reput service
+(``store.dispatch``) hands every record the loop stops at to the reference, its per-record Python path, then
+calls :meth:`CompiledDispatch.after_reference` so the loop sees the files the reference used.
+
+``MQLAKE_NO_EXTENSIONS=1`` (or a build without the extension) leaves the reference path alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from store.format import native, records
+
+if TYPE_CHECKING:
+    from store.dispatch import BuildConsumeQueue, SegmentStats
+    from store.index import IndexService
+    from store.mapped_file import MappedFile
+
+_compiled = native.compiled_module("store.format._dispatch")
+RUN_RECORDS = 1024  # records per run at most: the IndexService's lock is held that long
+
+
+def available() -> bool:
+    """Whether the compiled loop is built and not switched off."""
+    return _compiled is not None
+
+
+class CompiledDispatch:
+    """The compiled loop over one store's ConsumeQueues and IndexService."""
+
+    def __init__(self, build_cq: BuildConsumeQueue, index: IndexService | None) -> None:
+        assert _compiled is not None
+        self._build_cq = build_cq
+        self._index = index
+        self._loop: Any = _compiled.DispatchLoop(index is not None)
+        self._generation = -1  # of build_cq's deleted topics, when the queues were registered
+        self._index_file: object = None
+        self.dispatched = 0  # records this loop took (the rest went to the reference)
+
+    def run(
+        self, mf: MappedFile, pos: int, end: int, max_records: int | None, stats: SegmentStats,
+        listeners: Sequence[Callable[..., None]],
+    ) -> tuple[int, int]:  # fmt: skip
+        """Dispatch from ``pos`` of segment ``mf`` up to ``end`` or the first record the reference must take;
+        returns (where it stopped, records dispatched)."""
+        if self._generation != self._build_cq.generation:
+            self._loop.clear_targets()  # a deleted topic's queues are gone
+            self._generation = self._build_cq.generation
+        loop = self._loop
+        lock = self._index.lock if self._index is not None else contextlib.nullcontext()
+        done = 0
+        while pos < end and (max_records is None or done < max_records):
+            want = RUN_RECORDS if max_records is None else min(RUN_RECORDS, max_records - done)
+            with lock:
+                self._refresh_index()
+                new = loop.run(mf.mm, pos, end, want, listeners)
+            n = loop.count
+            if n == 0:
+                break
+            done += n
+            self.dispatched += n
+            pos = new
+            if stats.first_store_time is None:
+                stats.first_store_time = loop.first_ts
+            stats.last_store_time = loop.last_ts
+            stats.count += n
+            if loop.cq_written:
+                self._build_cq.last_store_timestamp = loop.last_cq_ts
+            if new < end and n < want:
+                break  # a record for the reference
+        return pos, done
+
+    def after_reference(self, request: records.DispatchRequest) -> None:
+        """The reference dispatched ``request``: register the queue file it wrote to (a queue's first record, a
+        rolled file), or keep the queue with the reference while the loop cannot take it."""
+        self._index_file = None  # the reference may have written to it: its header is read again
+        if not request.consumable:
+            return
+        topic, queue_id = request.topic, request.queue_id
+        cq = self._build_cq.queues.find(topic, queue_id, create=False)
+        mf = cq.queue.last() if cq is not None else None
+        if (
+            cq is None or mf is None or topic in self._build_cq.deleted_topics
+            or not topic.isascii()  # the loop matches topics by their bytes; the reference decodes them
+            or (mf.wrote == 0 and len(cq.queue.files) == 1)  # a queue's first unit may need fillers first
+        ):  # fmt: skip
+            self._loop.set_target(topic, queue_id)
+            return
+        if cq.min_logic_offset == 0 and len(cq.queue.files) == 1 and mf.file_from_offset > 0:
+            cq.min_logic_offset = mf.file_from_offset  # as ConsumeQueue.put after each unit
+        self._loop.set_target(topic, queue_id, cq, mf)
+
+    def _refresh_index(self) -> None:
+        """The IndexService's last file, when it changed (the reference created or rolled one)."""
+        if self._index is None:
+            return
+        last = self._index.files[-1] if self._index.files else None
+        if last is not self._index_file:
+            self._loop.set_index(last)
+            self._index_file = last
+
+    def close(self) -> None:
+        """Release the mapped files the loop holds, before the store closes them."""
+        self._loop.close()
+        self._index_file = None
