@@ -9,6 +9,8 @@ Environment:
                  and the flush-interference test (mmap vs buffered pwrite beside an fdatasync thread)
   BENCH_JSON     a path: also write the JSON results there
   BENCH_SWITCH_INTERVAL  run with ``sys.setswitchinterval(value)`` (a diagnostic: GIL hand-off latency)
+  BENCH_DISPATCH  ``reference``: dispatch on the per-record Python path even where the compiled dispatch loop is
+                 built (an A/B of the loop alone; MQLAKE_NO_EXTENSIONS=1 turns off every compiled twin)
 
 What is timed, exactly:
   * Messages (``MessageRecord``) are built BEFORE timing: topic ``BenchTopic``, 4 queues round-robin, a fixed
@@ -48,6 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.report import emit
+from store import dispatch_loop
 from store.commitlog import CommitLog
 from store.config import FlushDiskType, MessageStoreConfig
 from store.format import msgid, native, properties, records
@@ -56,6 +59,7 @@ from store.message_store import MessageStore
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1") or 1)
 SWITCH_INTERVAL = os.environ.get("BENCH_SWITCH_INTERVAL", "")  # seconds; empty = CPython's default (0.005)
+REFERENCE_DISPATCH = os.environ.get("BENCH_DISPATCH", "") == "reference"
 SEGMENT = 256 * 1024 * 1024
 SIZES = (100, 1024, 4096)
 TOPIC = "BenchTopic"
@@ -158,7 +162,9 @@ def measured() -> Iterator[CpuMeter]:
 
 @contextlib.contextmanager
 def running_store(root: Path, **kw) -> Iterator[MessageStore]:
-    store = MessageStore(store_config(root, **kw)).start()
+    store = MessageStore(store_config(root, **kw))
+    store.reput.use_compiled = store.reput.use_compiled and not REFERENCE_DISPATCH
+    store.start()
     try:
         yield store
     finally:
@@ -711,14 +717,16 @@ def machine() -> dict:
     return {"nproc": os.cpu_count(), "memory_gib": round(mem / 2**30, 1), "cpu": cpu,
             "python": platform.python_version(), "platform": platform.platform(),
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "bench_scale": SCALE,
-            "codecs": native.active(), "codecs_why_python": native.missing_cause}  # fmt: skip
+            "codecs": native.active(), "codecs_why_python": native.missing_cause,
+            "dispatch": "reference" if REFERENCE_DISPATCH or not dispatch_loop.available() else "compiled"}  # fmt: skip
 
 
 def codecs_line(m: dict) -> str:
     """Which codec twin this run measured (store.format.native): the compiled one, or the Python one and why."""
+    loop = f"; dispatch: the {m['dispatch']} loop" if "dispatch" in m else ""
     if m.get("codecs") == "python":
-        return f"codecs: the pure-Python twin ({m.get('codecs_why_python')})"
-    return "codecs: the compiled twin (MQLAKE_NO_EXTENSIONS=1 measures the Python one)"
+        return f"codecs: the pure-Python twin ({m.get('codecs_why_python')}){loop}"
+    return f"codecs: the compiled twin (MQLAKE_NO_EXTENSIONS=1 measures the Python one){loop}"
 
 
 def _fmt_num(v: float) -> str:

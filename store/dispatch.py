@@ -18,7 +18,7 @@ from typing import Protocol
 
 from store.commitlog import CommitLog
 from store.consume_queue import ConsumeQueueTable
-from store.dispatch_loop import CompiledDispatch, available
+from store.dispatch_loop import CompiledDispatch, available, built
 from store.format import delay, records
 from store.index import IndexService
 from store.mapped_file import MappedFile
@@ -208,7 +208,7 @@ class ReputService(threading.Thread):
                 self._compiled.close()
             self._compiled_key, self._compiled = key, None
             kinds = [type(d) for d in self.dispatchers]
-            if self.use_compiled and kinds in ([BuildConsumeQueue], [BuildConsumeQueue, BuildIndex]):
+            if self.use_compiled and built() and kinds in ([BuildConsumeQueue], [BuildConsumeQueue, BuildIndex]):
                 index = self.dispatchers[1].index if len(kinds) == 2 else None  # type: ignore[attr-defined]
                 self._compiled = CompiledDispatch(self.dispatchers[0], index)  # type: ignore[arg-type]
         return self._compiled

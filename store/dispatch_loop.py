@@ -22,23 +22,32 @@ if TYPE_CHECKING:
     from store.index import IndexService
     from store.mapped_file import MappedFile
 
-_compiled = native.compiled_module("store.format._dispatch")
+EXTENSION = "store.format._dispatch"
+_chosen = native.compiled_module(EXTENSION)
+# Loaded even when switched off, as native.install keeps the codec twins: the differential tests run both.
+_built = native.load_extension(EXTENSION)[0]
 RUN_RECORDS = 1024  # records per run at most: the IndexService's lock is held that long
 
 
 def available() -> bool:
-    """Whether the compiled loop is built and not switched off."""
-    return _compiled is not None
+    """Whether the store dispatches with the compiled loop: built and not switched off."""
+    return _chosen is not None
+
+
+def built() -> bool:
+    """Whether the compiled loop is built (tests may run it while MQLAKE_NO_EXTENSIONS is set)."""
+    return _built is not None
 
 
 class CompiledDispatch:
     """The compiled loop over one store's ConsumeQueues and IndexService."""
 
     def __init__(self, build_cq: BuildConsumeQueue, index: IndexService | None) -> None:
-        assert _compiled is not None
+        if _built is None:
+            raise RuntimeError(f"{EXTENSION} is not built ({native.missing_cause}); run `make install`")
         self._build_cq = build_cq
         self._index = index
-        self._loop: Any = _compiled.DispatchLoop(index is not None)
+        self._loop: Any = _built.DispatchLoop(index is not None)
         self._generation = -1  # of build_cq's deleted topics, when the queues were registered
         self._index_file: object = None
         self.dispatched = 0  # records this loop took (the rest went to the reference)

