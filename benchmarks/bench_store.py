@@ -9,8 +9,8 @@ Environment:
                  and the flush-interference test (mmap vs buffered pwrite beside an fdatasync thread)
   BENCH_JSON     a path: also write the JSON results there
   BENCH_SWITCH_INTERVAL  run with ``sys.setswitchinterval(value)`` (a diagnostic: GIL hand-off latency)
-  BENCH_DISPATCH  ``reference``: dispatch on the per-record Python path even where the compiled dispatch loop is
-                 built (an A/B of the loop alone; MQLAKE_NO_EXTENSIONS=1 turns off every compiled twin)
+  MQLAKE_DISPATCH  ``reference``: the store dispatches on its per-record Python path even where the compiled
+                 dispatch loop is built (an A/B of the loop alone; MQLAKE_NO_EXTENSIONS=1 turns off every twin)
 
 What is timed, exactly:
   * Messages (``MessageRecord``) are built BEFORE timing: topic ``BenchTopic``, 4 queues round-robin, a fixed
@@ -59,7 +59,6 @@ from store.message_store import MessageStore
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1") or 1)
 SWITCH_INTERVAL = os.environ.get("BENCH_SWITCH_INTERVAL", "")  # seconds; empty = CPython's default (0.005)
-REFERENCE_DISPATCH = os.environ.get("BENCH_DISPATCH", "") == "reference"
 SEGMENT = 256 * 1024 * 1024
 SIZES = (100, 1024, 4096)
 TOPIC = "BenchTopic"
@@ -162,9 +161,7 @@ def measured() -> Iterator[CpuMeter]:
 
 @contextlib.contextmanager
 def running_store(root: Path, **kw) -> Iterator[MessageStore]:
-    store = MessageStore(store_config(root, **kw))
-    store.reput.use_compiled = store.reput.use_compiled and not REFERENCE_DISPATCH
-    store.start()
+    store = MessageStore(store_config(root, **kw)).start()
     try:
         yield store
     finally:
@@ -718,7 +715,7 @@ def machine() -> dict:
             "python": platform.python_version(), "platform": platform.platform(),
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "bench_scale": SCALE,
             "codecs": native.active(), "codecs_why_python": native.missing_cause,
-            "dispatch": "reference" if REFERENCE_DISPATCH or not dispatch_loop.available() else "compiled"}  # fmt: skip
+            "dispatch": "compiled" if dispatch_loop.available() else "reference"}  # fmt: skip
 
 
 def codecs_line(m: dict) -> str:

@@ -6,12 +6,14 @@ them), holding the IndexService's lock over a run, and feeding the segment stati
 (``store.dispatch``) hands every record the loop stops at to the reference, its per-record Python path, then
 calls :meth:`CompiledDispatch.after_reference` so the loop sees the files the reference used.
 
-``MQLAKE_NO_EXTENSIONS=1`` (or a build without the extension) leaves the reference path alone.
+``MQLAKE_NO_EXTENSIONS=1`` (or a build without the extension) leaves every record to the reference path;
+``MQLAKE_DISPATCH=reference`` does so for dispatch alone (an A/B of the loop with the compiled codec kept).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +25,8 @@ if TYPE_CHECKING:
     from store.mapped_file import MappedFile
 
 EXTENSION = "store.format._dispatch"
-_chosen = native.compiled_module(EXTENSION)
+ENV_DISPATCH = "MQLAKE_DISPATCH"
+_chosen = None if os.environ.get(ENV_DISPATCH, "") == "reference" else native.compiled_module(EXTENSION)
 # Loaded even when switched off, as native.install keeps the codec twins: the differential tests run both.
 _built = native.load_extension(EXTENSION)[0]
 RUN_RECORDS = 1024  # records per run at most: the IndexService's lock is held that long

@@ -125,8 +125,12 @@ def test_the_switch_keeps_the_reference_dispatch():
     env = {**os.environ, "MQLAKE_NO_EXTENSIONS": "1"}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+    env = {**os.environ, "MQLAKE_DISPATCH": "reference"}  # dispatch alone, the codec twins kept
+    env.pop("MQLAKE_NO_EXTENSIONS", None)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    env.pop("MQLAKE_DISPATCH")
     if dispatch_loop.built():  # without the switch the compiled loop is chosen
-        env.pop("MQLAKE_NO_EXTENSIONS")
         out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
                              check=True)  # fmt: skip
         assert out.stdout.strip() == "True"
