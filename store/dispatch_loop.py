@@ -91,7 +91,10 @@ class CompiledDispatch:
     def after_reference(self, request: records.DispatchRequest) -> None:
         """The reference dispatched ``request``: register the queue file it wrote to (a queue's first record, a
         rolled file), or keep the queue with the reference while the loop cannot take it."""
-        self._index_file = None  # the reference may have written to it: its header is read again
+        if self._index is not None:
+            with self._index.lock:  # the reference may have written to the IndexFile, or rolled it
+                self._index_file = None
+                self._refresh_index()  # and a rolled one is let go at once: retention may close it
         if not request.consumable:
             return
         topic, queue_id = request.topic, request.queue_id

@@ -509,14 +509,16 @@ def dispatch(data: bytes) -> None:
     if not _safe_topics(segment):
         return
     tmp = Path(tempfile.mkdtemp(prefix="mqlake-dispatch-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
-    quiet = logging.getLogger("store.dispatch")
-    was = quiet.disabled
-    quiet.disabled = True  # both twins log every damaged record they stop at
+    quiet = [logging.getLogger(name) for name in ("store.dispatch", "store.consume_queue")]
+    was = [q.disabled for q in quiet]
+    for q in quiet:
+        q.disabled = True  # both twins log every damaged record and queue gap they meet
     try:
         python = _dispatch_once(tmp / "python", segment, compiled=False)
         compiled = _dispatch_once(tmp / "compiled", segment, compiled=True)
     finally:
-        quiet.disabled = was
+        for q, w in zip(quiet, was, strict=True):
+            q.disabled = w
         shutil.rmtree(tmp, ignore_errors=True)
     if python != compiled:
         names = ("outcome", "reput_from", "listener calls", "ConsumeQueue files", "IndexFiles", "queue state",
