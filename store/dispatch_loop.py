@@ -71,7 +71,8 @@ class CompiledDispatch:
             want = RUN_RECORDS if max_records is None else min(RUN_RECORDS, max_records - done)
             with lock:
                 self._refresh_index()
-                new = loop.run(mf.mm, pos, end, want, listeners)
+                new = loop.run(mf.mm, pos, end, want)
+            loop.notify(listeners)  # outside the lock: a listener may be slow
             n = loop.count
             if n == 0:
                 break

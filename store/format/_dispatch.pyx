@@ -307,9 +307,10 @@ cdef class DispatchLoop:
         self._slot_count, self._index_count = h.hash_slot_count, h.index_count
 
     # --- the run ------------------------------------------------------------------------------------------
-    def run(self, log, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_records, listeners):
+    def run(self, log, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_records):
         """Dispatch the records of ``log`` (a CommitLog segment's map) from ``pos`` up to ``end``, at most
-        ``max_records``; returns where it stopped: ``end``, or a record the reference must take."""
+        ``max_records``; returns where it stopped: ``end``, or a record the reference must take.  The arrival
+        listeners are told afterwards, by :meth:`notify`."""
         cdef Py_buffer view
         if max_records > self._arrivals_cap:
             max_records = self._arrivals_cap
@@ -328,7 +329,6 @@ cdef class DispatchLoop:
         finally:
             PyBuffer_Release(&view)
         self._write_back()
-        self._notify(listeners)
         return pos
 
     cdef Py_ssize_t _run(self, const uint8_t* b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_records) noexcept nogil:
@@ -563,7 +563,8 @@ cdef class DispatchLoop:
             h.begin_phy_offset, h.end_phy_offset = self._begin_phy, self._end_phy
             h.hash_slot_count, h.index_count = self._slot_count, self._index_count
 
-    cdef void _notify(self, listeners) except *:
+    def notify(self, listeners):
+        """Call each listener for every consumable record of the last run, in CommitLog order."""
         cdef Py_ssize_t i
         cdef Arrival* a
         if not listeners:
