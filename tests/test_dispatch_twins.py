@@ -43,7 +43,8 @@ def _messages() -> list[records.MessageRecord]:
         keys = [f"order-{i}", f"cust-{i % 17}"] if i % 3 else f"\u00e9t\u00e9-{i}" if i % 7 == 0 else None
         sys_flag = (0, 0, 0, records.TRANSACTION_PREPARED_TYPE, records.TRANSACTION_COMMIT_TYPE,
                     records.TRANSACTION_ROLLBACK_TYPE)[i % 6]  # fmt: skip
-        extra = {"DELAY": "3"} if i % 50 == 0 else {}  # parked under SCHEDULE_TOPIC_XXXX, a delay level's tags code
+        # parked under SCHEDULE_TOPIC_XXXX (a delay level's tags code) for 2 h: no delivery appends during the test
+        extra = {"DELAY": "18"} if i % 50 == 0 else {}
         msg = make_message(topic, i % 2, b"m" * (200 + i % 300), tags=("TagA", "\u6807\u7b7e", None)[i % 3],
                            keys=keys, uniq_key=i % 11 != 0, sys_flag=sys_flag, **extra)  # fmt: skip
         out.append(msg)
