@@ -118,6 +118,7 @@ class IndexService:
         self.files: list[IndexFile] = []
         self.lock = threading.RLock()
         self._on_file_flushed = on_file_flushed  # called with a full file's endTimestamp once durable
+        self._flushes: list[threading.Thread] = []  # of full files, joined before the files (and checkpoint) close
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
         """Load every index file; after a crash, files newer than the checkpoint are rebuilt from the log."""
@@ -156,7 +157,9 @@ class IndexService:
             h.begin_phy_offset = h.end_phy_offset = last.header.end_phy_offset
             h.begin_timestamp = h.end_timestamp = last.header.end_timestamp
             f.mm[: units.INDEX_HEADER_SIZE] = units.encode_index_header(h)
-            threading.Thread(target=self._flush_full, args=(last,), name="index-flush", daemon=True).start()
+            flush = threading.Thread(target=self._flush_full, args=(last,), name="index-flush", daemon=True)
+            flush.start()
+            self._flushes = [t for t in self._flushes if t.is_alive()] + [flush]
         self.files.append(f)
         return f
 
@@ -221,6 +224,8 @@ class IndexService:
                 f.flush()
 
     def close(self) -> None:
+        for flush in self._flushes:  # a full file's flush reports to the checkpoint, which closes after this
+            flush.join()
         with self.lock:
             for f in self.files:
                 f.close()
