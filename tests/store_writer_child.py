@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from store.config import MessageStoreConfig  # noqa: E402
-from store.format import msgid, properties, records  # noqa: E402
+from store.format import msgid, native, properties, records, runs  # noqa: E402
 from store.message_store import MessageStore, PutMessageStatus  # noqa: E402
 from tests import host_disk  # noqa: E402
 
@@ -128,7 +128,10 @@ def main() -> None:
 
 def _die_in_append(n: int) -> None:
     """Crash-point injection: SIGKILL this process inside the ``n``-th append, after the record's bytes
-    were copied into the segment and before the append finished (at the back-fill of its offsets)."""
+    were copied into the segment and before the append finished (at the back-fill of its offsets).  The
+    compiled ``runs.write_run`` copies and back-fills in one call, so this writer runs its Python twin, which
+    back-fills through ``records.patch_record`` (the twins write the same bytes: tests/test_send_runs.py)."""
+    runs.write_run = native.TWINS[runs.__name__].python["write_run"]
     real = records.patch_record
     calls = 0
 
