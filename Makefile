@@ -11,7 +11,8 @@ install: $(VENV)/.installed $(PROXY_STUBS)
 
 # Re-runs only when the dependency declarations or the compiled twins' sources change; the package itself is
 # editable (the Python modules are read in place, the Cython twins are built into the tree by setup.py).
-TWIN_SOURCES := $(wildcard store/format/_*.pyx broker/remoting/_*.pyx)
+TWIN_PYX := $(wildcard store/format/_*.pyx broker/remoting/_*.pyx)
+TWIN_SOURCES := $(TWIN_PYX) $(wildcard store/format/_*.pxd)
 $(VENV)/.installed: pyproject.toml constraints.txt setup.py $(TWIN_SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt --upgrade pip
@@ -77,4 +78,4 @@ clean:
 	rm -rf $(VENV) $(RMQ5_VENV) build dist *.egg-info .mqlake .airflow .pytest_cache .ruff_cache .mypy_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 	rm -f broker/proxy/v2/*_pb2*.py broker/proxy/v2/*_pb2.pyi
-	rm -f $(TWIN_SOURCES:.pyx=.c) $(wildcard store/format/_*.so broker/remoting/_*.so)
+	rm -f $(TWIN_PYX:.pyx=.c) $(wildcard store/format/_*.so broker/remoting/_*.so)

@@ -327,8 +327,15 @@ def encode_batch(data: bytes) -> None:
 
 
 def _seed_run(data: bytes) -> tuple[bytes, int]:
+    """A run of 1-3 seed records, its bytes overlaid by the input's tail and its count off by one when the
+    input's flags say so."""
     n = 1 + data[0] % 3
-    return b"".join(SEED_RECORDS[(data[0] + i) % len(SEED_RECORDS)] for i in range(n)), n
+    run = b"".join(SEED_RECORDS[(data[0] + i) % len(SEED_RECORDS)] for i in range(n))
+    if data[1] & 0x80:
+        run = bytes(_overlay(run, data[4:]))
+    if data[1] & 0x40:
+        n += data[2] % 3 - 1
+    return run, n
 
 
 def write_run(data: bytes) -> None:
@@ -337,10 +344,6 @@ def write_run(data: bytes) -> None:
     if len(data) < 4:
         return
     run, count = _seed_run(data)
-    if data[1] & 0x80:
-        run = bytes(_overlay(run, data[4:]))
-    if data[1] & 0x40:
-        count += data[2] % 3 - 1
     pos = data[2] * 3 - 16 if data[1] & 0x20 else data[2]
     values = [_int_from(data[3] if i == data[3] % 3 else 0, data[4:], i * 8) for i in range(3)]
     size = len(run) + 256 - (data[3] % 64 if data[1] & 0x10 else 0)
@@ -358,10 +361,6 @@ def offset_msg_ids(data: bytes) -> None:
     if len(data) < 4:
         return
     run, count = _seed_run(data)
-    if data[1] & 0x80:
-        run = bytes(_overlay(run, data[4:]))
-    if data[1] & 0x40:
-        count += data[2] % 3 - 1
     offset = _int_from(data[3], data[4:], 0)
     same("store.format.runs", "offset_msg_ids", (_HOSTS[data[1] % 4], 10911), offset, run, count)
 

@@ -17,6 +17,7 @@ IndexFile header (bytes and ``IndexHeader``), then the arrival listeners, one ca
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from store.format._bigendian cimport _i16, _i64, _put32, _put64, _u32
 from libc.string cimport memcmp, memcpy, memset
 
 from store.format import delay as _delay
@@ -36,30 +37,6 @@ _SANE = 1 << 62
 cdef bytes _SCHEDULE = _delay.SCHEDULE_TOPIC.encode()
 cdef const uint8_t* SCHEDULE_P = <const uint8_t*><const char*>_SCHEDULE
 cdef Py_ssize_t SCHEDULE_LEN = len(_SCHEDULE)
-
-
-cdef inline uint32_t _u32(const uint8_t* p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
-
-
-cdef inline int64_t _i64(const uint8_t* p) noexcept nogil:
-    return <int64_t>((<uint64_t>_u32(p) << 32) | _u32(p + 4))
-
-
-cdef inline int16_t _i16(const uint8_t* p) noexcept nogil:
-    return <int16_t>((p[0] << 8) | p[1])
-
-
-cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
-    p[0] = v >> 24
-    p[1] = v >> 16
-    p[2] = v >> 8
-    p[3] = v
-
-
-cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
-    _put32(p, <uint32_t>(v >> 32))
-    _put32(p + 4, <uint32_t>v)
 
 
 cdef inline bint _ascii(const uint8_t* p, Py_ssize_t n) noexcept nogil:

@@ -12,6 +12,7 @@ import zlib
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from store.format._bigendian cimport _fits32, _fits64, _i16, _i32, _i64, _put32, _put64, _u32
 from libc.string cimport memcmp, memcpy
 
 from store.format import native
@@ -30,42 +31,6 @@ _crc32 = zlib.crc32
 _reference = native.TWINS["store.format.records"].python
 _topic_cache = {}
 _tags_code_cache = {}
-
-
-cdef inline uint32_t _u32(const uint8_t* p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
-
-
-cdef inline int32_t _i32(const uint8_t* p) noexcept nogil:
-    return <int32_t>_u32(p)
-
-
-cdef inline int64_t _i64(const uint8_t* p) noexcept nogil:
-    return <int64_t>((<uint64_t>_u32(p) << 32) | _u32(p + 4))
-
-
-cdef inline int16_t _i16(const uint8_t* p) noexcept nogil:
-    return <int16_t>((p[0] << 8) | p[1])
-
-
-cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
-    p[0] = v >> 24
-    p[1] = v >> 16
-    p[2] = v >> 8
-    p[3] = v
-
-
-cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
-    _put32(p, <uint32_t>(v >> 32))
-    _put32(p + 4, <uint32_t>v)
-
-
-cdef inline bint _fits32(object v):
-    return type(v) is int and -0x80000000 <= v <= 0x7FFFFFFF
-
-
-cdef inline bint _fits64(object v):
-    return type(v) is int and -0x8000000000000000 <= v <= 0x7FFFFFFFFFFFFFFF
 
 
 cdef inline int _record_length(int sys_flag, Py_ssize_t body_len, Py_ssize_t topic_len, Py_ssize_t props_len,

@@ -9,6 +9,7 @@ the reference, so errors and their wording exist once; the differential fuzzers 
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from store.format._bigendian cimport _fits32, _fits64, _put32, _put64, _u32
 from libc.string cimport memcmp, memcpy
 
 from store.format import native
@@ -28,30 +29,6 @@ cdef Py_ssize_t MAX_PROPS = 32767
 
 _reference = native.TWINS["store.format.runs"].python
 _host_prefix = {}  # store host -> the hex of ip + port that opens its offset message ids
-
-
-cdef inline uint32_t _u32(const uint8_t* p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
-
-
-cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
-    p[0] = v >> 24
-    p[1] = v >> 16
-    p[2] = v >> 8
-    p[3] = v
-
-
-cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
-    _put32(p, <uint32_t>(v >> 32))
-    _put32(p + 4, <uint32_t>v)
-
-
-cdef inline bint _fits32(object v):
-    return type(v) is int and -0x80000000 <= v <= 0x7FFFFFFF
-
-
-cdef inline bint _fits64(object v):
-    return type(v) is int and -0x8000000000000000 <= v <= 0x7FFFFFFFFFFFFFFF
 
 
 cdef inline bint _host_ok(object host):

@@ -4,6 +4,7 @@ indexed key on the dispatch path.  Anything but an in-range entry in a writable 
 
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from store.format._bigendian cimport _fits32, _put32
 
 from store.format import native
 
@@ -12,17 +13,6 @@ _reference = native.TWINS["store.format.units"].python
 cdef Py_ssize_t HEADER = 40
 cdef Py_ssize_t SLOT = 4
 cdef Py_ssize_t ENTRY = 20
-
-
-cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
-    p[0] = v >> 24
-    p[1] = v >> 16
-    p[2] = v >> 8
-    p[3] = v
-
-
-cdef inline bint _fits32(object v):
-    return type(v) is int and -0x80000000 <= v <= 0x7FFFFFFF
 
 
 def put_index_entry(buf, hash_slot_num, entry_no, key_hash, phy_offset, time_diff):
