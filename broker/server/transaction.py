@@ -88,7 +88,8 @@ class TransactionProcessor:
         self._task = asyncio.get_running_loop().create_task(self._check_loop(), name="transaction-check")
 
     async def stop(self) -> None:
-        self._end_turn()
+        if self._pending_commits or self._pending_ops:  # only a started broker (one with a store) has any
+            self._end_turn()
         tasks = [t for t in (self._task, *self._checks) if t is not None]
         for t in tasks:
             t.cancel()
