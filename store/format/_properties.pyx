@@ -4,6 +4,7 @@ bytes, without the per-segment ``split``/``partition`` objects."""
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport uint8_t
+from store.format._segments cimport _name_length, _segment_end
 
 
 def decode_properties(data) -> dict:
@@ -15,11 +16,8 @@ def decode_properties(data) -> dict:
     out = {}
     while q <= e:
         seg = q
-        while q < e and r[q] != 2:
-            q += 1
-        name_len = 0
-        while seg + name_len < q and r[seg + name_len] != 1:
-            name_len += 1
+        q = _segment_end(r, q, e)
+        name_len = _name_length(r, seg, q)
         if seg + name_len < q and name_len > 0 and seg + name_len + 1 < q:
             out[PyBytes_FromStringAndSize(<const char*>r + seg, name_len).decode("utf-8", "replace")] = \
                 PyBytes_FromStringAndSize(<const char*>r + seg + name_len + 1, q - seg - name_len - 1).decode(

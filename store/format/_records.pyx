@@ -12,6 +12,7 @@ import zlib
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from store.format._segments cimport _name_length, _segment_end
 from store.format._bigendian cimport _fits32, _fits64, _i16, _i32, _i64, _put32, _put64, _u32
 from libc.string cimport memcmp, memcpy
 
@@ -242,12 +243,8 @@ cdef object _check(const uint8_t* b, Py_ssize_t n, Py_ssize_t pos, object size, 
     e = p + props_len
     while q <= e:
         seg = q
-        while q < e and r[q] != 2:
-            q += 1
-        # segment [seg, q)
-        name_len = 0
-        while seg + name_len < q and r[seg + name_len] != 1:
-            name_len += 1
+        q = _segment_end(r, q, e)
+        name_len = _name_length(r, seg, q)
         value_at = seg + name_len + 1
         if seg + name_len < q and name_len > 0 and value_at < q:
             if _is(r + seg, name_len, _TAGS):
