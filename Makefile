@@ -43,7 +43,8 @@ bench: install
 	MQLAKE_NO_EXTENSIONS=1 $(PY) -m benchmarks bench_broker bench_store
 
 # Differential fuzzing of the compiled codec twins against the Python ones (atheris): a million inputs per
-# target, a few minutes each.  FUZZ_RUNS=n for another count; `make test` runs a short seeded smoke of it.
+# target, a few minutes each (the dispatch loop's target 50,000: each of its inputs dispatches a whole segment).
+# FUZZ_RUNS=n for another count; `make test` runs a short seeded smoke of it.
 fuzz: install
 	$(PY) tools/fuzz.py
 

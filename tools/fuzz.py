@@ -17,23 +17,23 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNS = int(os.environ.get("FUZZ_RUNS", "1000000"))
+RUNS = os.environ.get("FUZZ_RUNS")  # unset: a million, or the target's own count (differential.FUZZ_RUNS)
 
 
-def fuzz_one(target: str, extra: list[str]) -> None:
+def fuzz_one(target: str, runs: int, extra: list[str]) -> None:
     """In this process: hand the target to atheris (it never returns)."""
     import atheris
 
     sys.path.insert(0, str(ROOT))
     with atheris.instrument_imports(include=["store.format", "broker.remoting"]):
         from tests import differential
-    atheris.Setup([sys.argv[0], f"-runs={RUNS}", "-max_len=512", *extra], differential.TARGETS[target])
+    atheris.Setup([sys.argv[0], f"-runs={runs}", "-max_len=512", *extra], differential.TARGETS[target])
     atheris.Fuzz()
 
 
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--child":
-        fuzz_one(argv[1], argv[2:])
+        fuzz_one(argv[1], int(argv[2]), argv[3:])
         return 0
     sys.path.insert(0, str(ROOT))
     from tests import differential
@@ -42,9 +42,10 @@ def main(argv: list[str]) -> int:
     extra = [a for a in argv if a.startswith("-")]
     failed = []
     for target in targets:
+        runs = int(RUNS) if RUNS else differential.FUZZ_RUNS.get(target, 1_000_000)
         started = time.monotonic()
-        print(f"fuzz {target}: {RUNS:,} inputs", flush=True)
-        done = subprocess.run([sys.executable, __file__, "--child", target, *extra], cwd=ROOT)
+        print(f"fuzz {target}: {runs:,} inputs", flush=True)
+        done = subprocess.run([sys.executable, __file__, "--child", target, str(runs), *extra], cwd=ROOT)
         took = time.monotonic() - started
         status = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
         print(f"fuzz {target}: {status} in {took:.0f} s", flush=True)
