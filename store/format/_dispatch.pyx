@@ -17,7 +17,7 @@ IndexFile header (bytes and ``IndexHeader``), then the arrival listeners, one ca
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from store.format._segments cimport _name_length, _segment_end
+from store.format._segments cimport PropertySpans, _property_spans
 from store.format._bigendian cimport _i16, _i64, _put32, _put64, _u32
 from libc.string cimport memcmp, memcpy, memset
 
@@ -54,10 +54,6 @@ cdef inline uint32_t _hash(uint32_t h, const uint8_t* p, Py_ssize_t n) noexcept 
     for i in range(n):
         h = 31 * h + p[i]
     return h
-
-
-cdef inline bint _is(const uint8_t* p, Py_ssize_t n, const char* want, Py_ssize_t want_len) noexcept nogil:
-    return n == want_len and memcmp(p, want, n) == 0
 
 
 ctypedef struct Target:
@@ -312,11 +308,12 @@ cdef class DispatchLoop:
     cdef Py_ssize_t _run(self, const uint8_t* b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_records) noexcept nogil:
         cdef const uint8_t* r
         cdef Py_ssize_t total, left, born, store, hdr, p, topic_at, topic_len, props_len, body_len
-        cdef Py_ssize_t q, e, seg, name_len, value_at
+        cdef Py_ssize_t e
         cdef Py_ssize_t tags_at, tags_len, keys_at, keys_len, uniq_at, uniq_len, ti, n_keys, k, ks
         cdef int32_t magic, sys_flag
         cdef int64_t phys, qoff, store_ts, expect, tags_code
         cdef bint consumable, indexed, has_delay, write_unit
+        cdef PropertySpans spans
         cdef Target* t
         cdef uint32_t prefix
         while pos < end and self.count < max_records:
@@ -362,27 +359,11 @@ cdef class DispatchLoop:
                 break
             if not _ascii(r + topic_at, topic_len):
                 break  # decoded with replacement, two topics could become one: the reference's job
-            # properties.iter_properties: segments split on 0x02, name 0x01 value, empties dropped; the last wins
-            tags_at = keys_at = uniq_at = -1
-            tags_len = keys_len = uniq_len = 0
-            has_delay = False
-            q = p
-            e = p + props_len
-            while q <= e:
-                seg = q
-                q = _segment_end(r, q, e)
-                name_len = _name_length(r, seg, q)
-                value_at = seg + name_len + 1
-                if seg + name_len < q and name_len > 0 and value_at < q:
-                    if _is(r + seg, name_len, b"TAGS", 4):
-                        tags_at, tags_len = value_at, q - value_at
-                    elif _is(r + seg, name_len, b"KEYS", 4):
-                        keys_at, keys_len = value_at, q - value_at
-                    elif _is(r + seg, name_len, b"UNIQ_KEY", 8):
-                        uniq_at, uniq_len = value_at, q - value_at
-                    elif _is(r + seg, name_len, b"DELAY", 5):
-                        has_delay = True
-                q += 1
+            _property_spans(r, p, p + props_len, &spans)
+            tags_at, tags_len = spans.tags_at, spans.tags_len
+            keys_at, keys_len = spans.keys_at, spans.keys_len
+            uniq_at, uniq_len = spans.uniq_at, spans.uniq_len
+            has_delay = spans.delay_at >= 0
             if has_delay and topic_len == SCHEDULE_LEN and memcmp(r + topic_at, SCHEDULE_P, topic_len) == 0:
                 break  # a delay level's tags code: the reference's schedule_tags_code
             tags_code = 0

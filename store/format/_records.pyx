@@ -12,9 +12,9 @@ import zlib
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from store.format._segments cimport _name_length, _segment_end
+from store.format._segments cimport PropertySpans, _property_spans
 from store.format._bigendian cimport _fits32, _fits64, _i16, _i32, _i64, _put32, _put64, _u32
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcpy
 
 from store.format import native
 from store.format.delay import DEFAULT_DELAY_MILLIS, SCHEDULE_TOPIC, schedule_tags_code
@@ -146,16 +146,6 @@ def patch_record(buf, Py_ssize_t pos, queue_offset, physical_offset, store_times
         PyBuffer_Release(&view)
 
 
-cdef bytes _TAGS = b"TAGS"
-cdef bytes _KEYS = b"KEYS"
-cdef bytes _UNIQ = b"UNIQ_KEY"
-cdef bytes _DELAY = b"DELAY"
-
-
-cdef inline bint _is(const uint8_t* name, Py_ssize_t n, bytes want):
-    return n == len(want) and memcmp(name, PyBytes_AS_STRING(want), n) == 0
-
-
 def check_record(buf, Py_ssize_t pos, *, check_crc=True, delay_millis=DEFAULT_DELAY_MILLIS, size=None):
     """Mirrors ``records.check_record`` for a valid record; hands every other case to it."""
     cdef Py_buffer view
@@ -179,7 +169,7 @@ cdef object _check(const uint8_t* b, Py_ssize_t n, Py_ssize_t pos, object size, 
     """The DispatchRequest's CheckResult, or None when the reference must decide."""
     cdef Py_ssize_t left = n - pos
     cdef int32_t total, magic, sys_flag, body_len, crc
-    cdef Py_ssize_t born, store, hdr, p, limit, topic_len, props_len, q, e, seg, name_len, value_at
+    cdef Py_ssize_t born, store, hdr, p, limit, topic_len, props_len
     cdef Py_ssize_t body_at, topic_at
     cdef const uint8_t* r
     if left < 48:
@@ -236,26 +226,11 @@ cdef object _check(const uint8_t* b, Py_ssize_t n, Py_ssize_t pos, object size, 
         if len(_topic_cache) > 100_000:
             _topic_cache.clear()
         _topic_cache[raw_topic] = topic
-    # properties.iter_properties: segments split on 0x02, name 0x01 value, empties dropped; the last wins.
-    cdef Py_ssize_t tags_at = -1, tags_len = 0, keys_at = -1, keys_len = 0, uniq_at = -1, uniq_len = 0
-    cdef Py_ssize_t delay_at = -1, delay_len = 0
-    q = p
-    e = p + props_len
-    while q <= e:
-        seg = q
-        q = _segment_end(r, q, e)
-        name_len = _name_length(r, seg, q)
-        value_at = seg + name_len + 1
-        if seg + name_len < q and name_len > 0 and value_at < q:
-            if _is(r + seg, name_len, _TAGS):
-                tags_at, tags_len = value_at, q - value_at
-            elif _is(r + seg, name_len, _KEYS):
-                keys_at, keys_len = value_at, q - value_at
-            elif _is(r + seg, name_len, _UNIQ):
-                uniq_at, uniq_len = value_at, q - value_at
-            elif _is(r + seg, name_len, _DELAY):
-                delay_at, delay_len = value_at, q - value_at
-        q += 1
+    cdef PropertySpans spans
+    _property_spans(r, p, p + props_len, &spans)
+    cdef Py_ssize_t tags_at = spans.tags_at, tags_len = spans.tags_len, keys_at = spans.keys_at
+    cdef Py_ssize_t keys_len = spans.keys_len, uniq_at = spans.uniq_at, uniq_len = spans.uniq_len
+    cdef Py_ssize_t delay_at = spans.delay_at, delay_len = spans.delay_len
     code = 0
     if tags_at >= 0:
         tags = PyBytes_FromStringAndSize(<const char*>r + tags_at, tags_len)
