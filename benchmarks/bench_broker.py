@@ -7,6 +7,7 @@ Environment:
   BENCH_SCALE    multiplies every message count and duration (default 1.0; 0.1 for a smoke run)
   BENCH_JSON     a path: also write the JSON results there
   BENCH_PROFILE  1: run the broker under cProfile during the 8-connection send phase and print its top functions
+  BENCH_ONLY     sync_flush: only the SYNC_FLUSH rows; latency: only the latency rows (for A/B runs)
 
 What is measured, exactly:
   * The broker is ``mqlake up`` in its own process (ASYNC_FLUSH, a temporary store, free ports).  The load
@@ -19,6 +20,10 @@ What is measured, exactly:
   * Latency: a ``PushConsumer`` (long polling) in this process; messages are sent at a fixed rate (ticks of 1 ms)
     by a raw-protocol sender on one connection (a frame per queue encoded once, the message's key written into
     its body), and the latency of each is from just before its frame is written to its handler call.
+  * SYNC_FLUSH (issue 14): a second broker, ``flushDiskType=SYNC_FLUSH``, and the same raw-protocol sender:
+    ``SYNC_WINDOW`` (64) sends in flight on ONE connection, as 64 producer threads of one Java client share
+    their broker channel (the target row), and 64 connections with one send each; every send is answered
+    after the fdatasync that covers it, so acked/s depends on the disk's fdatasync time as well as the CPU.
   * Baseline: an asyncio echo server in its own process answers every frame with a frame of the size the broker's
     response has, writing all the answers to one read in one ``writelines`` (what the remoting layer does); a raw
     protocol client keeps the same number of frames of the request's size in flight on the same connection count.
@@ -76,6 +81,11 @@ TARGET_SINGLE_8 = 40_000
 TARGET_BATCH = 300_000
 TARGET_P99_MS = 5.0
 TARGET_P99_HIGH_MS = 10.0
+TARGET_SYNC = 30_000  # SYNC_FLUSH, 64 writers, acked/s
+
+SYNC_WINDOW = 64  # SYNC_FLUSH sends in flight (Java's 64 writer threads)
+SYNC_COUNT = 40_000
+SYNC_ROWS = (("sync_1x64", 1), ("sync_64x1", SYNC_WINDOW))  # (row, connections)
 
 READY_TIMEOUT = 60.0
 
@@ -562,6 +572,9 @@ async def broker_phase(b: BrokerProcess, profile_only: bool) -> dict:
         await send_rate(p8, _n(WARMUP), 64)
         singles, batches = raw_frames(RAW_FRAMES), raw_frames(RAW_FRAMES // 8, BATCH)
         addr = b.broker_addr
+        if os.environ.get("BENCH_ONLY") == "latency":
+            await latency_rows(b, out)
+            return out
         if profile_only:
             out["single_8"] = d = {}
             with b.measured(d):
@@ -586,16 +599,36 @@ async def broker_phase(b: BrokerProcess, profile_only: bool) -> dict:
                  + (_n(20) + _n(BATCH_COUNT) // BATCH) * BATCH)  # fmt: skip
         out["dispatch_catch_up_s"] = await wait_dispatched(b.namesrv_addr, acked)
         print(f"  [dispatch caught up {out['dispatch_catch_up_s']:.1f} s after the batch phase]", flush=True)
-        for key, rate in LATENCY_ROWS:
-            print(f"  [{key} {rate}/s]", flush=True)
-            out[key] = d = {}
-            with b.measured(d):
-                d.update(await raw_latency(b.namesrv_addr, b.broker_addr, rate, LATENCY_SECONDS * SCALE,
-                                           group=f"bench_{key}"))  # fmt: skip
+        await latency_rows(b, out)
     finally:
         await p1.shutdown()
         await p8.shutdown()
     return out
+
+
+async def sync_flush_phase(b: BrokerProcess) -> dict:
+    """Single sends to a SYNC_FLUSH broker, SYNC_WINDOW in flight over 1 and over SYNC_WINDOW connections."""
+    await b.wait_ready()
+    async with Admin(b.namesrv_addr) as admin:
+        await admin.create_topic(TOPIC, broker_addr=b.broker_addr, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+    singles = raw_frames(RAW_FRAMES)
+    out: dict = {}
+    await raw_rate(b.broker_addr, singles, 1, SYNC_WINDOW, _n(WARMUP))  # the first segment, the topic's queues
+    for name, conns in SYNC_ROWS:
+        print(f"  [{name}]", flush=True)
+        out[name] = d = {"connections": conns, "window": SYNC_WINDOW}
+        with b.measured(d):
+            d["msgs_per_s"] = await raw_rate(b.broker_addr, singles, conns, SYNC_WINDOW, _n(SYNC_COUNT))
+    return out
+
+
+async def latency_rows(b: BrokerProcess, out: dict) -> None:
+    for key, rate in LATENCY_ROWS:
+        print(f"  [{key} {rate}/s]", flush=True)
+        out[key] = d = {}
+        with b.measured(d):
+            d.update(await raw_latency(b.namesrv_addr, b.broker_addr, rate, LATENCY_SECONDS * SCALE,
+                                       group=f"bench_{key}"))  # fmt: skip
 
 
 def baseline_phase(sizes: dict[str, int]) -> dict:
@@ -662,6 +695,15 @@ def print_report(r: dict) -> None:
               f"{d['bg_cpu_cores']:>8.2f}{d['broker_us_per_msg']:>15.1f}{d['loop_us_per_msg']:>13.1f}"
               f"{1e6 / d['broker_us_per_msg']:>16,.0f}")
     print()
+    print_latency(r)
+    if "sync_flush" in r:
+        print_sync(r)
+    print("\ntargets")
+    for name, ok, got, want in r["targets"]:
+        print(f"  {name:<40} {'met' if ok else 'NOT met':<8} {got:,.1f} (target {want:,})")
+
+
+def print_latency(r: dict) -> None:
     for key, _ in LATENCY_ROWS:
         lat = r["broker"][key]
         print(f"produce->consume latency at {lat['rate']:,} msgs/s (achieved {lat['achieved_send_rate']:,.0f}), "
@@ -669,9 +711,24 @@ def print_report(r: dict) -> None:
               f"p99 {lat['p99_ms']:.2f} ms, max {lat['max_ms']:.2f} ms")
         print(f"    gen cpu {lat['own_cpu_cores']:.2f}, broker cpu {lat['broker_cpu_cores']:.2f}, "
               f"bg cpu {lat['bg_cpu_cores']:.2f}")
-    print("\ntargets")
-    for name, ok, got, want in r["targets"]:
-        print(f"  {name:<40} {'met' if ok else 'NOT met':<8} {got:,.1f} (target {want:,})")
+
+
+def print_sync(r: dict) -> None:
+    print(f"\nSYNC_FLUSH broker (flushDiskType=SYNC_FLUSH), single sends, {SYNC_WINDOW} in flight; a send is answered"
+          " after the fdatasync covering it")  # fmt: skip
+    for name, conns in SYNC_ROWS:
+        d = r["sync_flush"][name]
+        print(f"  {conns:>2} connection(s): {d['msgs_per_s']:>9,.0f} acked/s; gen cpu {d['own_cpu_cores']:.2f}, broker"
+              f" cpu {d['broker_cpu_cores']:.2f}, bg cpu {d['bg_cpu_cores']:.2f}; broker {d['broker_us_per_msg']:.1f}"
+              f" us/msg, loop {d['loop_us_per_msg']:.1f} us/msg")  # fmt: skip
+
+
+def run_sync_flush(tmp: Path) -> dict:
+    b = BrokerProcess(tmp / "sync", flush="SYNC_FLUSH")
+    try:
+        return run(sync_flush_phase(b))
+    finally:
+        b.stop()
 
 
 def profile_broker(tmp: Path) -> dict:
@@ -696,13 +753,26 @@ def main() -> dict:
             return profile_broker(tmp)
         t0 = time.perf_counter()
         results: dict = {"machine": machine(), "frame_sizes": frame_sizes()}
-        print("  [raw echo baseline]", flush=True)
-        results["baseline"] = baseline_phase(results["frame_sizes"])
+        (tmp / "sync").mkdir()
+        if os.environ.get("BENCH_ONLY") == "sync_flush":
+            results["sync_flush"] = sf = run_sync_flush(tmp)
+            results["targets"] = [("SYNC_FLUSH, 64 in flight, 1 connection (acked/s)",
+                                   sf["sync_1x64"]["msgs_per_s"] >= TARGET_SYNC, sf["sync_1x64"]["msgs_per_s"],
+                                   TARGET_SYNC)]  # fmt: skip
+            results["wall_seconds"] = time.perf_counter() - t0
+            return emit("bench_broker", results, lambda r: (print_sync(r), print(r["targets"])))
+        if os.environ.get("BENCH_ONLY") != "latency":
+            print("  [raw echo baseline]", flush=True)
+            results["baseline"] = baseline_phase(results["frame_sizes"])
         b = BrokerProcess(tmp)
         try:
             results["broker"] = run(broker_phase(b, profile_only=False))
         finally:
             b.stop()
+        if os.environ.get("BENCH_ONLY") == "latency":
+            results["wall_seconds"] = time.perf_counter() - t0
+            return emit("bench_broker", results, print_latency)
+        results["sync_flush"] = run_sync_flush(tmp)
         br = results["broker"]
         results["targets"] = [
             ("send, 8 connections (msgs/s)", br["single_8"]["msgs_per_s"] >= TARGET_SINGLE_8,
@@ -713,6 +783,9 @@ def main() -> dict:
              TARGET_P99_MS),
             ("latency p99 at 20,000 msgs/s (ms)", br["latency_high"]["p99_ms"] <= TARGET_P99_HIGH_MS,
              br["latency_high"]["p99_ms"], TARGET_P99_HIGH_MS),
+            ("SYNC_FLUSH, 64 in flight, 1 connection (acked/s)",
+             results["sync_flush"]["sync_1x64"]["msgs_per_s"] >= TARGET_SYNC,
+             results["sync_flush"]["sync_1x64"]["msgs_per_s"], TARGET_SYNC),
         ]  # fmt: skip
         results["wall_seconds"] = time.perf_counter() - t0
     return emit("bench_broker", results, print_report)

@@ -228,6 +228,8 @@ class GroupCommitService(threading.Thread):
         self.commitlog = commitlog
         self.on_flushed = on_flushed
         self._requests: list[tuple[int, Future]] = []
+        self._wanted = False  # request(): a commit is owed to a group listener
+        self._listeners: list[Callable[[bool, int], None]] = []
         self._lock = threading.Lock()
         self._work = threading.Event()
         self._stopped = threading.Event()
@@ -237,10 +239,29 @@ class GroupCommitService(threading.Thread):
         fut: Future = Future()
         with self._lock:
             self._requests.append((next_offset, fut))
-        self._work.set()
+        self._wake()
+        return fut
+
+    def request(self) -> None:
+        """Ask for a group commit of everything appended so far without a future per put: the group listeners
+        hear of it, once per commit (the broker's event loop answers a whole group in one callback)."""
+        with self._lock:
+            self._wanted = True
+        self._wake()
+
+    def add_group_listener(self, listener: Callable[[bool, int], None]) -> None:
+        """``listener(ok, offset)``, called on the commit thread after each group commit: when ok, everything
+        before ``offset`` is on disk; when not, the fdatasync failed and nothing appended before ``offset`` (the
+        end when the flush began) may be acknowledged."""
+        self._listeners = [*self._listeners, listener]
+
+    def _wake(self) -> None:
+        # set() takes the event's condition lock: skip it while a wake-up is pending (the committer clears the
+        # event before it takes the queue, so a request seen as pending here is in that commit or the next)
+        if not self._work.is_set():
+            self._work.set()
         if self._stopped.is_set():
             self._commit()  # the thread may have made its last commit already
-        return fut
 
     def run(self) -> None:
         while not self._stopped.is_set():
@@ -255,8 +276,10 @@ class GroupCommitService(threading.Thread):
     def _commit(self) -> None:
         with self._lock:
             reqs, self._requests = self._requests, []
-        if not reqs:
+            wanted, self._wanted = self._wanted, False
+        if not reqs and not wanted:
             return
+        end = self.commitlog.max_offset
         try:
             flushed, ts = self.commitlog.flush()
             self.on_flushed(ts)
@@ -264,9 +287,18 @@ class GroupCommitService(threading.Thread):
             log.error("group commit flush failed: %s", e)
             for _, fut in reqs:
                 fut.set_result(False)
+            self._tell(False, end)
             return
         for off, fut in reqs:
             fut.set_result(flushed >= off)
+        self._tell(True, flushed)
+
+    def _tell(self, ok: bool, offset: int) -> None:
+        for listener in self._listeners:
+            try:
+                listener(ok, offset)
+            except Exception:  # a listener's bug must not stop the commits the other waiters need
+                log.exception("group commit listener failed")
 
     def shutdown(self) -> None:
         self._stopped.set()

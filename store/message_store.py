@@ -414,6 +414,13 @@ class MessageStore:
                 result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return result
 
+    @property
+    def group_commit(self) -> GroupCommitService | None:
+        """SYNC_FLUSH's commit thread once the store has started (None in ASYNC_FLUSH): an asynchronous caller
+        puts with ``wait=False``, asks it for a commit and hears of it as a group listener (the broker's
+        ``flush_acks``)."""
+        return self._group_commit
+
     def add_append_listener(self, listener: Callable[[int], None]) -> None:
         """Called on the appending thread after each put with the new end of the CommitLog (HA wake-ups)."""
         self._append_listeners = [*self._append_listeners, listener]

@@ -368,10 +368,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )  # fmt: skip
         cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, header, msg.body)
         answer = self.sender.send_inline(cmd, cast(Channel, peer))
-        if isinstance(answer, bytes):  # the fast path's ready reply frame (SEND_MESSAGE_V2 and batches only)
-            resp = RemotingCommand.decode(answer[4:])
-        else:
-            resp = answer if isinstance(answer, RemotingCommand) else await answer
+        if not isinstance(answer, bytes | RemotingCommand):
+            answer = await answer
+        # the fast path answers with its ready reply frame (SEND_MESSAGE_V2 and batches only)
+        resp = RemotingCommand.decode(answer[4:]) if isinstance(answer, bytes) else answer
         if resp.code != ResponseCode.SUCCESS:
             code = from_remoting(resp.code)
             if code == Code.BAD_REQUEST and P.PROPERTY_TIMER_DELIVER_MS in props:

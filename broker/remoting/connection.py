@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import socket
 import struct
 from collections.abc import Awaitable, Callable
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 from broker.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, MAX_FRAME, ResponseCode, code_name
 from broker.remoting.command import RemotingCommand
@@ -47,8 +48,9 @@ class Channel(Protocol):
 # Normally an ``async def``; a plain function returning the response (or None) is also accepted and is answered
 # without creating a task, which saves a few microseconds per request on hot paths that never wait.  A plain
 # function may also return the response already encoded (``bytes``: the whole frame, its opaque the request's),
-# as the send fast path does.
-HandlerResult = Awaitable[RemotingCommand | None] | RemotingCommand | bytes | None
+# as the send fast path does. An ``asyncio.Future`` (not a coroutine) is answered when it completes, without a
+# task either: a SYNC_FLUSH send's ready frame waits so for its group commit (``broker.server.flush_acks``).
+HandlerResult = Awaitable[RemotingCommand | bytes | None] | RemotingCommand | bytes | None
 Handler = Callable[[RemotingCommand, Channel], HandlerResult]
 Dispatcher = Callable[[int], Handler | None]
 
@@ -85,7 +87,7 @@ class Connection(asyncio.Protocol):
         self._buf = bytearray()
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._opaques = itertools.count(1)
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks: set[asyncio.Future[Any]] = set()  # requests being answered: tasks, or a handler's futures
         self._in_flight = 0
         self._write_paused = False
         self._stopped_reading = False  # set by the server while it shuts down
@@ -208,11 +210,26 @@ class Connection(asyncio.Protocol):
             self._finish(cmd, result)  # a plain-function handler: answered without a task
             return
         self._in_flight += 1
+        if isinstance(result, asyncio.Future):
+            self.tasks.add(result)
+            result.add_done_callback(functools.partial(self._future_done, cmd))
+            return
         task = asyncio.ensure_future(self._run(result, cmd), loop=self._loop)
         self.tasks.add(task)
         task.add_done_callback(self._task_done)
 
-    async def _run(self, pending: Awaitable[RemotingCommand | None], cmd: RemotingCommand) -> None:
+    def _future_done(self, cmd: RemotingCommand, fut: asyncio.Future[RemotingCommand | bytes | None]) -> None:
+        self.tasks.discard(fut)
+        self._in_flight -= 1
+        if fut.cancelled():
+            response: object = cmd.response(ResponseCode.SYSTEM_ERROR, "request cancelled")
+        else:
+            e = fut.exception()
+            response = fut.result() if e is None else self._failure(cmd, cast(Exception, e))
+        self._finish(cmd, response)
+        self._resume_after_answer()
+
+    async def _run(self, pending: Awaitable[RemotingCommand | bytes | None], cmd: RemotingCommand) -> None:
         try:
             response = await pending
         except Exception as e:
@@ -232,6 +249,9 @@ class Connection(asyncio.Protocol):
 
     def _finish(self, cmd: RemotingCommand, response: object) -> None:
         if response is None or cmd.is_oneway:
+            return
+        if isinstance(response, bytes):  # a whole frame, encoded by the handler
+            self._queue(response)
             return
         if not isinstance(response, RemotingCommand):
             log.error("%s: handler for %s returned %r", self._name, code_name(cmd.code, False), type(response))
@@ -253,6 +273,9 @@ class Connection(asyncio.Protocol):
         self._in_flight -= 1
         if not task.cancelled() and task.exception() is not None:
             log.error("%s: request task failed", self._name, exc_info=task.exception())
+        self._resume_after_answer()
+
+    def _resume_after_answer(self) -> None:
         if self._in_flight == self._max_in_flight - 1 and self._buf and not self.closed:
             self._parse()  # frames left in the buffer when the limit was hit
         else:

@@ -15,6 +15,7 @@ from broker.lake.reader import LakeReader
 from broker.remoting.connection import Handler
 from broker.remoting.protocol.topic import TopicConfig
 from broker.server.clients import ConsumerManager, ProducerManager
+from broker.server.flush_acks import FlushAcks
 from broker.server.groups import SubscriptionGroupManager
 from broker.server.half_messages import RecentHalves
 from broker.server.long_polling import PullRequestHoldService
@@ -40,6 +41,7 @@ class BrokerContext(Protocol):
     stats: BrokerStatsManager
     lake: LakeReader | None  # the tier under lakePath; None: reads stay local
     recent_halves: RecentHalves  # half messages just stored by sends, for their END_TRANSACTION
+    flush_acks: FlushAcks | None  # SYNC_FLUSH: sends answered a group commit at a time
 
     @property
     def store(self) -> MessageStore:

@@ -30,6 +30,7 @@ from broker.server.admin import AdminProcessor
 from broker.server.client_manage import ClientManageProcessor
 from broker.server.clients import ConsumerManager, ProducerManager
 from broker.server.context import Processor
+from broker.server.flush_acks import FlushAcks
 from broker.server.groups import SubscriptionGroupManager
 from broker.server.ha_master import HAService
 from broker.server.ha_slave import HAClient
@@ -110,6 +111,7 @@ class BrokerController:
         self._timers: list[asyncio.Task] = []
         self._topics_task: asyncio.Future | None = None
         self._topics_saved: asyncio.Future | None = None
+        self.flush_acks: FlushAcks | None = None  # SYNC_FLUSH: sends answered a group commit at a time
         # metricsExporterType=PROM: its latency histogram times every request; its collector reads the rest at scrape
         self.metrics = MetricsExporter(self) if broker_config.metrics_exporter_type == "PROM" else None
 
@@ -191,6 +193,10 @@ class BrokerController:
             self.store_config.store_host = self.config.broker_addr
             self._store = MessageStore(self.store_config)
             await asyncio.to_thread(self._store.start)
+            commit = self._store.group_commit
+            if commit is not None:
+                sc = self.store_config
+                self.flush_acks = FlushAcks(asyncio.get_running_loop(), commit, lambda: sc.sync_flush_timeout / 1000)
             await asyncio.to_thread(self._store.prepare_segment)
             await asyncio.to_thread(self._load_config_files)
             await asyncio.to_thread(self.transactions.load)

@@ -31,12 +31,16 @@ from broker.remoting.protocol.topic import FLAG_UNIT
 from broker.server import half_messages
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
+from store.commitlog import AppendResult
 from store.config import BrokerRole, FlushDiskType
 from store.format import properties, records, runs
 from store.message_store import PutMessageResult, PutMessageStatus
 from store.schedule import may_park
 
 log = logging.getLogger(__name__)
+
+_NO_WAIT = b"WAIT\x01false\x02"  # isWaitStoreMsgOK false: answered at once, as in ASYNC_FLUSH
+_NO_WAIT_STR = _NO_WAIT.decode()
 
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 _NOT_SENDABLE = {tp.AUTO_CREATE_TOPIC_KEY_TOPIC, tp.SCHEDULE_TOPIC}
@@ -171,15 +175,16 @@ class SendProcessor:
     # --- handlers ------------------------------------------------------------------------------------------
     def send_inline(
         self, cmd: RemotingCommand, conn: Channel
-    ) -> RemotingCommand | bytes | Awaitable[RemotingCommand]:
+    ) -> RemotingCommand | bytes | Awaitable[RemotingCommand | bytes]:
         """Codes 10, 310 and 320, as a plain function so the remoting layer answers without a task per request:
-        in ASYNC_FLUSH nothing here waits and the response comes back at once; SYNC_FLUSH returns a coroutine
-        that waits for the group commit, SYNC_MASTER one that waits for the slave.  As in a Java broker, the
-        header's ``batch`` flag picks the batch path: the C++ client sends its batches as SEND_MESSAGE with
+        in ASYNC_FLUSH nothing here waits and the response comes back at once; SYNC_FLUSH returns a future of the
+        ready frame that its group commit completes (``_when_durable``) on the fast paths and a coroutine that
+        waits for it on the general one, SYNC_MASTER a coroutine that waits for the slave.  As in a Java broker,
+        the header's ``batch`` flag picks the batch path: the C++ client sends its batches as SEND_MESSAGE with
         ``batch=1``.  The fast paths answer with the reply frame already encoded (``bytes``)."""
         if cmd.code == RequestCode.SEND_MESSAGE_V2 and self._fast_store():
             frame = self._send_fast(cmd, conn)
-            if frame is None and _TRAN_MSG in cmd.ext_fields.get("i", ""):
+            if frame is None and _TRAN_MSG in cmd.ext_fields.get("i", "") and self.broker.flush_acks is None:
                 frame = self._half_fast(cmd, conn)
             if frame is not None:
                 return frame
@@ -269,9 +274,35 @@ class SendProcessor:
 
     # --- the fast paths: records encoded into one run, appended in one copy, the reply frame built at once ------
     def _fast_store(self) -> bool:
-        """ASYNC_FLUSH and no synchronous slave: a put's answer never waits, so a send is answered inline."""
-        sc = self.broker.store_config
-        return sc.flush_disk_type != FlushDiskType.SYNC_FLUSH and sc.broker_role != BrokerRole.SYNC_MASTER
+        """No synchronous slave: a put's answer is ready at once (ASYNC_FLUSH), or when its group commit is done
+        (SYNC_FLUSH: ``_when_durable``)."""
+        return self.broker.store_config.broker_role != BrokerRole.SYNC_MASTER
+
+    def _when_durable(
+        self, cmd: RemotingCommand, frame: bytes, append: AppendResult, props: str | bytes
+    ) -> bytes | asyncio.Future[RemotingCommand | bytes]:
+        """The answer of a fast-path put appended with ``wait=False``: in SYNC_FLUSH, unless the producer said
+        WAIT=false, a loop future that the group commit covering the record completes with the ready frame
+        (``FlushAcks``: one loop callback per group, no task, no future per put in the commit thread), or with
+        the same answer coded FLUSH_DISK_TIMEOUT when it is not on disk within syncFlushTimeout (Java's answer:
+        the message is stored; only its flush is not confirmed)."""
+        acks = self.broker.flush_acks
+        if acks is None or (_NO_WAIT if isinstance(props, bytes) else _NO_WAIT_STR) in props:
+            return frame
+        fut: asyncio.Future[RemotingCommand | bytes] = asyncio.get_running_loop().create_future()
+
+        def settle(flushed: bool) -> None:
+            if fut.done():  # cancelled by a server that stopped waiting
+                return
+            if flushed:
+                fut.set_result(frame)
+            else:
+                late = RemotingCommand.decode(frame[4:])
+                late.code = ResponseCode.FLUSH_DISK_TIMEOUT
+                fut.set_result(late)
+
+        acks.wait(append.wrote_offset + append.wrote_bytes, settle)
+        return fut
 
     def _plain_name(self, topic: str) -> bool:
         ok = self._plain_names.get(topic)
@@ -285,7 +316,7 @@ class SendProcessor:
             self._plain_names[topic] = ok
         return ok
 
-    def _send_fast(self, cmd: RemotingCommand, conn: Channel) -> bytes | None:
+    def _send_fast(self, cmd: RemotingCommand, conn: Channel) -> bytes | asyncio.Future[RemotingCommand | bytes] | None:
         """A plain SEND_MESSAGE_V2 (``send_codec.read_send_v2``) to an existing, writable topic: the header read,
         the record encode, its copy into the segment and the reply frame are native calls (``runs``, ``send_codec``)
         and the Python between them is the per-request checks.  None hands the request to the general path,
@@ -312,15 +343,16 @@ class SendProcessor:
                                       store.store_host, reconsume, b.config.broker_cluster_name)  # fmt: skip
         except (ValueError, OverflowError):  # a field out of its range: the general path says which
             return None
-        result, _ = store.put_run_nowait(run, 1, topic, queue_id, sys_flag)
+        result, _ = store.put_run_nowait(run, 1, topic, queue_id, sys_flag, wait=False)
         append = result.append
         if not result.ok or append is None:
             return None  # refused, nothing stored: the general path answers with the store's status
         b.stats.put(topic, 1, append.wrote_bytes)
         msg_id = runs.offset_msg_ids(store.store_host, append.wrote_offset, run, 1)
         c = b.config
-        return send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, queue_id, append.queue_offset, uniq,
-                                     c.region_id, c.trace_on)  # fmt: skip
+        frame = send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, queue_id, append.queue_offset, uniq,
+                                      c.region_id, c.trace_on)  # fmt: skip
+        return frame if b.flush_acks is None else self._when_durable(cmd, frame, append, props)
 
     def _half_fast(self, cmd: RemotingCommand, conn: Channel) -> bytes | None:
         """A transaction's half message (``TRAN_MSG=true``) by the fast path's steps: the record the general path
@@ -370,7 +402,7 @@ class SendProcessor:
 
     def _batch_fast(
         self, cmd: RemotingCommand, conn: Channel, h: SendMessageRequestHeader, tc: tp.TopicConfig
-    ) -> bytes | None:
+    ) -> bytes | asyncio.Future[RemotingCommand | bytes] | None:
         """A batch decoded and encoded into one run in one native call (``runs.encode_batch``) and appended in one
         copy; None for a body the general path must answer (malformed, empty, an item too large) or a refused
         put (nothing stored then), or a topic whose creation is not on disk yet."""
@@ -388,15 +420,17 @@ class SendProcessor:
             return None
         if count == 1 and may_park(run):
             return None  # one message: the general path's put treats it as a single send, which may be parked
-        result, _ = store.put_run_nowait(run, count, h.topic, h.queue_id, sys_flag)
+        result, _ = store.put_run_nowait(run, count, h.topic, h.queue_id, sys_flag, wait=False)
         append = result.append
         if not result.ok or append is None:
             return None
         b.stats.put(h.topic, count, append.wrote_bytes)
         msg_ids = runs.offset_msg_ids(store.store_host, append.wrote_offset, run, count)
         c = b.config
-        return send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_ids, h.queue_id, append.queue_offset, None,
-                                     c.region_id, c.trace_on)  # fmt: skip
+        frame = send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_ids, h.queue_id, append.queue_offset, None,
+                                      c.region_id, c.trace_on)  # fmt: skip
+        # a batch waits as its header's properties say (Java's MessageExtBatch takes them from the header)
+        return frame if b.flush_acks is None else self._when_durable(cmd, frame, append, h.properties or "")
 
     def _batch_target(self, h: SendMessageRequestHeader) -> tp.TopicConfig:
         """A batch's topic checks, and its queue when the client left the choice to the broker."""
