@@ -268,8 +268,8 @@ class MetricsExporter:
                 (time.perf_counter() - t0) * 1000
             )
 
-        async def wait(cmd: RemotingCommand, t0: float, pending: Awaitable[RemotingCommand | None]
-                       ) -> RemotingCommand | None:  # fmt: skip
+        async def wait(cmd: RemotingCommand, t0: float, pending: Awaitable[RemotingCommand | bytes | None]
+                       ) -> RemotingCommand | bytes | None:  # fmt: skip
             try:
                 resp = await pending
             except RequestRefused as e:  # answered with its code by the remoting layer
@@ -278,7 +278,9 @@ class MetricsExporter:
             except BaseException:
                 record(cmd, t0, None, "process_request_failed")
                 raise
-            record(cmd, t0, resp, "oneway" if resp is None else "success")
+            # a ready frame (a SYNC_FLUSH send after its group commit) answers SUCCESS
+            record(cmd, t0, ResponseCode.SUCCESS if isinstance(resp, bytes) else resp,
+                   "oneway" if resp is None else "success")  # fmt: skip
             return resp
 
         def timed_handler(cmd: RemotingCommand, conn: Channel) -> Any:

@@ -287,7 +287,7 @@ class SendProcessor:
         the same answer coded FLUSH_DISK_TIMEOUT when it is not on disk within syncFlushTimeout (Java's answer:
         the message is stored; only its flush is not confirmed)."""
         acks = self.broker.flush_acks
-        if acks is None or (_NO_WAIT if isinstance(props, bytes) else _NO_WAIT_STR) in props:
+        if acks is None or (_NO_WAIT in props if isinstance(props, bytes) else _NO_WAIT_STR in props):
             return frame
         fut: asyncio.Future[RemotingCommand | bytes] = asyncio.get_running_loop().create_future()
 
