@@ -423,6 +423,7 @@ class _PacedSender(asyncio.Protocol):
         self.templates = [bytearray(f) for f in raw_frames(QUEUES)]
         self.buf = bytearray()
         self.failed = 0
+        self.acked: list[float] = []  # when each answer was read (answers come in send order on one connection)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -443,6 +444,7 @@ class _PacedSender(asyncio.Protocol):
             if buf[pos + 8 : pos + 8 + len(_SUCCESS_HEAD)] != _SUCCESS_HEAD:
                 self.failed += 1
             pos += 4 + size
+            self.acked.append(time.perf_counter())
         del buf[:pos]
 
 
@@ -462,6 +464,13 @@ async def raw_latency(namesrv: str, broker_addr: str, rate: int, seconds: float,
 async def latency(namesrv: str, producer: Producer | None, rate: int, seconds: float, group: str,
                   raw: _PacedSender | None = None) -> dict:  # fmt: skip
     sent: dict[bytes, float] = {}
+    # where a message waited: its send answered (send -> ack, the raw sender only), stored (the record's store
+    # timestamp, wall clock in ms: 1 ms resolution) and handed to the handler (stored -> handler: dispatch,
+    # the long-poll wake-up, the pull and its decode in this process)
+    order: list[float] = []
+    wall_at_send: dict[bytes, float] = {}
+    stored_in: list[float] = []
+    to_handler: list[float] = []
     lat: list[float] = []
     got = asyncio.Event()
     total = int(rate * seconds)
@@ -470,6 +479,9 @@ async def latency(namesrv: str, producer: Producer | None, rate: int, seconds: f
         t = sent.pop(m.body[:16], None)
         if t is not None:
             lat.append(time.perf_counter() - t)
+            now_ms = time.time() * 1000
+            stored_in.append(m.store_timestamp - wall_at_send.pop(m.body[:16]))
+            to_handler.append(now_ms - m.store_timestamp)
             if len(lat) >= total:
                 got.set()
 
@@ -496,7 +508,9 @@ async def latency(namesrv: str, producer: Producer | None, rate: int, seconds: f
             if delay > 0.001:
                 await asyncio.sleep(delay)
             key = f"{i:016d}".encode()
-            sent[key] = time.perf_counter()
+            sent[key] = t_send = time.perf_counter()
+            order.append(t_send)
+            wall_at_send[key] = time.time() * 1000
             if raw is not None:
                 raw.send(i, key)
                 continue
@@ -513,9 +527,14 @@ async def latency(namesrv: str, producer: Producer | None, rate: int, seconds: f
         await consumer.shutdown()
     lat.sort()
     ms = [v * 1000 for v in lat] or [float("nan")]
+    parts = {"stored_ms": sorted(stored_in) or [float("nan")], "stored_to_handler_ms": sorted(to_handler) or
+             [float("nan")]}  # fmt: skip
+    if raw is not None and raw.acked:
+        parts["ack_ms"] = sorted((a - s) * 1000 for a, s in zip(raw.acked, order, strict=False))
     return {"rate": rate, "achieved_send_rate": achieved, "sent": total, "messages": len(lat),
             "p50_ms": _pct(ms, 50), "p99_ms": _pct(ms, 99), "max_ms": ms[-1],
-            "mean_ms": statistics.fmean(ms)}  # fmt: skip
+            "mean_ms": statistics.fmean(ms),
+            **{f"{k}_p{p}": _pct(v, p) for k, v in parts.items() for p in (50, 99)}}  # fmt: skip
 
 
 async def wait_dispatched(namesrv: str, acked: int, timeout: float = 300.0) -> float:
@@ -710,7 +729,10 @@ def print_latency(r: dict) -> None:
               f"{lat['messages']:,} of {lat['sent']:,} received: p50 {lat['p50_ms']:.2f} ms, "
               f"p99 {lat['p99_ms']:.2f} ms, max {lat['max_ms']:.2f} ms")
         print(f"    gen cpu {lat['own_cpu_cores']:.2f}, broker cpu {lat['broker_cpu_cores']:.2f}, "
-              f"bg cpu {lat['bg_cpu_cores']:.2f}")
+              f"bg cpu {lat['bg_cpu_cores']:.2f}; p50 / p99 ms: send -> answer {lat.get('ack_ms_p50', 0):.2f} / "
+              f"{lat.get('ack_ms_p99', 0):.2f}, send -> store timestamp {lat['stored_ms_p50']:.0f} / "
+              f"{lat['stored_ms_p99']:.0f}, stored -> handler {lat['stored_to_handler_ms_p50']:.0f} / "
+              f"{lat['stored_to_handler_ms_p99']:.0f}")
 
 
 def print_sync(r: dict) -> None:
