@@ -88,6 +88,7 @@ SYNC_COUNT = 40_000
 SYNC_ROWS = (("sync_1x64", 1), ("sync_64x1", SYNC_WINDOW))  # (row, connections)
 
 READY_TIMEOUT = 60.0
+PORT_ATTEMPTS = 3  # starts of mqlake up when a port chosen free was taken before the broker bound it
 
 
 def _n(count: float) -> int:
@@ -119,6 +120,16 @@ class BrokerProcess:
         """``extra``: more broker.conf keys; ``client``: keyword arguments for the Admin that waits for it."""
         self.root = root
         self.client = client or {}
+        self._settings = (profile_to, flush, extra or {})
+        self._starts = 0
+        self._launch()
+
+    def _launch(self) -> None:
+        """``mqlake up`` on ports free a moment ago: another process may take one before the broker binds it (the
+        HA port, listenPort + 1 by default, is chosen free too); ``wait_ready`` then starts again on new ones."""
+        profile_to, flush, extra = self._settings
+        root = self.root
+        self._starts += 1
         self.namesrv_port, self.broker_port = free_port(), free_port()
         self.namesrv_addr = f"127.0.0.1:{self.namesrv_port}"
         self.broker_addr = f"127.0.0.1:{self.broker_port}"
@@ -126,7 +137,7 @@ class BrokerProcess:
         conf.write_text(
             "brokerClusterName=BenchCluster\nbrokerName=bench-a\nbrokerId=0\nbrokerIP1=127.0.0.1\n"
             f"listenPort={self.broker_port}\nnamesrvAddr={self.namesrv_addr}\nstorePathRootDir={root / 'store'}\n"
-            f"flushDiskType={flush}\n" + "".join(f"{k}={v}\n" for k, v in (extra or {}).items())
+            f"haListenPort={free_port()}\nflushDiskType={flush}\n" + "".join(f"{k}={v}\n" for k, v in extra.items())
         )
         cmd = [_mqlake(), "up", "-c", str(conf)]
         if profile_to is not None:
@@ -138,6 +149,12 @@ class BrokerProcess:
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
             if self.process.poll() is not None:
+                self.log.close()
+                text = (self.root / "broker.log").read_text(errors="replace")
+                if "is already in use by another process" in text and self._starts < PORT_ATTEMPTS:
+                    print(f"  [a port was taken meanwhile: {text.strip().splitlines()[-1]}; new ports]", flush=True)
+                    self._launch()
+                    continue
                 raise RuntimeError(f"mqlake up exited with {self.process.returncode}: see {self.root / 'broker.log'}")
             try:
                 async with Admin(self.namesrv_addr, timeout=1.0, **self.client) as admin:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 from store.errors import MQLakeError
 
 
@@ -39,3 +41,15 @@ class RemotingConnectError(RemotingError):
 
 class RemotingTimeoutError(RemotingError):
     """No response within the caller's timeout."""
+
+
+class PortInUseError(MQLakeError, OSError):
+    """A server could not listen: its port is taken (EADDRINUSE). The message names the setting to change."""
+
+
+def port_in_use(e: OSError, host: str, port: int, setting: str) -> OSError:
+    """``e`` as a :class:`PortInUseError` naming ``setting`` when the port was taken; any other error as it is."""
+    if e.errno != errno.EADDRINUSE:
+        return e
+    return PortInUseError(errno.EADDRINUSE, f"{host}:{port} is already in use by another process: set {setting} to a "
+                          "free port")  # fmt: skip

@@ -9,11 +9,16 @@ from collections.abc import Callable
 
 from broker.remoting.codes import MAX_FRAME
 from broker.remoting.connection import Channel, Connection, Handler
+from broker.remoting.errors import port_in_use
 from broker.remoting.tls import SniffingServer, TlsMode
 
 __all__ = ["Channel", "Connection", "Handler", "RemotingServer"]
 
 log = logging.getLogger(__name__)
+
+
+# what a user changes when a server's port is taken
+_PORT_SETTINGS = {"broker": "listenPort", "namesrv": "the NameServer's port (namesrvAddr, or --namesrv-port)"}
 
 
 class RemotingServer:
@@ -77,15 +82,18 @@ class RemotingServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        if self.tls_mode == "permissive" and self._ssl is not None:
-            sniffing = SniffingServer(self._new_connection, self._ssl)
-            await sniffing.listen(self.host, self.port)
-            self._server = sniffing
-        else:
-            tls = self._ssl if self.tls_mode == "enforcing" else None
-            self._server = await loop.create_server(
-                self._new_connection, self.host, self.port, reuse_address=True, ssl=tls
-            )
+        try:
+            if self.tls_mode == "permissive" and self._ssl is not None:
+                sniffing = SniffingServer(self._new_connection, self._ssl)
+                await sniffing.listen(self.host, self.port)
+                self._server = sniffing
+            else:
+                tls = self._ssl if self.tls_mode == "enforcing" else None
+                self._server = await loop.create_server(
+                    self._new_connection, self.host, self.port, reuse_address=True, ssl=tls
+                )
+        except OSError as e:
+            raise port_in_use(e, self.host, self.port, _PORT_SETTINGS.get(self.name, f"the {self.name}'s port")) from e
         self.port = self._server.sockets[0].getsockname()[1]
         tls_note = "" if self.tls_mode == "disabled" else f" (TLS {self.tls_mode})"
         log.info("%s: listening on %s:%d%s", self.name, self.host, self.port, tls_note)

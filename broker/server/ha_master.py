@@ -18,6 +18,7 @@ import threading
 import time
 from collections import deque
 
+from broker.remoting.errors import port_in_use
 from store.config import MessageStoreConfig
 from store.format import ha
 from store.message_store import MessageStore
@@ -48,7 +49,10 @@ class HAService:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self._server = await asyncio.start_server(self._accept, self.host, self.port)
+        try:
+            self._server = await asyncio.start_server(self._accept, self.host, self.port)
+        except OSError as e:  # the HA port defaults to listenPort + 1, which another process may hold
+            raise port_in_use(e, self.host, self.port, "haListenPort (default: listenPort + 1)") from e
         self.port = self._server.sockets[0].getsockname()[1]
         self.store.add_append_listener(self.on_appended)
         log.info("HA service listening on %s:%d", self.host, self.port)
