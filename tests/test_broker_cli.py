@@ -104,5 +104,6 @@ def test_bad_config_and_busy_port_fail_with_one_clear_line(tmp_path: Path) -> No
         conf = _write_conf(tmp_path / "ok.conf", **TEST_CONF, storePathRootDir=str(tmp_path / "s"))
         out = subprocess.run([*MQLAKE, "up", "-c", str(conf), "--namesrv-port", str(port)], capture_output=True,
                              text=True, timeout=60, cwd=tmp_path)  # fmt: skip
-    assert out.returncode == 1 and "address already in use" in out.stderr, out.stdout + out.stderr
+    assert out.returncode == 1 and f":{port} is already in use" in out.stderr, out.stdout + out.stderr
+    assert "--namesrv-port" in out.stderr  # the setting to change
     assert "Traceback" not in out.stdout + out.stderr
