@@ -8,6 +8,8 @@ Environment:
   BENCH_JSON     a path: also write the JSON results there
   BENCH_PROFILE  1: run the broker under cProfile during the 8-connection send phase and print its top functions
   BENCH_ONLY     sync_flush: only the SYNC_FLUSH rows; latency: only the latency rows (for A/B runs)
+  BENCH_SWITCH_INTERVAL  run the broker with ``sys.setswitchinterval(value)`` (a diagnostic: GIL hand-offs between
+                 its event loop, dispatch and group-commit threads; Python's default is 0.005 s)
 
 What is measured, exactly:
   * The broker is ``mqlake up`` in its own process (ASYNC_FLUSH, a temporary store, free ports).  The load
@@ -88,6 +90,9 @@ SYNC_COUNT = 40_000
 SYNC_ROWS = (("sync_1x64", 1), ("sync_64x1", SYNC_WINDOW))  # (row, connections)
 
 READY_TIMEOUT = 60.0
+SWITCH_INTERVAL = os.environ.get("BENCH_SWITCH_INTERVAL", "")
+_WITH_SWITCH_INTERVAL = ("import sys; sys.setswitchinterval(float(sys.argv.pop(1))); sys.argv[0] = 'mqlake'; "
+                         "from cli.main import main; main()")  # fmt: skip
 PORT_ATTEMPTS = 3  # starts of mqlake up when a port chosen free was taken before the broker bound it
 
 
@@ -140,6 +145,8 @@ class BrokerProcess:
             f"haListenPort={free_port()}\nflushDiskType={flush}\n" + "".join(f"{k}={v}\n" for k, v in extra.items())
         )
         cmd = [_mqlake(), "up", "-c", str(conf)]
+        if SWITCH_INTERVAL:  # the broker's GIL switch interval (a diagnostic of the hand-offs between its threads)
+            cmd = [sys.executable, "-c", _WITH_SWITCH_INTERVAL, SWITCH_INTERVAL, *cmd[1:]]
         if profile_to is not None:
             cmd = [sys.executable, "-m", "cProfile", "-o", str(profile_to), *cmd]
         self.log = open(root / "broker.log", "wb")  # noqa: SIM115 - closed in stop()
@@ -740,6 +747,7 @@ def print_report(r: dict) -> None:
 
 
 def print_latency(r: dict) -> None:
+    print(f"the broker's GIL switch interval: {r['broker_switch_interval'] * 1000:g} ms")
     for key, _ in LATENCY_ROWS:
         lat = r["broker"][key]
         print(f"produce->consume latency at {lat['rate']:,} msgs/s (achieved {lat['achieved_send_rate']:,.0f}), "
@@ -791,7 +799,8 @@ def main() -> dict:
         if os.environ.get("BENCH_PROFILE", "") not in ("", "0"):
             return profile_broker(tmp)
         t0 = time.perf_counter()
-        results: dict = {"machine": machine(), "frame_sizes": frame_sizes()}
+        results: dict = {"machine": machine(), "frame_sizes": frame_sizes(),
+                         "broker_switch_interval": float(SWITCH_INTERVAL or 0.005)}  # fmt: skip
         (tmp / "sync").mkdir()
         if os.environ.get("BENCH_ONLY") == "sync_flush":
             results["sync_flush"] = sf = run_sync_flush(tmp)
