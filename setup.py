@@ -22,8 +22,8 @@ TWINS = [
     "store.format._runs",
     "broker.remoting._send",
 ]
-# C libraries a twin links against (the run encoder calls zlib's crc32 without the GIL).
-LIBRARIES = {"store.format._runs": ["z"]}
+# C libraries a twin links against (the record and run encoders call zlib's crc32 directly).
+LIBRARIES = {"store.format._runs": ["z"], "store.format._records": ["z"]}
 
 
 class OptionalBuildExt(build_ext):

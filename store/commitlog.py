@@ -104,6 +104,41 @@ class CommitLog:
                 self.begin_time_in_lock = 0
         return AppendResult(AppendStatus.PUT_OK, base + start, total, store_ts, queue_offset, count)
 
+    def append_record(self, rec: records.MessageRecord) -> AppendResult:
+        """Append one message, encoded straight into the segment under the lock (``records.put_record``: one
+        native call), with the guarantees of :meth:`append_run`.  A single put needs no run: encoding in place
+        saves the copy and the calls of encoding outside the lock, and one appender rarely waits for it."""
+        key = f"{rec.topic}-{rec.queue_id}"
+        # Half and rollback records take queue offset 0 and do not advance the queue (doAppend).
+        advances = records.is_consumable(rec.sys_flag)
+        with self.put_lock:
+            if not self.writable:
+                return AppendResult(AppendStatus.NOT_WRITABLE)
+            store_ts = time.time_ns() // 1_000_000
+            self.begin_time_in_lock = store_ts
+            try:
+                mf = self.queue.last_or_new()
+                queue_offset = self.topic_queue_table.get(key, 0) if advances else 0
+                start = mf.wrote
+                base = mf.file_from_offset
+                limit = mf.file_size - records.END_FILE_MIN_BLANK_LENGTH
+                n = records.put_record(mf.view, start, limit, rec, queue_offset, base + start, store_ts)
+                if n < 0:
+                    if records.END_FILE_MIN_BLANK_LENGTH - n > self.file_size:
+                        return AppendResult(AppendStatus.MESSAGE_SIZE_EXCEEDED)
+                    self._write_blank(mf)
+                    mf = self.queue.last_or_new()
+                    start = mf.wrote
+                    base = mf.file_from_offset
+                    n = records.put_record(mf.view, start, limit, rec, queue_offset, base + start, store_ts)
+                mf.wrote = start + n
+                mf.last_store_timestamp = self.last_store_timestamp = store_ts
+                if advances:
+                    self.topic_queue_table[key] = queue_offset + 1
+            finally:
+                self.begin_time_in_lock = 0
+        return AppendResult(AppendStatus.PUT_OK, base + start, n, store_ts, queue_offset, 1)
+
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         """A slave's append (``appendData``): ``data`` is the master's CommitLog from ``offset``, copied as it is.
 

@@ -326,18 +326,14 @@ class MessageStore:
         return None
 
     def put_message_nowait(self, msg: records.MessageRecord) -> tuple[PutMessageResult, Future | None]:
-        """Append one message; in SYNC_FLUSH also return the future of its group commit."""
-        return self.put_messages_nowait((msg,))
+        """Append one message; in SYNC_FLUSH also return the future of its group commit.
 
-    def put_messages_nowait(self, msgs: Sequence[records.MessageRecord]) -> tuple[PutMessageResult, Future | None]:
-        """Append messages of one topic-queue as consecutive records (a batch).
-
-        A single message with a delay level or a timer is parked for later delivery (``store.schedule``), as
-        Java's put does; batches are stored as they come."""
-        if len(msgs) == 1 and may_park(msgs[0].properties):
+        A message with a delay level or a timer is parked for later delivery (``store.schedule``), as Java's put
+        does.  The record is encoded straight into the segment (``CommitLog.append_record``)."""
+        if may_park(msg.properties):
             try:
                 park(
-                    msgs[0], len(self.delay_millis), timer_enable=self.config.timer_wheel_enable,
+                    msg, len(self.delay_millis), timer_enable=self.config.timer_wheel_enable,
                     timer_max_delay_sec=self.config.timer_max_delay_sec,
                     timer_precision_ms=self.config.timer_precision_ms,
                 )  # fmt: skip
@@ -346,6 +342,24 @@ class MessageStore:
                 if e.not_enabled:
                     status = PutMessageStatus.WHEEL_TIMER_NOT_ENABLE
                 return PutMessageResult(status, error=str(e)), None
+        bad = self._check(msg)
+        if bad is not None:
+            return bad, None
+        msg.store_host = self.store_host
+        try:
+            res = self.commitlog.append_record(msg)
+        except OSError as e:
+            return self._append_failed(e), None
+        result, fut = self._appended(res, wants_wait(msg))
+        if result.status is PutMessageStatus.PUT_OK:
+            result.msg_ids.append(msgid.create_offset_msg_id(self.store_host, res.wrote_offset))
+        return result, fut
+
+    def put_messages_nowait(self, msgs: Sequence[records.MessageRecord]) -> tuple[PutMessageResult, Future | None]:
+        """Append messages of one topic-queue as consecutive records (a batch); a single message is
+        :meth:`put_message_nowait` (which may park it), batches are stored as they come."""
+        if len(msgs) == 1:
+            return self.put_message_nowait(msgs[0])
         encoded = []
         for m in msgs:
             bad = self._check(m)
@@ -354,8 +368,8 @@ class MessageStore:
             m.store_host = self.store_host
             encoded.append(records.encode_record(m))
         first = msgs[0]
-        run = encoded[0] if len(encoded) == 1 else b"".join(encoded)
-        return self._append(run, len(encoded), first.topic, first.queue_id, first.sys_flag, wants_wait(first))
+        return self._append(b"".join(encoded), len(encoded), first.topic, first.queue_id, first.sys_flag,
+                            wants_wait(first))  # fmt: skip
 
     def put_run_nowait(
         self, run: bytes, count: int, topic: str, queue_id: int, sys_flag: int, wait: bool = True
@@ -375,16 +389,27 @@ class MessageStore:
         try:
             res = self.commitlog.append_run(run, count, topic, queue_id, sys_flag)
         except OSError as e:
-            log.error("append failed: %s", e)
-            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(e)), None
-        if res.status == AppendStatus.NOT_WRITABLE:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is shutting down"), None
-        if res.status != AppendStatus.PUT_OK:
+            return self._append_failed(e), None
+        result, fut = self._appended(res, wait)
+        if ids and result.status is PutMessageStatus.PUT_OK:
+            result.msg_ids = runs.offset_msg_ids(self.store_host, res.wrote_offset, run, count).split(",")
+        return result, fut
+
+    @staticmethod
+    def _append_failed(e: OSError) -> PutMessageResult:
+        log.error("append failed: %s", e)
+        return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(e))
+
+    def _appended(self, res: AppendResult, wait: bool) -> tuple[PutMessageResult, Future | None]:
+        """The put's result (without message ids) once the CommitLog answered: dispatch and the append listeners
+        told, the group commit's future in SYNC_FLUSH."""
+        if res.status is not AppendStatus.PUT_OK:
+            if res.status is AppendStatus.NOT_WRITABLE:
+                return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is shutting down"), None
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, res, error=res.status.value), None
         self.reput.notify_appended()
         off = res.wrote_offset + res.wrote_bytes
-        msg_ids = runs.offset_msg_ids(self.store_host, res.wrote_offset, run, count).split(",") if ids else []
-        result = PutMessageResult(PutMessageStatus.PUT_OK, res, msg_ids)
+        result = PutMessageResult(PutMessageStatus.PUT_OK, res, [])
         for listener in self._append_listeners:
             listener(off)
         if self._group_commit is not None and wait:
@@ -401,10 +426,12 @@ class MessageStore:
 
     def put_message(self, msg: records.MessageRecord) -> PutMessageResult:
         """Append; in SYNC_FLUSH wait for the group commit (FLUSH_DISK_TIMEOUT after syncFlushTimeout)."""
-        return self.put_messages([msg])
+        return self._waited(*self.put_message_nowait(msg))
 
     def put_messages(self, msgs: list[records.MessageRecord]) -> PutMessageResult:
-        result, fut = self.put_messages_nowait(msgs)
+        return self._waited(*self.put_messages_nowait(msgs))
+
+    def _waited(self, result: PutMessageResult, fut: Future | None) -> PutMessageResult:
         if fut is not None:
             try:
                 flushed = fut.result(timeout=self.config.sync_flush_timeout / 1000)

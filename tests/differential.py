@@ -130,10 +130,10 @@ def _int_from(b: int, data: bytes, at: int) -> int:
     return int.from_bytes(data[at : at + 8], "big", signed=True)
 
 
-def encode_record(data: bytes) -> None:
-    """``records.encode_record`` of records built from the bytes: topics, bodies, properties, hosts, magic, ints."""
+def _record_from(data: bytes) -> records.MessageRecord | None:
+    """A record built from the bytes: topics, bodies, properties, hosts, magic, ints (None under 4 bytes)."""
     if len(data) < 4:
-        return
+        return None
     flags, split1, split2, knob = data[0], data[1], data[2], data[3]
     rest = data[4:]
     topic_b, body, props = rest[: split1 % 40], rest[split1 % 40 : split1 % 40 + split2], rest[split1 % 40 + split2 :]
@@ -143,7 +143,7 @@ def encode_record(data: bytes) -> None:
     hosts = ["127.0.0.1", "10.0.0.2", "::1", "2001:db8::7"]
     magic = (None, records.MESSAGE_MAGIC_V1, records.MESSAGE_MAGIC_V2, 12345)[(flags >> 1) % 4]
     ints = [_int_from(knob if (flags & 0x08 and i == knob % 12) else 0, rest, i) for i in range(12)]
-    rec = records.MessageRecord(
+    return records.MessageRecord(
         topic, ints[0] % 64 if not flags & 0x08 else ints[0], bytes(body),
         bytes(props) if not flags & 0x10 else bytes(props) * 2000,
         flag=ints[1], sys_flag=ints[2] & 0xFFF if not flags & 0x08 else ints[2],
@@ -152,7 +152,44 @@ def encode_record(data: bytes) -> None:
         prepared_transaction_offset=ints[8], queue_offset=ints[9], physical_offset=ints[10],
         body_crc=None if not flags & 0x20 else ints[11], magic=magic,
     )  # fmt: skip
-    same("store.format.records", "encode_record", rec)
+
+
+def encode_record(data: bytes) -> None:
+    """``records.encode_record`` of records built from the bytes (:func:`_record_from`)."""
+    rec = _record_from(data)
+    if rec is not None:
+        same("store.format.records", "encode_record", rec)
+
+
+def put_record(data: bytes) -> None:
+    """``records.put_record`` of the records :func:`encode_record` builds, into a buffer at positions and limits
+    in and out of it, with back-filled values at the edges: the same result (a size, or minus it when the record
+    does not fit) and the same bytes afterwards, or the same error with the buffer untouched alike."""
+    if len(data) < 8:
+        return
+    knob, room = data[4], data[5]
+    rec = _record_from(data[:4] + data[8:])
+    assert rec is not None
+    if not data[6] & 1:  # most records in range, so that most puts get as far as the buffer
+        i31, i63 = 0x7FFFFFFF, (1 << 63) - 1
+        rec = dataclasses.replace(
+            rec, queue_id=rec.queue_id & i31, flag=rec.flag & i31, sys_flag=rec.sys_flag & 0xFFF,
+            born_timestamp=rec.born_timestamp & i63, store_timestamp=rec.store_timestamp & i63,
+            prepared_transaction_offset=rec.prepared_transaction_offset & i63, queue_offset=rec.queue_offset & i63,
+            physical_offset=rec.physical_offset & i63, body_crc=None if rec.body_crc is None else rec.body_crc & i31,
+            properties=rec.properties[:40000],
+        )  # fmt: skip
+    size = 256 + room * 8
+    pos = (knob % 64) - 4 if knob & 0x40 else knob % 64
+    limit = size - (data[6] % 128) if not knob & 0x80 else size + data[6] % 4
+    values = [_int_from(data[7] if i == data[7] % 3 else 0, data[8:], i * 8) for i in range(3)]
+    if not data[7] & 0x40:
+        values = [v & ((1 << 63) - 1) for v in values]
+    a, b = bytearray(size), bytearray(size)
+    py, c = _pair("store.format.records", "put_record")
+    ra, rb = _outcome(py, a, pos, limit, rec, *values), _outcome(c, b, pos, limit, rec, *values)
+    if ra != rb or a != b:
+        raise Disagreement(f"put_record(pos={pos}, limit={limit}, {values}, {rec!r:.200}): python {ra} != compiled {rb}")
 
 
 def patch_record(data: bytes) -> None:
@@ -544,6 +581,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "json_header": json_header,
     "check_record": check_record,
     "encode_record": encode_record,
+    "put_record": put_record,
     "patch_record": patch_record,
     "hashes": hashes,
     "decode_properties": decode_properties,

@@ -22,6 +22,10 @@ from store.format.hashing import tags_code as _tags_code
 from store.format.msgid import pack_ip
 from store.format.records import CheckResult, DispatchRequest
 
+
+cdef extern from "zlib.h" nogil:
+    unsigned long crc32(unsigned long crc, const unsigned char* buf, unsigned int len)  # zlib.crc32 without a call
+
 cdef int32_t MAGIC_V1 = -626843481
 cdef int32_t MAGIC_V2 = -626843477
 cdef int MIN_RECORD = 48
@@ -41,84 +45,154 @@ cdef inline int _record_length(int sys_flag, Py_ssize_t body_len, Py_ssize_t top
             + body_len + (2 if magic == MAGIC_V2 else 1) + topic_len + 2 + props_len)
 
 
-def encode_record(rec):
-    """Mirrors ``records.encode_record``."""
+cdef struct Fields:
+    # a record to encode, as read from a MessageRecord; the pointers are into objects the reader's caller keeps
+    int32_t magic, crc, queue_id, flag, sys_flag, born_port, store_port, reconsume
+    int64_t qoff, phys, born_ts, store_ts, prepared
+    const uint8_t* topic
+    const uint8_t* born_ip
+    const uint8_t* store_ip
+    const uint8_t* body
+    const uint8_t* props
+    Py_ssize_t topic_len, born_len, store_len, body_len, props_len, total
+
+
+cdef tuple _read_fields(rec, Fields* f):
+    """Fill ``f`` from ``rec``: the objects ``f`` points into (the caller keeps them while it writes), or None
+    when the reference must encode it (V2 topics, odd magics, errors: rare, the reference's job)."""
     cdef bytes topic = rec.topic.encode("utf-8")
-    cdef Py_ssize_t topic_len = len(topic)
     magic = rec.magic
     body = rec.body
     props = rec.properties
     if (
         (magic is not None and (type(magic) is not int or (magic != MAGIC_V1 and magic != MAGIC_V2)))
-        or topic_len > 127
+        or len(topic) > 127
         or type(body) is not bytes
+        or len(body) > 0x7FFFFFFF
         or type(props) is not bytes
         or len(props) > 32767
     ):
-        return _reference["encode_record"](rec)  # V2 topics, odd magics, errors: rare, the reference's job
-    cdef int32_t m = MAGIC_V1 if magic is None else magic
+        return None
     born_host = rec.born_host
     store_host = rec.store_host
     born_ip = pack_ip(born_host[0])
     store_ip = pack_ip(store_host[0])
     crc = rec.body_crc
-    if crc is None:
-        crc = _crc32(body) & 0x7FFFFFFF
     queue_id, flag, sys_flag_in = rec.queue_id, rec.flag, rec.sys_flag
     qoff, phys, born_ts, store_ts = rec.queue_offset, rec.physical_offset, rec.born_timestamp, rec.store_timestamp
     born_port, store_port, reconsume = born_host[1], store_host[1], rec.reconsume_times
     prepared = rec.prepared_transaction_offset
     if not (
-        _fits32(crc) and _fits32(queue_id) and _fits32(flag) and _fits32(sys_flag_in) and _fits32(born_port)
-        and _fits32(store_port) and _fits32(reconsume) and _fits64(qoff) and _fits64(phys)
+        (crc is None or _fits32(crc)) and _fits32(queue_id) and _fits32(flag) and _fits32(sys_flag_in)
+        and _fits32(born_port) and _fits32(store_port) and _fits32(reconsume) and _fits64(qoff) and _fits64(phys)
         and _fits64(born_ts) and _fits64(store_ts) and _fits64(prepared)
     ):
-        return _reference["encode_record"](rec)  # the reference raises struct.error as struct.pack does
-    cdef Py_ssize_t born_len = len(born_ip), store_len = len(store_ip)
-    cdef int32_t sys_flag = <int32_t>sys_flag_in & ~(BORN_V6 | STORE_V6)
-    if born_len == 16:
-        sys_flag |= BORN_V6
-    if store_len == 16:
-        sys_flag |= STORE_V6
-    cdef const uint8_t* body_p = <const uint8_t*>PyBytes_AS_STRING(body)
-    cdef const uint8_t* props_p = <const uint8_t*>PyBytes_AS_STRING(props)
-    cdef Py_ssize_t body_len = len(body), props_len = len(props)
-    cdef Py_ssize_t total = _record_length(sys_flag, body_len, topic_len, props_len, m)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
-    cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
-    _put32(p, <uint32_t>total)
-    _put32(p + 4, <uint32_t>m)
-    _put32(p + 8, <uint32_t><int32_t>crc)
-    _put32(p + 12, <uint32_t><int32_t>queue_id)
-    _put32(p + 16, <uint32_t><int32_t>flag)
-    _put64(p + 20, <uint64_t><int64_t>qoff)
-    _put64(p + 28, <uint64_t><int64_t>phys)
-    _put32(p + 36, <uint32_t>sys_flag)
-    _put64(p + 40, <uint64_t><int64_t>born_ts)
+        return None  # the reference raises struct.error as struct.pack does
+    f.magic = MAGIC_V1 if magic is None else magic
+    f.topic = <const uint8_t*>PyBytes_AS_STRING(topic)
+    f.topic_len = len(topic)
+    f.born_ip = <const uint8_t*>PyBytes_AS_STRING(born_ip)
+    f.born_len = len(born_ip)
+    f.store_ip = <const uint8_t*>PyBytes_AS_STRING(store_ip)
+    f.store_len = len(store_ip)
+    f.body = <const uint8_t*>PyBytes_AS_STRING(body)
+    f.body_len = len(body)
+    f.props = <const uint8_t*>PyBytes_AS_STRING(props)
+    f.props_len = len(props)
+    f.crc = <int32_t>(crc32(0, f.body, <unsigned int>f.body_len) & 0x7FFFFFFF) if crc is None else <int32_t>crc
+    f.queue_id, f.flag, f.reconsume = queue_id, flag, reconsume
+    f.born_port, f.store_port = born_port, store_port
+    f.qoff, f.phys, f.born_ts, f.store_ts, f.prepared = qoff, phys, born_ts, store_ts, prepared
+    f.sys_flag = <int32_t>sys_flag_in & ~(BORN_V6 | STORE_V6)
+    if f.born_len == 16:
+        f.sys_flag |= BORN_V6
+    if f.store_len == 16:
+        f.sys_flag |= STORE_V6
+    f.total = _record_length(f.sys_flag, f.body_len, f.topic_len, f.props_len, f.magic)
+    return (topic, born_ip, store_ip, body, props)
+
+
+cdef void _write_after_head(uint8_t* p, const Fields* f) noexcept nogil:
+    """Every field of the record but TOTALSIZE and MAGIC (``records.encode_record``)."""
+    _put32(p + 8, <uint32_t>f.crc)
+    _put32(p + 12, <uint32_t>f.queue_id)
+    _put32(p + 16, <uint32_t>f.flag)
+    _put64(p + 20, <uint64_t>f.qoff)
+    _put64(p + 28, <uint64_t>f.phys)
+    _put32(p + 36, <uint32_t>f.sys_flag)
+    _put64(p + 40, <uint64_t>f.born_ts)
     p += 48
-    memcpy(p, PyBytes_AS_STRING(born_ip), born_len)
-    _put32(p + born_len, <uint32_t><int32_t>born_port)
-    p += born_len + 4
-    _put64(p, <uint64_t><int64_t>store_ts)
-    memcpy(p + 8, PyBytes_AS_STRING(store_ip), store_len)
-    _put32(p + 8 + store_len, <uint32_t><int32_t>store_port)
-    p += 8 + store_len + 4
-    _put32(p, <uint32_t><int32_t>reconsume)
-    _put64(p + 4, <uint64_t><int64_t>prepared)
-    _put32(p + 12, <uint32_t>body_len)
+    memcpy(p, f.born_ip, f.born_len)
+    _put32(p + f.born_len, <uint32_t>f.born_port)
+    p += f.born_len + 4
+    _put64(p, <uint64_t>f.store_ts)
+    memcpy(p + 8, f.store_ip, f.store_len)
+    _put32(p + 8 + f.store_len, <uint32_t>f.store_port)
+    p += 8 + f.store_len + 4
+    _put32(p, <uint32_t>f.reconsume)
+    _put64(p + 4, <uint64_t>f.prepared)
+    _put32(p + 12, <uint32_t>f.body_len)
     p += 16
-    memcpy(p, body_p, body_len)
-    p += body_len
-    if m == MAGIC_V2:  # a 2-byte TOPICLENGTH
+    memcpy(p, f.body, f.body_len)
+    p += f.body_len
+    if f.magic == MAGIC_V2:  # a 2-byte TOPICLENGTH
         p[0] = 0
         p += 1
-    p[0] = <uint8_t>topic_len
-    memcpy(p + 1, PyBytes_AS_STRING(topic), topic_len)
-    p += 1 + topic_len
-    p[0] = <uint8_t>(props_len >> 8)
-    p[1] = <uint8_t>props_len
-    memcpy(p + 2, props_p, props_len)
+    p[0] = <uint8_t>f.topic_len
+    memcpy(p + 1, f.topic, f.topic_len)
+    p += 1 + f.topic_len
+    p[0] = <uint8_t>(f.props_len >> 8)
+    p[1] = <uint8_t>f.props_len
+    memcpy(p + 2, f.props, f.props_len)
+
+
+cdef inline void _write_head(uint8_t* p, const Fields* f) noexcept nogil:
+    _put32(p, <uint32_t>f.total)
+    _put32(p + 4, <uint32_t>f.magic)
+
+
+def encode_record(rec):
+    """Mirrors ``records.encode_record``."""
+    cdef Fields f
+    keep = _read_fields(rec, &f)
+    if keep is None:
+        return _reference["encode_record"](rec)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, f.total)
+    cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
+    _write_after_head(p, &f)
+    _write_head(p, &f)
     return out
+
+
+def put_record(dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp):
+    """Mirrors ``records.put_record``: the record encoded straight into ``dest``, back-filled, its head last."""
+    cdef Fields f
+    cdef Py_buffer view
+    if not (type(pos) is int and type(limit) is int and 0 <= pos <= 0x7FFFFFFFFFFF and limit <= 0x7FFFFFFFFFFF
+            and _fits64(queue_offset) and _fits64(physical_offset) and _fits64(store_timestamp)):
+        return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
+    keep = _read_fields(rec, &f)
+    if keep is None:
+        return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
+    try:
+        PyObject_GetBuffer(dest, &view, PyBUF_WRITABLE)
+    except (BufferError, TypeError):
+        return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
+    cdef Py_ssize_t at = pos, end = limit
+    cdef uint8_t* p
+    try:
+        if end > view.len:
+            return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
+        if at + f.total > end:
+            return -f.total
+        f.qoff, f.phys, f.store_ts = queue_offset, physical_offset, store_timestamp
+        p = <uint8_t*>view.buf + at
+        # The GIL is kept: released for a µs, it would go to the dispatch thread for a switch interval.
+        _write_after_head(p, &f)
+        _write_head(p, &f)  # last: until then the segment holds zeros there, the end of the log to recovery
+    finally:
+        PyBuffer_Release(&view)
+    return f.total
 
 
 def patch_record(buf, Py_ssize_t pos, queue_offset, physical_offset, store_timestamp):

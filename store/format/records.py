@@ -263,6 +263,26 @@ def patch_record(
     _LONG.pack_into(buf, pos + (68 if born_v6 else 56), store_timestamp)
 
 
+def put_record(
+    dest: WriteBuffer, pos: int, limit: int, rec: MessageRecord, queue_offset: int, physical_offset: int,
+    store_timestamp: int,
+) -> int:  # fmt: skip
+    """A single put's append: ``rec`` encoded (:func:`encode_record`) straight into ``dest[pos:]`` with what only
+    the put lock knows back-filled (:func:`patch_record`), its TOTALSIZE and MAGIC written last, so that until
+    then ``dest`` holds zeros there, which recovery reads as the end of the log.  Returns the record's size; or,
+    writing nothing, minus its size when it would end past ``limit`` (the caller rolls to a new segment)."""
+    rec_bytes = bytearray(encode_record(rec))
+    patch_record(rec_bytes, 0, queue_offset, physical_offset, store_timestamp)
+    n = len(rec_bytes)
+    if pos < 0 or limit > len(dest):
+        raise RecordEncodeError(f"a record at {pos} up to {limit} does not fit a buffer of {len(dest)} bytes")
+    if pos + n > limit:
+        return -n
+    dest[pos + SIZE_MAGIC_LENGTH : pos + n] = rec_bytes[SIZE_MAGIC_LENGTH:]
+    dest[pos : pos + SIZE_MAGIC_LENGTH] = rec_bytes[:SIZE_MAGIC_LENGTH]
+    return n
+
+
 def encode_blank(remaining: int) -> bytes:
     """End-of-file filler: TOTALSIZE = every byte left in the file, then BLANK magic."""
     return _SIZE_MAGIC.pack(remaining, BLANK_MAGIC)
@@ -723,4 +743,4 @@ def find_record_boundary(
 
 
 # The compiled twin (store/format/_records.pyx) replaces these when it is built; see store.format.native.
-native.install(globals(), "store.format._records", ("encode_record", "patch_record", "check_record"))
+native.install(globals(), "store.format._records", ("encode_record", "patch_record", "check_record", "put_record"))

@@ -1,0 +1,101 @@
+"""A single put's append (``records.put_record`` through ``CommitLog.append_record``), on both twins: the record
+written into the segment field by field against a layout written out by hand, nothing written when it does not
+fit, and a real store's puts rolling segments, back-filled, and read back after a restart."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from store.commitlog import AppendStatus, CommitLog
+from store.format import msgid, records
+from store.message_store import MessageStore, PutMessageStatus
+from tests.helpers import make_config, make_message
+from tests.test_send_runs import CRC_123456789, expected_record
+
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("twin")]
+
+BORN = ("10.0.0.7", 40001)
+STORE = ("127.0.0.1", 10911)
+
+
+def _message(body: bytes = b"123456789", sys_flag: int = 0) -> records.MessageRecord:
+    return records.MessageRecord("T", 1, body, b"TAGS\x01a\x02", flag=7, sys_flag=sys_flag, born_timestamp=5,
+                                 born_host=BORN, store_host=STORE)  # fmt: skip
+
+
+def _backfilled(rec: bytes, queue_offset: int, physical_offset: int, store_ts: int) -> bytes:
+    out = bytearray(rec)
+    struct.pack_into(">qq", out, 20, queue_offset, physical_offset)  # QUEUEOFFSET, PHYSICALOFFSET
+    struct.pack_into(">q", out, 56, store_ts)  # STORETIMESTAMP after an IPv4 born host
+    return bytes(out)
+
+
+def test_put_record_writes_the_record_with_what_the_lock_knows():
+    want = _backfilled(expected_record(b"T", 1, b"123456789", b"TAGS\x01a\x02", 7, 0, 5, CRC_123456789), 42, 1000,
+                       1_700_000_000_123)  # fmt: skip
+    dest = bytearray(b"\xee" * 300)
+    n = records.put_record(dest, 10, 290, _message(), 42, 1000, 1_700_000_000_123)
+    assert n == len(want)
+    assert dest[10 : 10 + n] == want
+    assert dest[:10] == b"\xee" * 10 and dest[10 + n :] == b"\xee" * (290 - n)  # nothing outside the record
+
+
+def test_put_record_that_does_not_fit_writes_nothing():
+    size = len(records.encode_record(_message()))
+    dest = bytearray(300)
+    assert records.put_record(dest, 100, 100 + size - 1, _message(), 0, 0, 0) == -size
+    assert dest == bytearray(300)
+    assert records.put_record(dest, 100, 100 + size, _message(), 0, 0, 0) == size  # exactly up to the limit
+
+
+def test_put_record_refuses_a_limit_past_the_buffer():
+    with pytest.raises(records.RecordEncodeError):
+        records.put_record(bytearray(100), 0, 101, _message(), 0, 0, 0)
+
+
+def test_append_record_rolls_to_a_new_segment_and_refuses_what_no_segment_holds(tmp_path):
+    cl = CommitLog(tmp_path, 4096)
+    try:
+        body = b"x" * 1000
+        results = [cl.append_record(_message(body)) for _ in range(5)]
+        assert [r.status for r in results] == [AppendStatus.PUT_OK] * 5
+        assert [r.queue_offset for r in results] == [0, 1, 2, 3, 4]
+        # three records fill the first segment; the fourth goes to the next one behind a BLANK
+        assert results[3].wrote_offset == 4096
+        first = cl.queue.files[0]
+        end = results[2].wrote_offset + results[2].wrote_bytes
+        assert struct.unpack_from(">ii", first.view, end) == (4096 - end, records.BLANK_MAGIC)
+        for r in results:
+            rec = records.decode_record(cl.read(r.wrote_offset, r.wrote_bytes), check_crc=True)
+            assert (rec.queue_offset, rec.physical_offset, rec.body) == (r.queue_offset, r.wrote_offset, body)
+            assert rec.store_timestamp == r.store_timestamp
+        too_big = cl.append_record(_message(b"x" * 4096))
+        assert too_big.status == AppendStatus.MESSAGE_SIZE_EXCEEDED
+        assert cl.max_offset == results[-1].wrote_offset + results[-1].wrote_bytes  # nothing written
+        # a prepared (half) record takes queue offset 0 and does not advance the queue
+        half = cl.append_record(_message(sys_flag=records.TRANSACTION_PREPARED_TYPE))
+        assert half.queue_offset == 0
+        assert cl.append_record(_message()).queue_offset == 5
+    finally:
+        cl.close()
+
+
+def test_store_puts_are_read_back_after_a_restart(tmp_path):
+    config = make_config(tmp_path, mapped_file_size_commit_log=16 * 1024)
+    sent = [make_message("PutTopic", i % 2, f"body-{i}".encode() * 50, tags="TagA") for i in range(40)]
+    with MessageStore(config) as store:
+        results = [store.put_message(m) for m in sent]
+        assert all(r.status == PutMessageStatus.PUT_OK for r in results)
+        assert len(store.commitlog.queue.files) > 1  # rolled
+    with MessageStore(config) as store:
+        for m, r in zip(sent, results, strict=True):
+            (msg_id,) = r.msg_ids
+            assert msgid.decode_offset_msg_id(msg_id)[1] == r.append.wrote_offset
+            raw = store.look_message_by_offset(r.append.wrote_offset)
+            rec = records.decode_record(raw, check_crc=True)
+            assert (rec.topic, rec.queue_id, rec.body, rec.properties) == (m.topic, m.queue_id, m.body, m.properties)
+            assert rec.queue_offset == r.append.queue_offset
+        assert [r.append.queue_offset for r in results[:4]] == [0, 0, 1, 1]
+        assert store.get_max_offset_in_queue("PutTopic", 0) == 20
