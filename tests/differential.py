@@ -189,7 +189,7 @@ def put_record(data: bytes) -> None:
     py, c = _pair("store.format.records", "put_record")
     ra, rb = _outcome(py, a, pos, limit, rec, *values), _outcome(c, b, pos, limit, rec, *values)
     if ra != rb or a != b:
-        raise Disagreement(f"put_record(pos={pos}, limit={limit}, {values}, {rec!r:.200}): python {ra} != compiled {rb}")
+        raise Disagreement(f"put_record(pos={pos}, limit={limit}, {values}, {rec!r:.200}): python {ra} != {rb}")
 
 
 def patch_record(data: bytes) -> None:
