@@ -25,7 +25,9 @@ from store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
-ArrivalListener = Callable[[str, int, int, int, int], None]  # topic, queueId, next offset, tagsCode, storeTime
+# topic, queueId, the offset after the newest arrived record, the tags codes of the arrived records in queue order
+# (they hold the offsets just before it), the newest one's store time: one call per queue for a run of records
+ArrivalListener = Callable[[str, int, int, tuple[int, ...], int], None]
 
 
 class CommitLogDispatcher(Protocol):
@@ -149,7 +151,8 @@ class ReputService(threading.Thread):
             self._stats_for(mf.file_from_offset, offset - mf.file_from_offset)  # at start-up, not on a put
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
-        """Called from the dispatch thread each time a message becomes readable (long-polling wake-ups)."""
+        """Called from the dispatch thread each time messages become readable (long-polling wake-ups): once per
+        queue for the records of one pass of the compiled loop, once per record on the reference path."""
         with self._listeners_lock:
             self._listeners = [*self._listeners, listener]
 
@@ -274,7 +277,7 @@ class ReputService(threading.Thread):
                     dispatch(req)
                 if req.consumable:
                     for listener in self._listeners:  # read per record: an addition or removal counts at once
-                        listener(req.topic, req.queue_id, req.queue_offset + 1, req.tags_code, req.store_timestamp)
+                        listener(req.topic, req.queue_id, req.queue_offset + 1, (req.tags_code,), req.store_timestamp)
                 stats.count += 1
                 if stats.first_store_time is None:
                     stats.first_store_time = req.store_timestamp

@@ -339,7 +339,7 @@ class TimerMessageService(_Service):
         self._delivered_until = until
         self._index(cq, skip_below=scan)
 
-    def on_arrival(self, topic: str, _queue_id: int, _next_offset: int, _tags_code: int, _store_ts: int) -> None:
+    def on_arrival(self, topic: str, _queue_id: int, _next_offset: int, _tags_codes: tuple[int, ...], _ts: int) -> None:
         """The store's arrival listener: a new timer message may be due sooner than the service's next look."""
         if topic == TIMER_TOPIC:
             self._wakeup.set()

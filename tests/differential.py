@@ -491,7 +491,8 @@ def _safe_topics(segment: bytes) -> bool:
 
 
 def _dispatch_once(root: Path, segment: bytes, compiled: bool) -> tuple[Any, ...]:
-    """Dispatch ``segment`` into ConsumeQueue and IndexFile files under ``root``; what it did and wrote."""
+    """Dispatch ``segment`` into ConsumeQueue and IndexFile files under ``root``; what it did and wrote, the
+    listeners' store times last (the loop's calls tell a subset of the reference's: :func:`_arrived`)."""
     from store.commitlog import CommitLog
     from store.consume_queue import ConsumeQueueTable
     from store.dispatch import BuildConsumeQueue, BuildIndex, ReputService
@@ -526,8 +527,9 @@ def _dispatch_once(root: Path, segment: bytes, compiled: bool) -> tuple[Any, ...
     if reput._current is not None:
         c = reput._current[1]
         stats.append((-1, c.count, c.first_store_time, c.last_store_time))
-    result = (outcome, reput.reput_from, heard, cq_files, index_files, cq_state, stats,
-              [dataclasses.astuple(f.header) for f in index.files])  # fmt: skip
+    told, newest = _arrived(heard)
+    result = (outcome, reput.reput_from, told, cq_files, index_files, cq_state, stats,
+              [dataclasses.astuple(f.header) for f in index.files], newest)  # fmt: skip
     for cq in queues.all():
         cq.close()
     index.close()
@@ -536,6 +538,18 @@ def _dispatch_once(root: Path, segment: bytes, compiled: bool) -> tuple[Any, ...
 
 
 UNIT_FILE = 20 * 6  # six units per ConsumeQueue file: runs cross file ends
+
+
+def _arrived(heard: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], set[tuple[Any, ...]]]:
+    """The listener calls as (every record told of, in queue order: topic, queue id, its next offset, its tags
+    code; and the (topic, queue id, next offset, store time) of each call's newest record).  The reference calls
+    once per record, the loop once per queue and run: both must tell of the same records, and a call's store
+    time must be its newest record's."""
+    told, newest = [], set()
+    for topic, queue_id, nxt, codes, ts in heard:
+        told.extend((topic, queue_id, nxt - len(codes) + 1 + i, code) for i, code in enumerate(codes))
+        newest.add((topic, queue_id, nxt, ts))
+    return sorted(told), newest
 
 
 def dispatch(data: bytes) -> None:
@@ -556,9 +570,9 @@ def dispatch(data: bytes) -> None:
         for q, w in zip(quiet, was, strict=True):
             q.disabled = w
         shutil.rmtree(tmp, ignore_errors=True)
-    if python != compiled:
+    if python[:-1] != compiled[:-1] or not compiled[-1] <= python[-1]:
         names = ("outcome", "reput_from", "listener calls", "ConsumeQueue files", "IndexFiles", "queue state",
-                 "segment stats", "index headers")  # fmt: skip
+                 "segment stats", "index headers", "listener calls' store times")  # fmt: skip
         diff = [n for n, a, b in zip(names, python, compiled, strict=True) if a != b]
         raise Disagreement(f"dispatch of {segment!r:.200}: the twins differ in {', '.join(diff)}")
 

@@ -212,7 +212,7 @@ def test_long_poll_ignores_messages_with_other_tags(arrival_broker: LiveBroker) 
     b = arrival_broker
     arrived: list[tuple[str, int]] = []
 
-    def listener(topic: str, _q: int, end: int, _tags: int, _ts: int) -> None:
+    def listener(topic: str, _q: int, end: int, _tags: tuple[int, ...], _ts: int) -> None:
         arrived.append((topic, end))
 
     b.controller.store.add_arrival_listener(listener)

@@ -221,7 +221,7 @@ class PopService:
         """How many receives are parked on ``topic``."""
         return len(self._waiters.get(topic, ()))
 
-    def _on_arrival(self, topic: str, *_: int) -> None:
+    def _on_arrival(self, topic: str, *_: object) -> None:
         # the store's dispatch thread
         if topic in self._waiters and self._loop is not None and not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):

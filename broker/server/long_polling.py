@@ -15,6 +15,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from store.message_store import MAX_FILTER_UNITS
+
 log = logging.getLogger(__name__)
 
 
@@ -28,7 +30,8 @@ class _Parked:
     offset: int
     tag_codes: set[int] | None
     future: asyncio.Future
-    accept: Callable[[int], bool] | None = None  # a property filter's test of the arrived message (its next offset)
+    # a property filter's test of the arrived messages: whether one at or after next offset - 1 matches
+    accept: Callable[[int], bool] | None = None
 
 
 class PullRequestHoldService:
@@ -92,21 +95,30 @@ class PullRequestHoldService:
                     self._parked.pop(key, None)
 
     # --- notifications ---------------------------------------------------------------------------------
-    def on_arrival(self, topic: str, queue_id: int, max_offset: int, tags_code: int, _store_ts: int) -> None:
-        """The store's arrival listener; runs on the dispatch thread."""
+    def on_arrival(self, topic: str, queue_id: int, max_offset: int, tags_codes: tuple[int, ...], _ts: int) -> None:
+        """The store's arrival listener (once per queue for a run of records); runs on the dispatch thread."""
         key = self.key(topic, queue_id)
         if key in self._parked and self._loop is not None and not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed between the check and the call
-                self._loop.call_soon_threadsafe(self._wake, key, max_offset, tags_code)
+                self._loop.call_soon_threadsafe(self._wake, key, max_offset, tags_codes)
 
-    def _wake(self, key: str, max_offset: int, tags_code: int | None) -> None:
+    def _wake(self, key: str, max_offset: int, tags_codes: tuple[int, ...] | None) -> None:
+        """Wake the pulls parked under ``key`` that the records arrived before ``max_offset`` answer: ``tags_codes``
+        are those records' tags codes in queue order, or None when unknown (the periodic re-check)."""
         for p in list(self._parked.get(key, ())):
             if p.future.done() or max_offset <= p.offset:
                 continue
-            if tags_code is not None and p.tag_codes is not None and tags_code not in p.tag_codes:
-                continue
-            if tags_code is not None and p.accept is not None and not self._accepts(p, max_offset):
-                continue
+            if tags_codes is not None:
+                # the arrived records end at max_offset; those before the pull's offset do not answer it
+                fresh = tags_codes[max(0, len(tags_codes) - (max_offset - p.offset)) :]
+                if p.tag_codes is not None and p.tag_codes.isdisjoint(fresh):
+                    continue
+                # the filter's read scans up to MAX_FILTER_UNITS forward from where it starts
+                first = max_offset - len(fresh)
+                if p.accept is not None and not any(
+                    self._accepts(p, at + 1) for at in range(first, max_offset, MAX_FILTER_UNITS)
+                ):
+                    continue
             p.future.set_result(True)
 
     @staticmethod

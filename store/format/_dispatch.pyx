@@ -520,14 +520,27 @@ cdef class DispatchLoop:
             h.hash_slot_count, h.index_count = self._slot_count, self._index_count
 
     def notify(self, listeners):
-        """Call each listener for every consumable record of the last run, in CommitLog order."""
+        """Call each listener once per queue that got records in the last run (in the order the queues first
+        appear): its topic and queue id, the offset after its newest record, the tags codes of its records in
+        queue order (they hold the offsets just before it), the newest record's store time.  One call per queue,
+        not per record: on a busy broker these calls held the GIL the event loop needs."""
         cdef Py_ssize_t i
         cdef Arrival* a
-        if not listeners:
+        cdef list group
+        if not listeners or self._n_arrivals == 0:
             return
         names = self._names
+        groups = {}  # target -> [its tags codes, next offset, store time]
         for i in range(self._n_arrivals):
             a = &self._arrivals[i]
-            topic, queue_id = names[a.target]
+            group = groups.get(a.target)
+            if group is None:
+                group = groups[a.target] = [[], 0, 0]
+            (<list>group[0]).append(a.tags_code)
+            group[1] = a.next_offset
+            group[2] = a.store_ts
+        for target, (codes, next_offset, store_ts) in groups.items():
+            topic, queue_id = names[target]
+            codes = tuple(codes)
             for listener in listeners:
-                listener(topic, queue_id, a.next_offset, a.tags_code, a.store_ts)
+                listener(topic, queue_id, next_offset, codes, store_ts)
