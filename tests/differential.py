@@ -79,6 +79,8 @@ SEED_RECORDS: list[bytes] = [
         ),
         records.MessageRecord("T" * 130, 0, b"", b"", store_host=("fe80::1", 10911)),  # V2, two IPv6 hosts
         records.MessageRecord("half", 1, b"prepared", b"TAGS\x01a\x02", sys_flag=records.TRANSACTION_PREPARED_TYPE),
+        # a body long enough for the compiled twins' fast CRC (store/format/_crc.pxd)
+        records.MessageRecord("TopicTest", 0, bytes(range(256)) * 4, b"TAGS\x01k\x02", born_timestamp=7),
     )
 ]  # fmt: skip
 
@@ -139,6 +141,8 @@ def _record_from(data: bytes) -> records.MessageRecord | None:
     topic_b, body, props = rest[: split1 % 40], rest[split1 % 40 : split1 % 40 + split2], rest[split1 % 40 + split2 :]
     if flags & 0x01:
         topic_b = topic_b * (1 + knob % 8)  # past 127 bytes: V2
+    if flags & 0x40:
+        body = body * (2 + knob % 7)  # past 256 bytes: the compiled twins' fast CRC (store/format/_crc.pxd)
     topic = topic_b.decode("utf-8", "replace")
     hosts = ["127.0.0.1", "10.0.0.2", "::1", "2001:db8::7"]
     magic = (None, records.MESSAGE_MAGIC_V1, records.MESSAGE_MAGIC_V2, 12345)[(flags >> 1) % 4]
@@ -323,6 +327,9 @@ SEED_BATCHES: list[bytes] = [
     batch_body.encode_batch_body([batch_body.BatchItem(i, b"b%d" % i * (1 + 7 * i), _PROPS[i % len(_PROPS)])
                                   for i in range(n)])
     for n in (1, 3, 6)
+] + [  # bodies long enough for the compiled twins' fast CRC (store/format/_crc.pxd)
+    batch_body.encode_batch_body([batch_body.BatchItem(0, bytes(range(256)) * 4, _PROPS[0]),
+                                  batch_body.BatchItem(1, b"x" * 256, _PROPS[1])])
 ]  # fmt: skip
 
 

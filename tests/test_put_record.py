@@ -5,6 +5,7 @@ fit, and a real store's puts rolling segments, back-filled, and read back after 
 from __future__ import annotations
 
 import struct
+import zlib
 
 import pytest
 
@@ -40,6 +41,18 @@ def test_put_record_writes_the_record_with_what_the_lock_knows():
     assert n == len(want)
     assert dest[10 : 10 + n] == want
     assert dest[:10] == b"\xee" * 10 and dest[10 + n :] == b"\xee" * (290 - n)  # nothing outside the record
+
+
+@pytest.mark.parametrize("size", [255, 256, 1024, 4099])
+def test_body_crc_of_long_bodies_is_zlibs(size: int):
+    """From 256 bytes on the compiled twins take ISA-L's CRC (store/format/_crc.pxd): the same 31 bits as zlib's."""
+    body = bytes(range(251)) * (size // 251) + bytes(size % 251)
+    dest = bytearray(size + 200)
+    records.put_record(dest, 0, len(dest), _message(body), 0, 0, 0)
+    want = zlib.crc32(body) & 0x7FFFFFFF
+    assert struct.unpack_from(">i", dest, records.BODY_CRC_POS)[0] == want
+    assert struct.unpack_from(">i", records.encode_record(_message(body)), records.BODY_CRC_POS)[0] == want
+    assert records.check_record(dest, 0).ok
 
 
 def test_put_record_that_does_not_fit_writes_nothing():

@@ -7,12 +7,11 @@ of its field's range) is handed to the Python reference, so errors, reasons and 
 implementation; the differential fuzzers (``tests/fuzz``) hold both to the same answers.
 """
 
-import zlib
-
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from store.format._segments cimport PropertySpans, _property_spans
+from store.format._crc cimport _body_crc
 from store.format._bigendian cimport _fits32, _fits64, _i16, _i32, _i64, _put32, _put64, _u32
 from libc.string cimport memcpy
 
@@ -22,17 +21,13 @@ from store.format.hashing import tags_code as _tags_code
 from store.format.msgid import pack_ip
 from store.format.records import CheckResult, DispatchRequest
 
-
-cdef extern from "zlib.h" nogil:
-    unsigned long crc32(unsigned long crc, const unsigned char* buf, unsigned int len)  # zlib.crc32 without a call
-
 cdef int32_t MAGIC_V1 = -626843481
 cdef int32_t MAGIC_V2 = -626843477
 cdef int MIN_RECORD = 48
 cdef int BORN_V6 = 0x10
 cdef int STORE_V6 = 0x20
 
-_crc32 = zlib.crc32
+_fast_crc32 = native.fast_crc32()
 _reference = native.TWINS["store.format.records"].python
 _topic_cache = {}
 _tags_code_cache = {}
@@ -99,7 +94,7 @@ cdef tuple _read_fields(rec, Fields* f):
     f.body_len = len(body)
     f.props = <const uint8_t*>PyBytes_AS_STRING(props)
     f.props_len = len(props)
-    f.crc = <int32_t>(crc32(0, f.body, <unsigned int>f.body_len) & 0x7FFFFFFF) if crc is None else <int32_t>crc
+    f.crc = <int32_t>crc if crc is not None else <int32_t>_body_crc(_fast_crc32, f.body, f.body_len)
     f.queue_id, f.flag, f.reconsume = queue_id, flag, reconsume
     f.born_port, f.store_port = born_port, store_port
     f.qoff, f.phys, f.born_ts, f.store_ts, f.prepared = qoff, phys, born_ts, store_ts, prepared
@@ -291,7 +286,7 @@ cdef object _check(const uint8_t* b, Py_ssize_t n, Py_ssize_t pos, object size, 
         return None
     crc = _i32(r + 8)
     if check_crc and body_len > 0:
-        if (_crc32(memoryview(buf)[pos + body_at : pos + body_at + body_len]) & 0x7FFFFFFF) != crc:
+        if <int32_t>_body_crc(_fast_crc32, r + body_at, body_len) != crc:
             return None
     raw_topic = PyBytes_FromStringAndSize(<const char*>r + topic_at, topic_len)
     topic = _topic_cache.get(raw_topic)

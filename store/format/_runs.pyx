@@ -9,15 +9,12 @@ the reference, so errors and their wording exist once; the differential fuzzers 
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from store.format._crc cimport _body_crc
 from store.format._bigendian cimport _fits32, _fits64, _put32, _put64, _u32
 from libc.string cimport memcmp, memcpy
 
 from store.format import native
 from store.format.msgid import create_offset_msg_id, pack_ip
-
-
-cdef extern from "zlib.h" nogil:
-    unsigned long crc32(unsigned long crc, const unsigned char* buf, unsigned int len)  # zlib.crc32 without a call
 
 
 cdef int32_t MAGIC_V1 = -626843481
@@ -28,6 +25,7 @@ cdef Py_ssize_t ITEM_HEAD = 20  # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLENGTH of
 cdef Py_ssize_t MAX_PROPS = 32767
 
 _reference = native.TWINS["store.format.runs"].python
+_fast_crc32 = native.fast_crc32()
 _host_prefix = {}  # store host -> the hex of ip + port that opens its offset message ids
 
 
@@ -74,11 +72,10 @@ cdef inline Py_ssize_t _length(const Fixed* f, Py_ssize_t body_len, Py_ssize_t p
 
 
 cdef Py_ssize_t _encode_into(uint8_t* p, const Fixed* f, int32_t flag, const uint8_t* body, Py_ssize_t body_len,
-                             const uint8_t* props, Py_ssize_t props_len, bint extra) noexcept nogil:
+                             const uint8_t* props, Py_ssize_t props_len, bint extra, uint32_t crc) noexcept nogil:
     """records.encode_record of a fresh V1 record (offsets and store time 0, to be back-filled); its size."""
     cdef Py_ssize_t total_props = props_len + (f.extra_len if extra else 0)
     cdef Py_ssize_t total = _length(f, body_len, total_props)
-    cdef uint32_t crc = <uint32_t>crc32(0, body, <unsigned int>body_len) & 0x7FFFFFFF
     _put32(p, <uint32_t>total)
     _put32(p + 4, <uint32_t>MAGIC_V1)
     _put32(p + 8, crc)
@@ -171,8 +168,9 @@ def encode_message(topic, queue_id, body, props, flag, sys_flag, born_timestamp,
                                             store_host, reconsume_times, cluster)
     cdef Py_ssize_t body_len = len(body)
     cdef bytes out = PyBytes_FromStringAndSize(NULL, _length(&f, body_len, props_len + f.extra_len))
-    _encode_into(<uint8_t*>PyBytes_AS_STRING(out), &f, <int32_t>flag, <const uint8_t*>PyBytes_AS_STRING(body),
-                 body_len, pp, props_len, extra)
+    cdef const uint8_t* bp = <const uint8_t*>PyBytes_AS_STRING(body)
+    _encode_into(<uint8_t*>PyBytes_AS_STRING(out), &f, <int32_t>flag, bp, body_len, pp, props_len, extra,
+                 _body_crc(_fast_crc32, bp, body_len))
     return out
 
 
@@ -239,7 +237,8 @@ def encode_batch(body, topic, queue_id, sys_flag, born_timestamp, born_host, sto
         p = pos + ITEM_HEAD + body_len
         props_len = <int16_t>((b[p] << 8) | b[p + 1])
         o += _encode_into(o, &f, flag, b + pos + ITEM_HEAD, body_len, b + p + 2, props_len,
-                          not _has_cluster(b + p + 2, props_len))
+                          not _has_cluster(b + p + 2, props_len),
+                          _body_crc(_fast_crc32, b + pos + ITEM_HEAD, body_len))
         pos = p + 2 + props_len
     return out, count
 
