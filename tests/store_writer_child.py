@@ -129,9 +129,11 @@ def main() -> None:
 def _die_in_append(n: int) -> None:
     """Crash-point injection: SIGKILL this process inside the ``n``-th append, after the record's bytes
     were copied into the segment and before the append finished (at the back-fill of its offsets).  The
-    compiled ``runs.write_run`` copies and back-fills in one call, so this writer runs its Python twin, which
-    back-fills through ``records.patch_record`` (the twins write the same bytes: tests/test_send_runs.py)."""
+    compiled ``runs.write_run`` and ``records.put_record`` copy and back-fill in one call, so this writer runs
+    their Python twins, which back-fill through ``records.patch_record`` (the twins write the same bytes:
+    tests/test_send_runs.py, tests/test_put_record.py)."""
     runs.write_run = native.TWINS[runs.__name__].python["write_run"]
+    records.put_record = native.TWINS[records.__name__].python["put_record"]
     real = records.patch_record
     calls = 0
 

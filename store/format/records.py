@@ -269,17 +269,18 @@ def put_record(
 ) -> int:  # fmt: skip
     """A single put's append: ``rec`` encoded (:func:`encode_record`) straight into ``dest[pos:]`` with what only
     the put lock knows back-filled (:func:`patch_record`), its TOTALSIZE and MAGIC written last, so that until
-    then ``dest`` holds zeros there, which recovery reads as the end of the log.  Returns the record's size; or,
-    writing nothing, minus its size when it would end past ``limit`` (the caller rolls to a new segment)."""
-    rec_bytes = bytearray(encode_record(rec))
-    patch_record(rec_bytes, 0, queue_offset, physical_offset, store_timestamp)
-    n = len(rec_bytes)
+    then ``dest`` holds zeros there, which recovery reads as the end of the log (a back-filled value out of its
+    field's range raises before they are written).  Returns the record's size; or, writing nothing, minus its size
+    when it would end past ``limit`` (the caller rolls to a new segment)."""
+    data = encode_record(rec)
+    n = len(data)
     if pos < 0 or limit > len(dest):
         raise RecordEncodeError(f"a record at {pos} up to {limit} does not fit a buffer of {len(dest)} bytes")
     if pos + n > limit:
         return -n
-    dest[pos + SIZE_MAGIC_LENGTH : pos + n] = rec_bytes[SIZE_MAGIC_LENGTH:]
-    dest[pos : pos + SIZE_MAGIC_LENGTH] = rec_bytes[:SIZE_MAGIC_LENGTH]
+    dest[pos + SIZE_MAGIC_LENGTH : pos + n] = data[SIZE_MAGIC_LENGTH:]
+    patch_record(dest, pos, queue_offset, physical_offset, store_timestamp)
+    dest[pos : pos + SIZE_MAGIC_LENGTH] = data[:SIZE_MAGIC_LENGTH]
     return n
 
 
