@@ -21,6 +21,7 @@ TWINS = [
     "broker.remoting._command",
     "store.format._runs",
     "broker.remoting._send",
+    "store.format._transaction",
 ]
 # C libraries a twin links against (the record and run encoders call zlib's crc32 directly).
 LIBRARIES = {"store.format._runs": ["z"], "store.format._records": ["z"]}

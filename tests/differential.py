@@ -29,6 +29,7 @@ from store.format import (
     properties,
     records,
     runs,  # noqa: F401 - imported for its twins
+    transaction,
     units,
 )
 
@@ -441,6 +442,46 @@ def send_reply(data: bytes) -> None:
          _int_from(data[2], data, 5), tx, text(1) if data[0] & 8 else "DefaultRegion", bool(data[0] & 16))  # fmt: skip
 
 
+def encode_half(data: bytes) -> None:
+    """``transaction.encode_half``: a prepared send's half record, properties with or without CLUSTER and
+    UNIQ_KEY (empty, repeated, without a trailing separator), clusters and topics that need escaping or cannot
+    be encoded."""
+    if len(data) < 4:
+        return
+    topic, queue_id, sys_flag, born_ts, born, store, reconsume, cluster = _send_args(data)
+    if data[0] & 4:
+        cluster = ("cl\x02UNIQ_KEY\x01x", "", "c\x01")[data[1] % 3]
+    props = _PROPS[data[2] % len(_PROPS)] if data[3] & 1 else bytes(data[4:40])
+    if data[3] & 4:
+        props += (b"UNIQ_KEY\x01\x02", b"UNIQ_KEY\x01\xff\xfeU\x02", b"UNIQ_KEY\x01late")[data[2] % 3]
+    if data[3] & 2:
+        props = props * 2000  # past the properties length a record can hold
+    same("store.format.transaction", "encode_half", topic, queue_id, bytes(data[40:]), props, data[3] - 128,
+         sys_flag | records.TRANSACTION_PREPARED_TYPE, born_ts, born, store, reconsume, cluster)  # fmt: skip
+
+
+SEED_HALVES: list[bytes] = [
+    transaction.encode_half("Orders", 3, b"half body" * 9, _PROPS[0], 1, 0x6, 1_700_000_000_000, ("10.0.0.1", 4),
+                            ("127.0.0.1", 10911), 0, "DefaultCluster")[0],
+    transaction.encode_half("T" * 130, 0, b"", b"", 0, 0x4, 5, ("::1", 1), ("2001:db8::7", 10911), 2, "c")[0],
+]  # fmt: skip
+
+
+def commit_record(data: bytes) -> None:
+    """``transaction.commit_record`` of real half records (or mutated ones, or other records) re-addressed to
+    topics of either record format, queue ids and offsets at the edges."""
+    if len(data) < 4:
+        return
+    seeds = SEED_HALVES + SEED_RECORDS
+    half = seeds[data[0] % len(seeds)]
+    if data[1] & 0x80:
+        half = bytes(_overlay(half, data[4:]))
+    topic = ("Orders", "L" * 200, "t\u00e9", "\ud800", "X" * 0x8000)[data[1] % 5]
+    queue_id = _int_from(data[2], data[4:], 0) if data[1] & 0x40 else data[2] % 8
+    offset = _int_from(data[3], data[4:], 8)
+    same("store.format.transaction", "commit_record", half, topic, queue_id, offset)
+
+
 # =====================================================================================================
 # The dispatch loop: a whole CommitLog segment into ConsumeQueue and IndexFile files, by both twins
 # =====================================================================================================
@@ -597,6 +638,8 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "write_run": write_run,
     "offset_msg_ids": offset_msg_ids,
     "read_send_v2": read_send_v2,
+    "encode_half": encode_half,
+    "commit_record": commit_record,
     "send_reply": send_reply,
     "decode_frame": decode_frame,
     "json_header": json_header,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from broker.server import half_messages as hm
-from store.format import properties, records
+from store.format import properties, records, transaction
 
 pytestmark = pytest.mark.unit
 
@@ -34,7 +34,7 @@ def test_commit_re_puts_the_real_message_with_the_half_offset() -> None:
     half = _stored(hm.to_half(records.MessageRecord(topic="Orders", queue_id=3, body=b"body", properties=CLIENT_PROPS,
                                                     sys_flag=0x4, born_timestamp=1234, reconsume_times=2)),
                    physical_offset=4096, queue_offset=7)  # fmt: skip
-    final = hm.committed(half, "Orders", 3)
+    final = records.decode_record(transaction.commit_record(records.encode_record(half), "Orders", 3, 4096))
     assert (final.topic, final.queue_id, final.body) == ("Orders", 3, b"body")
     assert final.sys_flag == records.TRANSACTION_COMMIT_TYPE
     assert final.prepared_transaction_offset == 4096

@@ -19,7 +19,7 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.loop import run
 from broker.server import half_messages as hm
 from broker.server.send import SendProcessor
-from store.format import msgid, records
+from store.format import msgid, records, transaction
 from tests.test_client_broker import make_topic, pull_all
 
 CLIENT_PROPS = (b"TAGS\x01T\x02KEYS\x01k1\x02UNIQ_KEY\x01AC11000100002A9F0000000000000001\x02"
@@ -66,9 +66,9 @@ def assert_commit_of(committed: bytes, half: bytes, topic: str, queue_id: int) -
 
 
 def _sent_half(born_host: tuple[str, int], store_host: tuple[str, int], topic: str) -> records.MessageRecord:
-    """A half message as the send path stores it and remembers it: offsets and store time filled in."""
+    """A half message as the general send path builds it and the store fills it in: offsets and store time set."""
     sent = records.MessageRecord(
-        topic=topic, queue_id=3, body=BODY, properties=CLIENT_PROPS, flag=5,
+        topic=topic, queue_id=3, body=BODY, properties=CLIENT_PROPS + b"CLUSTER\x01DefaultCluster\x02", flag=5,
         sys_flag=records.TRANSACTION_PREPARED_TYPE | records.MULTI_TAGS_FLAG | records.COMPRESSED_FLAG,
         born_timestamp=1_700_000_000_123, born_host=born_host, reconsume_times=2,
     )  # fmt: skip
@@ -78,6 +78,13 @@ def _sent_half(born_host: tuple[str, int], store_host: tuple[str, int], topic: s
     return half
 
 
+def _appended(record: bytes) -> bytes:
+    """``record`` with what the append fills in (queue offset, physical offset, store time) zeroed."""
+    out = bytearray(record)
+    records.patch_record(out, 0, 0, 0, 0)
+    return bytes(out)
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize(
     ("born_host", "store_host"),
@@ -85,22 +92,25 @@ def _sent_half(born_host: tuple[str, int], store_host: tuple[str, int], topic: s
      (("10.0.0.1", 4321), ("::1", 10911)), (("2001:db8::7", 1), ("2001:db8::8", 2))],
 )  # fmt: skip
 @pytest.mark.parametrize("real_topic", ["Orders", "L" * 200])  # over 127 bytes: the V2 record format
-def test_the_commit_of_a_remembered_half_equals_the_commit_of_the_stored_one(born_host, store_host, real_topic):
-    remembered = _sent_half(born_host, store_host, real_topic)
-    stored = records.encode_record(remembered)
-    read_back = records.decode_record(stored)
-    assert hm.real_target(remembered) == hm.real_target(read_back) == (real_topic, 3)
-    from_memory = records.encode_record(hm.committed(remembered, real_topic, 3))
-    from_log = records.encode_record(hm.committed(read_back, real_topic, 3))
-    assert from_memory == from_log
-    assert_commit_of(from_memory, stored, real_topic, 3)
+def test_the_commit_of_a_remembered_half_equals_the_commit_of_the_stored_one(born_host, store_host, real_topic, twin):
+    half = _sent_half(born_host, store_host, real_topic)
+    stored = records.encode_record(half)
+    # what the send fast path encodes and remembers: the same record before the append filled it in
+    remembered, uniq = transaction.encode_half(real_topic, 3, BODY, CLIENT_PROPS, 5, half.sys_flag | 0x4,
+                                               1_700_000_000_123, born_host, store_host, 2, "DefaultCluster")
+    assert remembered == _appended(stored) and uniq == "AC11000100002A9F0000000000000001"
+    assert hm.real_target(records.decode_record(stored)) == (real_topic, 3)
+    from_memory = transaction.commit_record(remembered, real_topic, 3, half.physical_offset)
+    from_log = transaction.commit_record(stored, real_topic, 3, half.physical_offset)
+    assert _appended(from_memory) == _appended(from_log)
+    assert_commit_of(from_log, stored, real_topic, 3)
 
 
 @pytest.mark.unit
 def test_recent_halves_are_bounded_by_count_bytes_and_age() -> None:
-    def half(offset: int, size: int = 10, stored: int = 1000) -> records.MessageRecord:
-        return records.MessageRecord(topic=hm.HALF_TOPIC, queue_id=0, body=b"x" * size, physical_offset=offset,
-                                     store_timestamp=stored)  # fmt: skip
+    def half(offset: int, size: int = 10, stored: int = 1000) -> hm.StoredHalf:
+        return hm.StoredHalf(b"x" * size, physical_offset=offset, queue_offset=0, store_timestamp=stored,
+                             born_timestamp=0)  # fmt: skip
 
     recent = hm.RecentHalves(max_count=3, max_bytes=100)
     for offset in (10, 20, 30, 40):
@@ -222,6 +232,8 @@ def test_a_half_message_sent_by_the_fast_path_is_stored_as_the_general_path_stor
     assert stored[0] == stored[1]
     _host, fast_offset = msgid.decode_offset_msg_id(answers[0]["msgId"])
     remembered = b.controller.recent_halves.get(fast_offset, 0)
-    assert remembered is not None and records.encode_record(remembered) == b.controller.store.look_message_by_offset(
-        fast_offset
-    )  # fmt: skip
+    stored_raw = b.controller.store.look_message_by_offset(fast_offset)
+    assert remembered is not None and stored_raw is not None
+    assert remembered.raw == _appended(stored_raw)  # the record as encoded, before the append filled it in
+    assert (remembered.physical_offset, remembered.queue_offset) == (fast_offset, 1)
+    assert remembered.properties == _layout(stored_raw)["properties"]

@@ -14,29 +14,26 @@ late END_TRANSACTION for the original nor a check-back answer for another copy c
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from store.format import properties, records
+from store.format import transaction as tx_format
+from store.format.transaction import HALF_QUEUE_ID, HALF_TOPIC, PROPERTY_TRANSACTION_ID
 
 log = logging.getLogger(__name__)
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+__all__ = ["HALF_QUEUE_ID", "HALF_TOPIC", "PROPERTY_TRANSACTION_ID"]  # re-exported: the broker's names for them
+
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # the consumer group whose offset is the check service's progress
-HALF_QUEUE_ID = 0
 REMOVE_TAG = "d"
 OFFSET_SEPARATOR = ","
 
 PROPERTY_PRODUCER_GROUP = "PGROUP"
-PROPERTY_TRANSACTION_ID = "__transactionId__"
 PROPERTY_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
-
-
-def _with_transaction_type(sys_flag: int, tx_type: int) -> int:
-    return (sys_flag & ~records.TRANSACTION_ROLLBACK_TYPE) | tx_type
 
 
 def _append(props: bytes, values: dict[str, str]) -> bytes:
@@ -46,20 +43,16 @@ def _append(props: bytes, values: dict[str, str]) -> bytes:
 
 def to_half(rec: records.MessageRecord) -> records.MessageRecord:
     """``parseHalfMessageInner``: park a prepared message in the half topic with its real topic and queue.
-    ``rec`` is a message as a send builds it (no offsets, store time or CRC yet)."""
-    uniq = properties.property_value(rec.properties, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-    extra = properties.encode_properties({
-        PROPERTY_TRANSACTION_ID: uniq, properties.PROPERTY_REAL_TOPIC: rec.topic,
-        properties.PROPERTY_REAL_QUEUE_ID: str(rec.queue_id),
-    })  # fmt: skip
+    ``rec`` is a message as a send builds it (no offsets, store time or CRC yet). The send fast path encodes the
+    same record in one call (``store.format.transaction.encode_half``)."""
     # Built field by field rather than with dataclasses.replace, which costs four times as much (once per half).
     return records.MessageRecord(
         topic=HALF_TOPIC,
         queue_id=HALF_QUEUE_ID,
         body=rec.body,
-        properties=rec.properties + extra,
+        properties=tx_format.half_properties(rec.properties, rec.topic, rec.queue_id),
         flag=rec.flag,
-        sys_flag=_with_transaction_type(rec.sys_flag, records.TRANSACTION_NOT_TYPE),
+        sys_flag=tx_format.half_sys_flag(rec.sys_flag),
         born_timestamp=rec.born_timestamp,
         born_host=rec.born_host,
         store_host=rec.store_host,
@@ -68,12 +61,47 @@ def to_half(rec: records.MessageRecord) -> records.MessageRecord:
     )
 
 
-def prop(rec: records.MessageRecord, name: str) -> str | None:
+@dataclass(slots=True)
+class StoredHalf:
+    """A stored half message as END_TRANSACTION reads it: its record's bytes (the committed message is rewritten
+    from them, ``tx_format.commit_record``) and the fields it checks; the properties are decoded on first use."""
+
+    raw: bytes  # the record as stored, or as the send encoded it (offsets and store time not yet filled in)
+    physical_offset: int
+    queue_offset: int
+    store_timestamp: int
+    born_timestamp: int
+    _properties: bytes | None = field(default=None, repr=False)  # read from ``raw`` when None
+    _props: dict[str, str] | None = field(default=None, repr=False)
+
+    @property
+    def properties(self) -> bytes:
+        if self._properties is None:
+            self._properties = records.record_properties(self.raw)
+        return self._properties
+
+    @property
+    def property_map(self) -> dict[str, str]:
+        if self._props is None:
+            self._props = properties.decode_properties(self.properties)
+        return self._props
+
+    @classmethod
+    def of(cls, rec: records.MessageRecord, raw: bytes) -> StoredHalf:
+        """``rec`` as stored (offsets and store time set), ``raw`` its record."""
+        return cls(raw, rec.physical_offset, rec.queue_offset, rec.store_timestamp, rec.born_timestamp,
+                   rec.properties, rec._props)  # fmt: skip
+
+
+_Half = records.MessageRecord | StoredHalf
+
+
+def prop(rec: _Half, name: str) -> str | None:
     """One property of a record (its properties are decoded once, on first use: END_TRANSACTION reads five)."""
     return rec.property_map.get(name)
 
 
-def origin_offset(half: records.MessageRecord) -> int:
+def origin_offset(half: _Half) -> int:
     """The queue offset of the half message this one was re-put from (itself when it is the first)."""
     value = prop(half, PROPERTY_PREPARED_QUEUE_OFFSET)
     try:
@@ -91,7 +119,7 @@ def check_times(half: records.MessageRecord) -> int:
         return 0
 
 
-def real_target(half: records.MessageRecord) -> tuple[str, int] | None:
+def real_target(half: _Half) -> tuple[str, int] | None:
     """(REAL_TOPIC, REAL_QID), or None when the half message lacks them."""
     topic, qid = prop(half, properties.PROPERTY_REAL_TOPIC), prop(half, properties.PROPERTY_REAL_QUEUE_ID)
     if not topic or qid is None:
@@ -100,26 +128,6 @@ def real_target(half: records.MessageRecord) -> tuple[str, int] | None:
         return topic, int(qid)
     except ValueError:
         return None
-
-
-def committed(half: records.MessageRecord, topic: str, queue_id: int) -> records.MessageRecord:
-    """``endMessageTransaction``: the real message, sysFlag COMMIT, PREPARED TRANSACTION OFFSET = the half
-    message's CommitLog offset; body, flag, born time and host, store host and reconsume times kept, as Java keeps
-    them. As in Java, the stored properties are the half message's own (Java builds the string before it clears
-    REAL_TOPIC/REAL_QID/TRAN_MSG from the map)."""
-    return records.MessageRecord(
-        topic=topic,
-        queue_id=queue_id,
-        body=half.body,
-        properties=half.properties,
-        flag=half.flag,
-        sys_flag=_with_transaction_type(half.sys_flag, records.TRANSACTION_COMMIT_TYPE),
-        born_timestamp=half.born_timestamp,
-        born_host=half.born_host,
-        store_host=half.store_host,
-        reconsume_times=half.reconsume_times,
-        prepared_transaction_offset=half.physical_offset,
-    )
 
 
 def renewed(half: records.MessageRecord, check_times: int | None) -> records.MessageRecord:
@@ -189,7 +197,7 @@ class ResolvedHalves:
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def is_resolved(self, half: records.MessageRecord) -> bool:
+    def is_resolved(self, half: _Half) -> bool:
         return half.queue_offset in self._offsets or origin_offset(half) in self._offsets
 
     def add(self, offsets: list[int]) -> None:
@@ -207,28 +215,27 @@ class ResolvedHalves:
 
 
 class RecentHalves:
-    """The half messages this process stored most recently, as the send path built them (offsets filled in):
-    a producer ends its transaction a moment after the half is stored, and its END_TRANSACTION then needs neither
-    read nor decode the CommitLog. Bounded by count and body bytes (the oldest go first) and by age, so an entry
-    never outlives what the CommitLog keeps; anything not here is read from the CommitLog as before."""
+    """The half messages this process stored most recently, as the send path encoded them: a producer ends its
+    transaction a moment after the half is stored, and its END_TRANSACTION then needs neither read nor decode the
+    CommitLog. Bounded by count and record bytes (the oldest go first) and by age, so an entry never outlives what
+    the CommitLog keeps; anything not here is read from the CommitLog as before."""
 
     def __init__(self, max_count: int = 8192, max_bytes: int = 32 * 1024 * 1024) -> None:
         self.max_count = max_count
         self.max_bytes = max_bytes
-        self._halves: dict[int, records.MessageRecord] = {}  # by CommitLog offset, oldest first
+        self._halves: dict[int, StoredHalf] = {}  # by CommitLog offset, oldest first
         self._bytes = 0
 
     def __len__(self) -> int:
         return len(self._halves)
 
-    def add(self, half: records.MessageRecord) -> None:
-        """``half`` as stored: its physical offset, queue offset and store time set."""
+    def add(self, half: StoredHalf) -> None:
         self._halves[half.physical_offset] = half
-        self._bytes += len(half.body)
+        self._bytes += len(half.raw)
         while len(self._halves) > self.max_count or self._bytes > self.max_bytes:
             self.discard(next(iter(self._halves)))
 
-    def get(self, commit_log_offset: int, stored_after_ms: int) -> records.MessageRecord | None:
+    def get(self, commit_log_offset: int, stored_after_ms: int) -> StoredHalf | None:
         """The half message stored at ``commit_log_offset`` if it is here and was stored after ``stored_after_ms``
         (an older one is dropped: its CommitLog segment may be gone)."""
         half = self._halves.get(commit_log_offset)
@@ -240,4 +247,4 @@ class RecentHalves:
     def discard(self, commit_log_offset: int) -> None:
         half = self._halves.pop(commit_log_offset, None)
         if half is not None:
-            self._bytes -= len(half.body)
+            self._bytes -= len(half.raw)

@@ -34,6 +34,7 @@ from broker.server.context import BrokerContext
 from store.commitlog import AppendResult
 from store.config import BrokerRole, FlushDiskType
 from store.format import properties, records, runs
+from store.format import transaction as tx_format
 from store.message_store import PutMessageResult, PutMessageStatus
 from store.schedule import may_park
 
@@ -183,9 +184,10 @@ class SendProcessor:
         the header's ``batch`` flag picks the batch path: the C++ client sends its batches as SEND_MESSAGE with
         ``batch=1``.  The fast paths answer with the reply frame already encoded (``bytes``)."""
         if cmd.code == RequestCode.SEND_MESSAGE_V2 and self._fast_store():
-            frame = self._send_fast(cmd, conn)
-            if frame is None and _TRAN_MSG in cmd.ext_fields.get("i", "") and self.broker.flush_acks is None:
-                frame = self._half_fast(cmd, conn)
+            if _TRAN_MSG in cmd.ext_fields.get("i", ""):  # a half message: _send_fast would refuse it
+                frame = self._half_fast(cmd, conn) if self.broker.flush_acks is None else None
+            else:
+                frame = self._send_fast(cmd, conn)
             if frame is not None:
                 return frame
         try:
@@ -228,7 +230,7 @@ class SendProcessor:
             a = result.append
             rec.physical_offset, rec.queue_offset, rec.store_timestamp = (a.wrote_offset, a.queue_offset,
                                                                           a.store_timestamp)  # fmt: skip
-            self.broker.recent_halves.add(rec)
+            self.broker.recent_halves.add(half_messages.StoredHalf.of(rec, records.encode_record(rec)))
 
     async def _put_when_topic_saved(
         self, cmd: RemotingCommand, msgs: list[records.MessageRecord], h: SendMessageRequestHeader,
@@ -356,9 +358,10 @@ class SendProcessor:
 
     def _half_fast(self, cmd: RemotingCommand, conn: Channel) -> bytes | None:
         """A transaction's half message (``TRAN_MSG=true``) by the fast path's steps: the record the general path
-        would store (``_record`` then ``half_messages.to_half``: the same bytes), appended as a run of one,
-        remembered for its END_TRANSACTION and answered with a ready frame, so that a transaction's first request
-        costs what a plain send does. None hands anything unusual to the general path, nothing stored."""
+        would store (``_record`` then ``half_messages.to_half``: the same bytes) encoded in one call
+        (``store.format.transaction.encode_half``), appended as a run of one, remembered for its END_TRANSACTION
+        and answered with a ready frame, so that a transaction's first request costs what a plain send does. None
+        hands anything unusual to the general path, nothing stored."""
         b = self.broker
         ext = cmd.ext_fields
         if "topic" in ext or "batch" in ext or ext.get("m") == "1" or b.config.reject_transaction_message:
@@ -383,19 +386,22 @@ class SendProcessor:
         ):  # fmt: skip
             return None
         store = b.store
-        half = half_messages.to_half(self._record(h, tc, conn, cmd.body, props, h.flag))
-        half.store_host = store.store_host
-        if len(half.properties) > records.MAX_PROPERTIES_LENGTH:
+        sys_flag = h.sys_flag | (records.MULTI_TAGS_FLAG if tc.topic_filter_type == "MULTI_TAG" else 0)
+        try:
+            run, uniq = tx_format.encode_half(h.topic, h.queue_id, cmd.body, props, h.flag, sys_flag, h.born_timestamp,
+                                              conn.remote_host, store.store_host, h.reconsume_times or 0,
+                                              b.config.broker_cluster_name)  # fmt: skip
+        except (ValueError, OverflowError):  # properties too long, a field out of range: the general path answers
             return None
-        run = records.encode_record(half)
-        result, _ = store.put_run_nowait(run, 1, half.topic, half.queue_id, half.sys_flag)
+        result, _ = store.put_run_nowait(run, 1, tx_format.HALF_TOPIC, tx_format.HALF_QUEUE_ID,
+                                         tx_format.half_sys_flag(sys_flag))  # fmt: skip
         append = result.append
         if not result.ok or append is None:
             return None  # refused, nothing stored: the general path answers with the store's status
         b.stats.put(h.topic, 1, append.wrote_bytes)
-        self._remember_half(half, result)
+        b.recent_halves.add(half_messages.StoredHalf(run, append.wrote_offset, append.queue_offset,
+                                                     append.store_timestamp, h.born_timestamp))  # fmt: skip
         msg_id = runs.offset_msg_ids(store.store_host, append.wrote_offset, run, 1)
-        uniq = _property(props, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         c = b.config
         return send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, h.queue_id, append.queue_offset, uniq,
                                      c.region_id, c.trace_on)  # fmt: skip

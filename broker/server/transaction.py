@@ -38,6 +38,7 @@ from broker.server import topics as tp
 from broker.server.context import BrokerContext
 from store.config import FlushDiskType
 from store.format import msgid, records
+from store.format import transaction as tx_format
 from store.message_store import GetMessageStatus
 from store.schedule import may_park
 
@@ -62,7 +63,7 @@ class TransactionProcessor:
         # What the oneway END_TRANSACTIONs of one loop turn resolved, written when the turn ends: the committed
         # messages as one batch per real queue (about the whole in-flight window arrives in one turn), then one op.
         self._turn_scheduled = False
-        self._pending_commits: dict[tuple[str, int], list[_Commit]] = {}
+        self._pending_commits: dict[tuple[str, int], list[_Pending]] = {}
         self._pending_ops: list[int] = []
 
     def routes(self) -> dict[int, Handler]:
@@ -97,7 +98,7 @@ class TransactionProcessor:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
 
-    def _read_half(self, commit_log_offset: int) -> records.MessageRecord | None:
+    def _read_half(self, commit_log_offset: int) -> hm.StoredHalf | None:
         """The half message starting at ``commit_log_offset``, or None unless a half message starts there: the one
         a send just stored if it is still remembered, else read from the CommitLog."""
         fresh = self.broker.recent_halves.get(commit_log_offset, _now() - self.broker.config.transaction_time_out)
@@ -105,9 +106,9 @@ class TransactionProcessor:
             return fresh
         raw = self.broker.store.look_message_by_offset(commit_log_offset)
         rec = None if raw is None else _decode(raw)
-        if rec is None or rec.topic != hm.HALF_TOPIC or rec.physical_offset != commit_log_offset:
+        if raw is None or rec is None or rec.topic != hm.HALF_TOPIC or rec.physical_offset != commit_log_offset:
             return None
-        return rec
+        return hm.StoredHalf.of(rec, bytes(raw))
 
     def _op(self, offsets: list[int]) -> records.MessageRecord:
         return hm.op_record(offsets, self._uniq.next(), self._store_host(), _now())
@@ -149,35 +150,38 @@ class TransactionProcessor:
             log.warning("END_TRANSACTION %s for %s after its check immunity: left to the check-back", what, h.msg_id)
             late = "the check immunity time has passed: wait for the check"
             return _answer(cmd, ResponseCode.ILLEGAL_OPERATION, late)
-        final: records.MessageRecord | None = None
+        final: _Commit | None = None
         if kind == records.TRANSACTION_COMMIT_TYPE:
             target = hm.real_target(half)
             if target is None:
                 return _answer(cmd, ResponseCode.SYSTEM_ERROR, "the half message has no REAL_TOPIC/REAL_QID")
-            final = hm.committed(half, *target)
+            try:
+                final = (*target, tx_format.commit_record(half.raw, *target, half.physical_offset))
+            except (records.RecordError, records.RecordEncodeError) as e:  # a REAL_TOPIC no record can hold
+                return _answer(cmd, ResponseCode.SYSTEM_ERROR, str(e))
         offsets = sorted({half.queue_offset, hm.origin_offset(half)})
         self.resolved.add(offsets)  # at once: a concurrent request for the same transaction is ignored
         self.broker.recent_halves.discard(half.physical_offset)
         if self.broker.store_config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
             return self._end_and_wait(cmd, final, offsets)
-        if final is not None and cmd.is_oneway and not may_park(final.properties):
+        if final is not None and cmd.is_oneway and not may_park(half.properties):
             self._defer(offsets, final)  # nobody waits for an answer: appended with the others of this turn
             return None
         if final is not None:
-            result, _ = self.broker.store.put_messages_nowait([final])
+            result, _ = self.broker.store.put_messages_nowait([_record(final)])
             if not result.ok:
                 self.resolved.discard(offsets)
                 return _answer(cmd, ResponseCode.SYSTEM_ERROR, result.error or result.status.value)
-            self.broker.stats.put(final.topic, 1, result.append.wrote_bytes if result.append else 0)
+            self.broker.stats.put(final[0], 1, result.append.wrote_bytes if result.append else 0)
         self._defer(offsets)
         return _answer(cmd, ResponseCode.SUCCESS)
 
     async def _end_and_wait(
-        self, cmd: RemotingCommand, final: records.MessageRecord | None, offsets: list[int]
+        self, cmd: RemotingCommand, final: _Commit | None, offsets: list[int]
     ) -> RemotingCommand | None:
         try:
             if final is not None:
-                result = await self.broker.put([final])
+                result = await self.broker.put([_record(final)])
                 if not result.ok:
                     self.resolved.discard(offsets)
                     return _answer(cmd, ResponseCode.SYSTEM_ERROR, result.error or result.status.value)
@@ -187,7 +191,7 @@ class TransactionProcessor:
             raise
         return _answer(cmd, ResponseCode.SUCCESS)
 
-    def _defer(self, offsets: list[int], final: records.MessageRecord | None = None) -> None:
+    def _defer(self, offsets: list[int], final: _Commit | None = None) -> None:
         """The op for ``offsets`` (and the committed message ``final``), written when this loop turn ends."""
         if not self._turn_scheduled:
             self._turn_scheduled = True
@@ -195,24 +199,28 @@ class TransactionProcessor:
         if final is None:
             self._pending_ops.extend(offsets)
         else:
-            self._pending_commits.setdefault((final.topic, final.queue_id), []).append((final, offsets))
+            topic, queue_id, raw = final
+            self._pending_commits.setdefault((topic, queue_id), []).append((raw, offsets))
 
     def _end_turn(self) -> None:
-        """Append the turn's committed messages, one batch per queue, then one op for every transaction whose
-        resolution is stored: a batch that fails leaves its transactions unresolved, for the check-back."""
+        """Append the turn's committed messages, one run per queue (their records are ready: ``commit_record``),
+        then one op for every transaction whose resolution is stored: a run that fails leaves its transactions
+        unresolved, for the check-back."""
         self._turn_scheduled = False
         commits, self._pending_commits = self._pending_commits, {}
         offsets, self._pending_ops = self._pending_ops, []
         store = self.broker.store
         for (topic, queue_id), pending in commits.items():
             for batch in _batches(pending):
-                msgs = [m for m, _ in batch]
-                result, _ = store.put_messages_nowait(msgs)
+                run = b"".join([raw for raw, _ in batch])
+                # like Java's re-put of a committed message, it never waits for a flush (ASYNC_FLUSH here anyway)
+                result, _ = store.put_run_nowait(run, len(batch), topic, queue_id, records.TRANSACTION_COMMIT_TYPE,
+                                                 wait=False)  # fmt: skip
                 if result.ok:
-                    self.broker.stats.put(topic, len(msgs), result.append.wrote_bytes if result.append else 0)
+                    self.broker.stats.put(topic, len(batch), result.append.wrote_bytes if result.append else 0)
                     offsets.extend(o for _, done in batch for o in done)
                 else:
-                    log.error("%d committed messages for %s:%d not written: %s", len(msgs), topic, queue_id,
+                    log.error("%d committed messages for %s:%d not written: %s", len(batch), topic, queue_id,
                               result.error or result.status)  # fmt: skip
                     for _, done in batch:
                         self.resolved.discard(done)
@@ -223,7 +231,7 @@ class TransactionProcessor:
         if not result.ok:  # the check-back will ask about them again
             log.error("op message for half offsets %s not written: %s", offsets, result.error or result.status)
 
-    def _validate(self, h: EndTransactionRequestHeader, half: records.MessageRecord | None) -> str | None:
+    def _validate(self, h: EndTransactionRequestHeader, half: hm.StoredHalf | None) -> str | None:
         if half is None:
             return "Find prepared transaction message failed"
         if hm.prop(half, hm.PROPERTY_PRODUCER_GROUP) != h.producer_group:
@@ -234,7 +242,7 @@ class TransactionProcessor:
             return "The transaction is already resolved"
         return None
 
-    def _immunity_passed(self, half: records.MessageRecord) -> bool:
+    def _immunity_passed(self, half: hm.StoredHalf) -> bool:
         """``rejectCommitOrRollback``: a producer's own END_TRANSACTION after its custom first-check time."""
         value = hm.prop(half, hm.PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
         if not value:
@@ -350,21 +358,29 @@ class TransactionProcessor:
 _BATCH_BYTES = 256 * 1024
 
 
-_Commit = tuple[records.MessageRecord, list[int]]  # a committed message and the half offsets it resolves
+_Commit = tuple[str, int, bytes]  # a committed message: its real topic and queue, its record
+_Pending = tuple[bytes, list[int]]  # a committed message's record and the half offsets it resolves
 
 
-def _batches(pending: list[_Commit]) -> list[list[_Commit]]:
-    """``pending`` cut into runs of at most ``_BATCH_BYTES`` of bodies and properties."""
-    out: list[list[_Commit]] = [[]]
+def _batches(pending: list[_Pending]) -> list[list[_Pending]]:
+    """``pending`` cut into runs of at most ``_BATCH_BYTES`` of records."""
+    out: list[list[_Pending]] = [[]]
     size = 0
     for item in pending:
-        n = len(item[0].body) + len(item[0].properties)
+        n = len(item[0])
         if out[-1] and size + n > _BATCH_BYTES:
             out.append([])
             size = 0
         out[-1].append(item)
         size += n
     return out
+
+
+def _record(final: _Commit) -> records.MessageRecord:
+    """A committed message as a record to put (the rare paths: SYNC_FLUSH, an answer awaited, a delay to park)."""
+    rec = records.decode_record(final[2])
+    rec.queue_offset = rec.physical_offset = rec.store_timestamp = 0  # the append's, as for any put
+    return rec
 
 
 def read_end_transaction_header(cmd: RemotingCommand) -> EndTransactionRequestHeader:
