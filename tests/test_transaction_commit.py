@@ -96,9 +96,10 @@ def test_the_commit_of_a_remembered_half_equals_the_commit_of_the_stored_one(bor
     half = _sent_half(born_host, store_host, real_topic)
     stored = records.encode_record(half)
     # what the send fast path encodes and remembers: the same record before the append filled it in
-    remembered, uniq = transaction.encode_half(real_topic, 3, BODY, CLIENT_PROPS, 5, half.sys_flag | 0x4,
-                                               1_700_000_000_123, born_host, store_host, 2, "DefaultCluster")
+    remembered, uniq, props = transaction.encode_half(real_topic, 3, BODY, CLIENT_PROPS, 5, half.sys_flag | 0x4,
+                                                      1_700_000_000_123, born_host, store_host, 2, "DefaultCluster")
     assert remembered == _appended(stored) and uniq == "AC11000100002A9F0000000000000001"
+    assert props == half.properties
     assert hm.real_target(records.decode_record(stored)) == (real_topic, 3)
     from_memory = transaction.commit_record(remembered, real_topic, 3, half.physical_offset)
     from_log = transaction.commit_record(stored, real_topic, 3, half.physical_offset)

@@ -388,7 +388,7 @@ class SendProcessor:
         store = b.store
         sys_flag = h.sys_flag | (records.MULTI_TAGS_FLAG if tc.topic_filter_type == "MULTI_TAG" else 0)
         try:
-            run, uniq = tx_format.encode_half(h.topic, h.queue_id, cmd.body, props, h.flag, sys_flag, h.born_timestamp,
+            run, uniq, half_props = tx_format.encode_half(h.topic, h.queue_id, cmd.body, props, h.flag, sys_flag, h.born_timestamp,
                                               conn.remote_host, store.store_host, h.reconsume_times or 0,
                                               b.config.broker_cluster_name)  # fmt: skip
         except (ValueError, OverflowError):  # properties too long, a field out of range: the general path answers
@@ -400,7 +400,7 @@ class SendProcessor:
             return None  # refused, nothing stored: the general path answers with the store's status
         b.stats.put(h.topic, 1, append.wrote_bytes)
         b.recent_halves.add(half_messages.StoredHalf(run, append.wrote_offset, append.queue_offset,
-                                                     append.store_timestamp, h.born_timestamp))  # fmt: skip
+                                                     append.store_timestamp, h.born_timestamp, half_props))  # fmt: skip
         msg_id = runs.offset_msg_ids(store.store_host, append.wrote_offset, run, 1)
         c = b.config
         return send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, h.queue_id, append.queue_offset, uniq,

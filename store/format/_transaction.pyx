@@ -66,9 +66,10 @@ def encode_half(topic, queue_id, body, props, flag, sys_flag, born_timestamp, bo
         uniq = PyBytes_FromStringAndSize(PyBytes_AS_STRING(sent) + at, value_len).decode("utf-8", "replace")
         extra = b"__transactionId__\x01" + uniq.encode("utf-8") + b"\x02"
     extra = extra + b"REAL_TOPIC\x01" + topic.encode("utf-8") + b"\x02REAL_QID\x01" + str(queue_id).encode() + b"\x02"
-    run = _encode_message(_HALF_TOPIC, 0, body, sent + extra, flag, sys_flag & ~TRANSACTION_BITS, born_timestamp,
+    cdef bytes half_props = sent + extra
+    run = _encode_message(_HALF_TOPIC, 0, body, half_props, flag, sys_flag & ~TRANSACTION_BITS, born_timestamp,
                           born_host, store_host, reconsume_times, cluster)
-    return run, uniq
+    return run, uniq, half_props
 
 
 def commit_record(half, topic, queue_id, half_offset):

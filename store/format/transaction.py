@@ -45,16 +45,17 @@ def half_properties(props: bytes, topic: str, queue_id: int) -> bytes:
 def encode_half(
     topic: str, queue_id: int, body: bytes, props: bytes, flag: int, sys_flag: int, born_timestamp: int,
     born_host: Host, store_host: Host, reconsume_times: int, cluster: str,
-) -> tuple[bytes, str | None]:  # fmt: skip
-    """(the record, its UNIQ_KEY) of a prepared send of these fields to ``topic``/``queue_id`` parked as a half
-    message: the sent record (``runs.encode_message``, the broker's CLUSTER added) re-addressed to the half topic
-    with :func:`half_properties` and :func:`half_sys_flag`."""
+) -> tuple[bytes, str | None, bytes]:  # fmt: skip
+    """(the record, its UNIQ_KEY, its properties) of a prepared send of these fields to ``topic``/``queue_id``
+    parked as a half message: the sent record (``runs.encode_message``, the broker's CLUSTER added) re-addressed
+    to the half topic with :func:`half_properties` and :func:`half_sys_flag`."""
     sent = runs.with_property(props, properties.PROPERTY_CLUSTER, cluster)
+    half_props = half_properties(sent, topic, queue_id)
     run = runs.encode_message(
-        HALF_TOPIC, HALF_QUEUE_ID, body, half_properties(sent, topic, queue_id), flag, half_sys_flag(sys_flag),
-        born_timestamp, born_host, store_host, reconsume_times, cluster,
+        HALF_TOPIC, HALF_QUEUE_ID, body, half_props, flag, half_sys_flag(sys_flag), born_timestamp, born_host,
+        store_host, reconsume_times, cluster,
     )  # fmt: skip
-    return run, properties.property_value(sent, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    return run, properties.property_value(sent, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), half_props
 
 
 def prepared_offset_position(sys_flag: int) -> int:
