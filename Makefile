@@ -12,7 +12,7 @@ install: $(VENV)/.installed $(PROXY_STUBS)
 # Re-runs only when the dependency declarations or the compiled twins' sources change; the package itself is
 # editable (the Python modules are read in place, the Cython twins are built into the tree by setup.py).
 TWIN_PYX := $(wildcard store/format/_*.pyx broker/remoting/_*.pyx)
-TWIN_SOURCES := $(TWIN_PYX) $(wildcard store/format/_*.pxd)
+TWIN_SOURCES := $(TWIN_PYX) $(wildcard store/format/_*.pxd broker/remoting/_*.pxd)
 $(VENV)/.installed: pyproject.toml constraints.txt setup.py $(TWIN_SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt --upgrade pip

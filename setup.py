@@ -22,6 +22,7 @@ TWINS = [
     "store.format._runs",
     "broker.remoting._send",
     "store.format._transaction",
+    "broker.remoting._tx",
 ]
 # C libraries a twin links against (the record and run encoders call zlib's crc32 directly).
 LIBRARIES = {"store.format._runs": ["z"], "store.format._records": ["z"]}

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from broker.remoting import send_codec  # noqa: F401 - imported for its twins (store.format.native)
+from broker.remoting import send_codec, tx_codec  # noqa: F401 - imported for their twins (store.format.native)
 from broker.remoting.codes import RequestCode, SerializeType
 from broker.remoting.command import RemotingCommand
 from store.format import (
@@ -426,6 +426,29 @@ def read_send_v2(data: bytes) -> None:
     same("broker.remoting.send_codec", "read_send_v2", ext)
 
 
+_HALF_EXT = {**_SEND_EXT, "f": "4", "i": _SEND_EXT["i"] + "TRAN_MSG\x01true\x02PGROUP\x01producer\x02"}
+_TRAN_VALUES = ("true", "false", "", "TRUE", "true\x02DELAY\x013", "tru")
+
+
+def read_half_v2(data: bytes) -> None:
+    """``tx_codec.read_half_v2`` of the Java client's half message header with fields replaced or dropped by the
+    bytes, and TRAN_MSG values that are not quite ``true``."""
+    if len(data) < 2:
+        return
+    ext = dict(_HALF_EXT)
+    if data[0] & 2:
+        ext["i"] += f"TRAN_MSG\x01{_TRAN_VALUES[data[1] % len(_TRAN_VALUES)]}\x02"
+    keys = [*"abcdefghijklmn", "topic"]
+    texts = data[1:].split(b"\x00")
+    for i, raw in enumerate(texts[:6]):
+        key = keys[(data[0] + 3 * i + (raw[0] if raw else 0)) % len(keys)]
+        if raw and raw[0] % 5 == 0:
+            ext.pop(key, None)
+        elif not (raw and raw[0] % 7 == 0):  # sometimes leave the key as it was
+            ext[key] = raw[1:].decode("utf-8", "surrogateescape" if data[0] & 1 else "replace")
+    same("broker.remoting.tx_codec", "read_half_v2", ext)
+
+
 def send_reply(data: bytes) -> None:
     """``send_codec.send_reply`` with strings that need escaping or not and numbers at the edges."""
     if len(data) < 3:
@@ -638,6 +661,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "write_run": write_run,
     "offset_msg_ids": offset_msg_ids,
     "read_send_v2": read_send_v2,
+    "read_half_v2": read_half_v2,
     "encode_half": encode_half,
     "commit_record": commit_record,
     "send_reply": send_reply,

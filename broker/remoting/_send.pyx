@@ -6,6 +6,8 @@ whose strings need no escaping; anything else is handed to the reference."""
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcmp, memcpy
+from broker.remoting._fields cimport _false_or_absent, _int
+from store.format._segments cimport _last_value
 
 from broker.remoting.codes import CURRENT_VERSION
 from store.format import native
@@ -21,42 +23,10 @@ cdef bytes _VERSION = str(int(CURRENT_VERSION)).encode()
 cdef int TRANSACTION_BITS = 0xC  # records.TRANSACTION_ROLLBACK_TYPE: prepared, commit or rollback
 
 
-cdef object _int(object s):
-    """``int(s)`` of an ASCII ``[-]digits`` string of at most 18 digits; None for anything ``int`` might read
-    otherwise (spaces, '+', '_', other digits) or refuse."""
-    if type(s) is not str or not s.isascii():
-        return None
-    cdef Py_ssize_t n, i = 0
-    cdef const char* p = PyUnicode_AsUTF8AndSize(s, &n)
-    cdef bint neg = n > 0 and p[0] == 45  # '-'
-    cdef int64_t v = 0
-    if neg:
-        i = 1
-    if n - i < 1 or n - i > 18:
-        return None
-    while i < n:
-        if p[i] < 48 or p[i] > 57:
-            return None
-        v = v * 10 + (p[i] - 48)
-        i += 1
-    return -v if neg else v
-
-
-cdef inline bint _false_or_absent(object v):
-    return v is None or (type(v) is str and v == "false")
-
-
 cdef object _uniq_key(const uint8_t* p, Py_ssize_t n):
     """``properties.property_value(props, "UNIQ_KEY")``: the last segment opening with UNIQ_KEY 0x01."""
-    cdef Py_ssize_t q = 0, seg, v_at = -1, v_len = 0
-    while q <= n:
-        seg = q
-        while q < n and p[q] != 2:
-            q += 1
-        if q - seg >= 9 and memcmp(p + seg, b"UNIQ_KEY\x01", 9) == 0:
-            v_at, v_len = seg + 9, q - seg - 9
-        q += 1
-    if v_at < 0 or v_len == 0:
+    cdef Py_ssize_t v_len, v_at = _last_value(p, n, b"UNIQ_KEY\x01", 9, &v_len)
+    if v_at < 0:
         return None
     return PyBytes_FromStringAndSize(<const char*>p + v_at, v_len).decode("utf-8", "replace")
 

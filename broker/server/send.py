@@ -17,7 +17,7 @@ import logging
 import random
 from collections.abc import Awaitable
 
-from broker.remoting import batch_body, send_codec
+from broker.remoting import batch_body, send_codec, tx_codec
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
@@ -357,40 +357,34 @@ class SendProcessor:
         return frame if b.flush_acks is None else self._when_durable(cmd, frame, append, props)
 
     def _half_fast(self, cmd: RemotingCommand, conn: Channel) -> bytes | None:
-        """A transaction's half message (``TRAN_MSG=true``) by the fast path's steps: the record the general path
-        would store (``_record`` then ``half_messages.to_half``: the same bytes) encoded in one call
-        (``store.format.transaction.encode_half``), appended as a run of one, remembered for its END_TRANSACTION
-        and answered with a ready frame, so that a transaction's first request costs what a plain send does. None
-        hands anything unusual to the general path, nothing stored."""
+        """A transaction's half message (``TRAN_MSG=true``) by the fast path's steps: the header read in one call
+        (``tx_codec.read_half_v2``), the record the general path would store (``_record`` then
+        ``half_messages.to_half``: the same bytes) encoded in one call (``store.format.transaction.encode_half``),
+        appended as a run of one, remembered for its END_TRANSACTION and answered with a ready frame, so that a
+        transaction's first request costs what a plain send does. None hands anything unusual to the general
+        path, nothing stored."""
         b = self.broker
-        ext = cmd.ext_fields
-        if "topic" in ext or "batch" in ext or ext.get("m") == "1" or b.config.reject_transaction_message:
+        f = tx_codec.read_half_v2(cmd.ext_fields)
+        if f is None or b.config.reject_transaction_message:
             return None
-        try:
-            h = SendMessageRequestHeaderV2.read_v1(ext)
-        except HeaderError:
-            return None
-        props = (h.properties or "").encode("utf-8")
-        if h.batch or h.unit_mode or h.queue_id < 0 or may_park(props) or (props and not props.endswith(b"\x02")):
-            return None
-        if _property(props, properties.PROPERTY_TRANSACTION_PREPARED) != "true":
-            return None
-        tc = b.topics.get(h.topic)
+        topic, queue_id, sys_flag, flag, born_ts, props, reconsume = f
+        tc = b.topics.get(topic)
         half_tc = b.topics.get(half_messages.HALF_TOPIC)
         if (
-            tc is None or half_tc is None or not self._plain_name(h.topic) or not tp.is_writeable(tc.perm)
+            tc is None or half_tc is None or not self._plain_name(topic) or not tp.is_writeable(tc.perm)
             or not tp.is_writeable(b.config.broker_permission)
-            or h.queue_id >= max(tc.write_queue_nums, tc.read_queue_nums)
-            or h.topic in b.topics.unsaved or half_messages.HALF_TOPIC in b.topics.unsaved
+            or queue_id >= max(tc.write_queue_nums, tc.read_queue_nums)
+            or topic in b.topics.unsaved or half_messages.HALF_TOPIC in b.topics.unsaved
             or len(cmd.body) > b.store_config.max_message_size
         ):  # fmt: skip
             return None
         store = b.store
-        sys_flag = h.sys_flag | (records.MULTI_TAGS_FLAG if tc.topic_filter_type == "MULTI_TAG" else 0)
+        if tc.topic_filter_type == "MULTI_TAG":
+            sys_flag |= records.MULTI_TAGS_FLAG
         try:
-            run, uniq, half_props = tx_format.encode_half(h.topic, h.queue_id, cmd.body, props, h.flag, sys_flag, h.born_timestamp,
-                                              conn.remote_host, store.store_host, h.reconsume_times or 0,
-                                              b.config.broker_cluster_name)  # fmt: skip
+            run, uniq, half_props = tx_format.encode_half(topic, queue_id, cmd.body, props, flag, sys_flag, born_ts,
+                                                          conn.remote_host, store.store_host, reconsume,
+                                                          b.config.broker_cluster_name)  # fmt: skip
         except (ValueError, OverflowError):  # properties too long, a field out of range: the general path answers
             return None
         result, _ = store.put_run_nowait(run, 1, tx_format.HALF_TOPIC, tx_format.HALF_QUEUE_ID,
@@ -398,12 +392,12 @@ class SendProcessor:
         append = result.append
         if not result.ok or append is None:
             return None  # refused, nothing stored: the general path answers with the store's status
-        b.stats.put(h.topic, 1, append.wrote_bytes)
+        b.stats.put(topic, 1, append.wrote_bytes)
         b.recent_halves.add(half_messages.StoredHalf(run, append.wrote_offset, append.queue_offset,
-                                                     append.store_timestamp, h.born_timestamp, half_props))  # fmt: skip
+                                                     append.store_timestamp, born_ts, half_props))  # fmt: skip
         msg_id = runs.offset_msg_ids(store.store_host, append.wrote_offset, run, 1)
         c = b.config
-        return send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, h.queue_id, append.queue_offset, uniq,
+        return send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, queue_id, append.queue_offset, uniq,
                                      c.region_id, c.trace_on)  # fmt: skip
 
     def _batch_fast(

@@ -1,6 +1,6 @@
 # The scan of a properties string (``name 0x01 value 0x02`` segments, store/format/properties.py) that three
-# compiled twins make over raw record bytes, and the look-up of the values a record's dispatch needs that two of
-# them make; cimported and inlined into each.
+# compiled twins make over raw record bytes, the look-up of the values a record's dispatch needs that two of
+# them make, and ``properties.property_value``'s look-up of one name; cimported and inlined into each.
 from libc.stdint cimport uint8_t
 from libc.string cimport memcmp
 
@@ -49,3 +49,18 @@ cdef inline void _property_spans(const uint8_t* r, Py_ssize_t q, Py_ssize_t e, P
             elif _named(r + seg, name_len, b"DELAY", 5):
                 s.delay_at, s.delay_len = value_at, q - value_at
         q += 1
+
+
+cdef inline Py_ssize_t _last_value(const uint8_t* p, Py_ssize_t n, const char* key, Py_ssize_t key_len,
+                                   Py_ssize_t* value_len) noexcept nogil:
+    # properties.property_value: where the value of the last segment opening with ``key`` (name and 0x01) starts,
+    # its length in value_len; -1 when there is none or its value is empty (absent, as Java's map would have it)
+    cdef Py_ssize_t q = 0, seg, at = -1, length = 0
+    while q <= n:
+        seg = q
+        q = _segment_end(p, q, n)
+        if q - seg >= key_len and memcmp(p + seg, key, key_len) == 0:
+            at, length = seg + key_len, q - seg - key_len
+        q += 1
+    value_len[0] = length
+    return at if length > 0 else -1

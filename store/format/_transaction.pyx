@@ -8,8 +8,9 @@ exist once; the differential fuzzers hold both to the same answers.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcpy
 from store.format._bigendian cimport _fits32, _fits64, _i16, _i32, _put32, _put64
+from store.format._segments cimport _last_value
 
 from store.format import native
 from store.format._runs import encode_message as _encode_message
@@ -25,23 +26,6 @@ cdef int COMMIT_TYPE = 0x8
 cdef Py_ssize_t MIN_RECORD = 48
 cdef bytes HALF_TOPIC = b"RMQ_SYS_TRANS_HALF_TOPIC"
 _HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-
-
-cdef Py_ssize_t _last_value(const uint8_t* p, Py_ssize_t n, const char* key, Py_ssize_t key_len,
-                            Py_ssize_t* value_len) noexcept nogil:
-    """``properties.property_value``'s find: where the value of the last segment opening with ``key`` (name and
-    0x01) starts, its length in ``value_len``; -1 when there is none or its value is empty (absent, as Java's
-    map would have it)."""
-    cdef Py_ssize_t q = 0, seg, at = -1, length = 0
-    while q <= n:
-        seg = q
-        while q < n and p[q] != 2:
-            q += 1
-        if q - seg >= key_len and memcmp(p + seg, key, key_len) == 0:
-            at, length = seg + key_len, q - seg - key_len
-        q += 1
-    value_len[0] = length
-    return at if length > 0 else -1
 
 
 def encode_half(topic, queue_id, body, props, flag, sys_flag, born_timestamp, born_host, store_host,

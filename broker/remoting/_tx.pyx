@@ -1,0 +1,49 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Compiled twin of :mod:`broker.remoting.tx_codec` (the reference).  ``read_half_v2`` reads the header the Java
+client writes for a half message (plain decimal integers, no unit mode, no batch flag); anything else is handed
+to the reference."""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.stdint cimport uint8_t
+from libc.string cimport memcmp
+from broker.remoting._fields cimport _false_or_absent, _int
+from store.format._segments cimport _last_value
+
+from store.format import native
+from store.schedule import may_park
+
+_reference = native.TWINS["broker.remoting.tx_codec"].python
+
+
+def read_half_v2(ext):
+    """Mirrors ``tx_codec.read_half_v2``."""
+    if type(ext) is not dict:
+        return _reference["read_half_v2"](ext)
+    if "topic" in ext or "batch" in ext:
+        return None
+    get = ext.get
+    topic, props_s, j = get("b"), get("i"), get("j")
+    queue_id, sys_flag, flag, born_ts = _int(get("e")), _int(get("f")), _int(get("h")), _int(get("g"))
+    reconsume = 0 if j is None else _int(j)
+    if (
+        queue_id is None or sys_flag is None or flag is None or born_ts is None or reconsume is None
+        or type(topic) is not str or type(get("a")) is not str or type(get("c")) is not str or _int(get("d")) is None
+        or not (props_s is None or type(props_s) is str) or "l" in ext
+        or not _false_or_absent(get("k")) or not _false_or_absent(get("m"))
+    ):
+        return _reference["read_half_v2"](ext)  # an unusual header: the reference parses it or returns None
+    if queue_id < 0:
+        return None
+    cdef bytes props
+    try:
+        props = b"" if props_s is None else props_s.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(props), value_len
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(props)
+    if (n and p[n - 1] != 2) or may_park(props):
+        return None
+    cdef Py_ssize_t at = _last_value(p, n, b"TRAN_MSG\x01", 9, &value_len)
+    if at < 0 or value_len != 4 or memcmp(p + at, b"true", 4) != 0:
+        return None
+    return topic, queue_id, sys_flag, flag, born_ts, props, reconsume
