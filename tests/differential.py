@@ -449,6 +449,26 @@ def read_half_v2(data: bytes) -> None:
     same("broker.remoting.tx_codec", "read_half_v2", ext)
 
 
+_END_EXT = {"producerGroup": "pg", "tranStateTableOffset": "7", "commitLogOffset": "4096", "commitOrRollback": "8",
+            "fromTransactionCheck": "false", "msgId": "AC11000100002A9F0000000000000001"}  # fmt: skip
+
+
+def read_end_transaction(data: bytes) -> None:
+    """``tx_codec.read_end_transaction`` of the producer's header with fields replaced or dropped by the bytes."""
+    if len(data) < 2:
+        return
+    ext = dict(_END_EXT)
+    keys = [*_END_EXT, "transactionId"]
+    texts = data[1:].split(b"\x00")
+    for i, raw in enumerate(texts[:4]):
+        key = keys[(data[0] + 3 * i + (raw[0] if raw else 0)) % len(keys)]
+        if raw and raw[0] % 5 == 0:
+            ext.pop(key, None)
+        else:
+            ext[key] = raw[1:].decode("utf-8", "surrogateescape" if data[0] & 1 else "replace")
+    same("broker.remoting.tx_codec", "read_end_transaction", ext)
+
+
 def send_reply(data: bytes) -> None:
     """``send_codec.send_reply`` with strings that need escaping or not and numbers at the edges."""
     if len(data) < 3:
@@ -662,6 +682,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "offset_msg_ids": offset_msg_ids,
     "read_send_v2": read_send_v2,
     "read_half_v2": read_half_v2,
+    "read_end_transaction": read_end_transaction,
     "encode_half": encode_half,
     "commit_record": commit_record,
     "send_reply": send_reply,

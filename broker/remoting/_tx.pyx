@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """Compiled twin of :mod:`broker.remoting.tx_codec` (the reference).  ``read_half_v2`` reads the header the Java
-client writes for a half message (plain decimal integers, no unit mode, no batch flag); anything else is handed
-to the reference."""
+client writes for a half message (plain decimal integers, no unit mode, no batch flag), ``read_end_transaction``
+an END_TRANSACTION header of plain decimal integers; anything else is handed to the reference."""
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport uint8_t
@@ -47,3 +47,19 @@ def read_half_v2(ext):
     if at < 0 or value_len != 4 or memcmp(p + at, b"true", 4) != 0:
         return None
     return topic, queue_id, sys_flag, flag, born_ts, props, reconsume
+
+
+def read_end_transaction(ext):
+    """Mirrors ``tx_codec.read_end_transaction``."""
+    if type(ext) is not dict:
+        return _reference["read_end_transaction"](ext)
+    get = ext.get
+    group, msg_id, check = get("producerGroup"), get("msgId"), get("fromTransactionCheck")
+    queue_offset, clog_offset, kind = _int(get("tranStateTableOffset")), _int(get("commitLogOffset")), \
+        _int(get("commitOrRollback"))
+    if (
+        type(group) is not str or type(msg_id) is not str or queue_offset is None or clog_offset is None
+        or kind is None or not (check is None or type(check) is str)
+    ):
+        return _reference["read_end_transaction"](ext)
+    return group, queue_offset, clog_offset, kind, check is not None and check.lower() == "true", msg_id

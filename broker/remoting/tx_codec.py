@@ -1,9 +1,10 @@
-"""The wire side of a transaction's half message on the broker (issue 15): the SEND_MESSAGE_V2 header of a
-prepared send read in one call, as ``send_codec.read_send_v2`` reads a plain one.
+"""The wire side of a transaction's two requests on the broker (issue 15): the SEND_MESSAGE_V2 header of a
+prepared send (as ``send_codec.read_send_v2`` reads a plain one) and the END_TRANSACTION header, each read in
+one call.
 
-This is the reference; ``broker/remoting/_tx.pyx`` is the compiled twin (chosen by :mod:`store.format.native`).
-``read_half_v2`` answers None for anything but the common request, and the processor then takes its general
-path, which gives every unusual request the answer it always had.
+These are the references; ``broker/remoting/_tx.pyx`` is the compiled twin (chosen by :mod:`store.format.native`).
+Each answers None for anything but the common request, and the processor then takes its general path (the
+generic header parser), which gives every unusual request the answer it always had.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from store.schedule import may_park
 
 # (topic, queueId, sysFlag, flag, bornTimestamp, properties, reconsumeTimes)
 HalfFields = tuple[str, int, int, int, int, bytes, int]
+# (producerGroup, tranStateTableOffset, commitLogOffset, commitOrRollback, fromTransactionCheck, msgId)
+EndFields = tuple[str, int, int, int, bool, str]
 
 
 def read_half_v2(ext: Mapping[str, str]) -> HalfFields | None:
@@ -43,4 +46,16 @@ def read_half_v2(ext: Mapping[str, str]) -> HalfFields | None:
     return h.topic, h.queue_id, h.sys_flag, h.flag, h.born_timestamp, props, h.reconsume_times or 0
 
 
-native.install(globals(), "broker.remoting._tx", ("read_half_v2",))
+def read_end_transaction(ext: Mapping[str, str]) -> EndFields | None:
+    """The fields of an ``EndTransactionRequestHeader`` the broker acts on, or None when one is missing or does
+    not parse (the generic parser then raises the HeaderError a client sees). ``fromTransactionCheck`` is read
+    as Java's ``Boolean.parseBoolean``."""
+    try:
+        check = ext.get("fromTransactionCheck")
+        return (ext["producerGroup"], int(ext["tranStateTableOffset"]), int(ext["commitLogOffset"]),
+                int(ext["commitOrRollback"]), check is not None and check.lower() == "true", ext["msgId"])  # fmt: skip
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+native.install(globals(), "broker.remoting._tx", ("read_half_v2", "read_end_transaction"))

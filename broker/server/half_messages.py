@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from store.format import properties, records
 from store.format import transaction as tx_format
 from store.format.transaction import HALF_QUEUE_ID, HALF_TOPIC, PROPERTY_TRANSACTION_ID
+from store.schedule import may_park
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class StoredHalf:
     born_timestamp: int
     _properties: bytes | None = field(default=None, repr=False)  # read from ``raw`` when None
     _props: dict[str, str] | None = field(default=None, repr=False)
+    parks: bool = False  # could its properties delay it (``may_park``): the send fast path takes none that do
 
     @property
     def properties(self) -> bytes:
@@ -90,7 +92,7 @@ class StoredHalf:
     def of(cls, rec: records.MessageRecord, raw: bytes) -> StoredHalf:
         """``rec`` as stored (offsets and store time set), ``raw`` its record."""
         return cls(raw, rec.physical_offset, rec.queue_offset, rec.store_timestamp, rec.born_timestamp,
-                   rec.properties, rec._props)  # fmt: skip
+                   rec.properties, rec._props, may_park(rec.properties))  # fmt: skip
 
 
 _Half = records.MessageRecord | StoredHalf

@@ -28,6 +28,7 @@ import struct
 import time
 from collections.abc import Awaitable
 
+from broker.remoting import tx_codec
 from broker.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
@@ -40,7 +41,6 @@ from store.config import FlushDiskType
 from store.format import msgid, records
 from store.format import transaction as tx_format
 from store.message_store import GetMessageStatus
-from store.schedule import may_park
 
 log = logging.getLogger(__name__)
 
@@ -131,23 +131,21 @@ class TransactionProcessor:
         request (the producer's own END_TRANSACTION) gets no response built; the op messages of every
         END_TRANSACTION handled in one loop turn are written as one (5.x's comma-separated op body). In SYNC_FLUSH
         the coroutine waits until the committed message and its op are durable."""
-        h = read_end_transaction_header(cmd)
-        kind = h.commit_or_rollback
+        group, queue_offset, clog_offset, kind, from_check, msg_id = read_end_transaction_header(cmd)
         if kind not in (records.TRANSACTION_COMMIT_TYPE, records.TRANSACTION_ROLLBACK_TYPE):
             if kind != records.TRANSACTION_NOT_TYPE:
                 log.warning("END_TRANSACTION from %s with commitOrRollback %d: ignored", conn.remote_addr, kind)
             return _answer(cmd, ResponseCode.SUCCESS)  # UNKNOW: the check-back will ask again
         what = "commit" if kind == records.TRANSACTION_COMMIT_TYPE else "rollback"
-        half = self._read_half(h.commit_log_offset)
-        refused = self._validate(h, half)
+        half = self._read_half(clog_offset)
+        refused = self._validate(group, queue_offset, half)
         if refused is not None:
             log.warning("END_TRANSACTION %s from %s (group %s, offset %d/%d, msgId %s) ignored: %s", what,
-                        conn.remote_addr, h.producer_group, h.tran_state_table_offset, h.commit_log_offset, h.msg_id,
-                        refused)  # fmt: skip
+                        conn.remote_addr, group, queue_offset, clog_offset, msg_id, refused)  # fmt: skip
             return _answer(cmd, ResponseCode.SYSTEM_ERROR, refused)
         assert half is not None  # _validate refuses a missing one
-        if not h.from_transaction_check and self._immunity_passed(half):
-            log.warning("END_TRANSACTION %s for %s after its check immunity: left to the check-back", what, h.msg_id)
+        if not from_check and self._immunity_passed(half):
+            log.warning("END_TRANSACTION %s for %s after its check immunity: left to the check-back", what, msg_id)
             late = "the check immunity time has passed: wait for the check"
             return _answer(cmd, ResponseCode.ILLEGAL_OPERATION, late)
         final: _Commit | None = None
@@ -164,7 +162,7 @@ class TransactionProcessor:
         self.broker.recent_halves.discard(half.physical_offset)
         if self.broker.store_config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
             return self._end_and_wait(cmd, final, offsets)
-        if final is not None and cmd.is_oneway and not may_park(half.properties):
+        if final is not None and cmd.is_oneway and not half.parks:
             self._defer(offsets, final)  # nobody waits for an answer: appended with the others of this turn
             return None
         if final is not None:
@@ -231,12 +229,12 @@ class TransactionProcessor:
         if not result.ok:  # the check-back will ask about them again
             log.error("op message for half offsets %s not written: %s", offsets, result.error or result.status)
 
-    def _validate(self, h: EndTransactionRequestHeader, half: hm.StoredHalf | None) -> str | None:
+    def _validate(self, group: str, queue_offset: int, half: hm.StoredHalf | None) -> str | None:
         if half is None:
             return "Find prepared transaction message failed"
-        if hm.prop(half, hm.PROPERTY_PRODUCER_GROUP) != h.producer_group:
+        if hm.prop(half, hm.PROPERTY_PRODUCER_GROUP) != group:
             return "The producer group wrong"
-        if half.queue_offset != h.tran_state_table_offset:
+        if half.queue_offset != queue_offset:
             return "The transaction state table offset wrong"
         if self.resolved.is_resolved(half):
             return "The transaction is already resolved"
@@ -383,20 +381,16 @@ def _record(final: _Commit) -> records.MessageRecord:
     return rec
 
 
-def read_end_transaction_header(cmd: RemotingCommand) -> EndTransactionRequestHeader:
-    """``EndTransactionRequestHeader`` read field by field (this runs for every transaction); anything missing or
-    malformed takes the generic parser, so its HeaderError is the one a client sees."""
-    ext = cmd.ext_fields
-    try:
-        check = ext.get("fromTransactionCheck")
-        return EndTransactionRequestHeader(
-            producer_group=ext["producerGroup"], tran_state_table_offset=int(ext["tranStateTableOffset"]),
-            commit_log_offset=int(ext["commitLogOffset"]), commit_or_rollback=int(ext["commitOrRollback"]),
-            from_transaction_check=check is not None and check.lower() == "true", msg_id=ext["msgId"],
-            transaction_id=ext.get("transactionId"), topic=ext.get("topic"),
-        )  # fmt: skip
-    except (KeyError, ValueError):
-        return cmd.read_header(EndTransactionRequestHeader)
+def read_end_transaction_header(cmd: RemotingCommand) -> tx_codec.EndFields:
+    """What END_TRANSACTION's header says, read in one call (``tx_codec.read_end_transaction``: this runs for
+    every transaction); anything missing or malformed takes the generic parser, so its HeaderError is the one a
+    client sees."""
+    fields = tx_codec.read_end_transaction(cmd.ext_fields)
+    if fields is not None:
+        return fields
+    h = cmd.read_header(EndTransactionRequestHeader)
+    return (h.producer_group, h.tran_state_table_offset, h.commit_log_offset, h.commit_or_rollback,
+            h.from_transaction_check, h.msg_id)  # fmt: skip
 
 
 def _answer(cmd: RemotingCommand, code: int, remark: str | None = None) -> RemotingCommand | None:
