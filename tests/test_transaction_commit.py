@@ -238,3 +238,36 @@ def test_a_half_message_sent_by_the_fast_path_is_stored_as_the_general_path_stor
     assert remembered.raw == _appended(stored_raw)  # the record as encoded, before the append filled it in
     assert (remembered.physical_offset, remembered.queue_offset) == (fast_offset, 1)
     assert remembered.properties == _layout(stored_raw)["properties"]
+
+
+@pytest.mark.integration
+def test_an_end_transaction_awaiting_its_answer_commits_once_and_a_repeat_is_refused(mqlake_server_factory) -> None:
+    """The put made at once (an END_TRANSACTION that wants a response) writes the record the deferred run does; a
+    second one for the same half is answered SYSTEM_ERROR and delivers nothing."""
+    server = mqlake_server_factory()
+    topic, unknown = "tx_commit_answered", LocalTransactionState.UNKNOW
+
+    async def go() -> None:
+        await make_topic(server, topic, queues=2)
+        async with TransactionProducer("pg_tx_answered", server.namesrv_addr, lambda m: unknown) as p:
+            sent = (await p.send_in_transaction(Message(topic, "answered" * 30, tags="T", keys="k"),
+                                                lambda m, r: unknown)).send_result  # fmt: skip
+        _host, half_offset = msgid.decode_offset_msg_id(sent.offset_msg_id)
+        ext = end_transaction_ext("pg_tx_answered", sent.queue_offset, half_offset,
+                                  int(LocalTransactionState.COMMIT_MESSAGE), False, sent.msg_id, sent.transaction_id)
+        client = RemotingClient()
+        try:
+            answers = [await client.invoke(server.broker_addr, RemotingCommand.request(RequestCode.END_TRANSACTION,
+                                                                                       ext=ext)) for _ in range(2)]
+            assert [a.code for a in answers] == [ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR]
+            assert answers[1].remark == "The transaction is already resolved"
+            async with PullConsumer("cg_tx_answered", server.namesrv_addr) as c:
+                got = [m for msgs in (await pull_all(c, topic, 1)).values() for m in msgs]
+            assert [m.keys for m in got] == ["k"]
+            committed = await _view(client, server.broker_addr, got[0].commit_log_offset)
+            assert_commit_of(committed, await _view(client, server.broker_addr, half_offset), topic,
+                             sent.queue.queue_id)  # fmt: skip
+        finally:
+            await client.close()
+
+    run(go())
