@@ -183,6 +183,7 @@ class SendProcessor:
         waits for it on the general one, SYNC_MASTER a coroutine that waits for the slave.  As in a Java broker,
         the header's ``batch`` flag picks the batch path: the C++ client sends its batches as SEND_MESSAGE with
         ``batch=1``.  The fast paths answer with the reply frame already encoded (``bytes``)."""
+        frame: bytes | asyncio.Future[RemotingCommand | bytes] | None
         if cmd.code == RequestCode.SEND_MESSAGE_V2 and self._fast_store():
             if _TRAN_MSG in cmd.ext_fields.get("i", ""):  # a half message: _send_fast would refuse it
                 frame = self._half_fast(cmd, conn) if self.broker.flush_acks is None else None
