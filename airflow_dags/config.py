@@ -7,7 +7,7 @@ Variable                   Meaning                                              
 =========================  ===========================================================  ==================
 ``mqlake_store_dir``       the broker's store root (storePathRootDir)                   (required for tier
                                                                                         and verify)
-``mqlake_lake``            the lake root (messages, segments, ... tables)               ``lakePath`` of the
+``mqlake_lake``            the lake root (directory or ``s3://bucket/prefix``)          ``lakePath`` of the
                                                                                         broker.conf
 ``mqlake_broker_conf``     the broker's broker.conf (file sizes, deleteWhen)            ``$MQLAKE_BROKER_CONF``
 ``mqlake_namesrv``         NameServer HOST:PORT that replays publish through            ``127.0.0.1:9876``
@@ -135,10 +135,13 @@ class Settings:
     spark_conf: list[str] = field(default_factory=list)
 
     def report(self, name: str) -> str:
-        """Where a job writes its JSON report for the task after it: ``LAKE/_reports/airflow-NAME.json``."""
-        from pipelines.compaction.tables import REPORTS_DIR
+        """Where a job writes its JSON report for the task after it: ``LAKE/_reports/airflow-NAME.json`` (for a
+        lake on S3, ``_reports`` of the local staging directory: reports stay on local disk)."""
+        from broker.lake.objectstore import is_remote, reports_dir
 
-        return f"{self.lake}/{REPORTS_DIR}/airflow-{name}.json"
+        if not is_remote(self.lake):
+            return f"{self.lake}/_reports/airflow-{name}.json"
+        return str(reports_dir(self.lake) / f"airflow-{name}.json")
 
     def common_argv(self) -> list[str]:
         """Options every job CLI takes the same way."""

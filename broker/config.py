@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from broker.lake.objectstore import ObjectStoreError, lake_location
 from broker.tls_config import TlsConfig
 from store.config import BrokerRole, MessageStoreConfig, _camel
 from store.errors import MQLakeError
@@ -84,7 +85,8 @@ class BrokerConfig(BaseModel):
     # mqlake: the Delta lake root the tier job writes (messages, segments, ...). Set, the broker serves reads
     # below a queue's local minimum from it, `mqlake up` runs the tier job at deleteWhen, and the metrics
     # report the newest tier/verify-index/replay run from its _reports/; unset, none of these.
-    lake_path: Path | None = None
+    # A directory or s3://bucket/prefix (broker/lake/objectstore.py: settings from the AWS environment variables).
+    lake_path: Path | str | None = None
     lake_cache_bytes: int = Field(256 * 1024 * 1024, ge=0)  # decoded row groups of the tier kept in memory
     # The RocketMQ 5 gRPC endpoint (broker.proxy, docs/grpc.md): a proxy in local mode in the broker process, off
     # unless enableProxy=true; RocketMQ's ProxyConfig names and defaults for the port and the invisible-time bounds.
@@ -92,6 +94,18 @@ class BrokerConfig(BaseModel):
     grpc_server_port: int = Field(8081, ge=0, le=65535)
     min_invisible_time_mills_for_recv: int = Field(10_000, ge=1000)
     max_invisible_time_mills: int = Field(12 * 3600 * 1000, ge=1000)
+
+    @field_validator("lake_path", mode="before")
+    @classmethod
+    def _lake_location(cls, v: object) -> Path | str | None:
+        if v is None or v == "":
+            return None
+        if not isinstance(v, str | os.PathLike):
+            raise ValueError(f"lakePath {v!r}: expected a directory or s3://bucket/prefix")
+        try:
+            return lake_location(v)
+        except ObjectStoreError as e:
+            raise ValueError(str(e)) from None
 
     @field_validator("enable_dleger_commit_log")
     @classmethod
@@ -262,7 +276,7 @@ def build_configs(values: dict[str, str], source: str = "<broker.conf>") -> tupl
     return broker, store
 
 
-def lake_path_of(broker_conf: str | os.PathLike[str] | None) -> Path | None:
+def lake_path_of(broker_conf: str | os.PathLike[str] | None) -> Path | str | None:
     """The ``lakePath`` a broker.conf names (None: no file, or no lakePath in it)."""
     return load_broker_conf(broker_conf)[0].lake_path if broker_conf else None
 

@@ -28,6 +28,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from broker.lake import objectstore
 from store.errors import MQLakeError
 
 if TYPE_CHECKING:
@@ -51,19 +52,28 @@ def _uri(table_uri: str | Path) -> str:
     return str(table_uri)
 
 
+def open_table(table_uri: str | Path, version: int | None = None):
+    """A delta-rs handle on the table (local or ``s3://``: broker/lake/objectstore.py)."""
+    from deltalake import DeltaTable
+
+    uri = _uri(table_uri)
+    with objectstore.reaching(uri, "opening the Delta table"):
+        return DeltaTable(uri, version=version, storage_options=objectstore.storage_options(uri))
+
+
 def is_table(table_uri: str | Path) -> bool:
     from deltalake import DeltaTable
 
-    return DeltaTable.is_deltatable(_uri(table_uri))
+    uri = _uri(table_uri)
+    with objectstore.reaching(uri, "opening the Delta table"):
+        return DeltaTable.is_deltatable(uri, storage_options=objectstore.storage_options(uri))
 
 
 def transaction_version(table_uri: str | Path, app_id: str) -> int | None:
     """The last version committed under ``app_id`` (None: never, or no table yet)."""
-    from deltalake import DeltaTable
-
     if not is_table(table_uri):
         return None
-    return DeltaTable(_uri(table_uri)).transaction_version(app_id)
+    return open_table(table_uri).transaction_version(app_id)
 
 
 # =====================================================================================================
@@ -200,7 +210,7 @@ def commit_files(
     ``version`` or a later one.  A concurrent commit under the same ``app_id`` fails
     (``deltalake.exceptions.CommitFailedError``) rather than committing twice.
     """
-    from deltalake import DeltaTable, Schema
+    from deltalake import Schema
     from deltalake.exceptions import DeltaError
     from deltalake.transaction import CommitProperties, Transaction, create_table_with_add_actions
 
@@ -209,27 +219,29 @@ def commit_files(
         custom_metadata={k: str(v) for k, v in (metadata or {}).items()} or None,
         app_transactions=[Transaction(app_id, version)],
     )
-    if not is_table(uri):
-        try:
-            create_table_with_add_actions(
-                uri, Schema.from_arrow(schema), adds, mode="error", partition_by=partition_by or None,
-                configuration=TABLE_PROPERTIES | dict(table_properties or {}), commit_properties=props,
-            )  # fmt: skip
-            return 0
-        except DeltaError:
-            if not is_table(uri):
-                raise
-            # another writer created it first: fall through and append as everyone else does
-    dt = DeltaTable(uri)
-    recorded = dt.transaction_version(app_id)
-    if recorded is not None and version <= recorded:
-        return None
-    before = dt.version()
-    _check_partitioning(dt, partition_by, uri)
-    dt.create_write_transaction(
-        adds, mode="append", schema=schema, partition_by=partition_by or None, commit_properties=props
-    )
-    return _version_with_txn(uri, app_id, version, before)
+    with objectstore.reaching(uri, f"committing {len(adds)} file(s) to the Delta table"):
+        if not is_table(uri):
+            try:
+                create_table_with_add_actions(
+                    uri, Schema.from_arrow(schema), adds, mode="error", partition_by=partition_by or None,
+                    configuration=TABLE_PROPERTIES | dict(table_properties or {}), commit_properties=props,
+                    storage_options=objectstore.storage_options(uri),
+                )  # fmt: skip
+                return 0
+            except DeltaError:
+                if not is_table(uri):
+                    raise
+                # another writer created it first: fall through and append as everyone else does
+        dt = open_table(uri)
+        recorded = dt.transaction_version(app_id)
+        if recorded is not None and version <= recorded:
+            return None
+        before = dt.version()
+        _check_partitioning(dt, partition_by, uri)
+        dt.create_write_transaction(
+            adds, mode="append", schema=schema, partition_by=partition_by or None, commit_properties=props
+        )
+        return _version_with_txn(uri, app_id, version, before)
 
 
 def _check_partitioning(dt, partition_by: list[str], uri: str) -> None:
@@ -240,11 +252,9 @@ def _check_partitioning(dt, partition_by: list[str], uri: str) -> None:
 
 def _version_with_txn(uri: str, app_id: str, version: int, before: int) -> int:
     """The first table version after ``before`` that records our transaction (others may commit meanwhile)."""
-    from deltalake import DeltaTable
-
-    latest = DeltaTable(uri).version()
+    latest = open_table(uri).version()
     for v in range(before + 1, latest + 1):
-        recorded = DeltaTable(uri, version=v).transaction_version(app_id)
+        recorded = open_table(uri, version=v).transaction_version(app_id)
         if recorded is not None and recorded >= version:
             return v
     return latest
@@ -265,12 +275,10 @@ def delta_available(spark: SparkSession) -> bool:
 
 
 def _readable_snapshot(table_uri: str | Path, version: int | None):
-    from deltalake import DeltaTable
-
     uri = _uri(table_uri)
     if not is_table(uri):
         raise LakeError(f"{uri} is not a Delta table (no _delta_log)")
-    dt = DeltaTable(uri, version=version)
+    dt = open_table(uri, version=version)
     proto = dt.protocol()
     features = set(proto.reader_features or ())
     mode = dt.metadata().configuration.get("delta.columnMapping.mode", "none")
@@ -313,6 +321,13 @@ def read_table(spark: SparkSession, table_uri: str | Path, version: int | None =
     if actions.num_rows == 0:
         return spark.createDataFrame([], schema)
     files = [_file_location(uri, p) for p in actions["path"].to_pylist()]
+    if objectstore.is_remote(uri):  # no S3A jars: a Python data source reads the files over pyarrow's S3
+        from pipelines import remote_snapshot
+
+        values = [actions[f"partition.{c}"].to_pylist() for c in parts]
+        listed = [(f, {c: None if v[i] is None else str(v[i]) for c, v in zip(parts, values, strict=True)})
+                  for i, f in enumerate(files)]  # fmt: skip
+        return remote_snapshot.read(spark, listed, arrow_schema, schema)
     data_schema = spark_schema(pa.schema([f for f in arrow_schema if f.name not in parts]))
     reader = spark.read.schema(data_schema)
     if not parts:
@@ -361,15 +376,20 @@ def register(spark: SparkSession, lake_root: str | Path) -> list[str]:
 
     A view keeps the snapshot it was made on: call again to see later commits.
     """
-    root = Path(_uri(lake_root))
-    if not root.is_dir():
-        raise LakeError(f"lake directory {root} does not exist")
+    if objectstore.is_remote(lake_root):
+        root = _uri(lake_root)
+        tables = [(name, objectstore.join(root, name)) for name in objectstore.child_dirs(root)]
+    else:
+        local = Path(_uri(lake_root))
+        if not local.is_dir():
+            raise LakeError(f"lake directory {local} does not exist")
+        tables = [(d.name, str(d)) for d in sorted(p for p in local.iterdir() if p.is_dir())]
     names = []
-    for d in sorted(p for p in root.iterdir() if p.is_dir()):
-        if not is_table(d):
+    for dir_name, uri in tables:
+        if not is_table(uri):
             continue
-        name = _view_name(d.name)
-        read_table(spark, d).createOrReplaceTempView(name)
+        name = _view_name(dir_name)
+        read_table(spark, uri).createOrReplaceTempView(name)
         names.append(name)
     return names
 
@@ -377,18 +397,15 @@ def register(spark: SparkSession, lake_root: str | Path) -> list[str]:
 def to_arrow(table_uri: str | Path, filter: Any = None, version: int | None = None) -> pa.Table:
     """A small table read on the driver (delta-rs, no Spark); ``filter`` as deltalake's ``filters``
     (DNF tuples like ``[("topic", "=", "T")]``) or a pyarrow dataset expression."""
-    from deltalake import DeltaTable
-
     if not is_table(table_uri):
         raise LakeError(f"{table_uri} is not a Delta table (no _delta_log)")
-    dt = DeltaTable(_uri(table_uri), version=version)
-    return pa.table(dt.to_pyarrow_table(filters=filter))
+    dt = open_table(table_uri, version=version)
+    with objectstore.reaching(_uri(table_uri), "reading the Delta table"):
+        return pa.table(dt.to_pyarrow_table(filters=filter))
 
 
 def file_count(table_uri: str | Path) -> int:
-    from deltalake import DeltaTable
-
-    return len(DeltaTable(_uri(table_uri)).file_uris())
+    return len(open_table(table_uri).file_uris())
 
 
 __all__ = [
@@ -400,6 +417,7 @@ __all__ = [
     "file_count",
     "file_stats",
     "is_table",
+    "open_table",
     "partition_values_from_path",
     "read_table",
     "register",

@@ -99,10 +99,13 @@ def _is_loopback_master(master: str) -> bool:
 
 
 def register_sources(spark: SparkSession) -> None:
-    """Register mqlake's Python data sources (``commitlog``) in a session; needed once per session."""
+    """Register mqlake's Python data sources (``commitlog``, ``mqlake_delta_files``) in a session; needed once
+    per session."""
+    from pipelines.remote_snapshot import DeltaFilesDataSource
     from pipelines.segments import CommitLogDataSource
 
     spark.dataSource.register(CommitLogDataSource)
+    spark.dataSource.register(DeltaFilesDataSource)  # Delta snapshots on S3 (lake.read_table)
 
 
 def _submitted_master() -> str | None:

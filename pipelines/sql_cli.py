@@ -18,6 +18,8 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
+from broker.lake import objectstore
+from pipelines.objectstore_cli import lake_option
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
 from store.console import console, table
 
@@ -88,7 +90,7 @@ def print_rows(columns: list[str], rows, output: OutputFormat, out: TextIO) -> i
 
 
 def run_sql(
-    lake: Path,
+    lake: Path | str,
     query: str,
     *,
     output: OutputFormat | str = OutputFormat.table,
@@ -103,7 +105,7 @@ def run_sql(
     out = out or sys.stdout
     err = err or sys.stderr
     output = OutputFormat(output)
-    if not Path(lake).is_dir():
+    if not objectstore.is_remote(lake) and not Path(lake).is_dir():
         err.write(f"error: lake directory {lake} does not exist\n")
         return 2
     if limit is not None and limit < 0:
@@ -137,7 +139,9 @@ def run_sql(
 
 def sql_command(
     query: Annotated[str, typer.Argument(help="Spark SQL over the views messages, segments, quality_results, ...")],
-    lake: Annotated[Path, typer.Option("--lake", help="The lake directory (one Delta table per subdirectory).")],
+    lake: Annotated[
+        str, typer.Option("--lake", help="The lake directory or s3://bucket/prefix (one Delta table per subdirectory).")
+    ],
     output: Annotated[OutputFormat, typer.Option("--format", help="table, json (JSON lines) or csv.")] = (
         OutputFormat.table
     ),
@@ -151,4 +155,4 @@ def sql_command(
         if output not in (OutputFormat.table, OutputFormat.json):
             raise typer.BadParameter(f"--json and --format {output.value} disagree", param_hint="--json")
         output = OutputFormat.json
-    raise typer.Exit(run_sql(lake, query, output=output, limit=limit, **add_spark_options(master, conf)))
+    raise typer.Exit(run_sql(lake_option(lake), query, output=output, limit=limit, **add_spark_options(master, conf)))

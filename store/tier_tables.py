@@ -10,4 +10,7 @@ STORE_DATE = "store_date"  # UTC date of store_timestamp: partitions close at UT
 
 
 def table_uri(lake: str | Path, name: str) -> str:
+    """The table's location: ``lake/name``, absolute for a local lake, as is for an ``s3://`` one."""
+    if str(lake).startswith("s3://"):
+        return f"{str(lake).rstrip('/')}/{name}"
     return str(Path(lake).absolute() / name)

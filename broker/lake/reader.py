@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
+from broker.lake import objectstore
 from broker.lake.cache import DEFAULT_CACHE_BYTES, SizedLRU
 from broker.lake.cursors import Cursor, Cursors
 from store.errors import MQLakeError
@@ -189,7 +190,10 @@ class LakeReader:
         """``local_floor``: the local store's first CommitLog offset.  The store deletes a segment only after
         the tier committed it, so once the floor moves, a snapshot taken earlier may lack what was deleted:
         the next read takes a new one, whatever its age."""
-        self.lake = Path(lake)
+        self.lake = objectstore.lake_location(lake)
+        # a lake on S3 (objectstore.py): delta-rs and pyarrow reach it with the AWS settings of the environment
+        self._options = objectstore.storage_options(self.lake)
+        self._fs: Any = objectstore.filesystem(self.lake)[0] if self._options else None
         self._floor = local_floor or (lambda: -1)
         self.messages_uri = table_uri(self.lake, MESSAGES)
         self.segments_uri = table_uri(self.lake, SEGMENTS)
@@ -229,7 +233,7 @@ class LakeReader:
 
         dt = self._tables.get(uri)
         if dt is None:
-            dt = self._tables[uri] = DeltaTable(uri)
+            dt = self._tables[uri] = DeltaTable(uri, storage_options=self._options)
         else:
             dt.update_incremental()
         return dt
@@ -240,14 +244,15 @@ class LakeReader:
         import pyarrow as pa
         from deltalake import DeltaTable
 
-        if not DeltaTable.is_deltatable(self.messages_uri):
+        if not DeltaTable.is_deltatable(self.messages_uri, storage_options=self._options):
             self._warn_once(
                 f"lakePath {self.lake} has no Delta table {MESSAGES!r} yet: serving local data only until the "
                 f"tier job writes one"
             )
             return None
         dt = self._table(self.messages_uri)
-        segments = self._table(self.segments_uri) if DeltaTable.is_deltatable(self.segments_uri) else None
+        has_segments = DeltaTable.is_deltatable(self.segments_uri, storage_options=self._options)
+        segments = self._table(self.segments_uri) if has_segments else None
         segments_version = None if segments is None else segments.version()
         if current is not None and (current.version, current.segments_version) == (dt.version(), segments_version):
             current.floor, current.taken = floor, time.monotonic()
@@ -304,12 +309,18 @@ class LakeReader:
         return default
 
     # --- row groups -------------------------------------------------------------------------------------------
-    def _file_metadata(self, path: str) -> Any:
+    def _parquet(self, path: str, **kwargs: Any) -> Any:
+        """A ``pq.ParquetFile`` of a snapshot's file, on local disk or through the S3 filesystem."""
         import pyarrow.parquet as pq
 
+        if self._fs is None:
+            return pq.ParquetFile(path, **kwargs)
+        return pq.ParquetFile(objectstore.key_of(path), filesystem=self._fs, **kwargs)
+
+    def _file_metadata(self, path: str) -> Any:
         md = self._metadata.get(path)
         if md is None:
-            md = self._metadata[path] = pq.ParquetFile(path).metadata
+            md = self._metadata[path] = self._parquet(path).metadata
         return md
 
     def _group_stats(self, path: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -340,11 +351,10 @@ class LakeReader:
 
     def _load(self, f: TierFile, g: int) -> RowGroup:
         import numpy as np
-        import pyarrow.parquet as pq
 
         source = f"{f.path} row group {g}"
         # hosts as the dictionary parquet keeps of them: the rebuild parses each distinct one once
-        parquet = pq.ParquetFile(f.path, metadata=self._file_metadata(f.path), read_dictionary=_HOST_COLUMNS)
+        parquet = self._parquet(f.path, metadata=self._file_metadata(f.path), read_dictionary=_HOST_COLUMNS)
         # one thread: a row group is 8 MiB at most, and its columns decode faster than threads start and join
         table = parquet.read_row_group(g, list(RECORD_COLUMNS), use_threads=False)
         qid = table.column("queue_id").to_numpy()

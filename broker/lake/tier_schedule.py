@@ -44,7 +44,7 @@ class TierSchedule:
         self,
         store_config: MessageStoreConfig,
         entries: Callable[[], list[SegmentEntry]],
-        lake: Path | None,
+        lake: Path | str | None,
         command: Sequence[str] | None,
         now: Callable[[], float] = time.time,
     ) -> None:

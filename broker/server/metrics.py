@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from broker.lake.objectstore import reports_dir
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
@@ -132,7 +133,7 @@ class BrokerCollector(Collector):
         yield from self._segments(base)
         lake = b.config.lake_path
         if lake is not None:
-            yield from self._jobs(base, Path(lake))
+            yield from self._jobs(base, reports_dir(lake).parent)
 
     def _lag(self) -> Any:
         b = self.broker

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from pipelines.objectstore_cli import lake_option
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
 from store.console import console, run_app, styled
 
@@ -19,10 +20,11 @@ from store.console import console, run_app, styled
 def tier_command(
     store_dir: Annotated[Path, typer.Option("--store-dir", help="The broker's store root.")],
     lake: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--lake",
-            help="Lake root: messages, segments, quality_results tables (default: lakePath of --broker-conf).",
+            help="Lake root, a directory or s3://bucket/prefix: messages, segments, quality_results tables "
+            "(default: lakePath of --broker-conf).",
         ),
     ] = None,
     file_reserved_time: Annotated[
@@ -72,6 +74,7 @@ def tier_command(
         lake = lake or broker_config.lake_path
     if lake is None:
         raise typer.BadParameter("give --lake, or a --broker-conf that sets lakePath", param_hint="--lake")
+    lake = lake_option(lake)
     with JobProgress("tier", console(stderr=True)):
         result = tier(
             store_dir, lake, file_reserved_time=file_reserved_time, max_segments=max_segments, report=report,

@@ -34,6 +34,7 @@ import contextlib
 import importlib
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
@@ -45,6 +46,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from broker.lake import objectstore
 from expectations.rules import MESSAGES, checked_messages, rules_for
 from expectations.runner import QualityReport, validate, write_report
 from pipelines import job_progress
@@ -176,13 +178,11 @@ def due_segments(store_dir: Path | str, file_reserved_time: float | None = None)
 
 
 def _tiered_history(segments_uri: str, sid: str) -> list[TieredSegment]:
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+    from pipelines import lake as lk
 
-    try:
-        dt = DeltaTable(segments_uri)
-    except TableNotFoundError:
+    if not lk.is_table(segments_uri):
         return []
+    dt = lk.open_table(segments_uri)
     rows = dt.to_pyarrow_table(columns=["store_id", "base_offset", "file_size", "queue_ranges"]).to_pylist()
     return [
         TieredSegment(
@@ -198,9 +198,9 @@ def _tiered_history(segments_uri: str, sid: str) -> list[TieredSegment]:
 
 def _commit_version_of(messages_uri: str, segment: str) -> int | None:
     """The table version whose commit added ``segment`` (from the commit metadata the job writes)."""
-    from deltalake import DeltaTable
+    from pipelines import lake as lk
 
-    for commit in DeltaTable(messages_uri).history():
+    for commit in lk.open_table(messages_uri).history():
         if segment in str(commit.get("mqlake.tier.segments", "")).split(","):
             return commit["version"]
     return None
@@ -210,7 +210,7 @@ class TierJob:
     def __init__(
         self,
         store_dir: Path,
-        lake: Path,
+        lake: Path | str,
         *,
         spark=None,
         master: str | None = None,
@@ -222,14 +222,17 @@ class TierJob:
         store_config: MessageStoreConfig | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
-        self.lake = Path(lake)
+        self.lake = objectstore.lake_location(lake)
+        self.remote = objectstore.is_remote(self.lake)
         self._spark = spark
         self.master, self.conf = master, conf
         self.file_reserved_time = file_reserved_time
         self.max_segments = max_segments
         self.store_config = store_config
         self.run_id = run_id or _new_run_id()
-        self.report_path = Path(report) if report else self.lake / tables.REPORTS_DIR / f"tier-{self.run_id}.json"
+        # a lake on S3 keeps the run reports beside the staged files, on local disk (docs/scaling.md)
+        reports = objectstore.reports_dir(self.lake)
+        self.report_path = Path(report) if report else reports / f"tier-{self.run_id}.json"
         self.owner = claimer_id(self.run_id)
         self.manifest = SegmentManifest(self.store_dir)
         self.store_id = store_id(self.store_dir)
@@ -237,6 +240,12 @@ class TierJob:
         self.messages_uri = tables.table_uri(self.lake, tables.MESSAGES)
         self.segments_uri = tables.table_uri(self.lake, tables.SEGMENTS)
         self.quality_uri = tables.table_uri(self.lake, tables.QUALITY_RESULTS)
+        # Spark tasks write the staged parquet here: under the messages table itself for a local lake (a
+        # commit then adds it in place), in a local mirror of it for a lake on S3 (uploaded before the commit)
+        self.staging_root = (
+            objectstore.local_staging_root() / f"{self.store_id}-{self.run_id}" / tables.MESSAGES
+            if self.remote else Path(self.messages_uri)
+        )  # fmt: skip
 
     @property
     def spark(self):
@@ -246,14 +255,18 @@ class TierJob:
 
             self._spark = get_spark(self.master, app_name="mqlake-tier", conf=self.conf)
             # on a cluster the executors read the segments and write the staged files themselves
-            check_executors_see(self._spark, read=[self.store_dir / "commitlog"], write=[self.lake])
+            staged = self.staging_root.parent if self.remote else Path(self.lake)
+            if self.remote:
+                staged.mkdir(parents=True, exist_ok=True)
+            check_executors_see(self._spark, read=[self.store_dir / "commitlog"], write=[staged])
         return self._spark
 
     # =================================================================================================
     def run(self) -> TierReport:
         report = TierReport(self.run_id, self.store_id, datetime.now(UTC))
         phase = _phase_timer(report.phases)
-        self.lake.mkdir(parents=True, exist_ok=True)
+        if not self.remote:
+            Path(self.lake).mkdir(parents=True, exist_ok=True)
         with phase("claim"):
             claimed = _claim(self.manifest, self.owner, self.file_reserved_time, self.max_segments)
         job_progress.set_total(sum(e.size for e in claimed), "bytes")
@@ -265,7 +278,11 @@ class TierJob:
             # waits on the JVM then).  Python's import lock makes the later import wait for this one.
             threading.Thread(target=importlib.import_module, args=("great_expectations",), daemon=True).start()
             try:
-                self._tier_claimed(claimed, entries, outcomes, report, phase)
+                try:
+                    self._tier_claimed(claimed, entries, outcomes, report, phase)
+                finally:
+                    if self.remote:  # uploaded, or to be staged again by the next run
+                        shutil.rmtree(self.staging_root.parent, ignore_errors=True)
             except Exception:
                 # Give back what is not finished; a committed one is only verified when claimed again,
                 # because its base offset is at or below the recorded txn version.
@@ -334,7 +351,7 @@ class TierJob:
         """Decode, check and write ``bases`` as parquet under the messages table root, invisible to readers
         until committed (pipelines/compaction/staging.py)."""
         times = self.spark.createDataFrame(checks.segment_check_table(batch, entries, {}))
-        directory = Path(self.messages_uri) / f"tier-{self.run_id}"
+        directory = self.staging_root / f"tier-{self.run_id}"
         return staging.stage(self.spark, self.store_dir, bases, directory, times)
 
     def _stage_validate_commit(self, batch, entries, outcomes, expected, report, phase) -> int | None:
@@ -383,7 +400,9 @@ class TierJob:
         with phase("commit"):
             # each staged file holds one segment's rows: a quarantined segment's files are left out
             files = staging.files_of(staged.directory, {entries[b].file_name for b in passing})
-            adds = lk.add_actions(self.messages_uri, files, tables.MESSAGES_PARTITION_BY)
+            adds = lk.add_actions(self.staging_root, files, tables.MESSAGES_PARTITION_BY)
+            if self.remote:  # the same relative paths under the table on S3; nothing is visible until the commit
+                objectstore.upload(files, self.staging_root, self.messages_uri)
             version = lk.commit_files(
                 self.messages_uri,
                 adds,
@@ -477,6 +496,6 @@ class TierJob:
         )
 
 
-def tier(store_dir: Path, lake: Path, **kwargs) -> TierReport:
+def tier(store_dir: Path, lake: Path | str, **kwargs) -> TierReport:
     """Run the tiering job once (see :class:`TierJob` for the keyword arguments)."""
     return TierJob(store_dir, lake, **kwargs).run()

@@ -6,12 +6,14 @@ Table properties (log / deleted-file retention, checkpoints, txn ids never expir
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from broker.lake import objectstore
 from pipelines.schema import MESSAGE_FIELDS
 from store.tier_tables import MESSAGES as MESSAGES  # re-exported: where the tier job's users look for them
 from store.tier_tables import SEGMENTS as SEGMENTS
@@ -65,14 +67,27 @@ def append_arrow(table_uri: str, table: pa.Table, *, app_id: str, version: int) 
     same txn check, table properties and commit path as the Spark-written data)."""
     from pipelines import lake
 
-    root = Path(table_uri)
+    remote = objectstore.is_remote(table_uri)
+    if remote:  # written locally (its stats come from the footer), uploaded, then committed
+        recorded = lake.transaction_version(table_uri, app_id)
+        if recorded is not None and version <= recorded:
+            return None
+        root = objectstore.local_staging_root() / f"append-{uuid.uuid4().hex}"
+    else:
+        root = Path(table_uri)
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"part-{uuid.uuid4().hex}.parquet"
-    pq.write_table(table, path)
-    committed = lake.commit_files(
-        table_uri, lake.add_actions(table_uri, [path]), schema=table.schema, partition_by=[],
-        app_id=app_id, version=version,
-    )  # fmt: skip
-    if committed is None:
+    try:
+        pq.write_table(table, path)
+        adds = lake.add_actions(root, [path])
+        if remote:
+            objectstore.upload([path], root, table_uri)
+        committed = lake.commit_files(
+            table_uri, adds, schema=table.schema, partition_by=[], app_id=app_id, version=version
+        )
+    finally:
+        if remote:
+            shutil.rmtree(root, ignore_errors=True)
+    if committed is None and not remote:
         path.unlink(missing_ok=True)  # already committed by an earlier attempt: this copy is not needed
     return committed

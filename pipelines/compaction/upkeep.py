@@ -19,9 +19,9 @@ from pipelines.compaction import tables
 TARGET_FILE_SIZE = 128 * 1024 * 1024
 
 
-def compact(lake: Path, today: date | None = None, target_size: int = TARGET_FILE_SIZE) -> dict[str, Any]:
+def compact(lake: Path | str, today: date | None = None, target_size: int = TARGET_FILE_SIZE) -> dict[str, Any]:
     """Optimize and vacuum each tier table under ``lake``; returns what was done, per table."""
-    from deltalake import DeltaTable, WriterProperties
+    from deltalake import WriterProperties
 
     from pipelines import lake as lk
 
@@ -31,16 +31,16 @@ def compact(lake: Path, today: date | None = None, target_size: int = TARGET_FIL
         uri = tables.table_uri(lake, name)
         if not lk.is_table(uri):
             continue
-        dt = DeltaTable(uri)
+        dt = lk.open_table(uri)
         filters = [(tables.STORE_DATE, "<", today.isoformat())] if name == tables.MESSAGES else None
         # messages keep small row groups (a broker pull decodes a whole one): rows, as delta-rs counts them
         props = WriterProperties(max_row_group_size=tables.ROW_GROUP_ROWS) if name == tables.MESSAGES else None
         metrics = dt.optimize.compact(partition_filters=filters, target_size=target_size, writer_properties=props)
-        vacuumed = DeltaTable(uri).vacuum(retention_hours=None, dry_run=False, full=True)
+        vacuumed = lk.open_table(uri).vacuum(retention_hours=None, dry_run=False, full=True)
         out[name] = {
             "files_added": metrics.get("numFilesAdded", 0),
             "files_removed": metrics.get("numFilesRemoved", 0),
             "vacuumed": len(vacuumed),
-            "version": DeltaTable(uri).version(),
+            "version": lk.open_table(uri).version(),
         }
     return out

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from pipelines.objectstore_cli import lake_option
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
 from store.console import console, print_error, run_app
 
@@ -19,7 +20,7 @@ def verify_index_command(
     store_dir: Annotated[Path, typer.Option("--store-dir", help="The broker's store root.")],
     report: Annotated[Path | None, typer.Option("--report", help="Write the JSON report here.")] = None,
     lake: Annotated[
-        Path | None, typer.Option("--lake", help="Lake root: append one row per queue / index file to "
+        str | None, typer.Option("--lake", help="Lake root: append one row per queue / index file to "
                                                  "the Delta table index_verification."),
     ] = None,
     repair: Annotated[bool, typer.Option("--repair", help="Write the rebuilt files (needs --out).")] = False,
@@ -64,7 +65,7 @@ def verify_index_command(
         store_config.store_path_root_dir = store_dir
     try:
         with JobProgress("verify-index", console(stderr=True)):
-            result = verify_index(store_dir, report_path=report, lake=lake, repair_out=out,
+            result = verify_index(store_dir, report_path=report, lake=lake and lake_option(lake), repair_out=out,
                                   store_config=store_config, run_id=run_id, **spark_kwargs)  # fmt: skip
     except MQLakeError as e:  # VerifyError, or the store's own (a file of a size it cannot open, ...)
         print_error(e)

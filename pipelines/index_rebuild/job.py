@@ -19,6 +19,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from broker.lake import objectstore
 from pipelines import job_progress
 from pipelines.executor_access import check_executors_see
 from pipelines.index_rebuild import consume_queue as cqmod
@@ -65,7 +66,7 @@ def verify_index(
     master: str | None = None,
     conf: dict[str, str] | None = None,
     report_path: Path | None = None,
-    lake: Path | None = None,
+    lake: Path | str | None = None,
     repair_out: Path | None = None,
     store_config: MessageStoreConfig | None = None,
     run_id: str | None = None,
@@ -177,9 +178,9 @@ def verify_index(
     if lake is not None:
         from pipelines.index_rebuild.report import append_to_lake
 
-        append_to_lake(Path(lake), report, started)
+        append_to_lake(lake, report, started)
         # beside the tier and replay reports, where the broker's metrics read the last run of each job
-        reports = Path(lake) / "_reports"
+        reports = objectstore.reports_dir(lake)
         reports.mkdir(parents=True, exist_ok=True)
         (reports / f"verify-{report['run_id']}.json").write_text(json.dumps(report, indent=2) + "\n")
     return report

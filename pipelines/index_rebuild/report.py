@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from broker.lake import objectstore
+from store import tier_tables
+
 TABLE = "index_verification"
 MAX_ROWS_SHOWN = 30
 
@@ -59,7 +62,7 @@ def rows(report: dict, run_time: datetime) -> pa.Table:
     return pa.Table.from_pylist(out, schema=ROW_SCHEMA)
 
 
-def append_to_lake(lake: Path, report: dict, run_time: datetime) -> Path:
+def append_to_lake(lake: Path | str, report: dict, run_time: datetime) -> str:
     """Write this run's rows to ``LAKE/index_verification`` in one driver-side delta-rs commit.
 
     The commit replaces any rows of the same run id, so a retried run (an orchestrator's retry reuses its
@@ -67,13 +70,19 @@ def append_to_lake(lake: Path, report: dict, run_time: datetime) -> Path:
     """
     from deltalake import write_deltalake
 
-    table_dir = Path(lake) / TABLE
-    table_dir.parent.mkdir(parents=True, exist_ok=True)
+    from pipelines import lake as lk
+
+    table_dir = tier_tables.table_uri(lake, TABLE)
+    if not objectstore.is_remote(table_dir):
+        Path(table_dir).parent.mkdir(parents=True, exist_ok=True)
     data = rows(report, run_time)
-    if (table_dir / "_delta_log").is_dir():
-        write_deltalake(str(table_dir), data, mode="overwrite", predicate=f"run_id = '{report['run_id']}'")
-    else:
-        write_deltalake(str(table_dir), data, mode="append")
+    opts = objectstore.storage_options(table_dir)
+    with objectstore.reaching(table_dir, "appending the verification rows"):
+        if lk.is_table(table_dir):
+            write_deltalake(table_dir, data, mode="overwrite", predicate=f"run_id = '{report['run_id']}'",
+                            storage_options=opts)  # fmt: skip
+        else:
+            write_deltalake(table_dir, data, mode="append", storage_options=opts)
     return table_dir
 
 

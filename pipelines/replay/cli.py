@@ -12,12 +12,16 @@ from typing import Annotated
 
 import typer
 
+from pipelines.objectstore_cli import lake_option
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
 from store.console import console, print_error, run_app, table
 
 
 def replay_command(
-    lake: Annotated[Path, typer.Option("--lake", help="Lake root: messages (read), replay_progress/replay_runs.")],
+    lake: Annotated[
+        str, typer.Option("--lake", help="Lake root (directory or s3://bucket/prefix): messages (read), "
+                          "replay_progress/replay_runs.")
+    ],
     source_topic: Annotated[str, typer.Option("--source-topic", help="Topic(s) to replay, comma-separated.")],
     target_topic: Annotated[str, typer.Option("--target-topic", help="Topic to publish into (created if missing).")],
     namesrv: Annotated[str, typer.Option("--namesrv", help="NameServer HOST:PORT of the target.")] = "",
@@ -69,7 +73,7 @@ def replay_command(
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         spec = ReplaySpec(
-            lake=lake, source_topics=tuple(parse_list(source_topic, "--source-topic") or ()),
+            lake=lake_option(lake), source_topics=tuple(parse_list(source_topic, "--source-topic") or ()),
             target_topic=target_topic, store_dir=store_dir, from_ms=parse_time(from_, "--from"),
             to_ms=parse_time(to, "--to"), where=where, tags=_tuple(parse_tags(tags)),
             keys=_tuple(parse_list(keys, "--keys")), queue_map=queue_map, preserve_timestamps=preserve_timestamps,

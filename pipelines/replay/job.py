@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from broker.lake import objectstore
 from expectations.runner import write_report
 from pipelines import job_progress
 from pipelines.executor_access import check_executors_see
@@ -210,7 +211,8 @@ def replay(
         spark = get_spark(master, app_name="mqlake-replay", conf=conf)
     # on a cluster the executors read the tier's Parquet files and the live CommitLog themselves
     store = [Path(spec.store_dir) / "commitlog"] if spec.store_dir else []
-    check_executors_see(spark, read=[Path(spec.lake), *store])
+    lake = [] if objectstore.is_remote(spec.lake) else [Path(spec.lake)]  # on S3: reached over the network
+    check_executors_see(spark, read=[*lake, *store])
     fingerprint = spec.fingerprint()
     recorded = prog.read_progress(spec.lake, spec.replay_id)
     other = sorted({p.spec_hash for p in recorded.values()} - {fingerprint})
@@ -289,7 +291,8 @@ def _run(spark, spec: ReplaySpec, df, recorded, report: ReplayReport, phase, fin
             "topic string, queue_id int, __task bigint, __done bigint",
         )  # fmt: skip
         plan = TaskPlan(
-            namesrv=spec.namesrv, lake=str(Path(spec.lake).absolute()), replay_id=spec.replay_id, run_id=run_id,
+            namesrv=spec.namesrv, lake=objectstore.join(spec.lake), replay_id=spec.replay_id, run_id=run_id,
+            lake_settings=objectstore.settings_env() if objectstore.is_remote(spec.lake) else {},
             spec_hash=fingerprint, target_topic=spec.target_topic, target_queues=targets, queue_map=spec.queue_map,
             preserve_timestamps=spec.preserve_timestamps,
             bounds={(p.topic, p.queue_id): p.max_offset for p in todo}, assignment=assignment,
@@ -361,7 +364,7 @@ def _root_cause(e: BaseException) -> str:
 
 
 def _store_report(spec: ReplaySpec, report: ReplayReport) -> None:
-    path = Path(spec.lake) / REPORTS_DIR / f"replay-{report.replay_id}-{report.run_id}.json"
+    path = objectstore.reports_dir(spec.lake) / f"replay-{report.replay_id}-{report.run_id}.json"
     report.report_path = str(path)
     write_report(path, report.to_json())
     prog.append_run(spec.lake, {

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from store import tier_tables
+
 PROGRESS = "replay_progress"
 RUNS = "replay_runs"
 
@@ -92,19 +94,17 @@ class QueueProgress:
 
 
 def table_uri(lake: Path | str, name: str) -> str:
-    return str(Path(lake).absolute() / name)
+    return tier_tables.table_uri(lake, name)
 
 
 def read_progress(lake: Path | str, replay_id: str) -> dict[QueueKey, QueueProgress]:
     """The current row of every source queue of ``replay_id`` ({} when there is none)."""
-    from deltalake import DeltaTable
-
     from pipelines import lake as lk
 
     uri = table_uri(lake, PROGRESS)
     if not lk.is_table(uri):
         return {}
-    rows = DeltaTable(uri).to_pyarrow_table(filters=[("replay_id", "=", replay_id)]).to_pylist()
+    rows = lk.open_table(uri).to_pyarrow_table(filters=[("replay_id", "=", replay_id)]).to_pylist()
     out: dict[QueueKey, QueueProgress] = {}
     for r in rows:
         key = (r["source_topic"], r["source_queue"])

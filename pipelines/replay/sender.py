@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from broker.client import Message, MessageQueue, Producer, PullConsumer
 from broker.client.message import PullStatus
+from broker.lake import objectstore
 from pipelines.replay import progress as prog
 from pipelines.replay.progress import QueueKey, QueueProgress, TargetKey
 from store.errors import MQLakeError
@@ -92,6 +93,7 @@ class TaskPlan:
     batch_size: int
     commit_every: int
     commit_seconds: float
+    lake_settings: dict[str, str] = field(default_factory=dict)  # objectstore.settings_env() of the driver
 
     def target_of(self, queue: QueueKey) -> list[MessageQueue]:
         """The target queue(s) a source queue sends to (hash: any, chosen per message by key)."""
@@ -462,4 +464,5 @@ def send_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterato
 
     ctx = TaskContext.get()
     partition_id = ctx.partitionId() if ctx is not None else 0
+    objectstore.configure(plan.lake_settings)  # a lake on S3: reached as the driver reaches it
     yield run(PartitionSender(plan, partition_id).run(batches))

@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from broker.lake import objectstore
 from store.errors import MQLakeError
+from store.tier_tables import MESSAGES, table_uri
 
 QUEUE_MAPS = ("preserve", "hash")
 _REPLAY_ID = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
@@ -71,7 +73,7 @@ class ReplaySpec:
     """One replay.  The fields above ``rate`` select and shape the messages; a resumed replay (same
     ``replay_id``) must repeat them exactly (see :meth:`fingerprint`).  ``rate`` and the rest may change."""
 
-    lake: Path
+    lake: Path | str
     source_topics: tuple[str, ...]
     target_topic: str
     store_dir: Path | None = None
@@ -106,7 +108,7 @@ class ReplaySpec:
             raise ReplaySpecError(f"--replay-id {self.replay_id!r}: 1-100 characters of [A-Za-z0-9_-]")
         if not self.dry_run and not self.namesrv:
             raise ReplaySpecError("--namesrv is required unless --dry-run")
-        if self.store_dir is None and not (Path(self.lake) / "messages").exists():
+        if self.store_dir is None and not objectstore.exists(table_uri(self.lake, MESSAGES)):
             raise ReplaySpecError(f"nothing to read: {self.lake} has no messages table and no --store-dir was given")
         if self.store_dir is not None and not (Path(self.store_dir) / "commitlog").is_dir():
             raise ReplaySpecError(f"--store-dir {self.store_dir} has no commitlog directory")

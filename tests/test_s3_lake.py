@@ -1,0 +1,264 @@
+"""The lake on S3-compatible object storage (moto's server on loopback, tests/s3_server.py), end to end: a real
+``mqlake up`` with ``lakePath=s3://...`` and 64 KiB segments, the real tier job (local Spark) committing to
+the bucket, with the endpoint taken down between staging and commit on its first run; then ``mqlake sql``,
+replay and the broker's fall-through pulls, all reading the tier from the bucket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from broker.client.message import Message, PullStatus
+from broker.client.producer import Producer
+from broker.client.pull_consumer import PullConsumer
+from broker.lake.objectstore import ObjectStoreError, S3Settings, lake_location
+from store.retention import SegmentManifest, SegmentState
+from tests.fixtures_broker import MqlakeServer, read_topic, stop_servers
+from tests.helpers import wait_until
+from tests.s3_server import BUCKET, S3Server, aws_env
+
+TOPIC = "S3Tiered"
+QUEUES = 4
+COUNT = 480
+SEGMENT = 64 * 1024
+
+
+@dataclass
+class Sent:
+    body: bytes
+    queue_id: int
+    queue_offset: int
+
+
+@dataclass
+class Run:
+    server: MqlakeServer
+    s3: S3Server
+    lake: str
+    sent: list[Sent]
+    fault: str  # the first run's error
+    after_fault: dict[int, SegmentState]  # the claimed segments' states after it
+    files_after_fault: list[str]  # the segment files on disk after it
+    claimed: list[int]
+    tiered: list[int]  # base offsets the second run tiered
+    tiered_rows: int
+
+    def queue(self, queue_id: int) -> list[Sent]:
+        return sorted((s for s in self.sent if s.queue_id == queue_id), key=lambda s: s.queue_offset)
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    try:
+        with aws_env(server.env()):
+            yield server
+    finally:
+        server.stop()
+
+
+async def _produce(namesrv: str) -> list[Sent]:
+    sent = []
+    async with Producer("pg_s3", namesrv) as p:
+        for i in range(COUNT):
+            body = f"s3-{i:04d}-".encode() + bytes([65 + i % 26]) * 300  # no NUL: C clients read C strings
+            r = await p.send(Message(TOPIC, body, tags=f"T{i % 3}", keys=[f"key-{i}"]))
+            sent.append(Sent(body, r.queue.queue_id, r.queue_offset))
+    return sent
+
+
+@pytest.fixture(scope="module")
+def run(spark, s3, tmp_path_factory) -> Run:
+    from pipelines.compaction import staging
+    from pipelines.compaction.job import tier
+
+    work = tmp_path_factory.mktemp("s3_lake")
+    lake = f"s3://{BUCKET}/lake"
+    every_hour = ";".join(f"{hour:02d}" for hour in range(24))
+    server = MqlakeServer(
+        work / "server", mappedFileSizeCommitLog=SEGMENT, mappedFileSizeConsumeQueue=20 * 64,
+        defaultTopicQueueNums=QUEUES, deleteWhen=every_hour, cleanResourceInterval=200, lakePath=lake,
+    ).start()  # fmt: skip
+    try:
+        sent = asyncio.run(_produce(server.namesrv_addr))
+        manifest = SegmentManifest(server.store_dir)
+        wait_until(lambda: sum(e.state == SegmentState.SEALED for e in manifest.entries()) >= 2, 30,
+                   what="the broker to list its sealed segments in the manifest")  # fmt: skip
+
+        # First run: the endpoint goes down once the segments are staged (before anything is written to it)
+        real_stage = staging.stage
+
+        def stage_then_endpoint_down(*args, **kwargs):
+            staged = real_stage(*args, **kwargs)
+            s3.down()
+            return staged
+
+        staging.stage = stage_then_endpoint_down
+        try:
+            with pytest.raises(ObjectStoreError) as failed:
+                tier(server.store_dir, lake, spark=spark, file_reserved_time=0)
+        finally:
+            staging.stage = real_stage
+        claimed = [e.base_offset for e in manifest.entries() if e.state != SegmentState.ACTIVE]
+        after = {e.base_offset: e.state for e in manifest.entries() if e.base_offset in claimed}
+        files = sorted(p.name for p in (server.store_dir / "commitlog").iterdir())
+
+        s3.up()  # the endpoint is back (moto comes back empty: nothing was in the bucket before this run)
+        report = tier(server.store_dir, lake, spark=spark, file_reserved_time=0)
+        tiered = [s.base_offset for s in report.segments if s.state == "tiered"]
+        rows = sum(s.rows or 0 for s in report.segments if s.state == "tiered")
+        yield Run(server, s3, lake, sent, str(failed.value), after, files, claimed, tiered, rows)
+    finally:
+        stop_servers([server])
+
+
+@pytest.mark.spark
+def test_endpoint_down_at_commit_deletes_nothing_and_the_next_run_commits(run):
+    assert run.s3.endpoint in run.fault and "did not answer" in run.fault
+    assert run.claimed
+    # nothing tiered or deleted: the claims went back, every segment file is still there, nothing committed
+    assert all(s in (SegmentState.SEALED, SegmentState.EXPIRED) for s in run.after_fault.values()), run.after_fault
+    assert {f"{b:020d}" for b in run.claimed} <= set(run.files_after_fault)
+    # the next run tiered what the first had claimed
+    assert set(run.claimed) <= set(run.tiered) and run.tiered_rows > 0
+    keys = run.s3.keys(BUCKET, "lake/messages/")
+    assert any(k.endswith(".parquet") for k in keys) and any(k.endswith("00000000000000000000.json") for k in keys)
+
+
+def _tiered_prefixes(run: Run, rows: list[dict]) -> None:
+    """``rows`` (queue_id, queue_offset, body) are exactly the first messages of each queue as sent."""
+    by_queue: dict[int, list[tuple[int, bytes]]] = {}
+    for r in rows:
+        by_queue.setdefault(r["queue_id"], []).append((r["queue_offset"], bytes(r["body"])))
+    assert sum(len(v) for v in by_queue.values()) == run.tiered_rows
+    for q, got in by_queue.items():
+        want = [(s.queue_offset, s.body) for s in run.queue(q)][: len(got)]
+        assert sorted(got) == want, f"queue {q}"
+
+
+@pytest.mark.spark
+def test_sql_reads_the_tier_from_the_bucket(run):
+    import base64
+
+    from pipelines.sql_cli import run_sql
+
+    out, err = io.StringIO(), io.StringIO()
+    query = f"SELECT queue_id, queue_offset, body FROM messages WHERE topic = '{TOPIC}'"
+    code = run_sql(lake_location(run.lake), query, output="json", out=out, err=err)
+    assert code == 0, err.getvalue()
+    rows = [json.loads(line) for line in out.getvalue().splitlines() if line.strip()]
+    for r in rows:
+        r["body"] = base64.b64decode(r["body"])
+    _tiered_prefixes(run, rows)
+
+
+@pytest.mark.spark
+def test_replay_reads_the_tier_from_the_bucket_into_a_new_topic(spark, run):
+    from pipelines.replay.job import replay
+    from pipelines.replay.spec import ReplaySpec
+
+    spec = ReplaySpec(lake=lake_location(run.lake), source_topics=(TOPIC,), target_topic="S3Replayed",
+                      namesrv=run.server.namesrv_addr, replay_id="s3-1")  # fmt: skip
+    report = replay(spec, spark=spark)
+    assert report.sent == run.tiered_rows
+    got = read_topic(run.server.namesrv_addr, "S3Replayed", run.tiered_rows)
+    rows = [{"queue_id": q, "queue_offset": i, "body": m.body} for q, msgs in got.items() for i, m in enumerate(msgs)]
+    _tiered_prefixes(run, rows)  # queues are preserved, and in source order
+    assert Path(report.report_path).is_file()  # run reports of a lake on S3 stay on local disk
+
+
+async def _walk(namesrv: str, queue_id: int) -> tuple[int, list[bytes]]:
+    async with PullConsumer(f"cg_s3_walk_{queue_id}", namesrv) as c:
+        mq = next(q for q in await c.fetch_queues(TOPIC) if q.queue_id == queue_id)
+        first = offset = await c.min_offset(mq)
+        end = await c.max_offset(mq)
+        got: list[bytes] = []
+        while offset < end:
+            res = await c.pull(mq, offset, 16)
+            assert res.status == PullStatus.FOUND, (queue_id, offset, res.status)
+            got.extend(m.body for m in res.messages)
+            offset = res.next_begin_offset
+        return first, got
+
+
+@pytest.mark.spark
+def test_the_broker_serves_deleted_segments_from_the_bucket(run):
+    manifest = SegmentManifest(run.server.store_dir)
+
+    def deleted() -> bool:
+        states = {e.base_offset: e.state for e in manifest.entries()}
+        return all(states.get(b) == SegmentState.DELETED for b in run.tiered)
+
+    wait_until(deleted, 30, what="the broker's clean pass to delete the tiered segments")
+    assert not {f"{b:020d}" for b in run.tiered} & {p.name for p in (run.server.store_dir / "commitlog").iterdir()}
+    for queue_id in range(QUEUES):
+        first, bodies = asyncio.run(_walk(run.server.namesrv_addr, queue_id))
+        assert first == 0 and bodies == [s.body for s in run.queue(queue_id)], f"queue {queue_id}"
+    assert "cannot read the tier" not in run.server.log_text()
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_concurrent_commits_to_one_table_on_s3_lose_none(s3, tmp_path):
+    """Writers racing for the same table versions: each commit lands once (conditional puts), none replaces
+    another's."""
+    import pyarrow.parquet as pq
+
+    from pipelines import lake as lk
+    from pipelines.compaction.tables import append_arrow
+
+    uri = f"s3://{BUCKET}/race"
+    schema = pa.schema([pa.field("writer", pa.int64(), nullable=False)])
+    append_arrow(uri, pa.table({"writer": [0]}, schema=schema), app_id="w0", version=1)
+    writers = 6
+    barrier = threading.Barrier(writers)
+    versions: dict[int, int | None] = {}
+    errors: list[str] = []
+
+    def write(i: int) -> None:
+        root = tmp_path / f"w{i}"
+        root.mkdir()
+        pq.write_table(pa.table({"writer": [i]}, schema=schema), root / f"part-{i}.parquet")
+        adds = lk.add_actions(root, [root / f"part-{i}.parquet"])
+        from broker.lake.objectstore import upload
+
+        upload([root / f"part-{i}.parquet"], root, uri)
+        barrier.wait()
+        try:
+            versions[i] = lk.commit_files(uri, adds, schema=schema, partition_by=[], app_id=f"w{i}", version=1)
+        except Exception as e:  # asserted below
+            errors.append(f"{type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(1, writers + 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert sorted(versions.values()) == list(range(1, writers + 1))  # one version each, none shared
+    assert sorted(lk.to_arrow(uri)["writer"].to_pylist()) == list(range(writers + 1))
+    assert all(lk.transaction_version(uri, f"w{i}") == 1 for i in range(writers + 1))
+
+
+@pytest.mark.unit
+def test_unsafe_rename_and_other_schemes_are_refused():
+    with pytest.raises(ObjectStoreError, match="AWS_S3_ALLOW_UNSAFE_RENAME"):
+        S3Settings.from_env({"AWS_S3_ALLOW_UNSAFE_RENAME": "true"})
+    with pytest.raises(ObjectStoreError, match="gs://b/lake"):
+        lake_location("gs://b/lake")
+    with pytest.raises(ObjectStoreError, match="no bucket"):
+        lake_location("s3:///lake")
+    assert lake_location("s3://b/lake/") == "s3://b/lake" and lake_location("rel/lake") == Path("rel/lake")
+    opts = S3Settings.from_env({"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ALLOW_HTTP": "true"}).storage_options()
+    assert opts["conditional_put"] == "etag" and opts["AWS_ALLOW_HTTP"] == "true"
+    assert "AWS_S3_ALLOW_UNSAFE_RENAME" not in opts
