@@ -63,6 +63,7 @@ with DAG(
 
         from airflow.sdk.exceptions import AirflowFailException
 
+        from broker.lake.objectstore import lake_location
         from pipelines.replay.spec import ReplaySpec, ReplaySpecError, parse_tags, parse_time
 
         p, s = params, config.settings(need_store=False)
@@ -70,7 +71,7 @@ with DAG(
         replay_id = p["replay_id"] or f"airflow-{config.run_key(run_id)}"
         try:  # the CLI checks the same; failing here saves a Spark start and a retry
             ReplaySpec(
-                lake=Path(s.lake), source_topics=tuple(p["source_topics"]), target_topic=p["target_topic"],
+                lake=lake_location(s.lake), source_topics=tuple(p["source_topics"]), target_topic=p["target_topic"],
                 store_dir=Path(store_dir) if store_dir else None, from_ms=parse_time(p["from"], "from"),
                 to_ms=parse_time(p["to"], "to"), tags=tuple(parse_tags(p["tags"]) or ()) or None,
                 rate=p["rate"], namesrv=s.namesrv, replay_id=replay_id, queue_map=p["queue_map"],

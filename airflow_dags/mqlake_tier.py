@@ -105,11 +105,10 @@ with DAG(
 
     @task(execution_timeout=config.COMPACT_TIMEOUT)
     def compact() -> dict:
-        from pathlib import Path
-
+        from broker.lake.objectstore import lake_location
         from pipelines.compaction.upkeep import compact as run_compact
 
-        done = run_compact(Path(config.settings(need_store=False).lake))
+        done = run_compact(lake_location(config.settings(need_store=False).lake))
         print("compaction: " + json.dumps(done))
         return done
 

@@ -9,7 +9,9 @@ from typing import Annotated
 
 import typer
 
+from broker.lake import objectstore
 from cli.log_files import add_log_files
+from pipelines.objectstore_cli import lake_option
 from store.console import print_error
 
 ConfigOption = Annotated[
@@ -17,10 +19,11 @@ ConfigOption = Annotated[
 ]
 LogLevel = Annotated[str, typer.Option(help="Logging level.")]
 LakeOption = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
         "--lake",
-        help="Delta lake root (lakePath): serve tiered history from it; `up` also runs the tier job at deleteWhen.",
+        help="Delta lake root (lakePath), a directory or s3://bucket/prefix: serve tiered history from it; `up` "
+        "also runs the tier job at deleteWhen.",
     ),
 ]
 
@@ -32,7 +35,7 @@ def _setup_logging(level: str) -> None:
 
 
 def _load_conf(
-    config: Path | None, store_dir: Path | None, broker_port: int | None, host: str | None, lake: Path | None = None
+    config: Path | None, store_dir: Path | None, broker_port: int | None, host: str | None, lake: str | None = None
 ):
     from broker.config import BrokerConfigError, load_broker_conf
 
@@ -49,7 +52,7 @@ def _load_conf(
     if store_dir is not None:
         store_cfg.store_path_root_dir = store_dir
     if lake is not None:
-        broker_cfg.lake_path = lake
+        broker_cfg.lake_path = lake_option(lake)
     store_cfg.store_host = broker_cfg.broker_addr
     return broker_cfg, store_cfg
 
@@ -61,7 +64,7 @@ def _tier_command(broker_cfg, store_cfg, config: Path | None) -> list[str] | Non
     store_dir = Path(store_cfg.store_path_root_dir).absolute()
     # -P: the broker's working directory may hold a "store" directory that must not shadow the package
     argv = [sys.executable, "-P", "-m", "pipelines.compaction", "--store-dir", str(store_dir),
-            "--lake", str(Path(broker_cfg.lake_path).absolute()), "--json", "--exit-zero"]  # fmt: skip
+            "--lake", objectstore.join(broker_cfg.lake_path), "--json", "--exit-zero"]  # fmt: skip
     if config is not None:
         argv += ["--broker-conf", str(config.absolute())]
     return argv

@@ -262,3 +262,21 @@ def test_unsafe_rename_and_other_schemes_are_refused():
     opts = S3Settings.from_env({"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ALLOW_HTTP": "true"}).storage_options()
     assert opts["conditional_put"] == "etag" and opts["AWS_ALLOW_HTTP"] == "true"
     assert "AWS_S3_ALLOW_UNSAFE_RENAME" not in opts
+
+
+@pytest.mark.unit
+def test_lake_path_in_broker_conf_keeps_an_s3_uri_and_the_embedded_tier_passes_it_on(tmp_path):
+    from broker.config import BrokerConfigError, load_broker_conf
+    from cli.servers import _tier_command
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"storePathRootDir={tmp_path / 'store'}\nlakePath=s3://{BUCKET}/lake/\n")
+    broker_cfg, store_cfg = load_broker_conf(conf)
+    assert broker_cfg.lake_path == f"s3://{BUCKET}/lake"
+    argv = _tier_command(broker_cfg, store_cfg, conf)
+    assert argv[argv.index("--lake") + 1] == f"s3://{BUCKET}/lake"
+    conf.write_text("lakePath=relative/lake\n")
+    assert load_broker_conf(conf)[0].lake_path == Path("relative/lake")
+    conf.write_text("lakePath=gs://bucket/lake\n")
+    with pytest.raises(BrokerConfigError, match="gs://bucket/lake"):
+        load_broker_conf(conf)

@@ -17,6 +17,7 @@ a first one's version) is refused, and there is no lock table to configure.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -209,8 +210,12 @@ def reaching(location: str | os.PathLike[str], action: str) -> Iterator[None]:
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0][:300] if text else type(e).__name__
+    """The error's first line and, for delta-rs' chain of causes (``↳`` lines), its root cause."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m|↳", "", line).strip() for line in str(e).splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return type(e).__name__
+    return (lines[0] if len(lines) == 1 else f"{lines[0]}: {lines[-1]}")[:300]
 
 
 def upload(files: list[Path], local_root: Path, remote_root: str) -> list[str]:
