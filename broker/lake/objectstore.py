@@ -189,22 +189,19 @@ def endpoint_of(location: str | os.PathLike[str]) -> str:
 
 @contextmanager
 def reaching(location: str | os.PathLike[str], action: str) -> Iterator[None]:
-    """Errors of ``action`` on a remote ``location`` (connection refused, timeouts, delta-rs' and pyarrow's own
-    types) raised again as an :class:`ObjectStoreError` naming the endpoint; a local one's pass as they are."""
+    """Errors reaching a remote ``location`` during ``action`` (connection refused, timeouts, errors answered by
+    the server) raised again as an :class:`ObjectStoreError` naming the endpoint; delta-rs' protocol errors (a
+    commit conflict) and a local location's errors pass as they are."""
     if not is_remote(location):
         yield
         return
     try:
         yield
-    except MQLakeError:
-        raise
-    except Exception as e:
-        from deltalake.exceptions import DeltaError
-
-        if not isinstance(e, OSError | DeltaError):
-            raise
+    except OSError as e:  # delta-rs and pyarrow raise their S3 client errors as OSError
+        if isinstance(e, FileNotFoundError):
+            raise  # answered: the object is not there
         raise ObjectStoreError(
-            f"{action} failed: the S3 endpoint {endpoint_of(location)} did not answer for {location} "
+            f"{action} failed: S3 endpoint {endpoint_of(location)}, {location} "
             f"({type(e).__name__}: {_first_line(e)})"
         ) from e
 
