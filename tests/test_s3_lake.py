@@ -280,3 +280,22 @@ def test_lake_path_in_broker_conf_keeps_an_s3_uri_and_the_embedded_tier_passes_i
     conf.write_text("lakePath=gs://bucket/lake\n")
     with pytest.raises(BrokerConfigError, match="gs://bucket/lake"):
         load_broker_conf(conf)
+
+
+@pytest.mark.spark
+def test_verify_index_appends_its_rows_to_the_bucket_once_per_run_id(spark, s3, spark_store, tmp_path):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from pipelines import lake as lk
+
+    lake = f"s3://{BUCKET}/verify-lake"
+
+    def verify() -> int:
+        result = CliRunner().invoke(app, ["verify-index", "--store-dir", str(spark_store.root), "--lake", lake,
+                                          "--run-id", "s3-nightly", "--report", str(tmp_path / "r.json")])  # fmt: skip
+        assert result.exit_code == 0, result.output
+        return lk.to_arrow(f"{lake}/index_verification").num_rows
+
+    once = verify()
+    assert once > 0 and verify() == once  # a rerun under its run id replaces its rows
