@@ -9,7 +9,9 @@ import sys
 import threading
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import unquote
 
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
@@ -120,6 +122,9 @@ def test_tier_store_then_rerun_is_idempotent(spark, tmp_path):
     partitions = {(r["topic"], r["store_date"]) for r in table_rows(spark, lake)}
     assert files_before > len(partitions) == lk.file_count(messages)
     assert done[tables.MESSAGES]["files_removed"] > 0
+    footers = [pq.read_metadata(unquote(u.removeprefix("file://"))) for u in DeltaTable(messages).file_uris()]
+    codecs = {md.row_group(0).column(c).compression for md in footers for c in range(md.num_columns)}
+    assert codecs == {"SNAPPY"}  # compacted files stay compressed
     assert_rows_are(table_rows(spark, lake), sealed_expected(written, segments))
     assert tier(written.root, lake, spark=spark, file_reserved_time=0).segments == []
 
