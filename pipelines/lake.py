@@ -81,6 +81,11 @@ def transaction_version(table_uri: str | Path, app_id: str) -> int | None:
 # =====================================================================================================
 
 
+_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+# the characters Spark escapes in a partition directory name (ExternalCatalogUtils.escapePathName)
+_PATH_ESCAPED = frozenset("\"#%'*/:=?\\{[]^\x7f") | frozenset(map(chr, range(1, 32)))
+
+
 def partition_values_from_path(rel_path: str, partition_by: Sequence[str]) -> dict[str, str | None]:
     """``k=v`` directories of a Hive-style path (Spark escapes values as ``%XX``) -> partition values."""
     found: dict[str, str | None] = {}
@@ -88,11 +93,21 @@ def partition_values_from_path(rel_path: str, partition_by: Sequence[str]) -> di
         key, sep, value = part.partition("=")
         if sep:
             raw = unquote(value)
-            found[unquote(key)] = None if raw == "__HIVE_DEFAULT_PARTITION__" else raw
+            found[unquote(key)] = None if raw == _HIVE_NULL else raw
     missing = [c for c in partition_by if c not in found]
     if missing:
         raise LakeError(f"{rel_path}: no directory for partition column(s) {', '.join(missing)}")
     return {c: found[c] for c in partition_by}
+
+
+def partition_path(values: Mapping[str, Any]) -> str:
+    """The ``k=v/k=v`` directories of a row with partition ``values``, escaped as Spark names them (the
+    inverse of :func:`partition_values_from_path`)."""
+
+    def esc(text: str) -> str:
+        return "".join(f"%{ord(c):02X}" if c in _PATH_ESCAPED else c for c in text)
+
+    return "/".join(f"{esc(k)}={_HIVE_NULL if v is None else esc(str(v))}" for k, v in values.items())
 
 
 def _stat_value(value: Any) -> Any:
@@ -291,6 +306,15 @@ def _readable_snapshot(table_uri: str | Path, version: int | None):
     return dt
 
 
+def snapshot_files(table_uri: str | Path, version: int | None = None) -> pa.Table:
+    """The add actions of the table at ``version`` (default latest), flattened (``partition.<c>``, ``min.<c>``,
+    ``max.<c>``, ...), with ``path`` made a location to read."""
+    uri = _uri(table_uri)
+    actions = pa.table(_readable_snapshot(uri, version).get_add_actions(flatten=True))
+    locations = pa.array([_file_location(uri, p) for p in actions["path"].to_pylist()], pa.string())
+    return actions.set_column(actions.schema.get_field_index("path"), "path", locations)
+
+
 def table_schema(table_uri: str | Path, version: int | None = None) -> pa.Schema:
     """The table's schema from the Delta log, as Arrow."""
     return pa.schema(_readable_snapshot(table_uri, version).schema().to_arrow())
@@ -421,6 +445,7 @@ __all__ = [
     "partition_values_from_path",
     "read_table",
     "register",
+    "snapshot_files",
     "table_schema",
     "to_arrow",
     "transaction_version",

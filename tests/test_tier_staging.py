@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from expectations.sequence import Previous
-from pipelines.compaction import checks, staging
+from pipelines.compaction import checks
 from pipelines.compaction.job import TierJob
 from pipelines.segments import read_segment
 from store.retention import SegmentManifest, SegmentState
@@ -76,7 +78,7 @@ class BodyChangedAfterStaging(TierJob):
 
     def _stage(self, batch, bases, entries):
         staged = super()._stage(batch, bases, entries)
-        path = staging.files_of(staged.directory, {self.victim})[0]
+        path = Path(staged.files[self.victim][0])
         table = pq.read_table(path)
         bodies = table.column("body").to_pylist()
         i = next(i for i, b in enumerate(bodies) if b)

@@ -14,6 +14,7 @@ import mmap
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import crc32c
 import pyarrow as pa
@@ -172,16 +173,40 @@ def digest_accumulator(spark):
     return spark.sparkContext.accumulator(DigestParts(), MergeParts())
 
 
+def body_checks(body: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """``body_len`` and ``body_crc32`` of each body of a binary array: its length and its CRC recomputed
+    (java.util.zip.CRC32 masked to 31 bits, as the store's BODYCRC), the two columns the ``crc_matches`` rule
+    reads (``expectations.rules.with_body_checks`` computes the same in Spark)."""
+    import zlib
+
+    import numpy as np
+
+    n = len(body)
+    offsets = np.frombuffer(body.buffers()[1], np.int32, n + 1, body.offset * 4)
+    data = body.buffers()[2]
+    crc = zlib.crc32
+    with memoryview(data if data is not None else b"") as mv:
+        crcs = np.fromiter((crc(mv[a:b]) for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)),
+                           np.int64, n)  # fmt: skip
+    return pa.array((offsets[1:] - offsets[:-1]).astype(np.int32)), pa.array(crcs & 0x7FFFFFFF)
+
+
 def rows_digest(df) -> dict[str, RowsDigest]:
     """segment -> digest of its rows in ``df`` (any frame of the canonical schema), bodies checked against
     their stored CRC: one Spark job over the digest columns, the body reduced to its length and CRC check."""
-    from pyspark.sql import functions as F
-
     from expectations.rules import with_body_checks
 
-    acc = digest_accumulator(df.sparkSession)
+    return _fold_digest(with_body_checks(df))
+
+
+def _fold_digest(checked) -> dict[str, RowsDigest]:
+    """The digests of a frame of :data:`DIGEST_COLUMNS`, ``crc_ok``, ``body_len`` and ``body_crc32``: the
+    ``crc_matches`` rule's own SQL tells the bodies that do not match their stored CRC."""
+    from pyspark.sql import functions as F
+
+    acc = digest_accumulator(checked.sparkSession)
     crc_rule = next(r for r in RULES if r.name == "crc_matches")
-    narrow = with_body_checks(df).select(*DIGEST_COLUMNS, "body_len", F.expr(crc_rule.condition).alias("bad_crc"))
+    narrow = checked.select(*DIGEST_COLUMNS, "body_len", F.expr(crc_rule.condition).alias("bad_crc"))
 
     def fold(batches):
         parts = DigestParts()
@@ -192,6 +217,61 @@ def rows_digest(df) -> dict[str, RowsDigest]:
 
     narrow.mapInArrow(fold, "segment string").collect()
     return acc.value.digests()
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A parquet file of a table: where to read it, and its partition values (as the Delta log records them)."""
+
+    location: str
+    partition_values: dict[str, Any]
+
+
+def files_digest(
+    spark, files: list[DataFile], schema: pa.Schema, segments: set[str], offsets: tuple[int, int]
+) -> dict[str, RowsDigest]:
+    """segment -> digest of the rows of ``segments`` with ``offsets[0] <= commitlog_offset < offsets[1]`` in
+    ``files`` (a table of ``schema``), every body checked against its stored CRC, as :func:`rows_digest`.
+
+    One Spark task per file reads it with pyarrow and hands Spark its rows without the bodies (their length and
+    recomputed CRC instead): no body crosses into the JVM."""
+    from pipelines.schema import spark_schema
+
+    out_schema = pa.schema(
+        [*(schema.field(c) for c in (*DIGEST_COLUMNS, "crc_ok")),
+         pa.field("body_len", pa.int32(), nullable=False), pa.field("body_crc32", pa.int64(), nullable=False)]
+    )  # fmt: skip
+    if not files:
+        return {}
+    names, (lo, hi) = sorted(segments), offsets
+
+    def read(batches):
+        import pyarrow.compute as pc
+        import pyarrow.fs as pafs
+        import pyarrow.parquet as pq
+
+        for ids in batches:
+            for i in ids.column("id").to_pylist():
+                f = files[i]
+                fs, path = pafs.FileSystem.from_uri(f.location)
+                stored = [c for c in (*out_schema.names, "commitlog_offset", "body") if c not in f.partition_values]
+                t = pq.read_table(path, filesystem=fs, columns=[c for c in dict.fromkeys(stored) if c in schema.names])
+                offset = t.column("commitlog_offset")
+                keep = pc.and_(pc.is_in(t.column("segment"), pa.array(names)),
+                               pc.and_(pc.greater_equal(offset, lo), pc.less(offset, hi)))  # fmt: skip
+                t = t.filter(keep)
+                for batch in t.to_batches(max_chunksize=8192):
+                    body_len, body_crc32 = body_checks(batch.column("body"))
+                    n = batch.num_rows
+                    cols = {
+                        c: pa.repeat(pa.scalar(f.partition_values[c], out_schema.field(c).type), n)
+                        if c in f.partition_values else batch.column(c)
+                        for c in out_schema.names[:-2]
+                    }  # fmt: skip
+                    yield pa.RecordBatch.from_arrays([*cols.values(), body_len, body_crc32], schema=out_schema)
+
+    rows = spark.range(len(files), numPartitions=len(files)).mapInArrow(read, spark_schema(out_schema))
+    return _fold_digest(rows)
 
 
 def mismatches(expected: RowsDigest, found: RowsDigest | None) -> list[str]:

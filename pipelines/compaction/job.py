@@ -196,6 +196,20 @@ def _tiered_history(segments_uri: str, sid: str) -> list[TieredSegment]:
     ]
 
 
+def _files_holding(actions: pa.Table, lo: int, hi: int) -> list[checks.DataFile]:
+    """The files of a snapshot's add actions that may hold CommitLog offsets in ``[lo, hi)`` (by their stats)."""
+    cols = actions.to_pydict()
+    prefix = "partition."
+    parts = [c for c in cols if c.startswith(prefix)]
+    out = []
+    for i, path in enumerate(cols["path"]):
+        a = (cols.get("min.commitlog_offset") or [None] * (i + 1))[i]
+        b = (cols.get("max.commitlog_offset") or [None] * (i + 1))[i]
+        if (a is None or a < hi) and (b is None or b >= lo):
+            out.append(checks.DataFile(path, {c.removeprefix(prefix): cols[c][i] for c in parts}))
+    return out
+
+
 def _commit_version_of(messages_uri: str, segment: str) -> int | None:
     """The table version whose commit added ``segment`` (from the commit metadata the job writes)."""
     from pipelines import lake as lk
@@ -370,7 +384,7 @@ class TierJob:
             if staged is None or not any(staged.violations.values()):
                 counted = {MESSAGES: {(f.segment, r.name): 0 for f in batch for r in rules_for(MESSAGES)}}
             rows = (
-                staging.staged_frame(self.spark, staged.directory) if staged
+                staging.staged_frame(self.spark, staged) if staged
                 else self.spark.createDataFrame([], spark_schema(tables.MESSAGES_SCHEMA))
             )  # fmt: skip
             history = _tiered_history(self.segments_uri, self.store_id)
@@ -399,7 +413,7 @@ class TierJob:
         _crash_point("before_commit")
         with phase("commit"):
             # each staged file holds one segment's rows: a quarantined segment's files are left out
-            files = staging.files_of(staged.directory, {entries[b].file_name for b in passing})
+            files = [Path(f) for b in passing for f in staged.files.get(entries[b].file_name, [])]
             adds = lk.add_actions(self.staging_root, files, tables.MESSAGES_PARTITION_BY)
             if self.remote:  # the same relative paths under the table on S3; nothing is visible until the commit
                 objectstore.upload(files, self.staging_root, self.messages_uri)
@@ -421,18 +435,23 @@ class TierJob:
     def _verify(self, bases, facts, entries, expected, committed_version, outcomes) -> list[int]:
         """Match the committed snapshot's rows of each segment against what was validated; returns the
         base offsets that match."""
-        from pyspark.sql import functions as F
-
         from pipelines import lake as lk
 
         if not bases:
             return []
-        names = [entries[b].file_name for b in bases]
-        snapshot = lk.read_table(self.spark, self.messages_uri)
+        names = {entries[b].file_name for b in bases}
         lo = min(bases)
         hi = max(facts[b].base_offset + facts[b].file_size for b in bases)
-        rows = snapshot.where(F.col("commitlog_offset").between(lo, hi - 1) & F.col("segment").isin(names))
-        found = checks.rows_digest(rows)
+        if self.remote:  # Spark reads the snapshot over the lake's S3 settings (pipelines/remote_snapshot.py)
+            from pyspark.sql import functions as F
+
+            rows = lk.read_table(self.spark, self.messages_uri).where(
+                F.col("commitlog_offset").between(lo, hi - 1) & F.col("segment").isin(sorted(names))
+            )
+            found = checks.rows_digest(rows)
+        else:  # each committed file read and digested where it is read: no body moves into the JVM
+            files = _files_holding(lk.snapshot_files(self.messages_uri), lo, hi)
+            found = checks.files_digest(self.spark, files, tables.MESSAGES_SCHEMA, names, (lo, hi))
         resumed = [b for b in bases if entries[b].file_name not in expected]
         if resumed:
             # Committed by a run that died before verifying: decode the files again as the reference.

@@ -1,74 +1,187 @@
-"""The tiering job's staging pass: decode the segments, check the rows and write them, in ONE Spark job.
+"""The tiering job's staging pass: decode the segments, write them as parquet and check the rows, in ONE Spark job.
 
-Each Spark task decodes one whole segment file (``pipelines.segments.read_segment``, as the commitlog
-source does) and, while its batches go by, adds to them the two "previous record" columns the sequence
-rules need (expectations/sequence.py) and folds them into the per-segment and per-queue digest
-(``checks.DigestParts``, a Spark accumulator).  Spark then evaluates every ``messages`` rule as a flag column
-(``expectations.rules.flagged``, the rules' own SQL) and counts the rows breaking each with
-``DataFrame.observe``, on the rows it hands to the parquet writer.  So the rules and the digests see the
-rows exactly as they are staged, and the staged files are never read back before the commit: the
-post-commit verify reads the committed files and matches them against these digests (body CRCs
-included), so a row changed between here and the disk is still caught before anything is deleted.
+Each Spark task takes one whole segment file and, in Python:
 
-One task per segment also makes every staged file hold the rows of one segment only: a segment that breaks
-a rule is left out of the commit by leaving out its files (:func:`files_of`), without staging again.
+- decodes it (``pipelines.segments.read_segment``, as the commitlog source does), adds to each Arrow batch the
+  two "previous record" columns the sequence rules need (expectations/sequence.py) and the body's length and
+  CRC (recomputed here from the very bytes that are written), and folds the batch into the per-segment and
+  per-queue digest (``checks.DigestParts``, a Spark accumulator);
+- sorts the segment's rows as the ``messages`` table keeps them (by its partition columns, then queue id and
+  queue offset: a broker pull falling through to the tier reads one small run of a row group,
+  broker/lake/reader.py) and writes them with pyarrow, one file per partition directory under the staging
+  directory, in small row groups (``tables.ROW_GROUP_BYTES`` / ``ROW_GROUP_ROWS``: a fall-through pull decodes a
+  whole row group);
+- hands Spark the same rows WITHOUT their bodies.  Spark evaluates every ``messages`` rule over them as a flag
+  column (``expectations.rules.flagged``, the rules' own SQL) and counts the rows breaking each with
+  ``DataFrame.observe``.
 
-Why not a window (as ``expectations.rules.checked_messages`` over a frame) or a ``mapInArrow`` over the rows:
-the window shuffles every body, and a second Python pass over the rows moved every body through Arrow again
-(measured +2.5–3.4 s at ``BENCH_SCALE=0.25``, about half the staging write); the decoder already holds
-each batch in Arrow, so the extra columns and the digest cost it almost nothing (docs/benchmarks.md).
+So the rules and the digests see the rows exactly as they are staged, the staged files are never read back
+before the commit, and no body ever crosses into the JVM (moving every body into Spark and encoding it there
+was most of the staging cost, docs/benchmarks.md).  The post-commit verify reads the committed files and
+matches them against these digests (every body against its CRC), so a row changed between here and the disk
+is still caught before anything is deleted.
+
+One task per segment makes every staged file hold the rows of one segment only, and the tasks report which
+files they wrote (an accumulator: only successful task attempts count, so a file left by a failed attempt is
+never committed): a segment that breaks a rule is left out of the commit by leaving out its files, without
+staging again.  A task holds its segment's decoded rows in memory while it sorts them (about the segment's
+size).
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
 from expectations import sequence
-from expectations.rules import MESSAGES, flagged, rules_for, with_body_checks
+from expectations.rules import MESSAGES, flagged, rules_for
 from pipelines.compaction import tables
-from pipelines.compaction.checks import DigestParts, RowsDigest, digest_accumulator
+from pipelines.compaction.checks import DigestParts, RowsDigest, body_checks, digest_accumulator
 from pipelines.schema import MESSAGE_SCHEMA
-from store.errors import MQLakeError
 
-DECODED_SCHEMA = pa.schema([*MESSAGE_SCHEMA, *sequence.FIELDS])
+BODY_LEN = "body_len"
+BODY_CRC32 = "body_crc32"
+# what Spark gets of each staged row: every column but the body, plus what the rules need of the body
+CHECKED_SCHEMA = pa.schema(
+    [
+        *(f for f in MESSAGE_SCHEMA if f.name != "body"),
+        *sequence.FIELDS,
+        pa.field(BODY_LEN, pa.int32(), nullable=False),
+        pa.field(BODY_CRC32, pa.int64(), nullable=False),
+    ]
+)
 ROWS = "rows"  # the observed row count, beside one count per rule
-
-
-class StagingError(MQLakeError, RuntimeError):
-    """Staged files that cannot be told apart by segment (each task writes one segment's rows)."""
+MS_PER_DAY = 86_400_000
 
 
 @dataclass
 class Staged:
-    directory: Path
+    directory: str  # absolute path or URI
     digests: dict[str, RowsDigest]  # segment -> digest of the rows written
     violations: dict[str, int]  # messages rule -> rows breaking it, over the whole batch
     rows: int
+    files: dict[str, list[str]]  # segment -> the staged files holding its rows (absolute)
 
 
-def decode_checked(paths: list[str], parts_acc):
-    """The Python function of the staging pass: partition ``i`` decodes ``paths[i]`` whole."""
+def store_date(store_timestamp: pa.Array) -> pa.Array:
+    """The UTC day of each store time (the ``store_date`` partition), independent of any time zone setting."""
+    import numpy as np
 
-    def decode(batches):
+    days = np.floor_divide(store_timestamp.to_numpy(zero_copy_only=False), MS_PER_DAY)
+    return pa.array(days.astype(np.int32), pa.date32())
+
+
+def write_sorted(table: pa.Table, directory: str, tag: str) -> list[str]:
+    """Write ``table`` (the ``messages`` columns) under ``directory`` as the table is partitioned, sorted by
+    partition, queue id and queue offset, one file per partition; returns the files written."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    from pipelines.lake import partition_path
+
+    n = table.num_rows
+    if n == 0:
+        return []
+    parts = list(tables.MESSAGES_PARTITION_BY)
+    keys = [*parts, "queue_id", "queue_offset"]
+    order = pc.sort_indices(table.select(keys), sort_keys=[(k, "ascending") for k in keys])
+    by_part = table.select(parts).take(order)
+    new_part = np.zeros(n, bool)
+    new_part[0] = True
+    for c in parts:
+        col = by_part.column(c)
+        new_part[1:] |= pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True).to_numpy(
+            zero_copy_only=False
+        )
+    starts = [*np.flatnonzero(new_part).tolist(), n]
+    data_schema = pa.schema([f for f in tables.MESSAGES_SCHEMA if f.name not in parts])
+    fs, root = pafs.FileSystem.from_uri(directory)
+    written = []
+    for a, b in zip(starts, starts[1:], strict=False):
+        rows = table.take(order[a:b])
+        rows = pa.Table.from_arrays([rows.column(f.name) for f in data_schema], schema=data_schema)
+        sub = partition_path({c: _partition_text(by_part.column(c)[a].as_py()) for c in parts})
+        fs.create_dir(f"{root}/{sub}", recursive=True)
+        name = f"{sub}/part-{tag}-{uuid.uuid4().hex}.snappy.parquet"
+        with pq.ParquetWriter(f"{root}/{name}", data_schema, filesystem=fs, compression="snappy") as w:
+            for s, e in _row_groups(rows.column("msg_size").to_numpy()):
+                w.write_table(rows.slice(s, e - s), row_group_size=e - s)
+        written.append(f"{directory.rstrip('/')}/{name}")
+    return written
+
+
+def _partition_text(value) -> str | None:
+    return None if value is None else value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def _row_groups(sizes) -> list[tuple[int, int]]:
+    """Row-group bounds: at most ``ROW_GROUP_ROWS`` rows and, past the first row, ``ROW_GROUP_BYTES`` of records."""
+    import numpy as np
+
+    ends = np.cumsum(sizes, dtype=np.int64)
+    out, s, n = [], 0, len(sizes)
+    while s < n:
+        before = int(ends[s - 1]) if s else 0
+        e = min(s + tables.ROW_GROUP_ROWS, int(np.searchsorted(ends, before + tables.ROW_GROUP_BYTES, "right")))
+        e = max(e, s + 1)
+        out.append((s, e))
+        s = e
+    return out
+
+
+def stage_task(paths: list[str], directory: str, parts_acc, files_acc):
+    """The Python function of the staging pass: partition ``i`` stages ``paths[i]`` whole."""
+
+    def stage_one(batches):
         from pipelines.segments import read_segment
 
         parts = DigestParts()
+        files: dict[str, list[str]] = {}
         for ids in batches:
             for i in ids.column("id").to_pylist():
+                path = Path(paths[i])
                 previous = sequence.Previous()
-                for batch in read_segment(Path(paths[i])):
+                decoded = []
+                for batch in read_segment(path):
                     parts.add(batch)
-                    yield previous.extend(batch)
+                    batch = previous.extend(batch)
+                    body_len, body_crc32 = body_checks(batch.column("body"))
+                    decoded.append(batch.append_column(tables.STORE_DATE, store_date(batch.column("store_timestamp"))))
+                    checked = batch.drop_columns(["body"])
+                    yield checked.append_column(CHECKED_SCHEMA.field(BODY_LEN), body_len).append_column(
+                        CHECKED_SCHEMA.field(BODY_CRC32), body_crc32
+                    )
+                if decoded:
+                    files[path.name] = write_sorted(pa.Table.from_batches(decoded), directory, f"{i:05d}")
         parts_acc.add(parts)
+        files_acc.add(files)
 
-    return decode
+    return stage_one
 
 
-def stage(spark, store_dir: Path, bases: list[int], directory: Path, segment_times) -> Staged:
-    """Decode, check and write the segments ``bases`` of ``store_dir`` as parquet under ``directory``
+def _files_accumulator(spark):
+    """A Spark accumulator of ``segment -> files`` (tasks add what they wrote; the driver reads ``.value``)."""
+    from pyspark.accumulators import AccumulatorParam
+
+    class MergeFiles(AccumulatorParam):
+        def zero(self, value: dict) -> dict:
+            return {}
+
+        def addInPlace(self, a: dict, b: dict) -> dict:
+            for k, v in b.items():
+                a.setdefault(k, []).extend(v)
+            return a
+
+    return spark.sparkContext.accumulator({}, MergeFiles())
+
+
+def stage(spark, store_dir: Path, bases: list[int], directory: str | Path, segment_times) -> Staged:
+    """Decode, write and check the segments ``bases`` of ``store_dir`` as parquet under ``directory``
     (partitioned and sorted as the ``messages`` table is); ``segment_times`` is a frame of ``segment``,
     ``first_store_time``, ``last_store_time`` (what the store recorded) for the store-time rule."""
     from pyspark.sql import Observation
@@ -78,69 +191,31 @@ def stage(spark, store_dir: Path, bases: list[int], directory: Path, segment_tim
 
     # absolute: an executor on a cluster resolves a relative path against its own work dir
     paths = [str(Path(store_dir).absolute() / "commitlog" / f"{b:020d}") for b in bases]
-    parts = digest_accumulator(spark)
-    decoded = spark.range(len(paths), numPartitions=len(paths)).mapInArrow(
-        decode_checked(paths, parts), spark_schema(DECODED_SCHEMA)
+    where = str(directory) if "://" in str(directory) else str(Path(directory).absolute())
+    parts, files = digest_accumulator(spark), _files_accumulator(spark)
+    rows = spark.range(len(paths), numPartitions=len(paths)).mapInArrow(
+        stage_task(paths, where, parts, files), spark_schema(CHECKED_SCHEMA)
     )
-    # UTC day from the millis, independent of the session time zone
-    day = F.date_from_unix_date(F.floor(F.col("store_timestamp") / 86_400_000).cast("int"))
     rules = rules_for(MESSAGES)
-    checked = flagged(MESSAGES, with_body_checks(decoded.withColumn(tables.STORE_DATE, day)), segment_times, rules)
-    observed = Observation(f"staging-{directory.name}")
-    checked = checked.observe(
+    checked = flagged(MESSAGES, rows, segment_times, rules)
+    observed = Observation(f"staging-{Path(where).name}")
+    counts = checked.observe(
         observed, F.count(F.lit(1)).alias(ROWS), *(F.count_if(F.col(r.flag)).alias(r.name) for r in rules)
     )
-    (
-        checked.select(*tables.MESSAGES_SCHEMA.names)
-        # A queue's rows together, in offset order: a broker pull falling through to the tier reads one
-        # small run of a row group (broker/lake/reader.py), not rows spread over the whole file.
-        .sortWithinPartitions(*tables.MESSAGES_PARTITION_BY, "queue_id", "queue_offset")
-        .write.mode("errorifexists")
-        # small row groups (parquet's default is 128 MiB *encoded*, and bodies compress well): a pull
-        # falling through to the tier decodes a whole row group
-        .option("parquet.block.size", str(tables.ROW_GROUP_BYTES))
-        .option("parquet.block.row.count.limit", str(tables.ROW_GROUP_ROWS))
-        .partitionBy(*tables.MESSAGES_PARTITION_BY)
-        .parquet(str(directory))
-    )
+    counts.select(*(r.flag for r in rules)).write.format("noop").mode("overwrite").save()
     metrics = observed.get
     return Staged(
-        directory, parts.value.digests(), {r.name: int(metrics[r.name]) for r in rules}, int(metrics[ROWS])
-    )
+        where, parts.value.digests(), {r.name: int(metrics[r.name]) for r in rules}, int(metrics[ROWS]),
+        {k: sorted(v) for k, v in files.value.items()},
+    )  # fmt: skip
 
 
-def staged_frame(spark, directory: Path):
+def staged_frame(spark, staged: Staged):
     """The staged rows, read back (only where a rule failed: for the breaking rows' counts and samples)."""
     from pipelines.schema import spark_schema
 
-    return (
-        spark.read.schema(spark_schema(tables.MESSAGES_SCHEMA))
-        .option("basePath", str(directory))
-        .parquet(str(directory))
-        .select(*tables.MESSAGES_SCHEMA.names)
-    )
-
-
-def staged_files(directory: Path) -> list[Path]:
-    return [p for p in directory.rglob("*.parquet") if not any(x.startswith(("_", ".")) for x in p.parts)]
-
-
-def files_of(directory: Path, segments: set[str]) -> list[Path]:
-    """The staged files holding rows of ``segments`` (each holds one segment's rows: its footer says which)."""
-    import pyarrow.parquet as pq
-
-    out = []
-    for path in staged_files(directory):
-        md = pq.ParquetFile(path).metadata
-        col = next(i for i in range(md.num_columns) if md.schema.column(i).path == "segment")
-        names = set()
-        for rg in range(md.num_row_groups):
-            st = md.row_group(rg).column(col).statistics
-            if st is None or not st.has_min_max:
-                raise StagingError(f"{path}: no statistics for the segment column")
-            names |= {st.min, st.max}
-        if len(names) > 1:
-            raise StagingError(f"{path}: rows of segments {sorted(names)} in one staged file")
-        if names & segments:
-            out.append(path)
-    return out
+    files = [f for fs in staged.files.values() for f in fs]
+    reader = spark.read.schema(spark_schema(tables.MESSAGES_SCHEMA)).option("basePath", str(staged.directory))
+    if not files:
+        return spark.createDataFrame([], spark_schema(tables.MESSAGES_SCHEMA))
+    return reader.parquet(*files).select(*tables.MESSAGES_SCHEMA.names)
