@@ -253,10 +253,12 @@ def checked_messages(df):
 def flagged(dataset: str, df, segments_df, rules: tuple[Rule, ...] | list[Rule]):
     """``df`` (the ``dataset``) with one boolean column per rule of ``rules`` (``rule.flag``), so every rule is
     evaluated in the same pass over the rows; ``segments_df`` supplies the store's per-segment time range the
-    ``messages`` rules compare against (a broadcast join: one row per segment)."""
+    ``messages`` rules compare against (a broadcast join: one row per segment), unless ``df`` has the two
+    columns already (the tiering job's staging pass adds them as it decodes)."""
     from pyspark.sql import functions as F
 
-    if dataset == MESSAGES and any(SEGMENT_FIRST_TIME in r.condition for r in rules):
+    needs_times = any(SEGMENT_FIRST_TIME in r.condition for r in rules) and SEGMENT_FIRST_TIME not in df.columns
+    if dataset == MESSAGES and needs_times:
         times = segments_df.select(
             "segment",
             F.col("first_store_time").alias(SEGMENT_FIRST_TIME),

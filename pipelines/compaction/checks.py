@@ -194,19 +194,13 @@ def body_checks(body: pa.Array) -> tuple[pa.Array, pa.Array]:
 def rows_digest(df) -> dict[str, RowsDigest]:
     """segment -> digest of its rows in ``df`` (any frame of the canonical schema), bodies checked against
     their stored CRC: one Spark job over the digest columns, the body reduced to its length and CRC check."""
-    from expectations.rules import with_body_checks
-
-    return _fold_digest(with_body_checks(df))
-
-
-def _fold_digest(checked) -> dict[str, RowsDigest]:
-    """The digests of a frame of :data:`DIGEST_COLUMNS`, ``crc_ok``, ``body_len`` and ``body_crc32``: the
-    ``crc_matches`` rule's own SQL tells the bodies that do not match their stored CRC."""
     from pyspark.sql import functions as F
 
-    acc = digest_accumulator(checked.sparkSession)
+    from expectations.rules import with_body_checks
+
+    acc = digest_accumulator(df.sparkSession)
     crc_rule = next(r for r in RULES if r.name == "crc_matches")
-    narrow = checked.select(*DIGEST_COLUMNS, "body_len", F.expr(crc_rule.condition).alias("bad_crc"))
+    narrow = with_body_checks(df).select(*DIGEST_COLUMNS, "body_len", F.expr(crc_rule.condition).alias("bad_crc"))
 
     def fold(batches):
         parts = DigestParts()
@@ -227,51 +221,57 @@ class DataFile:
     partition_values: dict[str, Any]
 
 
+def crc_mismatch(crc_ok: pa.Array, body_len: pa.Array, body_crc32: pa.Array, body_crc: pa.Array) -> pa.Array:
+    """Per row: the body does not match its stored BODYCRC (``body_checks``' columns beside the stored ones) — the
+    ``crc_matches`` rule of expectations/rules.py over Arrow columns, for verify, which checks the committed
+    bodies in Python where it reads them instead of moving every body into Spark."""
+    import pyarrow.compute as pc
+
+    differs = pc.not_equal(body_crc32, pc.cast(body_crc, pa.int64()))
+    return pc.or_(pc.invert(crc_ok), pc.and_(pc.greater(body_len, 0), differs))
+
+
 def files_digest(
     spark, files: list[DataFile], schema: pa.Schema, segments: set[str], offsets: tuple[int, int]
 ) -> dict[str, RowsDigest]:
     """segment -> digest of the rows of ``segments`` with ``offsets[0] <= commitlog_offset < offsets[1]`` in
-    ``files`` (a table of ``schema``), every body checked against its stored CRC, as :func:`rows_digest`.
+    ``files`` (a table of ``schema``), every body checked against its stored CRC (:func:`crc_mismatch`).
 
-    One Spark task per file reads it with pyarrow and hands Spark its rows without the bodies (their length and
-    recomputed CRC instead): no body crosses into the JVM."""
-    from pipelines.schema import spark_schema
-
-    out_schema = pa.schema(
-        [*(schema.field(c) for c in (*DIGEST_COLUMNS, "crc_ok")),
-         pa.field("body_len", pa.int32(), nullable=False), pa.field("body_crc32", pa.int64(), nullable=False)]
-    )  # fmt: skip
+    One Spark task per file reads it with pyarrow and folds its rows where it reads them: no body crosses into
+    the JVM, and the JVM has nothing to compile."""
     if not files:
         return {}
-    names, (lo, hi) = sorted(segments), offsets
+    acc = digest_accumulator(spark)
+    names, (lo, hi) = pa.array(sorted(segments)), offsets
+    wanted = (*DIGEST_COLUMNS, "crc_ok", "commitlog_offset", "body")
 
-    def read(batches):
+    def fold(batches):
         import pyarrow.compute as pc
         import pyarrow.fs as pafs
         import pyarrow.parquet as pq
 
+        parts = DigestParts()
         for ids in batches:
             for i in ids.column("id").to_pylist():
                 f = files[i]
                 fs, path = pafs.FileSystem.from_uri(f.location)
-                stored = [c for c in (*out_schema.names, "commitlog_offset", "body") if c not in f.partition_values]
-                t = pq.read_table(path, filesystem=fs, columns=[c for c in dict.fromkeys(stored) if c in schema.names])
+                t = pq.read_table(path, filesystem=fs, columns=[c for c in wanted if c not in f.partition_values])
                 offset = t.column("commitlog_offset")
-                keep = pc.and_(pc.is_in(t.column("segment"), pa.array(names)),
+                keep = pc.and_(pc.is_in(t.column("segment"), names),
                                pc.and_(pc.greater_equal(offset, lo), pc.less(offset, hi)))  # fmt: skip
-                t = t.filter(keep)
-                for batch in t.to_batches(max_chunksize=8192):
-                    body_len, body_crc32 = body_checks(batch.column("body"))
+                for batch in t.filter(keep).to_batches(max_chunksize=8192):
                     n = batch.num_rows
-                    cols = {
-                        c: pa.repeat(pa.scalar(f.partition_values[c], out_schema.field(c).type), n)
-                        if c in f.partition_values else batch.column(c)
-                        for c in out_schema.names[:-2]
-                    }  # fmt: skip
-                    yield pa.RecordBatch.from_arrays([*cols.values(), body_len, body_crc32], schema=out_schema)
+                    body_len, body_crc32 = body_checks(batch.column("body"))
+                    bad = crc_mismatch(batch.column("crc_ok"), body_len, body_crc32, batch.column("body_crc"))
+                    cols = {c: batch.column(c) for c in batch.schema.names if c != "body"}
+                    cols |= {c: pa.repeat(pa.scalar(v, schema.field(c).type), n)
+                             for c, v in f.partition_values.items() if c in wanted}  # fmt: skip
+                    parts.add(pa.RecordBatch.from_pydict(cols | {"body_len": body_len, "bad_crc": bad}))
+        acc.add(parts)
+        return iter(())
 
-    rows = spark.range(len(files), numPartitions=len(files)).mapInArrow(read, spark_schema(out_schema))
-    return _fold_digest(rows)
+    spark.range(len(files), numPartitions=len(files)).mapInArrow(fold, "id long").collect()
+    return acc.value.digests()
 
 
 def mismatches(expected: RowsDigest, found: RowsDigest | None) -> list[str]:

@@ -364,7 +364,7 @@ class TierJob:
     def _stage(self, batch: list[SegmentFacts], bases: list[int], entries) -> staging.Staged:
         """Decode, check and write ``bases`` as parquet under the messages table root, invisible to readers
         until committed (pipelines/compaction/staging.py)."""
-        times = self.spark.createDataFrame(checks.segment_check_table(batch, entries, {}))
+        times = {b: (entries[b].first_store_time, entries[b].last_store_time) for b in bases if b in entries}
         directory = self.staging_root / f"tier-{self.run_id}"
         return staging.stage(self.spark, self.store_dir, bases, directory, times)
 

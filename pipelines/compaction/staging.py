@@ -37,7 +37,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from expectations import sequence
-from expectations.rules import MESSAGES, flagged, rules_for
+from expectations.rules import MESSAGES, SEGMENT_FIRST_TIME, SEGMENT_LAST_TIME, flagged, rules_for
 from pipelines.compaction import tables
 from pipelines.compaction.checks import DigestParts, RowsDigest, body_checks, digest_accumulator
 from pipelines.schema import MESSAGE_SCHEMA
@@ -51,8 +51,11 @@ CHECKED_SCHEMA = pa.schema(
         *sequence.FIELDS,
         pa.field(BODY_LEN, pa.int32(), nullable=False),
         pa.field(BODY_CRC32, pa.int64(), nullable=False),
+        pa.field(SEGMENT_FIRST_TIME, pa.int64()),
+        pa.field(SEGMENT_LAST_TIME, pa.int64()),
     ]
 )
+StoreTimes = tuple[int | None, int | None]  # a segment's first and last store time, as the store recorded them
 ROWS = "rows"  # the observed row count, beside one count per rule
 MS_PER_DAY = 86_400_000
 
@@ -134,8 +137,9 @@ def _row_groups(sizes) -> list[tuple[int, int]]:
     return out
 
 
-def stage_task(paths: list[str], directory: str, parts_acc, files_acc):
-    """The Python function of the staging pass: partition ``i`` stages ``paths[i]`` whole."""
+def stage_task(paths: list[str], times: list[StoreTimes], directory: str, parts_acc, files_acc):
+    """The Python function of the staging pass: partition ``i`` stages ``paths[i]`` whole; ``times[i]`` is the
+    first and last store time the store recorded for it."""
 
     def stage_one(batches):
         from pipelines.segments import read_segment
@@ -152,9 +156,10 @@ def stage_task(paths: list[str], directory: str, parts_acc, files_acc):
                     batch = previous.extend(batch)
                     body_len, body_crc32 = body_checks(batch.column("body"))
                     decoded.append(batch.append_column(tables.STORE_DATE, store_date(batch.column("store_timestamp"))))
-                    checked = batch.drop_columns(["body"])
-                    yield checked.append_column(CHECKED_SCHEMA.field(BODY_LEN), body_len).append_column(
-                        CHECKED_SCHEMA.field(BODY_CRC32), body_crc32
+                    n = batch.num_rows
+                    extra = [body_len, body_crc32, *(pa.repeat(pa.scalar(t, pa.int64()), n) for t in times[i])]
+                    yield pa.RecordBatch.from_arrays(
+                        [*batch.drop_columns(["body"]).columns, *extra], schema=CHECKED_SCHEMA
                     )
                 if decoded:
                     files[path.name] = write_sorted(pa.Table.from_batches(decoded), directory, f"{i:05d}")
@@ -180,10 +185,12 @@ def _files_accumulator(spark):
     return spark.sparkContext.accumulator({}, MergeFiles())
 
 
-def stage(spark, store_dir: Path, bases: list[int], directory: str | Path, segment_times) -> Staged:
+def stage(
+    spark, store_dir: Path, bases: list[int], directory: str | Path, segment_times: dict[int, StoreTimes]
+) -> Staged:
     """Decode, write and check the segments ``bases`` of ``store_dir`` as parquet under ``directory``
-    (partitioned and sorted as the ``messages`` table is); ``segment_times`` is a frame of ``segment``,
-    ``first_store_time``, ``last_store_time`` (what the store recorded) for the store-time rule."""
+    (partitioned and sorted as the ``messages`` table is); ``segment_times`` maps a base offset to the first and
+    last store time the store recorded for the segment (None: not recorded), for the store-time rule."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
@@ -194,10 +201,11 @@ def stage(spark, store_dir: Path, bases: list[int], directory: str | Path, segme
     where = str(directory) if "://" in str(directory) else str(Path(directory).absolute())
     parts, files = digest_accumulator(spark), _files_accumulator(spark)
     rows = spark.range(len(paths), numPartitions=len(paths)).mapInArrow(
-        stage_task(paths, where, parts, files), spark_schema(CHECKED_SCHEMA)
+        stage_task(paths, [segment_times.get(b, (None, None)) for b in bases], where, parts, files),
+        spark_schema(CHECKED_SCHEMA),
     )
     rules = rules_for(MESSAGES)
-    checked = flagged(MESSAGES, rows, segment_times, rules)
+    checked = flagged(MESSAGES, rows, None, rules)
     observed = Observation(f"staging-{Path(where).name}")
     counts = checked.observe(
         observed, F.count(F.lit(1)).alias(ROWS), *(F.count_if(F.col(r.flag)).alias(r.name) for r in rules)
