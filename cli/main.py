@@ -19,6 +19,7 @@ from cli.admin import admin_app
 from cli.store import store_app
 from pipelines.compaction.cli import tier_command
 from pipelines.index_rebuild.cli import verify_index_command
+from pipelines.migrate_brokers import migrate_command
 from pipelines.replay.cli import replay_command
 from pipelines.sql_cli import sql_command
 from store.console import run_app
@@ -37,6 +38,7 @@ app.command("namesrv")(servers.namesrv)
 app.add_typer(admin_app, name="admin")
 app.add_typer(store_app, name="store")
 app.command("tier")(tier_command)
+app.command("tier-migrate")(migrate_command)
 app.command("verify-index")(verify_index_command)
 app.command("replay")(replay_command)
 app.command("sql")(sql_command)

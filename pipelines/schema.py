@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from store.tier_tables import BROKER_NAME
+
 MESSAGE_FIELDS: list[pa.Field] = [
     pa.field("topic", pa.string(), nullable=False),
     pa.field("queue_id", pa.int32(), nullable=False),
@@ -37,6 +39,13 @@ MESSAGE_FIELDS: list[pa.Field] = [
 
 MESSAGE_SCHEMA = pa.schema(MESSAGE_FIELDS)
 MESSAGE_COLUMNS: list[str] = [f.name for f in MESSAGE_FIELDS]
+
+# The broker group whose store held the record.  Not in the record itself (a CommitLog knows no broker name),
+# so not in MESSAGE_FIELDS, which is what the commitlog source decodes: the tier adds it to every row of the
+# ``messages`` table (pipelines/compaction/tables.py), where it is the first partition column.  Segment names
+# and CommitLog offsets repeat from broker to broker; (broker_name, segment) and (broker_name, commitlog_offset)
+# do not.
+BROKER_NAME_FIELD = pa.field(BROKER_NAME, pa.string(), nullable=False)
 
 
 def spark_schema(schema: pa.Schema = MESSAGE_SCHEMA):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-MESSAGES = "messages"  # one row per tiered record (pipelines/schema.py), partitioned by topic and UTC store date
+MESSAGES = "messages"  # one row per tiered record (pipelines/schema.py), by broker name, topic and UTC store date
 SEGMENTS = "segments"  # one row per tiered CommitLog segment, with the queue offset ranges it held
 STORE_DATE = "store_date"  # UTC date of store_timestamp: partitions close at UTC midnight
+BROKER_NAME = "broker_name"  # the broker group whose store a row came from: first partition of messages
 
 
 def table_uri(lake: str | Path, name: str) -> str:

@@ -192,7 +192,10 @@ def test_replay_everything_tiered_and_live_then_rerun_sends_nothing(spark, histo
     runs = lk.to_arrow(prog.table_uri(history.lake, prog.RUNS)).to_pylist()
     assert [(r["replay_id"], r["sent"]) for r in runs if r["run_id"] == report.run_id] == [("all-1", TOTAL)]
     done = prog.read_progress(history.lake, "all-1")
-    assert {k: p.last_offset for k, p in done.items()} == {(SOURCE, q): TOTAL // QUEUES - 1 for q in range(QUEUES)}
+    # a source queue is (broker, topic, queue id): the store's broker is broker-a (tests/fixtures_broker.py)
+    assert {k: p.last_offset for k, p in done.items()} == {
+        ("broker-a", SOURCE, q): TOTAL // QUEUES - 1 for q in range(QUEUES)
+    }
 
     again = replay(spec, spark=spark)  # the same replay id: everything is recorded as done
     assert again.sent == 0 and again.total("already_done") == TOTAL
@@ -378,7 +381,7 @@ def test_sigkill_mid_replay_then_resume_loses_and_duplicates_nothing(spark, hist
         def mid_way() -> bool:
             assert proc.poll() is None, log.read_text()
             recorded = prog.read_progress(history.lake, rid)
-            done = sum(1 for (_, q), p in recorded.items() for s in want[q] if s.offset <= p.last_offset)
+            done = sum(1 for (_, _, q), p in recorded.items() for s in want[q] if s.offset <= p.last_offset)
             # part-way, with sends acknowledged after the last progress commit: the window a restart must close
             return done > 0 and count_topic(history.server.namesrv_addr, target) >= done + 500
 

@@ -13,6 +13,12 @@ groups by their parquet statistics; decoded row groups are kept in a bounded LRU
 A consumer walking a queue is served from a cursor (:mod:`broker.lake.cursors`): its next records are
 sliced from the cached row group without searching again.
 
+Several brokers tier into one lake (``broker_name`` is the first partition of ``messages`` and a column of
+``segments``): a reader given its broker's name takes only that broker's files and queue ranges into a
+snapshot, so broker-a never serves broker-b's history (their topics, queue ids, queue offsets and CommitLog
+offsets overlap).  A lake without the column (tiered before several brokers) is not read by a named reader
+until ``mqlake tier-migrate`` gives it one: whose rows those are is not known.
+
 Every method is blocking (file reads): the broker calls them in a thread.  A missing or unreadable lake is
 never an error to the caller: the methods answer "nothing tiered" and the cause is logged once.
 """
@@ -36,7 +42,7 @@ from store.errors import MQLakeError
 from store.format.hashing import tags_code
 from store.format.rebuild import RecordBlob, records_blob
 from store.format.records import RecordError, read_store_timestamp
-from store.tier_tables import MESSAGES, SEGMENTS, table_uri
+from store.tier_tables import BROKER_NAME, MESSAGES, SEGMENTS, table_uri
 
 log = logging.getLogger(__name__)
 
@@ -185,15 +191,21 @@ class LakeReader:
     """Reads of the tier under one lake root; thread-safe."""
 
     def __init__(
-        self, lake: str | Path, cache_bytes: int = DEFAULT_CACHE_BYTES, local_floor: Callable[[], int] | None = None
+        self,
+        lake: str | Path,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        local_floor: Callable[[], int] | None = None,
+        broker_name: str | None = None,
     ) -> None:
         """``local_floor``: the local store's first CommitLog offset.  The store deletes a segment only after
         the tier committed it, so once the floor moves, a snapshot taken earlier may lack what was deleted:
-        the next read takes a new one, whatever its age."""
+        the next read takes a new one, whatever its age.  ``broker_name``: read only this broker's rows (None:
+        every row of the lake, for a lake one store fed)."""
         self.lake = objectstore.lake_location(lake)
         # a lake on S3 (objectstore.py): delta-rs and pyarrow reach it with the AWS settings of the environment
         self._options = objectstore.storage_options(self.lake)
         self._fs: Any = objectstore.filesystem(self.lake)[0] if self._options else None
+        self.broker_name = broker_name
         self._floor = local_floor or (lambda: -1)
         self.messages_uri = table_uri(self.lake, MESSAGES)
         self.segments_uri = table_uri(self.lake, SEGMENTS)
@@ -257,6 +269,13 @@ class LakeReader:
         if current is not None and (current.version, current.segments_version) == (dt.version(), segments_version):
             current.floor, current.taken = floor, time.monotonic()
             return current
+        if self.broker_name is not None and BROKER_NAME not in dt.metadata().partition_columns:
+            self._warn_once(
+                f"{self.messages_uri} has no {BROKER_NAME} partition (tiered before several brokers): broker "
+                f"{self.broker_name} serves local data only until `mqlake tier-migrate --lake {self.lake} "
+                f"--broker-name NAME` gives it one"
+            )
+            return None
         adds = pa.table(dt.get_add_actions(flatten=True))
         cols = {name: adds.column(name).to_pylist() for name in adds.column_names}
         files = []
@@ -266,7 +285,10 @@ class LakeReader:
         nones = [None] * len(cols["path"])
         mins = {c: cols.get(f"min.{c}", nones) for c in _STAT_COLUMNS}
         maxs = {c: cols.get(f"max.{c}", nones) for c in _STAT_COLUMNS}
+        brokers = cols.get(f"partition.{BROKER_NAME}")
         for i, rel in enumerate(cols["path"]):
+            if self.broker_name is not None and brokers is not None and brokers[i] != self.broker_name:
+                continue  # another broker's history
             path = rel if "://" in rel or rel.startswith("/") else f"{root}/{unquote(rel)}"
             lo = {c: v[i] for c, v in mins.items()}
             hi = {c: v[i] for c, v in maxs.items()}
@@ -274,13 +296,17 @@ class LakeReader:
         return Snapshot(dt.version(), tuple(files), self._queue_ranges(segments), floor,
                         segments_version=segments_version)  # fmt: skip
 
-    @staticmethod
-    def _queue_ranges(segments: Any) -> dict[tuple[str, int], tuple[int, int]] | None:
-        """(topic, queue) -> first, last queue offset over the ``segments`` table's rows (None: no table)."""
+    def _queue_ranges(self, segments: Any) -> dict[tuple[str, int], tuple[int, int]] | None:
+        """(topic, queue) -> first, last queue offset over the ``segments`` table's rows of this broker (None:
+        no table)."""
         if segments is None:
             return None
         out: dict[tuple[str, int], tuple[int, int]] = {}
-        rows = segments.to_pyarrow_table(columns=["queue_ranges"]).column(0).to_pylist()
+        names = {f.name for f in segments.schema().fields}
+        mine = None
+        if self.broker_name is not None and BROKER_NAME in names:
+            mine = [(BROKER_NAME, "=", self.broker_name)]
+        rows = segments.to_pyarrow_table(columns=["queue_ranges"], filters=mine).column(0).to_pylist()
         for ranges in rows:
             for r in ranges or ():
                 key = (r["topic"], r["queue_id"])

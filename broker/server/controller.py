@@ -90,7 +90,8 @@ class BrokerController:
         self.hold = PullRequestHoldService(self._max_offset, check)
         self.stats = BrokerStatsManager(broker_config.broker_cluster_name)
         self.lake = (
-            LakeReader(broker_config.lake_path, broker_config.lake_cache_bytes, lambda: self.store.min_phy_offset)
+            LakeReader(broker_config.lake_path, broker_config.lake_cache_bytes, lambda: self.store.min_phy_offset,
+                       broker_config.broker_name)  # fmt: skip
             if broker_config.lake_path
             else None
         )

@@ -14,7 +14,7 @@ import typer
 
 from pipelines.objectstore_cli import lake_option
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
-from store.console import console, run_app, styled
+from store.console import console, print_error, run_app, styled
 
 
 def tier_command(
@@ -49,6 +49,14 @@ def tier_command(
         Path | None,
         typer.Option("--broker-conf", help="broker.conf of the store (sizes to open it for deletion)."),
     ] = None,
+    broker_name: Annotated[
+        str | None,
+        typer.Option(
+            "--broker-name",
+            help="The store's broker group (the broker_name column and partition). Default: brokerName of "
+            "--broker-conf, else the name the store was tiered under before, else broker-a.",
+        ),
+    ] = None,
     exit_zero: Annotated[
         bool, typer.Option("--exit-zero", help="Exit 0 even when a segment was quarantined (the report says so).")
     ] = False,
@@ -72,14 +80,21 @@ def tier_command(
         except BrokerConfigError as e:
             raise typer.BadParameter(str(e), param_hint="--broker-conf") from None
         lake = lake or broker_config.lake_path
+        broker_name = broker_name or broker_config.broker_name
     if lake is None:
         raise typer.BadParameter("give --lake, or a --broker-conf that sets lakePath", param_hint="--lake")
     lake = lake_option(lake)
+    from pipelines.compaction.broker_names import BrokerNameError
+
     with JobProgress("tier", console(stderr=True)):
-        result = tier(
-            store_dir, lake, file_reserved_time=file_reserved_time, max_segments=max_segments, report=report,
-            store_config=store_config, **add_spark_options(master, conf),
-        )  # fmt: skip
+        try:
+            result = tier(
+                store_dir, lake, file_reserved_time=file_reserved_time, max_segments=max_segments, report=report,
+                store_config=store_config, broker_name=broker_name, **add_spark_options(master, conf),
+            )  # fmt: skip
+        except BrokerNameError as e:
+            print_error(str(e))
+            raise typer.Exit(2) from None
     if not json_out:
         _print(out, result)
     compacted = run_compact(lake) if compact else None

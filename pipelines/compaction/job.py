@@ -14,6 +14,12 @@ One run::
     segments table row per verified segment (same txn id, so it is written once)
     mark_tiered; then delete tiered segments through the store (when no broker holds it)
 
+Several brokers, one lake.  Every row carries the broker name of the store it came from (``broker_name``, the
+first partition column of ``messages``, a column of ``segments``; :mod:`pipelines.compaction.broker_names` says
+where the name comes from).  Two brokers' segments have the same 20-digit names and overlapping CommitLog
+offsets, so everything a run reads back from the lake is keyed by (broker, segment): the verify reads only its
+broker's partition, a resumed commit is found by its broker and segment, and the segments table's rows by store.
+
 Idempotency.  The app id is ``mqlake-tier:<store id>`` and the version is the largest base offset in the
 commit.  Segments are claimed oldest first and committed in base-offset order, so every segment with a
 base offset at or below the recorded version is already in the table: a re-run never stages it again,
@@ -50,7 +56,7 @@ from broker.lake import objectstore
 from expectations.rules import MESSAGES, checked_messages, rules_for
 from expectations.runner import QualityReport, validate, write_report
 from pipelines import job_progress
-from pipelines.compaction import checks, staging, tables
+from pipelines.compaction import broker_names, checks, staging, tables
 from pipelines.compaction.checks import QueueRange, RowsDigest, TieredSegment
 from pipelines.compaction.deletion import delete_tiered
 from pipelines.segments import SegmentFacts
@@ -112,6 +118,7 @@ class TierReport:
     phases: dict[str, float] = field(default_factory=dict)
     quality: QualityReport | None = None
     report_path: str | None = None
+    broker_name: str = ""
 
     def by_state(self, state: str) -> list[SegmentOutcome]:
         return [s for s in self.segments if s.state == state]
@@ -120,6 +127,7 @@ class TierReport:
         return {
             "run_id": self.run_id,
             "store_id": self.store_id,
+            "broker_name": self.broker_name,
             "started_at": self.started_at.isoformat(),
             "messages_version": self.messages_version,
             "segments": [vars(s) for s in self.segments],
@@ -210,12 +218,16 @@ def _files_holding(actions: pa.Table, lo: int, hi: int) -> list[checks.DataFile]
     return out
 
 
-def _commit_version_of(messages_uri: str, segment: str) -> int | None:
-    """The table version whose commit added ``segment`` (from the commit metadata the job writes)."""
+def _commit_version_of(messages_uri: str, broker_name: str, segment: str) -> int | None:
+    """The table version whose commit added ``broker_name``'s ``segment`` (from the commit metadata the job
+    writes; a commit from before brokers were recorded names none, and counts as the broker's own)."""
     from pipelines import lake as lk
 
     for commit in lk.open_table(messages_uri).history():
-        if segment in str(commit.get("mqlake.tier.segments", "")).split(","):
+        broker = commit.get("mqlake.tier.broker")
+        if (broker is None or broker == broker_name) and segment in str(
+            commit.get("mqlake.tier.segments", "")
+        ).split(","):
             return commit["version"]
     return None
 
@@ -234,7 +246,10 @@ class TierJob:
         report: Path | None = None,
         run_id: str | None = None,
         store_config: MessageStoreConfig | None = None,
+        broker_name: str | None = None,
     ) -> None:
+        """``broker_name``: the broker group whose store this is (None: the name this store was tiered under
+        before, else the broker's default; see :func:`pipelines.compaction.broker_names.resolve`)."""
         self.store_dir = Path(store_dir)
         self.lake = objectstore.lake_location(lake)
         self.remote = objectstore.is_remote(self.lake)
@@ -260,6 +275,7 @@ class TierJob:
             objectstore.local_staging_root() / f"{self.store_id}-{self.run_id}" / tables.MESSAGES
             if self.remote else Path(self.messages_uri)
         )  # fmt: skip
+        self.broker_name = broker_names.resolve(self.lake, self.store_id, broker_name)
 
     @property
     def spark(self):
@@ -277,7 +293,7 @@ class TierJob:
 
     # =================================================================================================
     def run(self) -> TierReport:
-        report = TierReport(self.run_id, self.store_id, datetime.now(UTC))
+        report = TierReport(self.run_id, self.store_id, datetime.now(UTC), broker_name=self.broker_name)
         phase = _phase_timer(report.phases)
         if not self.remote:
             Path(self.lake).mkdir(parents=True, exist_ok=True)
@@ -366,7 +382,7 @@ class TierJob:
         until committed (pipelines/compaction/staging.py)."""
         times = {b: (entries[b].first_store_time, entries[b].last_store_time) for b in bases if b in entries}
         directory = self.staging_root / f"tier-{self.run_id}"
-        return staging.stage(self.spark, self.store_dir, bases, directory, times)
+        return staging.stage(self.spark, self.store_dir, bases, directory, times, broker_name=self.broker_name)
 
     def _stage_validate_commit(self, batch, entries, outcomes, expected, report, phase) -> int | None:
         from pipelines import lake as lk
@@ -426,6 +442,7 @@ class TierJob:
                 version=max(passing),
                 metadata={
                     "mqlake.tier.run": self.run_id,
+                    "mqlake.tier.broker": self.broker_name,
                     "mqlake.tier.segments": ",".join(entries[b].file_name for b in passing),
                 },
             )
@@ -446,11 +463,14 @@ class TierJob:
             from pyspark.sql import functions as F
 
             rows = lk.read_table(self.spark, self.messages_uri).where(
-                F.col("commitlog_offset").between(lo, hi - 1) & F.col("segment").isin(sorted(names))
+                (F.col(tables.BROKER_NAME) == self.broker_name)
+                & F.col("commitlog_offset").between(lo, hi - 1)
+                & F.col("segment").isin(sorted(names))
             )
             found = checks.rows_digest(rows)
         else:  # each committed file read and digested where it is read: no body moves into the JVM
-            files = _files_holding(lk.snapshot_files(self.messages_uri), lo, hi)
+            files = [f for f in _files_holding(lk.snapshot_files(self.messages_uri), lo, hi)
+                     if f.partition_values.get(tables.BROKER_NAME) == self.broker_name]  # this broker's files only
             found = checks.files_digest(self.spark, files, tables.MESSAGES_SCHEMA, names, (lo, hi))
         resumed = [b for b in bases if entries[b].file_name not in expected]
         if resumed:
@@ -463,7 +483,9 @@ class TierJob:
             if problems:
                 outcomes[b] = self._quarantine(entries[b], f"committed rows do not match: {'; '.join(problems)}")
                 continue
-            version = _commit_version_of(self.messages_uri, name) if b in resumed else committed_version
+            version = committed_version
+            if b in resumed:
+                version = _commit_version_of(self.messages_uri, self.broker_name, name)
             outcomes[b] = SegmentOutcome(name, b, "pending", "", version, found[name].count)
             verified.append(b)
         return verified
@@ -484,6 +506,7 @@ class TierJob:
             rows.append(
                 {
                     "store_id": self.store_id,
+                    tables.BROKER_NAME: self.broker_name,
                     "segment": f.segment,
                     "base_offset": b,
                     "file_size": f.file_size,

@@ -137,9 +137,9 @@ def _row_groups(sizes) -> list[tuple[int, int]]:
     return out
 
 
-def stage_task(paths: list[str], times: list[StoreTimes], directory: str, parts_acc, files_acc):
+def stage_task(paths: list[str], times: list[StoreTimes], directory: str, parts_acc, files_acc, broker_name: str):
     """The Python function of the staging pass: partition ``i`` stages ``paths[i]`` whole; ``times[i]`` is the
-    first and last store time the store recorded for it."""
+    first and last store time the store recorded for it; ``broker_name`` the rows' broker."""
 
     def stage_one(batches):
         from pipelines.segments import read_segment
@@ -155,7 +155,9 @@ def stage_task(paths: list[str], times: list[StoreTimes], directory: str, parts_
                     parts.add(batch)
                     batch = previous.extend(batch)
                     body_len, body_crc32 = body_checks(batch.column("body"))
-                    decoded.append(batch.append_column(tables.STORE_DATE, store_date(batch.column("store_timestamp"))))
+                    broker = pa.repeat(pa.scalar(broker_name, pa.string()), batch.num_rows)
+                    decoded.append(batch.append_column(tables.BROKER_NAME, broker).append_column(
+                        tables.STORE_DATE, store_date(batch.column("store_timestamp"))))
                     n = batch.num_rows
                     extra = [body_len, body_crc32, *(pa.repeat(pa.scalar(t, pa.int64()), n) for t in times[i])]
                     yield pa.RecordBatch.from_arrays(
@@ -186,11 +188,13 @@ def _files_accumulator(spark):
 
 
 def stage(
-    spark, store_dir: Path, bases: list[int], directory: str | Path, segment_times: dict[int, StoreTimes]
+    spark, store_dir: Path, bases: list[int], directory: str | Path, segment_times: dict[int, StoreTimes], *,
+    broker_name: str,
 ) -> Staged:
     """Decode, write and check the segments ``bases`` of ``store_dir`` as parquet under ``directory``
     (partitioned and sorted as the ``messages`` table is); ``segment_times`` maps a base offset to the first and
-    last store time the store recorded for the segment (None: not recorded), for the store-time rule."""
+    last store time the store recorded for the segment (None: not recorded), for the store-time rule;
+    ``broker_name`` is the ``broker_name`` column of every row (the store's broker)."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
@@ -201,7 +205,7 @@ def stage(
     where = str(directory) if "://" in str(directory) else str(Path(directory).absolute())
     parts, files = digest_accumulator(spark), _files_accumulator(spark)
     rows = spark.range(len(paths), numPartitions=len(paths)).mapInArrow(
-        stage_task(paths, [segment_times.get(b, (None, None)) for b in bases], where, parts, files),
+        stage_task(paths, [segment_times.get(b, (None, None)) for b in bases], where, parts, files, broker_name),
         spark_schema(CHECKED_SCHEMA),
     )
     rules = rules_for(MESSAGES)

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from broker.lake import objectstore
-from pipelines.schema import MESSAGE_FIELDS
+from pipelines.schema import BROKER_NAME, BROKER_NAME_FIELD, MESSAGE_FIELDS
 from store.tier_tables import MESSAGES as MESSAGES  # re-exported: where the tier job's users look for them
 from store.tier_tables import SEGMENTS as SEGMENTS
 from store.tier_tables import STORE_DATE as STORE_DATE
@@ -23,10 +23,12 @@ from store.tier_tables import table_uri as table_uri
 QUALITY_RESULTS = "quality_results"
 REPORTS_DIR = "_reports"
 
-MESSAGES_PARTITION_BY = ["topic", STORE_DATE]
+# broker first: a broker's fall-through reads (broker/lake/reader.py) and a per-broker query prune to its
+# own directory, and each tiering run (one store, one broker) adds files under one broker_name= directory
+MESSAGES_PARTITION_BY = [BROKER_NAME, "topic", STORE_DATE]
 ROW_GROUP_BYTES = 8 * 1024 * 1024  # encoded row group size of the messages table
 ROW_GROUP_ROWS = 8192  # and at most this many rows (the compaction writer counts only rows)
-MESSAGES_SCHEMA = pa.schema([*MESSAGE_FIELDS, pa.field(STORE_DATE, pa.date32(), nullable=False)])
+MESSAGES_SCHEMA = pa.schema([*MESSAGE_FIELDS, BROKER_NAME_FIELD, pa.field(STORE_DATE, pa.date32(), nullable=False)])
 
 QUEUE_RANGE = pa.struct(
     [
@@ -41,6 +43,7 @@ QUEUE_RANGE = pa.struct(
 SEGMENTS_SCHEMA = pa.schema(
     [
         pa.field("store_id", pa.string(), nullable=False),
+        BROKER_NAME_FIELD,
         pa.field("segment", pa.string(), nullable=False),
         pa.field("base_offset", pa.int64(), nullable=False),
         pa.field("file_size", pa.int64(), nullable=False),

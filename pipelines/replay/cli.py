@@ -28,6 +28,10 @@ def replay_command(
     store_dir: Annotated[
         Path | None, typer.Option("--store-dir", help="Broker store root: also replay the live (untiered) CommitLog.")
     ] = None,
+    broker_name: Annotated[
+        str | None,
+        typer.Option("--broker-name", help="brokerName of the --store-dir's broker (default broker-a)."),
+    ] = None,
     from_: Annotated[
         str | None, typer.Option("--from", help="Store time >= this (epoch ms or ISO-8601; no zone = UTC).")
     ] = None,
@@ -78,7 +82,7 @@ def replay_command(
             to_ms=parse_time(to, "--to"), where=where, tags=_tuple(parse_tags(tags)),
             keys=_tuple(parse_list(keys, "--keys")), queue_map=queue_map, preserve_timestamps=preserve_timestamps,
             rate=rate, namesrv=namesrv, dry_run=dry_run, replay_id=replay_id or new_replay_id(),
-            batch_size=batch_size, commit_every=commit_every, commit_seconds=commit_seconds,
+            batch_size=batch_size, commit_every=commit_every, commit_seconds=commit_seconds, broker_name=broker_name,
         )  # fmt: skip
     except ReplaySpecError as e:
         raise typer.BadParameter(str(e)) from None
@@ -111,13 +115,14 @@ def _tuple(items: list[str] | None) -> tuple[str, ...] | None:
 def _print(out, report) -> None:
     if report.dry_run:
         title = f"dry run: nothing sent; {report.target_topic} queues by source queue"
-        cols = {"source": "source_topic", "queue": "source_queue", "target queue": "target_queues",
-                "selected": "selected", "min offset": "min_offset", "max offset": "max_offset",
-                "done before": "already_done"}  # fmt: skip
+        cols = {"broker": "source_broker", "source": "source_topic", "queue": "source_queue",
+                "target queue": "target_queues", "selected": "selected", "min offset": "min_offset",
+                "max offset": "max_offset", "done before": "already_done"}  # fmt: skip
     else:
         title = f"replay {report.replay_id} -> {report.target_topic}"
-        cols = {"source": "source_topic", "queue": "source_queue", "target queue": "target_queues",
-                "selected": "selected", "done before": "already_done", "found in target": "found_in_target",
+        cols = {"broker": "source_broker", "source": "source_topic", "queue": "source_queue",
+                "target queue": "target_queues", "selected": "selected", "done before": "already_done",
+                "found in target": "found_in_target",
                 "sent": "sent", "first sent": "first_offset", "last sent": "last_offset"}  # fmt: skip
     queues = table(*cols, title=title)
     for q in report.queues:

@@ -32,17 +32,19 @@ from pipelines import job_progress
 from pipelines.executor_access import check_executors_see
 from pipelines.replay import progress as prog
 from pipelines.replay.progress import QueueKey, QueueProgress, TargetKey
-from pipelines.replay.sender import REPORT_SCHEMA, ReplayError, TaskPlan, send_partition
+from pipelines.replay.sender import REPORT_SCHEMA, ReplayError, TaskPlan, preserved_target, send_partition
 from pipelines.replay.spec import ReplaySpec, ReplaySpecError
 
 log = logging.getLogger(__name__)
 
 ROUTE_TIMEOUT = 30.0
+SOURCE_QUEUE = ["broker_name", "topic", "queue_id"]  # the columns naming a source queue
 REPORTS_DIR = "_reports"
 
 
 @dataclass
 class QueuePlan:
+    broker: str  # the source queue's broker (a queue id means a queue of one broker)
     topic: str
     queue_id: int
     rows: int
@@ -50,6 +52,10 @@ class QueuePlan:
     max_offset: int
     already_done: int  # rows at or below the recorded progress
     resume_after: int  # the recorded progress (-1: none)
+
+    @property
+    def key(self) -> QueueKey:
+        return (self.broker, self.topic, self.queue_id)
 
 
 @dataclass
@@ -129,13 +135,13 @@ def _plan(spark, df, recorded: dict[QueueKey, QueueProgress]) -> list[QueuePlan]
     from pyspark.sql import functions as F
 
     done = spark.createDataFrame(
-        [(t, q, p.last_offset) for (t, q), p in recorded.items()] or [("", -1, -1)],
-        "topic string, queue_id int, done bigint",
+        [(b, t, q, p.last_offset) for (b, t, q), p in recorded.items()] or [("", "", -1, -1)],
+        "broker_name string, topic string, queue_id int, done bigint",
     )
     rows = (
-        df.select("topic", "queue_id", "queue_offset")
-        .join(F.broadcast(done), ["topic", "queue_id"], "left")
-        .groupBy("topic", "queue_id")
+        df.select(*SOURCE_QUEUE, "queue_offset")
+        .join(F.broadcast(done), SOURCE_QUEUE, "left")
+        .groupBy(*SOURCE_QUEUE)
         .agg(
             F.count_distinct("queue_offset").alias("rows"),
             F.min("queue_offset").alias("lo"),
@@ -145,10 +151,10 @@ def _plan(spark, df, recorded: dict[QueueKey, QueueProgress]) -> list[QueuePlan]
         .collect()
     )
     return sorted(
-        (QueuePlan(r["topic"], r["queue_id"], r["rows"], r["lo"], r["hi"], r["done"],
-                   recorded[(r["topic"], r["queue_id"])].last_offset if (r["topic"], r["queue_id"]) in recorded
+        (QueuePlan(r["broker_name"], r["topic"], r["queue_id"], r["rows"], r["lo"], r["hi"], r["done"],
+                   recorded[k].last_offset if (k := (r["broker_name"], r["topic"], r["queue_id"])) in recorded
                    else -1) for r in rows),
-        key=lambda p: (p.topic, p.queue_id),
+        key=lambda p: p.key,
     )  # fmt: skip
 
 
@@ -156,9 +162,9 @@ def _assign(plans: list[QueuePlan], tasks: int) -> dict[int, list[QueueKey]]:
     """Whole source queues to ``tasks`` partitions, largest first onto the least loaded (balanced sends)."""
     load = [0] * tasks
     out: dict[int, list[QueueKey]] = {i: [] for i in range(tasks)}
-    for p in sorted(plans, key=lambda p: (-(p.rows - p.already_done), p.topic, p.queue_id)):
+    for p in sorted(plans, key=lambda p: (-(p.rows - p.already_done), p.key)):
         i = min(range(tasks), key=lambda j: (load[j], j))
-        out[i].append((p.topic, p.queue_id))
+        out[i].append(p.key)
         load[i] += p.rows - p.already_done
     return out
 
@@ -269,8 +275,7 @@ def _run(spark, spec: ReplaySpec, df, recorded, report: ReplayReport, phase, fin
 
     targets, ends = run(_target_queues(spec.namesrv, spec.target_topic, need))
     report.target_queues = targets
-    new = {(p.topic, p.queue_id): QueueProgress(-1, dict(ends), fingerprint) for p in plans
-           if (p.topic, p.queue_id) not in recorded}  # fmt: skip
+    new = {p.key: QueueProgress(-1, dict(ends), fingerprint) for p in plans if p.key not in recorded}
     if new:
         prog.append_progress(spec.lake, spec.replay_id, run_id, f"mqlake-replay:{spec.replay_id}:{run_id}:driver",
                              {k: (v, 0) for k, v in new.items()})  # fmt: skip
@@ -286,24 +291,24 @@ def _run(spark, spec: ReplaySpec, df, recorded, report: ReplayReport, phase, fin
         assignment = _assign(todo, tasks)
         keys = _partition_keys(spark, tasks)
         placement = spark.createDataFrame(
-            [(t, q, keys[i], prog_done) for i, qs in assignment.items() for (t, q) in qs
-             for prog_done in [recorded[(t, q)].last_offset if (t, q) in recorded else -1]],
-            "topic string, queue_id int, __task bigint, __done bigint",
+            [(*k, keys[i], recorded[k].last_offset if k in recorded else -1) for i, qs in assignment.items()
+             for k in qs],
+            "broker_name string, topic string, queue_id int, __task bigint, __done bigint",
         )  # fmt: skip
         plan = TaskPlan(
             namesrv=spec.namesrv, lake=objectstore.join(spec.lake), replay_id=spec.replay_id, run_id=run_id,
             lake_settings=objectstore.settings_env() if objectstore.is_remote(spec.lake) else {},
             spec_hash=fingerprint, target_topic=spec.target_topic, target_queues=targets, queue_map=spec.queue_map,
             preserve_timestamps=spec.preserve_timestamps,
-            bounds={(p.topic, p.queue_id): p.max_offset for p in todo}, assignment=assignment,
+            bounds={p.key: p.max_offset for p in todo}, assignment=assignment,
             rate_per_task=spec.rate / tasks if spec.rate else None, batch_size=spec.batch_size,
             commit_every=spec.commit_every, commit_seconds=spec.commit_seconds,
         )  # fmt: skip
         rows = (
-            df.join(F.broadcast(placement), ["topic", "queue_id"])
+            df.join(F.broadcast(placement), SOURCE_QUEUE)
             .where(F.col("queue_offset") > F.col("__done"))  # done before: not even shipped to the task
             .repartition(tasks, "__task")
-            .sortWithinPartitions("queue_offset", "topic", "queue_id")
+            .sortWithinPartitions("queue_offset", *SOURCE_QUEUE)
             .drop("__task", "__done")
         )
         try:
@@ -315,9 +320,9 @@ def _run(spark, spec: ReplaySpec, df, recorded, report: ReplayReport, phase, fin
             raise ReplayError(f"replay {spec.replay_id} stopped: {_root_cause(e)} (acknowledged sends are recorded; "
                               f"rerun with --replay-id {spec.replay_id} to continue)") from e  # fmt: skip
 
-    by_key = {(r["source_topic"], r["source_queue"]): r for r in results}
+    by_key = {(r["source_broker"], r["source_topic"], r["source_queue"]): r for r in results}
     for p in plans:
-        r = by_key.get((p.topic, p.queue_id), {})
+        r = by_key.get(p.key, {})
         row = _queue_row(p, r.get("target_queues") or _mapping(spec, p, targets))
         row.update({k: r[k] for k in ("sent", "found_in_target", "first_offset", "last_offset") if k in r})
         # A task reads the progress again when it starts; rows recorded in between (a previous run's worker
@@ -342,12 +347,13 @@ def _mapping(spec: ReplaySpec, p: QueuePlan, targets: list[TargetKey]) -> str:
         return ""
     if spec.queue_map == "hash":
         return "by key hash over " + ",".join(str(q) for _, q in targets)
-    return str(targets[p.queue_id % len(targets)][1])
+    return str(preserved_target(targets, p.key)[1])  # on the source's broker when the target has queues there
 
 
 def _queue_row(p: QueuePlan, target: str) -> dict[str, Any]:
     return {
-        "source_topic": p.topic, "source_queue": p.queue_id, "target_queues": target, "selected": p.rows,
+        "source_broker": p.broker, "source_topic": p.topic, "source_queue": p.queue_id, "target_queues": target,
+        "selected": p.rows,
         "min_offset": p.min_offset, "max_offset": p.max_offset, "already_done": p.already_done,
         "resume_after": p.resume_after, "found_in_target": 0, "sent": 0, "first_offset": None, "last_offset": None,
     }  # fmt: skip

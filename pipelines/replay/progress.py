@@ -1,7 +1,8 @@
 """The replay's Delta tables under the lake: ``replay_progress`` (resume points) and ``replay_runs`` (reports).
 
 ``replay_progress`` holds one row per progress commit and source queue; the row with the largest ``seq``
-of a (replay id, source topic, source queue) is its current state:
+of a (replay id, source broker, source topic, source queue) is its current state (a source queue is a queue
+of one broker: broker-a's queue 0 of a topic and broker-b's are two queues with their own offsets):
 
 - ``last_offset``: every selected message of the source queue up to this queue offset is in the target
   (-1: none yet);
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from pipelines.replay.spec import ReplaySpecError
 from store import tier_tables
 
 PROGRESS = "replay_progress"
@@ -37,6 +39,7 @@ WATERMARK = pa.struct(
 PROGRESS_SCHEMA = pa.schema(
     [
         pa.field("replay_id", pa.string(), nullable=False),
+        pa.field("source_broker", pa.string(), nullable=False),
         pa.field("source_topic", pa.string(), nullable=False),
         pa.field("source_queue", pa.int32(), nullable=False),
         pa.field("last_offset", pa.int64(), nullable=False),
@@ -79,7 +82,7 @@ RUNS_SCHEMA = pa.schema(
     ]
 )
 
-QueueKey = tuple[str, int]  # (source topic, source queue id)
+QueueKey = tuple[str, str, int]  # (source broker, source topic, source queue id)
 TargetKey = tuple[str, int]  # (broker name, target queue id)
 
 
@@ -104,10 +107,15 @@ def read_progress(lake: Path | str, replay_id: str) -> dict[QueueKey, QueueProgr
     uri = table_uri(lake, PROGRESS)
     if not lk.is_table(uri):
         return {}
-    rows = lk.open_table(uri).to_pyarrow_table(filters=[("replay_id", "=", replay_id)]).to_pylist()
+    dt = lk.open_table(uri)
+    if "source_broker" not in {f.name for f in dt.schema().fields}:
+        from pipelines.compaction.broker_names import migration_hint
+
+        raise ReplaySpecError(f"{uri} was written before replays had a source broker: {migration_hint(lake)}")
+    rows = dt.to_pyarrow_table(filters=[("replay_id", "=", replay_id)]).to_pylist()
     out: dict[QueueKey, QueueProgress] = {}
     for r in rows:
-        key = (r["source_topic"], r["source_queue"])
+        key = (r["source_broker"], r["source_topic"], r["source_queue"])
         if key in out and out[key].seq >= r["seq"]:
             continue
         marks = {(w["broker_name"], w["queue_id"]): w["offset"] for w in r["watermarks"]}
@@ -126,12 +134,13 @@ def append_progress(
     table = pa.Table.from_pylist(
         [
             {
-                "replay_id": replay_id, "source_topic": topic, "source_queue": queue, "last_offset": p.last_offset,
+                "replay_id": replay_id, "source_broker": broker, "source_topic": topic, "source_queue": queue,
+                "last_offset": p.last_offset,
                 "watermarks": [{"broker_name": b, "queue_id": q, "offset": o}
                                for (b, q), o in sorted(p.watermarks.items())],
                 "sent": sent, "spec_hash": p.spec_hash, "run_id": run_id, "seq": seq, "updated_at": now,
             }  # fmt: skip
-            for (topic, queue), (p, sent) in sorted(rows.items())
+            for (broker, topic, queue), (p, sent) in sorted(rows.items())
         ],
         schema=PROGRESS_SCHEMA,
     )

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 # Provenance carried by every replayed message.
 ORIGIN_MESSAGE_ID = properties.PROPERTY_ORIGIN_MESSAGE_ID
+REPLAY_SOURCE_BROKER = "REPLAY_SOURCE_BROKER"
 REPLAY_SOURCE_TOPIC = "REPLAY_SOURCE_TOPIC"
 REPLAY_SOURCE_QUEUE = "REPLAY_SOURCE_QUEUE"
 REPLAY_SOURCE_OFFSET = "REPLAY_SOURCE_OFFSET"
@@ -56,14 +57,16 @@ DROPPED_PROPERTIES = frozenset(
         properties.PROPERTY_TRANSACTION_PREPARED, "PGROUP", "RETRY_TOPIC", "MIN_OFFSET", "MAX_OFFSET", "MSG_REGION",
         "TRACE_ON", "CONSUME_START_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "__STARTDELIVERTIME", "TIMER_DELIVER_MS",
         "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_OUT_MS",
-        ORIGIN_MESSAGE_ID, REPLAY_SOURCE_TOPIC, REPLAY_SOURCE_QUEUE, REPLAY_SOURCE_OFFSET, REPLAY_ID,
+        ORIGIN_MESSAGE_ID, REPLAY_SOURCE_BROKER, REPLAY_SOURCE_TOPIC, REPLAY_SOURCE_QUEUE, REPLAY_SOURCE_OFFSET,
+        REPLAY_ID,
     }
 )  # fmt: skip
 
 _ZLIB_TYPES = (0x0, 0x300)  # 4.x writes no compression type (zlib); 5.x marks zlib as 3 << 8
 _BATCH_BYTES = 1024 * 1024  # well under the producer's 4 MiB request limit
 
-REPORT_SCHEMA = pa.schema(list(prog.QUEUE_REPORT) + [pa.field("send_started", pa.float64()),
+REPORT_SCHEMA = pa.schema([pa.field("source_broker", pa.string(), nullable=False), *prog.QUEUE_REPORT,
+                           pa.field("send_started", pa.float64()),
                                                      pa.field("send_finished", pa.float64())])  # fmt: skip
 
 
@@ -97,16 +100,23 @@ class TaskPlan:
 
     def target_of(self, queue: QueueKey) -> list[MessageQueue]:
         """The target queue(s) a source queue sends to (hash: any, chosen per message by key)."""
-        queues = [MessageQueue(self.target_topic, b, q) for b, q in self.target_queues]
         if self.queue_map == "hash":
-            return queues
-        return [queues[queue[1] % len(queues)]]
+            return [MessageQueue(self.target_topic, b, q) for b, q in self.target_queues]
+        return [MessageQueue(self.target_topic, *preserved_target(self.target_queues, queue))]
 
     def chunk_size(self) -> int:
         if self.rate_per_task is None:
             return self.batch_size
         # a chunk is the unit of the rate limit: at most about 1/20 s of the budget, so the rate is smooth
         return max(1, min(self.batch_size, int(self.rate_per_task / 20)))
+
+
+def preserved_target(targets: list[TargetKey], queue: QueueKey) -> TargetKey:
+    """``--queue-map preserve``: the target queue with the source queue's id (modulo), on the source's broker when
+    the target topic has queues there, so a topic spread over several brokers replays spread the same way."""
+    same = [t for t in targets if t[0] == queue[0]]
+    pool = same or targets
+    return pool[queue[2] % len(pool)]
 
 
 def source_body(body: bytes, sys_flag: int, where: str) -> bytes:
@@ -129,6 +139,7 @@ def replay_message(row: dict, target_topic: str, replay_id: str, *, preserve_tim
     topic, queue, offset = row["topic"], row["queue_id"], row["queue_offset"]
     props = {k: v for k, v in (row["properties"] or ()) if k not in DROPPED_PROPERTIES}
     props[ORIGIN_MESSAGE_ID] = row["uniq_key"] or row["msg_id"]  # what the source's consumers saw as msgId
+    props[REPLAY_SOURCE_BROKER] = row["broker_name"]
     props[REPLAY_SOURCE_TOPIC] = topic
     props[REPLAY_SOURCE_QUEUE] = str(queue)
     props[REPLAY_SOURCE_OFFSET] = str(offset)
@@ -250,7 +261,7 @@ class PartitionSender:
         for st in self.states.values():
             for t, w in st.start.watermarks.items():
                 lows[t] = min(lows.get(t, w), w)
-        by_name = {(k[0], str(k[1])): k for k in self.states}
+        by_name = {(k[0], k[1], str(k[2])): k for k in self.states}
         for t, low in sorted(lows.items()):
             mq = MessageQueue(plan.target_topic, t[0], t[1])
             offset, end = max(low, await consumer.min_offset(mq)), ends.get(t, 0)
@@ -262,7 +273,8 @@ class PartitionSender:
                     p = m.properties
                     if p.get(REPLAY_ID) != plan.replay_id:
                         continue
-                    key = by_name.get((p.get(REPLAY_SOURCE_TOPIC), p.get(REPLAY_SOURCE_QUEUE)))
+                    source = (p.get(REPLAY_SOURCE_BROKER), p.get(REPLAY_SOURCE_TOPIC), p.get(REPLAY_SOURCE_QUEUE))
+                    key = by_name.get(source)
                     if key is None:
                         continue
                     st = self.states[key]
@@ -371,7 +383,7 @@ class PartitionSender:
     def _by_key(targets: list[MessageQueue], it: _Item, key: QueueKey) -> MessageQueue:
         keys = properties.split_keys(it.message.keys if isinstance(it.message.keys, str) else None)
         if not keys:
-            return targets[key[1] % len(targets)]
+            return targets[key[2] % len(targets)]
         return Producer.select_by_key(targets, keys[0])
 
     # -- reading the partition --------------------------------------------------------------------------------
@@ -387,7 +399,7 @@ class PartitionSender:
             self._check_alive()
             cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
             for i in range(batch.num_rows):
-                key = (cols["topic"][i], cols["queue_id"][i])
+                key = (cols["broker_name"][i], cols["topic"][i], cols["queue_id"][i])
                 st = self.states.get(key)
                 offset = cols["queue_offset"][i]
                 if st is None or offset > plan.bounds.get(key, -1):
@@ -446,7 +458,8 @@ class PartitionSender:
     def _report(self) -> pa.RecordBatch:
         rows = [
             {
-                "source_topic": st.key[0], "source_queue": st.key[1], "target_queues": ",".join(sorted(st.targets)),
+                "source_broker": st.key[0], "source_topic": st.key[1], "source_queue": st.key[2],
+                "target_queues": ",".join(sorted(st.targets)),
                 "selected": st.selected, "already_done": st.already_done, "found_in_target": st.found_in_target,
                 "sent": st.sent, "first_offset": st.first_sent, "last_offset": st.last_sent,
                 "send_started": self.send_started, "send_finished": self.send_finished,

@@ -8,6 +8,10 @@ sender, which walks each source queue in queue-offset order and skips any offset
 "live rows above the lake's max offset" keeps a quarantined (never tiered) segment's rows, which sit below
 later tiered ones.
 
+Several brokers: the lake holds every broker's rows of a topic (``broker_name`` tells them apart), and the
+live CommitLog of ``--store-dir`` is one broker's, named by ``--broker-name`` (ReplaySpec.store_broker).  A
+source queue is (broker, topic, queue id): the same queue id of two brokers is two queues.
+
 Pushdown: the lake side filters on its partition columns (topic, store_date) and on store_timestamp (parquet
 row-group skipping); whole files are not pruned because lake.read_table takes no partition filter (it joins
 partition values to rows by file name).  The live side skips whole segments whose store times (from the
@@ -25,9 +29,9 @@ from pipelines.replay.spec import ReplaySpec, ReplaySpecError
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-# What the sender needs of the canonical schema (pipelines/schema.py).
+# What the sender needs of the canonical schema (pipelines/schema.py), and the broker the row comes from.
 COLUMNS = [
-    "topic", "queue_id", "queue_offset", "msg_id", "uniq_key", "tags", "keys", "properties", "body",
+    "broker_name", "topic", "queue_id", "queue_offset", "msg_id", "uniq_key", "tags", "keys", "properties", "body",
     "born_timestamp", "store_timestamp", "flag", "sys_flag",
 ]  # fmt: skip
 
@@ -74,10 +78,15 @@ def _lake_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame | None:
 
     from pipelines import lake as lk
     from pipelines.compaction import tables
+    from pipelines.compaction.broker_names import BrokerNameError, check_layout
 
     uri = tables.table_uri(spec.lake, tables.MESSAGES)
     if not lk.is_table(uri):
         return None
+    try:
+        check_layout(spec.lake)  # every broker's history is read, told apart by broker_name
+    except BrokerNameError as e:
+        raise ReplaySpecError(str(e)) from None
     df = lk.read_table(spark, uri).where(F.col("topic").isin(list(spec.source_topics)))
     if spec.from_ms is not None:
         df = df.where(F.col(tables.STORE_DATE) >= F.lit(_utc_date(spec.from_ms)))
@@ -95,6 +104,7 @@ def _live_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame | None:
     if not bases:
         return None
     df = spark.read.format("commitlog").option("segments", ",".join(map(str, bases))).load(str(spec.store_dir))
+    df = df.withColumn("broker_name", F.lit(spec.store_broker()))
     return df.where(F.col("topic").isin(list(spec.source_topics))).select(*COLUMNS)
 
 
@@ -103,7 +113,8 @@ def source_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame:
     from pyspark.errors import PySparkException
     from pyspark.sql import functions as F
 
-    from pipelines.schema import MESSAGE_SCHEMA, spark_schema
+    from pipelines.compaction.tables import MESSAGES_SCHEMA
+    from pipelines.schema import spark_schema
 
     frames = [f for f in (_lake_frame(spark, spec), _live_frame(spark, spec)) if f is not None]
     if frames:
@@ -111,7 +122,7 @@ def source_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame:
         for f in frames[1:]:
             df = df.unionByName(f)
     else:
-        df = spark.createDataFrame([], spark_schema(MESSAGE_SCHEMA)).select(*COLUMNS)
+        df = spark.createDataFrame([], spark_schema(MESSAGES_SCHEMA)).select(*COLUMNS)
     cond = _time_range(spec)
     if cond is not None:
         df = df.where(cond)

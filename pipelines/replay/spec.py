@@ -92,6 +92,13 @@ class ReplaySpec:
     commit_every: int = 5000  # progress commit after this many acknowledged messages per task ...
     commit_seconds: float = 2.0  # ... or this many seconds, whichever comes first
     parallelism: int | None = None  # Spark tasks sending at once (default: the session's default parallelism)
+    broker_name: str | None = None  # the broker of store_dir (None: the broker's default name, broker-a)
+
+    def store_broker(self) -> str:
+        """The broker name of the live rows read from ``store_dir``."""
+        from pipelines.compaction.broker_names import default_broker_name
+
+        return self.broker_name or default_broker_name()
 
     def __post_init__(self) -> None:
         if not self.source_topics:

@@ -1,0 +1,124 @@
+"""``mqlake tier-migrate``: give a lake tiered before the broker column its ``broker_name``, once.
+
+A lake written when one store fed it has ``messages`` partitioned by (topic, store_date) and ``segments``
+without ``broker_name``.  Delta cannot add a partition column in place, so the migration rewrites each table
+in ONE overwrite commit (delta-rs ``schema_mode="overwrite"``), every row getting the broker name given:
+
+- readers keep their snapshot (the old files stay on disk, removed from the new version only, until vacuum
+  passes ``delta.deletedFileRetentionDuration``), and a migration that dies before its commit changed nothing;
+- ``replay_progress`` gets ``source_broker`` the same way (a replay started before can then resume);
+- the tier's transaction ids (``mqlake-tier:<store id>``) stay in the log, so a re-run after the migration
+  still skips what was committed before it.
+
+Run it with no tier job or broker writing to the lake (the broker only reads it; it serves local data alone
+until the migration commits, see broker/lake/reader.py).  A table already migrated is left alone, so a second
+run does nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from store.console import console, print_error, run_app
+
+MIGRATION = "mqlake.migration"
+
+
+def _with_broker(batches, schema, column: str, broker_name: str):
+    import pyarrow as pa
+
+    for b in batches:
+        if b.num_rows == 0:
+            continue
+        cols = {name: b.column(name) for name in b.schema.names}
+        cols[column] = pa.array([broker_name] * b.num_rows, pa.string())
+        yield pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in schema], schema=schema)
+
+
+def _rewrite(uri: str, schema, column: str, partition_by: list[str] | None, broker_name: str,
+             row_group_rows: int | None) -> int:  # fmt: skip
+    """Overwrite the table at ``uri`` with its rows plus ``column`` = ``broker_name``; returns the rows."""
+    import pyarrow as pa
+    from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
+
+    dt = DeltaTable(uri)
+    rows = 0
+
+    def counted():
+        nonlocal rows
+        for b in _with_broker(dt.to_pyarrow_dataset().to_batches(), schema, column, broker_name):
+            rows += b.num_rows
+            yield b
+
+    write_deltalake(
+        uri, pa.RecordBatchReader.from_batches(schema, counted()), mode="overwrite", schema_mode="overwrite",
+        partition_by=partition_by,
+        writer_properties=WriterProperties(max_row_group_size=row_group_rows) if row_group_rows else None,
+        commit_properties=CommitProperties(custom_metadata={MIGRATION: f"broker_name={broker_name}"}),
+    )  # fmt: skip
+    return rows
+
+
+def migrate(lake: Path | str, broker_name: str) -> dict[str, Any]:
+    """Migrate the tier tables under ``lake`` that lack the broker column; returns what was done, per table."""
+    from pipelines import lake as lk
+    from pipelines.compaction import tables
+    from pipelines.compaction.broker_names import BrokerNameError, missing_broker_column
+    from pipelines.replay import progress
+
+    if not broker_name:
+        raise BrokerNameError("the broker name is empty")
+    old = set(missing_broker_column(lake))
+    replays = progress.table_uri(lake, progress.PROGRESS)
+    if lk.is_table(replays) and "source_broker" not in lk.table_schema(replays).names:
+        old.add(replays)
+    out: dict[str, Any] = {}
+    for name, schema, column, parts, group_rows in (
+        (tables.MESSAGES, tables.MESSAGES_SCHEMA, tables.BROKER_NAME, tables.MESSAGES_PARTITION_BY,
+         tables.ROW_GROUP_ROWS),
+        (tables.SEGMENTS, tables.SEGMENTS_SCHEMA, tables.BROKER_NAME, None, None),
+        (progress.PROGRESS, progress.PROGRESS_SCHEMA, "source_broker", None, None),
+    ):  # fmt: skip
+        uri = tables.table_uri(lake, name)
+        if uri not in old:
+            out[name] = {"migrated": False}
+            continue
+        rows = _rewrite(uri, schema, column, parts, broker_name, group_rows)
+        out[name] = {"migrated": True, "rows": rows, "version": _version(uri)}
+    return out
+
+
+def _version(uri: str) -> int:
+    from deltalake import DeltaTable
+
+    return DeltaTable(uri).version()
+
+
+def migrate_command(
+    lake: Annotated[Path, typer.Option("--lake", help="Lake root tiered before the broker column.")],
+    broker_name: Annotated[
+        str, typer.Option("--broker-name", help="brokerName of the broker whose store was tiered there.")
+    ],
+) -> None:
+    """Give a lake tiered before several brokers its broker_name column (one overwrite commit per table)."""
+    import json
+
+    from pipelines.compaction.broker_names import BrokerNameError
+
+    if not lake.is_dir():
+        raise typer.BadParameter(f"{lake} is not a directory", param_hint="--lake")
+    try:
+        done = migrate(lake, broker_name)
+    except BrokerNameError as e:
+        print_error(str(e))
+        raise typer.Exit(2) from None
+    console().print(json.dumps(done))
+
+
+def main() -> None:
+    app = typer.Typer(add_completion=False)
+    app.command()(migrate_command)
+    run_app(app)
