@@ -24,6 +24,17 @@ hours of the broker's ``deleteWhen``, read from ``$MQLAKE_BROKER_CONF``, else Ro
 verification never reads a store the tier job and the broker are deleting from).  Both are in the broker's
 local time zone, as ``deleteWhen`` is.
 
+Several brokers.  ``MQLAKE_BROKER_STORES`` (environment of the DAG processor and the workers, read when the
+DAG file is parsed, like the schedules: the stores decide the DAGs' tasks) lists the broker stores as JSON::
+
+    [{"broker_name": "broker-a", "store_dir": "/data/a/store", "broker_conf": "/etc/mqlake/a.conf"},
+     {"broker_name": "broker-b", "store_dir": "/data/b/store"}]
+
+``mqlake_tier`` and ``mqlake_verify_index`` then have one task group per store (``tier_broker-a``,
+``verify_broker-b``, ...), all tiering into the one lake (``mqlake_lake``, else each store's lakePath);
+``broker_conf`` is optional per store (else ``mqlake_broker_conf``) and ``broker_name`` goes to
+``mqlake tier --broker-name``.  Without it the DAGs work on the one store of ``mqlake_store_dir``.
+
 Spark runs through the connection ``mqlake_spark`` (type spark) when it exists: ``spark-submit`` launches
 the job's module against that connection's master.  Without it the job runs inside the task (PythonOperator)
 on ``mqlake_spark_master``.
@@ -53,6 +64,7 @@ VAR_COMPACT_WEEKDAY = "mqlake_compact_weekday"
 ENV_BROKER_CONF = "MQLAKE_BROKER_CONF"
 ENV_TIER_SCHEDULE = "MQLAKE_TIER_SCHEDULE"
 ENV_VERIFY_SCHEDULE = "MQLAKE_VERIFY_SCHEDULE"
+ENV_BROKER_STORES = "MQLAKE_BROKER_STORES"
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_SPARK_MASTER = "local[*]"
@@ -126,6 +138,56 @@ def run_key(run_id: str) -> str:
 
 
 @dataclass(frozen=True)
+class BrokerStore:
+    """One broker's store in ``MQLAKE_BROKER_STORES``."""
+
+    broker_name: str
+    store_dir: str
+    broker_conf: str | None = None
+
+    def as_arg(self) -> dict[str, str | None]:
+        """What a task takes (plain values: task arguments are serialized)."""
+        return {"broker_name": self.broker_name, "store_dir": self.store_dir, "broker_conf": self.broker_conf}
+
+
+_BROKER_NAME = re.compile(r"[A-Za-z0-9_-]{1,60}")  # it becomes part of task ids and run ids
+
+
+def broker_stores() -> list[BrokerStore]:
+    """The stores of ``MQLAKE_BROKER_STORES`` (empty: not set); a malformed value raises naming it (an import
+    error of the DAG file, shown by Airflow)."""
+    import json
+
+    raw = os.environ.get(ENV_BROKER_STORES, "").strip()
+    if not raw:
+        return []
+    try:
+        items = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise SettingsError(f"{ENV_BROKER_STORES} is not JSON: {e}") from None
+    if not isinstance(items, list) or not items:
+        raise SettingsError(f"{ENV_BROKER_STORES}: expected a non-empty JSON list of stores")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or set(item) - {"broker_name", "store_dir", "broker_conf"}:
+            raise SettingsError(f"{ENV_BROKER_STORES}[{i}]: expected keys broker_name, store_dir, broker_conf")
+        name, store = item.get("broker_name"), item.get("store_dir")
+        if not isinstance(name, str) or not _BROKER_NAME.fullmatch(name):
+            raise SettingsError(f"{ENV_BROKER_STORES}[{i}]: broker_name {name!r} is not 1-60 of [A-Za-z0-9_-]")
+        if not isinstance(store, str) or not store:
+            raise SettingsError(f"{ENV_BROKER_STORES}[{i}]: no store_dir")
+        out.append(BrokerStore(name, store, item.get("broker_conf") or None))
+    names = [s.broker_name for s in out]
+    if len(set(names)) != len(names):
+        raise SettingsError(f"{ENV_BROKER_STORES}: a broker_name appears twice: {names}")
+    return out
+
+
+def store_arg(store: dict | None) -> BrokerStore | None:
+    return BrokerStore(**store) if store else None
+
+
+@dataclass(frozen=True)
 class Settings:
     lake: str
     store_dir: str | None
@@ -133,6 +195,7 @@ class Settings:
     namesrv: str
     spark_master: str
     spark_conf: list[str] = field(default_factory=list)
+    broker_name: str | None = None  # the store's broker (MQLAKE_BROKER_STORES), None: from broker_conf
 
     def report(self, name: str) -> str:
         """Where a job writes its JSON report for the task after it: ``LAKE/_reports/airflow-NAME.json`` (for a
@@ -169,9 +232,12 @@ def _conf_lake_path(broker_conf: str | None) -> str | None:
     return str(path) if path else None
 
 
-def settings(*, need_store: bool) -> Settings:
-    """The Variables, checked (raises SettingsError naming the Variable)."""
+def settings(*, need_store: bool, store: BrokerStore | None = None) -> Settings:
+    """The Variables, checked (raises SettingsError naming the Variable); ``store``: one of
+    ``MQLAKE_BROKER_STORES``, in place of ``mqlake_store_dir`` (and of ``mqlake_broker_conf`` if it names one)."""
     broker_conf = _variable(VAR_BROKER_CONF, os.environ.get(ENV_BROKER_CONF))
+    if store is not None and store.broker_conf:
+        broker_conf = store.broker_conf
     if broker_conf and not os.path.isfile(broker_conf):
         raise SettingsError(f"Variable {VAR_BROKER_CONF}={broker_conf}: no such file")
     lake = _variable(VAR_LAKE) or _conf_lake_path(broker_conf)
@@ -179,11 +245,12 @@ def settings(*, need_store: bool) -> Settings:
         raise SettingsError(
             f"set the Airflow Variable {VAR_LAKE} to the lake root directory, or lakePath in {VAR_BROKER_CONF}"
         )
-    store_dir = _variable(VAR_STORE_DIR)
+    store_dir = store.store_dir if store is not None else _variable(VAR_STORE_DIR)
     if need_store and not store_dir:
         raise SettingsError(f"set the Airflow Variable {VAR_STORE_DIR} to the broker's store root")
     if store_dir and not os.path.isdir(os.path.join(store_dir, "commitlog")):
-        raise SettingsError(f"Variable {VAR_STORE_DIR}={store_dir}: no commitlog directory there")
+        where = f"{ENV_BROKER_STORES} ({store.broker_name})" if store is not None else f"Variable {VAR_STORE_DIR}"
+        raise SettingsError(f"{where}={store_dir}: no commitlog directory there")
     conf = [c.strip() for c in (_variable(VAR_SPARK_CONF) or "").split(",") if c.strip()]
     bad = [c for c in conf if "=" not in c]
     if bad:
@@ -191,7 +258,7 @@ def settings(*, need_store: bool) -> Settings:
     return Settings(
         lake=lake, store_dir=store_dir, broker_conf=broker_conf,
         namesrv=_variable(VAR_NAMESRV, DEFAULT_NAMESRV), spark_master=_variable(VAR_SPARK_MASTER, DEFAULT_SPARK_MASTER),
-        spark_conf=conf,
+        spark_conf=conf, broker_name=store.broker_name if store is not None else None,
     )  # fmt: skip
 
 

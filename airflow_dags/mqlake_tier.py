@@ -17,6 +17,11 @@ Airflow judges a run by its leaf tasks, and ``compact`` is the only leaf.  So ``
 run fails.  Were ``compaction_day`` a root, it would skip ``compact`` before the check ran on every day but
 the compaction day, and the run would end ``success`` with a quarantined segment.
 
+Several brokers (``MQLAKE_BROKER_STORES``, see ``airflow_dags/config.py``): the chain up to ``check_integrity``
+is there once per store, its task ids suffixed with the broker name (``find_expired_broker-a``,
+``tier_broker-a.local``, ``check_integrity_broker-a``, ...), every store into the one lake; the stores tier in
+parallel, and ``compaction_day`` waits for every check (one failed store fails the run and skips compaction).
+
 Scheduled daily at the broker's ``deleteWhen`` hours (see ``airflow_dags/config.py``): the broker's own clean
 pass then deletes the tiered segments within the same hour.  Runs never overlap and are not backfilled:
 each run works on the store as it is now.
@@ -50,10 +55,10 @@ with DAG(
 ) as dag:
 
     @task.short_circuit(ignore_downstream_trigger_rules=False)
-    def find_expired(params: dict | None = None) -> bool:
+    def find_expired(store: dict | None = None, params: dict | None = None) -> bool:
         from pipelines.compaction.job import due_segments
 
-        store_dir = config.settings(need_store=True).store_dir
+        store_dir = config.settings(need_store=True, store=config.store_arg(store)).store_dir
         due = due_segments(store_dir, params["file_reserved_time"])
         for e in due:
             print(f"{e.file_name}  {e.state}  messages={e.message_count}  last_store_time={e.last_store_time}")
@@ -61,12 +66,15 @@ with DAG(
         return bool(due)
 
     @task(multiple_outputs=True)
-    def tier_args(params: dict | None = None, run_id: str | None = None) -> dict:
-        s = config.settings(need_store=True)
-        report = s.report(f"tier-{config.run_key(run_id)}")
+    def tier_args(store: dict | None = None, params: dict | None = None, run_id: str | None = None) -> dict:
+        s = config.settings(need_store=True, store=config.store_arg(store))
+        name = f"{run_id}-{s.broker_name}" if s.broker_name else run_id
+        report = s.report(f"tier-{config.run_key(name)}")
         argv = ["--store-dir", s.store_dir, *s.common_argv(), "--report", report, "--exit-zero"]
         if s.broker_conf:
             argv += ["--broker-conf", s.broker_conf]
+        if s.broker_name:
+            argv += ["--broker-name", s.broker_name]
         if params["file_reserved_time"] is not None:
             argv += ["--file-reserved-time", str(params["file_reserved_time"])]
         if params["max_segments"] is not None:
@@ -112,8 +120,14 @@ with DAG(
         print("compaction: " + json.dumps(done))
         return done
 
-    args = tier_args()
-    tier = spark_job("tier", "pipelines.compaction", args["argv"], timeout=config.TIER_TIMEOUT,
-                     retries=config.TIER_RETRIES)  # fmt: skip
-    gate = check_integrity(args["report"])
-    find_expired() >> args >> tier >> gate >> compaction_day() >> compact()
+    gates = []
+    for store in config.broker_stores() or [None]:
+        suffix = f"_{store.broker_name}" if store is not None else ""
+        arg = store.as_arg() if store is not None else None
+        args = tier_args.override(task_id=f"tier_args{suffix}")(store=arg)
+        tier = spark_job(f"tier{suffix}", "pipelines.compaction", args["argv"], timeout=config.TIER_TIMEOUT,
+                         retries=config.TIER_RETRIES)  # fmt: skip
+        gate = check_integrity.override(task_id=f"check_integrity{suffix}")(args["report"])
+        find_expired.override(task_id=f"find_expired{suffix}")(store=arg) >> args >> tier >> gate
+        gates.append(gate)
+    gates >> compaction_day() >> compact()

@@ -10,6 +10,11 @@ rows).  ``check_indexes`` fails the run on any mismatch, with the summary and th
 queue, offsets, file) in its log and the report's summary in its XCom.  Repair stays a human decision:
 ``mqlake verify-index --repair --out DIR`` then ``mqlake store adopt-index`` on the stopped broker.
 
+Several brokers (``MQLAKE_BROKER_STORES``, see ``airflow_dags/config.py``): the three tasks are there once
+per store, suffixed with the broker name (``verify_args_broker-a``, ``verify_broker-a.local``,
+``check_indexes_broker-a``), each under its own run id (the Airflow run's, plus the broker name), so the
+stores' rows of ``index_verification`` never replace each other.
+
 Scheduled daily (``MQLAKE_VERIFY_SCHEDULE``, see ``airflow_dags/config.py``), away from the deletion hour.
 """
 
@@ -32,9 +37,9 @@ with DAG(
 ) as dag:
 
     @task(multiple_outputs=True)
-    def verify_args(run_id: str | None = None) -> dict:
-        s = config.settings(need_store=True)
-        key = config.run_key(run_id)
+    def verify_args(store: dict | None = None, run_id: str | None = None) -> dict:
+        s = config.settings(need_store=True, store=config.store_arg(store))
+        key = config.run_key(f"{run_id}-{s.broker_name}" if s.broker_name else run_id)
         report = s.report(f"verify-index-{key}")
         argv = ["--store-dir", s.store_dir, *s.common_argv(), "--report", report, "--run-id", key, "--exit-zero"]
         if s.broker_conf:
@@ -71,6 +76,9 @@ with DAG(
             f"from the CommitLog. Report: {report_path}"
         )
 
-    args = verify_args()
-    args >> spark_job("verify", "pipelines.index_rebuild", args["argv"], timeout=config.VERIFY_TIMEOUT,
-                      retries=config.VERIFY_RETRIES) >> check_indexes(args["report"])  # fmt: skip
+    for store in config.broker_stores() or [None]:
+        suffix = f"_{store.broker_name}" if store is not None else ""
+        args = verify_args.override(task_id=f"verify_args{suffix}")(store=store.as_arg() if store else None)
+        verify = spark_job(f"verify{suffix}", "pipelines.index_rebuild", args["argv"], timeout=config.VERIFY_TIMEOUT,
+                           retries=config.VERIFY_RETRIES)  # fmt: skip
+        args >> verify >> check_indexes.override(task_id=f"check_indexes{suffix}")(args["report"])

@@ -1,0 +1,321 @@
+"""Two broker groups in one cluster, one lake: ``broker-a`` and ``broker-b`` (each ``mqlake broker`` with its own
+store and ports) under one ``mqlake namesrv``, on loopback, with 64 KiB CommitLog segments and the same
+``lakePath``.
+
+The module's fixture creates a topic on every master of the cluster (``mqlake admin updateTopic -c``),
+produces to it with the stock C++ client (PyPI ``rocketmq``) through the NameServer's merged route, reads each
+broker's queues back as the truth, then tiers both stores into the one lake with the shared Spark session:
+broker-a's with one run, broker-b's with two runs started at once (one claims, the other finds nothing to do),
+and waits for both brokers' clean passes to delete the tiered segments.  The tests then query, read through
+the brokers and replay, and assert against that truth.  Both brokers' queue ids, queue offsets, segment names
+and CommitLog offsets overlap, so any read that mixes the brokers up returns the other broker's bodies.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from broker.client import Admin, MessageQueue, PullConsumer
+from broker.client.message import PullStatus
+from broker.remoting.loop import run
+from store.retention import SegmentManifest, SegmentState
+from tests.fixtures_broker import MqlakeServer, stop_servers
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.spark
+
+TOPIC = "TwoBrokersT"
+BROKERS = ("broker-a", "broker-b")
+QUEUES = 4
+COUNT = 800
+SEGMENT = 64 * 1024
+
+Truth = dict[tuple[str, int], list[bytes]]  # (broker, queue id) -> bodies in queue-offset order
+
+
+@dataclass
+class Cluster:
+    namesrv: MqlakeServer
+    brokers: dict[str, MqlakeServer]
+    lake: Path
+    truth: Truth
+    reports: dict[str, list]  # broker -> its tier runs' reports
+
+
+def _body(i: int) -> bytes:
+    return f"two-{i:04d}-".encode() + bytes([65 + i % 26]) * 300  # no NUL: the C++ binding reads C strings
+
+
+def _send_with_cpp_client(namesrv: str) -> None:
+    from rocketmq.client import Message, Producer
+
+    p = Producer("pg_two_brokers")
+    p.set_namesrv_addr(namesrv)
+    p.start()
+    try:
+        for i in range(COUNT):
+            m = Message(TOPIC)
+            m.set_keys(f"key-{i}")
+            m.set_tags(f"T{i % 3}")
+            m.set_body(_body(i))
+            p.send_sync(m)
+    finally:
+        p.shutdown()
+
+
+async def _read_queue(c: PullConsumer, mq: MessageQueue, start: int | None = None) -> list:
+    """Every message of ``mq`` from ``start`` (default its min offset) to its max offset."""
+    offset = await c.min_offset(mq) if start is None else start
+    end = await c.max_offset(mq)
+    got = []
+    while offset < end:
+        res = await c.pull(mq, offset, 32)
+        assert res.status is PullStatus.FOUND, (mq, offset, res.status)
+        got.extend(res.messages)
+        offset = res.next_begin_offset
+    return got
+
+
+def read_all(namesrv: str, topic: str, start: int | None = None) -> dict[tuple[str, int], list]:
+    """(broker, queue id) -> the messages of every queue of ``topic``, through the brokers."""
+
+    async def go():
+        async with PullConsumer("cg_two_brokers_reader", namesrv) as c:
+            queues = await c.fetch_queues(topic)
+            return {(mq.broker_name, mq.queue_id): await _read_queue(c, mq, start) for mq in queues}
+
+    return run(go())
+
+
+def _brokers_in_route(namesrv: str, topic: str) -> set[str]:
+    async def go() -> set[str]:
+        async with Admin(namesrv) as admin:
+            route = await admin.topic_route(topic)
+            return {q.broker_name for q in route.publish_queues(topic)} if route else set()
+
+    return run(go())
+
+
+def _tier_at_once(store_dir: Path, lake: Path, spark, broker_name: str) -> list:
+    """Two tier runs of one store started together (a barrier), each in its own thread on the shared session."""
+    from pipelines.compaction.job import TierJob
+
+    jobs = [TierJob(store_dir, lake, spark=spark, file_reserved_time=0, broker_name=broker_name) for _ in range(2)]
+    barrier = threading.Barrier(len(jobs))
+    reports: list = [None] * len(jobs)
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            barrier.wait(30)
+            reports[i] = jobs[i].run()
+        except BaseException as e:  # re-raised by the fixture
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    if errors:
+        raise errors[0]
+    return reports
+
+
+@pytest.fixture(scope="module")
+def cluster(spark, tmp_path_factory) -> Cluster:
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from pipelines.compaction.job import tier
+
+    work = tmp_path_factory.mktemp("two_brokers")
+    lake = work / "lake"
+    every_hour = ";".join(f"{hour:02d}" for hour in range(24))
+    servers: list[MqlakeServer] = []
+    try:
+        ns = MqlakeServer(work / "namesrv", command="namesrv")
+        servers.append(ns)
+        ns.start()
+        brokers = {}
+        for name in BROKERS:
+            b = MqlakeServer(
+                work / name, command="broker", namesrvAddr=ns.namesrv_addr, brokerName=name,
+                mappedFileSizeCommitLog=SEGMENT, mappedFileSizeConsumeQueue=20 * 64, autoCreateTopicEnable="false",
+                deleteWhen=every_hour, cleanResourceInterval=200, lakePath=lake,
+            )  # fmt: skip
+            servers.append(b)
+            brokers[name] = b.start()
+        # mqadmin updateTopic -c: the topic on every master of the cluster, as RocketMQ creates it
+        created = CliRunner().invoke(app, ["admin", "updateTopic", "-t", TOPIC, "-c", "DefaultCluster", "-n",
+                                           ns.namesrv_addr, "-r", str(QUEUES), "-w", str(QUEUES)])  # fmt: skip
+        assert created.exit_code == 0, created.output
+        wait_until(lambda: _brokers_in_route(ns.namesrv_addr, TOPIC) == set(BROKERS), 30,
+                   what="the NameServer's route to list both brokers' queues")  # fmt: skip
+        _send_with_cpp_client(ns.namesrv_addr)
+        wait_until(lambda: sum(len(v) for v in read_all(ns.namesrv_addr, TOPIC).values()) == COUNT, 30,
+                   what="every message sent to be consumable")  # fmt: skip
+        truth = {k: [m.body for m in v] for k, v in read_all(ns.namesrv_addr, TOPIC).items()}
+
+        def sealed(name: str) -> int:
+            return sum(e.state == SegmentState.SEALED for e in SegmentManifest(brokers[name].store_dir).entries())
+
+        for name in BROKERS:
+            wait_until(lambda n=name: sealed(n) >= 2, 30, what=f"{name} to list sealed segments in its manifest")
+        reports = {
+            "broker-a": [tier(brokers["broker-a"].store_dir, lake, spark=spark, file_reserved_time=0,
+                              broker_name="broker-a")],  # fmt: skip
+            "broker-b": _tier_at_once(brokers["broker-b"].store_dir, lake, spark, "broker-b"),
+        }
+
+        def tiered_deleted(name: str) -> bool:
+            bases = [s.base_offset for r in reports[name] for s in r.segments if s.state == "tiered"]
+            states = {e.base_offset: e.state for e in SegmentManifest(brokers[name].store_dir).entries()}
+            return bool(bases) and all(states.get(b) == SegmentState.DELETED for b in bases)
+
+        for name in BROKERS:
+            wait_until(lambda n=name: tiered_deleted(n), 30, what=f"{name}'s clean pass to delete its tiered segments")
+        yield Cluster(ns, brokers, lake, truth, reports)
+    finally:
+        stop_servers(list(reversed(servers)))
+
+
+def _tiered_counts(lake: Path) -> dict[tuple[str, int], int]:
+    """(broker, queue) -> rows of the topic in the lake, through ``mqlake sql``'s entry point."""
+    from pipelines.sql_cli import run_sql
+
+    out, err = io.StringIO(), io.StringIO()
+    query = f"SELECT broker_name, queue_id, count(*) AS n FROM messages WHERE topic = '{TOPIC}' GROUP BY 1, 2"
+    assert run_sql(lake, query, output="json", out=out, err=err) == 0, err.getvalue()
+    return {(r["broker_name"], r["queue_id"]): r["n"] for r in map(json.loads, out.getvalue().splitlines())}
+
+
+def test_the_stock_client_spread_its_sends_over_both_brokers(cluster) -> None:
+    per_broker = Counter({b: 0 for b in BROKERS})
+    for (broker, _), bodies in cluster.truth.items():
+        per_broker[broker] += len(bodies)
+    assert sum(per_broker.values()) == COUNT and min(per_broker.values()) > COUNT // 4, per_broker
+    assert sorted(b for v in cluster.truth.values() for b in v) == sorted(_body(i) for i in range(COUNT))
+
+
+def test_two_tier_runs_at_once_on_one_store_one_claims_the_other_finds_nothing(cluster) -> None:
+    first, second = sorted(cluster.reports["broker-b"], key=lambda r: len(r.segments))
+    assert second.segments and all(s.state == "tiered" for s in second.segments), second.segments
+    assert first.segments == [] and first.messages_version is None
+    assert first.broker_name == second.broker_name == "broker-b"
+
+
+def test_sql_counts_each_brokers_history_in_the_one_lake(cluster, spark) -> None:
+    from pipelines import lake as lk
+    from pipelines.compaction import tables
+
+    counts = _tiered_counts(cluster.lake)
+    for name in BROKERS:
+        tiered_rows = sum(s.rows for r in cluster.reports[name] for s in r.segments if s.state == "tiered")
+        assert sum(n for (b, _), n in counts.items() if b == name) == tiered_rows > 0
+    # every row is its broker's record at its queue offset: the tiered prefix of each of that broker's queues
+    rows = (
+        lk.read_table(spark, tables.table_uri(cluster.lake, tables.MESSAGES))
+        .where(f"topic = '{TOPIC}'")
+        .select("broker_name", "queue_id", "queue_offset", "body")
+        .collect()
+    )
+    assert len(rows) == sum(counts.values())
+    for r in rows:
+        assert bytes(r["body"]) == cluster.truth[(r["broker_name"], r["queue_id"])][r["queue_offset"]]
+    segments = lk.to_arrow(tables.table_uri(cluster.lake, tables.SEGMENTS)).to_pylist()
+    assert {s["broker_name"] for s in segments} == set(BROKERS)
+    # the same 20-digit segment names on both brokers, told apart by the broker
+    names = {b: {s["segment"] for s in segments if s["broker_name"] == b} for b in BROKERS}
+    assert names["broker-a"] & names["broker-b"]
+
+
+def test_a_store_cannot_be_tiered_under_another_brokers_name(cluster) -> None:
+    from pipelines.compaction.broker_names import BrokerNameError
+    from pipelines.compaction.job import TierJob
+
+    with pytest.raises(BrokerNameError, match="as broker broker-a, not broker-b"):
+        TierJob(cluster.brokers["broker-a"].store_dir, cluster.lake, broker_name="broker-b")
+    # no name given: the one the store was tiered under before
+    assert TierJob(cluster.brokers["broker-b"].store_dir, cluster.lake).broker_name == "broker-b"
+
+
+def test_each_broker_serves_only_its_own_tiered_history(cluster) -> None:
+    from broker.lake.reader import LakeReader
+    from store.format.records import decode_record
+
+    counts = _tiered_counts(cluster.lake)
+    for name in BROKERS:
+        reader = LakeReader(cluster.lake, broker_name=name)
+        for q in range(QUEUES):
+            n = counts.get((name, q), 0)
+            pulled = reader.pull(TOPIC, q, 0, n, n, 1 << 30) if n else None
+            got = [decode_record(bytes(m), check_crc=True).body for m in pulled.messages] if pulled else []
+            assert got == cluster.truth[(name, q)][:n]
+    # through the wire: both brokers' queues read from offset 0, their tiered prefix deleted locally
+    through = read_all(cluster.namesrv.namesrv_addr, TOPIC, start=0)
+    assert {k: [m.body for m in v] for k, v in through.items()} == cluster.truth
+    assert all(counts.get((name, 0), 0) > 0 for name in BROKERS)  # queue 0 of each came from the tier
+
+
+def test_the_stock_cpp_client_consumes_every_message_once_across_both_brokers(cluster) -> None:
+    from rocketmq.client import PullConsumer as CppPullConsumer
+
+    class PerBrokerOffsets(CppPullConsumer):
+        # The Python binding keeps each queue's next offset under "topic@queueId" (its own bookkeeping, in Python),
+        # so broker-b's queue 0 would start where broker-a's queue 0 ended: key it by broker too, as the C++
+        # and Java clients' MessageQueue does.
+        def _get_mq_key(self, mq) -> str:
+            return f"{mq.topic}@{mq.brokerName}@{mq.queueId}"
+
+    c = PerBrokerOffsets("cg_cpp_two_brokers")
+    c.offset_table = {}  # the binding shares one offset table between consumers: this one starts at 0
+    c.set_namesrv_addr(cluster.namesrv.namesrv_addr)
+    c.start()
+    got: Counter[bytes] = Counter()
+    try:
+
+        def pull_all() -> bool:
+            for msg in c.pull(TOPIC):
+                got[msg.body] += 1
+            return sum(got.values()) >= COUNT
+
+        wait_until(pull_all, 60, what="the C++ pull consumer to read the topic from both brokers")
+    finally:
+        c.shutdown()
+    assert got == Counter(_body(i) for i in range(COUNT))
+
+
+def test_replay_sends_both_brokers_history_into_a_topic_spread_over_both(cluster, spark) -> None:
+    from pipelines.replay.job import replay
+    from pipelines.replay.sender import REPLAY_SOURCE_BROKER, REPLAY_SOURCE_QUEUE
+    from pipelines.replay.spec import ReplaySpec
+
+    target = "TwoBrokersReplayed"
+    counts = _tiered_counts(cluster.lake)
+    # batch_size: a batch request is one message to the broker, and must fit its 64 KiB segments
+    spec = ReplaySpec(lake=cluster.lake, source_topics=(TOPIC,), target_topic=target,
+                      namesrv=cluster.namesrv.namesrv_addr, replay_id="two-brokers-1", batch_size=32)  # fmt: skip
+    report = replay(spec, spark=spark)
+    assert report.sent == sum(counts.values())
+    assert {(q["source_broker"], q["source_queue"]): q["sent"] for q in report.queues} == counts
+
+    def landed() -> dict:
+        got = read_all(cluster.namesrv.namesrv_addr, target)
+        return got if sum(len(v) for v in got.values()) == report.sent else {}
+
+    got = wait_until(landed, 30, what="the replayed messages to be consumable")
+    assert {b for (b, _), msgs in got.items() if msgs} == set(BROKERS)  # spread over both brokers
+    for (broker, queue), msgs in got.items():
+        # --queue-map preserve: a source queue lands in the queue of the same id on its own broker, in order
+        assert {(m.properties[REPLAY_SOURCE_BROKER], m.properties[REPLAY_SOURCE_QUEUE]) for m in msgs} <= {
+            (broker, str(queue))
+        }
+        assert [m.body for m in msgs] == cluster.truth[(broker, queue)][: counts.get((broker, queue), 0)]
