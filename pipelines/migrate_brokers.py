@@ -27,29 +27,51 @@ from store.console import console, print_error, run_app
 MIGRATION = "mqlake.migration"
 
 
-def _with_broker(batches, schema, column: str, broker_name: str):
+def _rows(uri: str, schema, column: str, broker_name: str):
+    """The snapshot's rows, file by file, with ``column`` = ``broker_name`` and the old partition values as
+    columns, in ``schema``.  The file list is read from the Delta log now; the generator then reads the files with
+    plain pyarrow, because it runs inside delta-rs's writer, which must not be re-entered."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
 
-    for b in batches:
-        if b.num_rows == 0:
-            continue
-        cols = {name: b.column(name) for name in b.schema.names}
-        cols[column] = pa.array([broker_name] * b.num_rows, pa.string())
-        yield pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in schema], schema=schema)
+    from pipelines.lake import _file_location
+
+    dt = DeltaTable(uri)
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    parts = list(dt.metadata().partition_columns)
+    files = [
+        (_file_location(uri, rel), {c: actions[f"partition.{c}"][i].as_py() for c in parts})
+        for i, rel in enumerate(actions["path"].to_pylist())
+    ]
+
+    def read():
+        for path, values in files:
+            data = pq.read_table(path)
+            n = data.num_rows
+            if n == 0:
+                continue
+            cols = {name: data.column(name) for name in data.column_names}
+            for c, value in values.items():
+                cols[c] = pa.array([value] * n).cast(schema.field(c).type)
+            cols[column] = pa.array([broker_name] * n, pa.string())
+            yield from pa.table([cols[f.name].cast(f.type) for f in schema], schema=schema).to_batches()
+
+    return read()
 
 
 def _rewrite(uri: str, schema, column: str, partition_by: list[str] | None, broker_name: str,
              row_group_rows: int | None) -> int:  # fmt: skip
     """Overwrite the table at ``uri`` with its rows plus ``column`` = ``broker_name``; returns the rows."""
     import pyarrow as pa
-    from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
+    from deltalake import CommitProperties, WriterProperties, write_deltalake
 
-    dt = DeltaTable(uri)
     rows = 0
+    batches = _rows(uri, schema, column, broker_name)  # reads the Delta log now, outside the writer
 
     def counted():
         nonlocal rows
-        for b in _with_broker(dt.to_pyarrow_dataset().to_batches(), schema, column, broker_name):
+        for b in batches:
             rows += b.num_rows
             yield b
 
