@@ -31,7 +31,7 @@ def test_tier_command_defaults_to_the_lake_path_of_the_broker_conf(tmp_path: Pat
     store, lake = tmp_path / "store", tmp_path / "lake"
     (store / "commitlog").mkdir(parents=True)
     conf = tmp_path / "broker.conf"
-    conf.write_text(f"storePathRootDir={store}\nlakePath={lake}\n", encoding="latin-1")
+    conf.write_text(f"storePathRootDir={store}\nlakePath={lake}\nbrokerName=broker-b\n", encoding="latin-1")
 
     def tier_cli(*args: str) -> subprocess.CompletedProcess:
         argv = [str(Path(sys.executable).with_name("mqlake")), "tier", "--store-dir", str(store), "--json", *args]
@@ -41,5 +41,6 @@ def test_tier_command_defaults_to_the_lake_path_of_the_broker_conf(tmp_path: Pat
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert Path(report["report_path"]).parent.parent == lake  # LAKE/_reports/tier-RUN.json
+    assert report["broker_name"] == "broker-b"  # the conf's brokerName names the rows' broker
     result = tier_cli()
     assert result.returncode == 2 and "give --lake, or a --broker-conf that sets lakePath" in result.stderr

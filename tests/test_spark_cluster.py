@@ -2,6 +2,10 @@
 (``pipelines.spark_cluster``), and ``mqlake tier``, ``sql``, ``verify-index`` and ``replay`` run as commands with
 ``--master spark://127.0.0.1:PORT`` in client deploy mode, their executors in the workers' JVMs.
 
+Two brokers' stores feed the one lake: ``tier`` runs for ``broker-a`` and ``broker-b`` (two copies of one store:
+the same segment names, CommitLog and queue offsets, told apart only by the broker name), ``sql`` counts per
+broker, and ``replay`` sends both brokers' history.
+
 The workers run in a mount namespace of their own in which ``hidden/`` is an empty tmpfs: a store under it is
 one the driver sees and the executors do not, as on a worker that lacks the store's mount.
 """
@@ -95,39 +99,51 @@ def assert_ran_on_workers(cluster: StandaloneCluster, app_name: str, spread: boo
         assert {w for w, _ in execs} == workers, execs
 
 
+BROKERS = ("broker-a", "broker-b")
+
+
 @pytest.fixture(scope="module")
 def tiered(cluster, store, tmp_path_factory) -> tuple[Path, list[str], dict]:
-    """``mqlake tier`` on the cluster over a copy of the store: (lake, tiered segments, the tier's JSON report)."""
+    """``mqlake tier`` on the cluster over two copies of the store, as broker-a's and broker-b's, into one lake:
+    (lake, tiered segments of each, broker -> the tier's JSON report)."""
     work = tmp_path_factory.mktemp("cluster_tier")
-    lake, root = work / "lake", work / "store"
-    shutil.copytree(store.root, root)
-    sealed = sorted(e.file_name for e in SegmentManifest(root).entries() if e.state == SegmentState.SEALED)
-    assert len(sealed) >= 2
-    res = mqlake(cluster, "tier", "--store-dir", str(root), "--lake", str(lake), "--file-reserved-time", "0",
-                 "--json", spread=True)  # fmt: skip
-    return lake, sealed, json.loads(res.stdout.strip().splitlines()[-1])
+    lake = work / "lake"
+    reports = {}
+    for name in BROKERS:
+        root = work / name / "store"
+        shutil.copytree(store.root, root)
+        sealed = sorted(e.file_name for e in SegmentManifest(root).entries() if e.state == SegmentState.SEALED)
+        assert len(sealed) >= 2
+        res = mqlake(cluster, "tier", "--store-dir", str(root), "--lake", str(lake), "--file-reserved-time", "0",
+                     "--broker-name", name, "--json", spread=True)  # fmt: skip
+        reports[name] = json.loads(res.stdout.strip().splitlines()[-1])
+    return lake, sealed, reports
 
 
 def test_tier_then_sql_on_the_cluster(cluster, store, tiered):
-    lake, segments, report = tiered
-    assert sorted(s["segment"] for s in report["segments"] if s["state"] == "tiered") == segments, report
+    lake, segments, reports = tiered
+    for name, report in reports.items():
+        assert report["broker_name"] == name
+        assert sorted(s["segment"] for s in report["segments"] if s["state"] == "tiered") == segments, report
     assert_ran_on_workers(cluster, "mqlake-tier", spread=True)
 
-    # the Delta table holds exactly the sealed segments' messages, each once
+    # the Delta table holds exactly the sealed segments' messages, each once per broker
     want = {off: r for off, r in store.expected.items() if r["segment"] in segments}
     got = DeltaTable(tables.table_uri(lake, tables.MESSAGES)).to_pyarrow_table(
-        columns=["commitlog_offset", "topic", "queue_offset", "body"]).to_pylist()  # fmt: skip
-    assert sorted(r["commitlog_offset"] for r in got) == sorted(want)
+        columns=["broker_name", "commitlog_offset", "topic", "queue_offset", "body"]).to_pylist()  # fmt: skip
+    for name in BROKERS:
+        assert sorted(r["commitlog_offset"] for r in got if r["broker_name"] == name) == sorted(want)
     for r in got:
         w = want[r["commitlog_offset"]]
         assert (r["topic"], r["queue_offset"], r["body"]) == (w["topic"], w["queue_offset"], w["body"])
 
     res = mqlake(cluster, "sql", "--lake", str(lake), "--format", "json",
-                 "SELECT topic, count(*) AS n FROM messages GROUP BY topic")  # fmt: skip
-    counts = {row["topic"]: row["n"] for row in map(json.loads, res.stdout.splitlines())}
-    expected: dict[str, int] = {}
-    for r in want.values():
-        expected[r["topic"]] = expected.get(r["topic"], 0) + 1
+                 "SELECT broker_name, topic, count(*) AS n FROM messages GROUP BY broker_name, topic")  # fmt: skip
+    counts = {(row["broker_name"], row["topic"]): row["n"] for row in map(json.loads, res.stdout.splitlines())}
+    expected: dict[tuple[str, str], int] = {}
+    for name in BROKERS:
+        for r in want.values():
+            expected[(name, r["topic"])] = expected.get((name, r["topic"]), 0) + 1
     assert counts == expected
     assert_ran_on_workers(cluster, "mqlake-sql")
 
@@ -155,7 +171,9 @@ def test_replay_on_the_cluster_is_consumable(cluster, tiered, tmp_path):
                "--namesrv", server.namesrv_addr)  # fmt: skip
         assert_ran_on_workers(cluster, "mqlake-replay")
         got = read_topic(server.namesrv_addr, "OrdersAgain", len(tiered_rows))
+        # both brokers' rows: the same bodies at the same queue offsets, each sent once per broker
         assert sorted(m.body for msgs in got.values() for m in msgs) == sorted(r["body"] for r in tiered_rows)
+        assert {m.properties["REPLAY_SOURCE_BROKER"] for msgs in got.values() for m in msgs} == set(BROKERS)
     finally:
         stop_servers([server])
 
