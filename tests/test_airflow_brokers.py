@@ -13,7 +13,7 @@ from pipelines.compaction import tables
 from tests.fixtures_spark import write_store
 from tests.test_airflow_dags import airflow_home, child, delta_rows, run_dag, sealed_segments  # noqa: F401 - fixture
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.timeout(900)]  # two dag.test() runs, each a cold Spark session
 
 BROKERS = ("broker-a", "broker-b")
 

@@ -120,6 +120,7 @@ def tiered(cluster, store, tmp_path_factory) -> tuple[Path, list[str], dict]:
     return lake, sealed, reports
 
 
+@pytest.mark.timeout(600)  # its fixture tiers two stores, each a cold driver JVM: minutes when the machine is busy
 def test_tier_then_sql_on_the_cluster(cluster, store, tiered):
     lake, segments, reports = tiered
     for name, report in reports.items():

@@ -29,7 +29,8 @@ from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_broker import MqlakeServer, stop_servers
 from tests.helpers import wait_until
 
-pytestmark = pytest.mark.spark
+# the module's fixture (three servers, the sends, two stores tiered) runs within its first test's time limit
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 TOPIC = "TwoBrokersT"
 BROKERS = ("broker-a", "broker-b")
