@@ -33,11 +33,12 @@ def _rows(uri: str, schema, column: str, broker_name: str):
     plain pyarrow, because it runs inside delta-rs's writer, which must not be re-entered."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from deltalake import DeltaTable
 
+    from broker.lake import objectstore
+    from pipelines import lake as lk
     from pipelines.lake import _file_location
 
-    dt = DeltaTable(uri)
+    dt = lk.open_table(uri)
     actions = pa.table(dt.get_add_actions(flatten=True))
     parts = list(dt.metadata().partition_columns)
     files = [
@@ -47,7 +48,8 @@ def _rows(uri: str, schema, column: str, broker_name: str):
 
     def read():
         for path, values in files:
-            data = pq.read_table(path)
+            fs, where = objectstore.filesystem(path)  # a lake on S3 too
+            data = pq.read_table(where, filesystem=fs)
             n = data.num_rows
             if n == 0:
                 continue
@@ -75,11 +77,14 @@ def _rewrite(uri: str, schema, column: str, partition_by: list[str] | None, brok
             rows += b.num_rows
             yield b
 
+    from broker.lake import objectstore
+
     write_deltalake(
         uri, pa.RecordBatchReader.from_batches(schema, counted()), mode="overwrite", schema_mode="overwrite",
         partition_by=partition_by,
         writer_properties=WriterProperties(max_row_group_size=row_group_rows) if row_group_rows else None,
         commit_properties=CommitProperties(custom_metadata={MIGRATION: f"broker_name={broker_name}"}),
+        storage_options=objectstore.storage_options(uri),
     )  # fmt: skip
     return rows
 
@@ -114,9 +119,9 @@ def migrate(lake: Path | str, broker_name: str) -> dict[str, Any]:
 
 
 def _version(uri: str) -> int:
-    from deltalake import DeltaTable
+    from pipelines import lake as lk
 
-    return DeltaTable(uri).version()
+    return lk.open_table(uri).version()
 
 
 def migrate_command(
@@ -130,7 +135,7 @@ def migrate_command(
 
     from pipelines.compaction.broker_names import BrokerNameError
 
-    if not lake.is_dir():
+    if not lake.is_dir():  # a local lake: the command does not take an s3:// root yet
         raise typer.BadParameter(f"{lake} is not a directory", param_hint="--lake")
     try:
         done = migrate(lake, broker_name)

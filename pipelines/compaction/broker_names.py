@@ -52,9 +52,9 @@ def missing_broker_column(lake: Path | str) -> list[str]:
 
     old = []
     messages = tables.table_uri(lake, tables.MESSAGES)
-    if lk.is_table(messages):
-        if list(lk.open_table(messages).metadata().partition_columns) != tables.MESSAGES_PARTITION_BY:
-            old.append(messages)
+    partitions = list(lk.open_table(messages).metadata().partition_columns) if lk.is_table(messages) else None
+    if partitions is not None and partitions != tables.MESSAGES_PARTITION_BY:
+        old.append(messages)
     segments = tables.table_uri(lake, tables.SEGMENTS)
     if lk.is_table(segments) and tables.BROKER_NAME not in lk.table_schema(segments).names:
         old.append(segments)
