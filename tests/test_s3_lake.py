@@ -165,8 +165,10 @@ def test_replay_reads_the_tier_from_the_bucket_into_a_new_topic(spark, run):
     from pipelines.replay.job import replay
     from pipelines.replay.spec import ReplaySpec
 
+    # batch_size: a batch request is one message to the broker, and must fit its 64 KiB segments (128 replayed
+    # messages of this size, with their REPLAY_SOURCE_* properties, come within a few KiB of it)
     spec = ReplaySpec(lake=lake_location(run.lake), source_topics=(TOPIC,), target_topic="S3Replayed",
-                      namesrv=run.server.namesrv_addr, replay_id="s3-1")  # fmt: skip
+                      namesrv=run.server.namesrv_addr, replay_id="s3-1", batch_size=32)  # fmt: skip
     report = replay(spec, spark=spark)
     assert report.sent == run.tiered_rows
     got = read_topic(run.server.namesrv_addr, "S3Replayed", run.tiered_rows)
