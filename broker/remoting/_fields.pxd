@@ -31,3 +31,20 @@ cdef inline object _int(object s):
 
 cdef inline bint _false_or_absent(object v):
     return v is None or (type(v) is str and v == "false")
+
+
+cdef inline tuple _v2_fields(dict ext):
+    """A SEND_MESSAGE_V2 header's (topic, properties string, queueId, sysFlag, flag, bornTimestamp,
+    reconsumeTimes) when every field is as the Java client writes it; None otherwise (the reference parses it)."""
+    get = ext.get
+    topic, props_s, j = get("b"), get("i"), get("j")
+    queue_id, sys_flag, flag, born_ts = _int(get("e")), _int(get("f")), _int(get("h")), _int(get("g"))
+    reconsume = 0 if j is None else _int(j)
+    if (
+        queue_id is None or sys_flag is None or flag is None or born_ts is None or reconsume is None
+        or type(topic) is not str or type(get("a")) is not str or type(get("c")) is not str or _int(get("d")) is None
+        or not (props_s is None or type(props_s) is str) or "l" in ext
+        or not _false_or_absent(get("k")) or not _false_or_absent(get("m"))
+    ):
+        return None
+    return topic, props_s, queue_id, sys_flag, flag, born_ts, reconsume

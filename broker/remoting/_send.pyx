@@ -6,7 +6,7 @@ whose strings need no escaping; anything else is handed to the reference."""
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcmp, memcpy
-from broker.remoting._fields cimport _false_or_absent, _int
+from broker.remoting._fields cimport _v2_fields
 from store.format._segments cimport _last_value
 
 from broker.remoting.codes import CURRENT_VERSION
@@ -37,17 +37,10 @@ def read_send_v2(ext):
         return _reference["read_send_v2"](ext)
     if "topic" in ext or "batch" in ext or "b" not in ext:
         return None
-    get = ext.get
-    topic, props_s, j = get("b"), get("i"), get("j")
-    queue_id, sys_flag, flag, born_ts = _int(get("e")), _int(get("f")), _int(get("h")), _int(get("g"))
-    reconsume = 0 if j is None else _int(j)
-    if (
-        queue_id is None or sys_flag is None or flag is None or born_ts is None or reconsume is None
-        or type(topic) is not str or type(get("a")) is not str or type(get("c")) is not str or _int(get("d")) is None
-        or not (props_s is None or type(props_s) is str) or "l" in ext
-        or not _false_or_absent(get("k")) or not _false_or_absent(get("m"))
-    ):
+    fields = _v2_fields(ext)
+    if fields is None:
         return _reference["read_send_v2"](ext)  # an unusual header: the reference parses it or returns None
+    topic, props_s, queue_id, sys_flag, flag, born_ts, reconsume = fields
     if queue_id < 0 or sys_flag & TRANSACTION_BITS:
         return None
     cdef bytes props
