@@ -147,6 +147,10 @@ class StandaloneCluster:
             f"see the logs in {self.work_dir}"
         )
 
+    def kill_worker(self, n: int) -> None:
+        """SIGKILL worker ``n`` with the executors it launched, as when its machine is lost."""
+        _signal_group(dict(self._procs)[f"worker-{n}"], signal.SIGKILL)
+
     def stop(self, timeout: float = 20.0) -> None:
         """Stop the workers (and the executors they launched), then the master: SIGTERM to each process
         group, SIGKILL to a group still there after ``timeout``."""
