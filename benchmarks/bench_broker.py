@@ -63,6 +63,7 @@ from store.format import msgid, properties
 SCALE = float(os.environ.get("BENCH_SCALE", "1") or 1)
 BODY = 1024
 TOPIC = "BenchTopic"
+BROKER_NAME = "bench-a"  # BrokerProcess's brokerName: a lake tiered for its broker must name it
 QUEUES = 8
 BATCH = 32
 WINDOW_1 = 128  # sends in flight on 1 connection
@@ -140,7 +141,7 @@ class BrokerProcess:
         self.broker_addr = f"127.0.0.1:{self.broker_port}"
         conf = root / "broker.conf"
         conf.write_text(
-            "brokerClusterName=BenchCluster\nbrokerName=bench-a\nbrokerId=0\nbrokerIP1=127.0.0.1\n"
+            f"brokerClusterName=BenchCluster\nbrokerName={BROKER_NAME}\nbrokerId=0\nbrokerIP1=127.0.0.1\n"
             f"listenPort={self.broker_port}\nnamesrvAddr={self.namesrv_addr}\nstorePathRootDir={root / 'store'}\n"
             f"haListenPort={free_port()}\nflushDiskType={flush}\n" + "".join(f"{k}={v}\n" for k, v in extra.items())
         )

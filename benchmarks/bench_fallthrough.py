@@ -193,7 +193,10 @@ def run(tmp: Path) -> dict:
 
     spark = get_spark(os.environ.get("BENCH_MASTER"), app_name="bench-fallthrough")
     t0 = time.perf_counter()
-    report = tier(root, lake, spark=spark, file_reserved_time=0)
+    from benchmarks.bench_broker import BROKER_NAME
+
+    # as the broker's own name: a broker serves only the tiered rows of its own broker name
+    report = tier(root, lake, spark=spark, file_reserved_time=0, broker_name=BROKER_NAME)
     results["tier_seconds"] = time.perf_counter() - t0
     results["tiered_segments"] = len(report.by_state("tiered"))
     spark.stop()
