@@ -8,6 +8,7 @@ from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcmp, memcpy
 from broker.remoting._fields cimport _v2_fields
 from store.format._segments cimport _last_value
+from store.format._layout cimport TRANSACTION_BITS
 
 from broker.remoting.codes import CURRENT_VERSION
 from store.format import native
@@ -20,7 +21,6 @@ cdef extern from "Python.h":
 
 _reference = native.TWINS["broker.remoting.send_codec"].python
 cdef bytes _VERSION = str(int(CURRENT_VERSION)).encode()
-cdef int TRANSACTION_BITS = 0xC  # records.TRANSACTION_ROLLBACK_TYPE: prepared, commit or rollback
 
 
 cdef object _uniq_key(const uint8_t* p, Py_ssize_t n):

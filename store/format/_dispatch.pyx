@@ -20,14 +20,10 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from store.format._segments cimport PropertySpans, _property_spans
 from store.format._bigendian cimport _i16, _i64, _put32, _put64, _u32
 from libc.string cimport memcmp, memcpy, memset
+from store.format._layout cimport BORN_V6, MAGIC_V1, MAGIC_V2, MIN_RECORD, STORE_V6
 
 from store.format import delay as _delay
 
-cdef int32_t MAGIC_V1 = -626843481
-cdef int32_t MAGIC_V2 = -626843477
-cdef Py_ssize_t MIN_RECORD = 48
-cdef int BORN_V6 = 0x10
-cdef int STORE_V6 = 0x20
 cdef Py_ssize_t UNIT = 20
 cdef Py_ssize_t INDEX_HEADER = 40
 cdef Py_ssize_t INDEX_SLOT = 4

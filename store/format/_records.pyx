@@ -14,6 +14,7 @@ from store.format._segments cimport PropertySpans, _property_spans
 from store.format._crc cimport _body_crc
 from store.format._bigendian cimport _fits32, _fits64, _i16, _i32, _i64, _put32, _put64, _u32
 from libc.string cimport memcpy
+from store.format._layout cimport BORN_V6, MAGIC_V1, MAGIC_V2, MIN_RECORD, STORE_V6
 
 from store.format import native
 from store.format.delay import DEFAULT_DELAY_MILLIS, SCHEDULE_TOPIC, schedule_tags_code
@@ -21,11 +22,6 @@ from store.format.hashing import tags_code as _tags_code
 from store.format.msgid import pack_ip
 from store.format.records import CheckResult, DispatchRequest
 
-cdef int32_t MAGIC_V1 = -626843481
-cdef int32_t MAGIC_V2 = -626843477
-cdef int MIN_RECORD = 48
-cdef int BORN_V6 = 0x10
-cdef int STORE_V6 = 0x20
 
 _fast_crc32 = native.fast_crc32()
 _reference = native.TWINS["store.format.records"].python

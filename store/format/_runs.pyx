@@ -12,15 +12,12 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from store.format._crc cimport _body_crc
 from store.format._bigendian cimport _fits32, _fits64, _put32, _put64, _u32
 from libc.string cimport memcmp, memcpy
+from store.format._layout cimport BORN_V6, MAGIC_V1, MIN_RECORD, STORE_V6
 
 from store.format import native
 from store.format.msgid import create_offset_msg_id, pack_ip
 
 
-cdef int32_t MAGIC_V1 = -626843481
-cdef int BORN_V6 = 0x10
-cdef int STORE_V6 = 0x20
-cdef Py_ssize_t MIN_RECORD = 48
 cdef Py_ssize_t ITEM_HEAD = 20  # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLENGTH of a batch item
 cdef Py_ssize_t MAX_PROPS = 32767
 

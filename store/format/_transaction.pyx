@@ -11,19 +11,13 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from store.format._bigendian cimport _fits32, _fits64, _i16, _i32, _put32, _put64
 from store.format._segments cimport _last_value
+from store.format._layout cimport BORN_V6, COMMIT_TYPE, MAGIC_V1, MAGIC_V2, MIN_RECORD, STORE_V6, TRANSACTION_BITS
 
 from store.format import native
 from store.format._runs import encode_message as _encode_message
 
 _reference = native.TWINS["store.format.transaction"].python
 
-cdef int32_t MAGIC_V1 = -626843481
-cdef int32_t MAGIC_V2 = -626843477
-cdef int BORN_V6 = 0x10
-cdef int STORE_V6 = 0x20
-cdef int TRANSACTION_BITS = 0xC
-cdef int COMMIT_TYPE = 0x8
-cdef Py_ssize_t MIN_RECORD = 48
 cdef bytes HALF_TOPIC = b"RMQ_SYS_TRANS_HALF_TOPIC"
 _HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 
