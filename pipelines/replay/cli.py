@@ -32,6 +32,11 @@ def replay_command(
         str | None,
         typer.Option("--broker-name", help="brokerName of the --store-dir's broker (default broker-a)."),
     ] = None,
+    broker_store: Annotated[
+        list[str] | None,
+        typer.Option("--broker-store", metavar="NAME=PATH", help="A broker's store root with its brokerName: also "
+                     "replay its live CommitLog.  Repeat once per broker of the cluster."),
+    ] = None,
     from_: Annotated[
         str | None, typer.Option("--from", help="Store time >= this (epoch ms or ISO-8601; no zone = UTC).")
     ] = None,
@@ -71,7 +76,15 @@ def replay_command(
     ] = None,
 ) -> None:
     """Replay tiered and live history into a topic: ordered per queue, rate limited, resumable, no duplicates."""
-    from pipelines.replay.spec import ReplaySpec, ReplaySpecError, new_replay_id, parse_list, parse_tags, parse_time
+    from pipelines.replay.spec import (
+        ReplaySpec,
+        ReplaySpecError,
+        new_replay_id,
+        parse_broker_stores,
+        parse_list,
+        parse_tags,
+        parse_time,
+    )
 
     out = console()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -83,6 +96,7 @@ def replay_command(
             keys=_tuple(parse_list(keys, "--keys")), queue_map=queue_map, preserve_timestamps=preserve_timestamps,
             rate=rate, namesrv=namesrv, dry_run=dry_run, replay_id=replay_id or new_replay_id(),
             batch_size=batch_size, commit_every=commit_every, commit_seconds=commit_seconds, broker_name=broker_name,
+            broker_stores=parse_broker_stores(broker_store),
         )  # fmt: skip
     except ReplaySpecError as e:
         raise typer.BadParameter(str(e)) from None

@@ -216,7 +216,7 @@ def replay(
 
         spark = get_spark(master, app_name="mqlake-replay", conf=conf)
     # on a cluster the executors read the tier's Parquet files and the live CommitLog themselves
-    store = [Path(spec.store_dir) / "commitlog"] if spec.store_dir else []
+    store = [path / "commitlog" for _, path in spec.live_stores()]
     lake = [] if objectstore.is_remote(spec.lake) else [Path(spec.lake)]  # on S3: reached over the network
     check_executors_see(spark, read=[*lake, *store])
     fingerprint = spec.fingerprint()

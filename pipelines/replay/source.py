@@ -8,9 +8,15 @@ sender, which walks each source queue in queue-offset order and skips any offset
 "live rows above the lake's max offset" keeps a quarantined (never tiered) segment's rows, which sit below
 later tiered ones.
 
-Several brokers: the lake holds every broker's rows of a topic (``broker_name`` tells them apart), and the
-live CommitLog of ``--store-dir`` is one broker's, named by ``--broker-name`` (ReplaySpec.store_broker).  A
-source queue is (broker, topic, queue id): the same queue id of two brokers is two queues.
+Several brokers: the lake holds every broker's rows of a topic (``broker_name`` tells them apart), and each
+live store (``--store-dir`` named by ``--broker-name``, and every ``--broker-store NAME=PATH``) is one
+broker's, its rows carrying that name (ReplaySpec.live_stores).  A source queue is (broker, topic, queue id):
+the same queue id of two brokers is two queues, so the dedupe above is per broker and one broker's tier
+boundary never hides another's rows.
+
+Order of the reads: every store's manifest is read before the lake's snapshot is taken.  A segment the tier
+commits in between is then in both (the dedupe drops the copy); read the other way round, it would be in
+neither (skipped live as ``tiered``, absent from the older snapshot).
 
 Pushdown: the lake side filters on its partition columns (topic, store_date) and on store_timestamp (parquet
 row-group skipping); whole files are not pruned because lake.read_table takes no partition filter (it joins
@@ -95,17 +101,19 @@ def _lake_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame | None:
     return df.select(*COLUMNS)
 
 
-def _live_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame | None:
+def _live_frames(spark: SparkSession, spec: ReplaySpec) -> list[DataFrame]:
+    """One frame per live store with segments to read, its rows named by the store's broker."""
     from pyspark.sql import functions as F
 
-    if spec.store_dir is None:
-        return None
-    bases = live_segments(Path(spec.store_dir), spec.from_ms, spec.to_ms)
-    if not bases:
-        return None
-    df = spark.read.format("commitlog").option("segments", ",".join(map(str, bases))).load(str(spec.store_dir))
-    df = df.withColumn("broker_name", F.lit(spec.store_broker()))
-    return df.where(F.col("topic").isin(list(spec.source_topics))).select(*COLUMNS)
+    frames = []
+    for broker, store_dir in spec.live_stores():
+        bases = live_segments(store_dir, spec.from_ms, spec.to_ms)
+        if not bases:
+            continue
+        df = spark.read.format("commitlog").option("segments", ",".join(map(str, bases))).load(str(store_dir))
+        df = df.withColumn("broker_name", F.lit(broker))
+        frames.append(df.where(F.col("topic").isin(list(spec.source_topics))).select(*COLUMNS))
+    return frames
 
 
 def source_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame:
@@ -116,7 +124,9 @@ def source_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame:
     from pipelines.compaction.tables import MESSAGES_SCHEMA
     from pipelines.schema import spark_schema
 
-    frames = [f for f in (_lake_frame(spark, spec), _live_frame(spark, spec)) if f is not None]
+    live = _live_frames(spark, spec)  # the manifests first: see the module docstring
+    lake = _lake_frame(spark, spec)
+    frames = ([lake] if lake is not None else []) + live
     if frames:
         df = frames[0]
         for f in frames[1:]:

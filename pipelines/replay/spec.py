@@ -64,6 +64,17 @@ def parse_list(text: str | None, option: str) -> list[str] | None:
     return items
 
 
+def parse_broker_stores(items: list[str] | None) -> tuple[tuple[str, Path], ...]:
+    """``--broker-store NAME=PATH`` (repeatable): each live store with the brokerName of its broker."""
+    out = []
+    for item in items or ():
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ReplaySpecError(f"--broker-store {item!r}: use BROKER_NAME=STORE_DIR, e.g. broker-a=/data/a/store")
+        out.append((name.strip(), Path(path.strip())))
+    return tuple(out)
+
+
 def new_replay_id() -> str:
     return "replay-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
@@ -93,12 +104,18 @@ class ReplaySpec:
     commit_seconds: float = 2.0  # ... or this many seconds, whichever comes first
     parallelism: int | None = None  # Spark tasks sending at once (default: the session's default parallelism)
     broker_name: str | None = None  # the broker of store_dir (None: the broker's default name, broker-a)
+    broker_stores: tuple[tuple[str, Path], ...] = ()  # more live stores: (brokerName, store root) each
 
     def store_broker(self) -> str:
         """The broker name of the live rows read from ``store_dir``."""
         from pipelines.compaction.broker_names import default_broker_name
 
         return self.broker_name or default_broker_name()
+
+    def live_stores(self) -> list[tuple[str, Path]]:
+        """Every live store to read, with its broker: ``store_dir`` (as ``store_broker()``) and ``broker_stores``."""
+        single = [(self.store_broker(), Path(self.store_dir))] if self.store_dir is not None else []
+        return single + [(name, Path(path)) for name, path in self.broker_stores]
 
     def __post_init__(self) -> None:
         if not self.source_topics:
@@ -115,10 +132,25 @@ class ReplaySpec:
             raise ReplaySpecError(f"--replay-id {self.replay_id!r}: 1-100 characters of [A-Za-z0-9_-]")
         if not self.dry_run and not self.namesrv:
             raise ReplaySpecError("--namesrv is required unless --dry-run")
-        if self.store_dir is None and not objectstore.exists(table_uri(self.lake, MESSAGES)):
-            raise ReplaySpecError(f"nothing to read: {self.lake} has no messages table and no --store-dir was given")
-        if self.store_dir is not None and not (Path(self.store_dir) / "commitlog").is_dir():
-            raise ReplaySpecError(f"--store-dir {self.store_dir} has no commitlog directory")
+        if self.broker_name is not None and self.store_dir is None:
+            raise ReplaySpecError("--broker-name names the --store-dir's broker: give --store-dir, or --broker-store "
+                                  f"{self.broker_name}=STORE_DIR")  # fmt: skip
+        stores = self.live_stores()
+        if not stores and not objectstore.exists(table_uri(self.lake, MESSAGES)):
+            raise ReplaySpecError(
+                f"nothing to read: {self.lake} has no messages table and no --store-dir or --broker-store was given"
+            )
+        for name, path in stores:
+            if not (path / "commitlog").is_dir():
+                raise ReplaySpecError(f"store {path} (broker {name}) has no commitlog directory")
+        # Two stores under one broker name would share source queues (and their progress rows); one store read
+        # twice would send each live record twice.
+        names = [name for name, _ in stores]
+        if len(set(names)) != len(names):
+            raise ReplaySpecError(f"broker {_twice(names)} is given two live stores: each broker has one store")
+        paths = [path.resolve() for _, path in stores]
+        if len(set(paths)) != len(paths):
+            raise ReplaySpecError(f"store {_twice(paths)} is given twice: its live records would be sent twice")
         if self.batch_size < 1 or self.commit_every < 1 or self.commit_seconds <= 0:
             raise ReplaySpecError("batch size, commit interval and commit seconds must be positive")
 
@@ -140,4 +172,9 @@ class ReplaySpec:
     def to_json(self) -> dict:
         d = asdict(self)
         d["lake"], d["store_dir"] = str(self.lake), str(self.store_dir) if self.store_dir else None
+        d["broker_stores"] = [[name, str(path)] for name, path in self.broker_stores]
         return d
+
+
+def _twice(items: list) -> str:
+    return str(next(x for x in items if items.count(x) > 1))
