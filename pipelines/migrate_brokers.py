@@ -10,6 +10,10 @@ in ONE overwrite commit (delta-rs ``schema_mode="overwrite"``), every row gettin
 - the tier's transaction ids (``mqlake-tier:<store id>``) stay in the log, so a re-run after the migration
   still skips what was committed before it.
 
+The lake may be local or on S3 (``--lake s3://bucket/prefix``, settings from the AWS variables as every job
+reads them, broker/lake/objectstore.py): each overwrite is a conditional-put commit like the tier's, so a
+writer that slipped in meanwhile makes the migration fail with a conflict rather than be overwritten.
+
 Run it with no tier job or broker writing to the lake (the broker only reads it; it serves local data alone
 until the migration commits, see broker/lake/reader.py).  A table already migrated is left alone, so a second
 run does nothing.
@@ -79,13 +83,14 @@ def _rewrite(uri: str, schema, column: str, partition_by: list[str] | None, brok
 
     from broker.lake import objectstore
 
-    write_deltalake(
-        uri, pa.RecordBatchReader.from_batches(schema, counted()), mode="overwrite", schema_mode="overwrite",
-        partition_by=partition_by,
-        writer_properties=WriterProperties(max_row_group_size=row_group_rows) if row_group_rows else None,
-        commit_properties=CommitProperties(custom_metadata={MIGRATION: f"broker_name={broker_name}"}),
-        storage_options=objectstore.storage_options(uri),
-    )  # fmt: skip
+    with objectstore.reaching(uri, "migrating the table"):
+        write_deltalake(
+            uri, pa.RecordBatchReader.from_batches(schema, counted()), mode="overwrite", schema_mode="overwrite",
+            partition_by=partition_by,
+            writer_properties=WriterProperties(max_row_group_size=row_group_rows) if row_group_rows else None,
+            commit_properties=CommitProperties(custom_metadata={MIGRATION: f"broker_name={broker_name}"}),
+            storage_options=objectstore.storage_options(uri),
+        )  # fmt: skip
     return rows
 
 
@@ -125,7 +130,9 @@ def _version(uri: str) -> int:
 
 
 def migrate_command(
-    lake: Annotated[Path, typer.Option("--lake", help="Lake root tiered before the broker column.")],
+    lake: Annotated[
+        str, typer.Option("--lake", help="Lake root tiered before the broker column (directory or s3://bucket/prefix).")
+    ],
     broker_name: Annotated[
         str, typer.Option("--broker-name", help="brokerName of the broker whose store was tiered there.")
     ],
@@ -133,15 +140,22 @@ def migrate_command(
     """Give a lake tiered before several brokers its broker_name column (one overwrite commit per table)."""
     import json
 
+    from broker.lake.objectstore import ObjectStoreError, exists, is_remote
     from pipelines.compaction.broker_names import BrokerNameError
+    from pipelines.objectstore_cli import lake_option
 
-    if not lake.is_dir():  # a local lake: the command does not take an s3:// root yet
-        raise typer.BadParameter(f"{lake} is not a directory", param_hint="--lake")
+    root = lake_option(lake)
     try:
-        done = migrate(lake, broker_name)
+        if not (exists(root) if is_remote(root) else Path(root).is_dir()):
+            raise typer.BadParameter(f"{root} is not a directory" + (" (no object under it)" if is_remote(root)
+                                     else ""), param_hint="--lake")  # fmt: skip
+        done = migrate(root, broker_name)
     except BrokerNameError as e:
         print_error(str(e))
         raise typer.Exit(2) from None
+    except ObjectStoreError as e:
+        print_error(str(e))
+        raise typer.Exit(1) from None
     console().print(json.dumps(done))
 
 

@@ -23,12 +23,18 @@ OLD_STORE = "0123456789abcdef"  # the store id an earlier tier run recorded
 OLD_VERSION = 1234  # the txn version it recorded
 
 
-def _old_lake(written: WrittenStore, root: Path) -> int:
-    """The tables as mqlake wrote them before the broker column; returns the rows of ``messages``."""
-    from deltalake import CommitProperties, Transaction, write_deltalake
+def _old_lake(written: WrittenStore, root: Path | str) -> int:
+    """The tables as mqlake wrote them before the broker column (``root`` local or ``s3://``); returns the rows of
+    ``messages``."""
+    from deltalake import CommitProperties, Transaction
+    from deltalake import write_deltalake as write_local
 
+    from broker.lake.objectstore import storage_options
     from pipelines.replay import progress
     from pipelines.segments import read_segment
+
+    def write_deltalake(uri: str, *args, **kwargs) -> None:
+        write_local(uri, *args, storage_options=storage_options(uri), **kwargs)
 
     rows = pa.Table.from_batches([b for n in written.segment_names()[:-1] for b in read_segment(written.commitlog / n)])
     day = pc.cast(pc.divide(rows["store_timestamp"], 86_400_000), pa.int32()).cast(pa.date32())

@@ -1,0 +1,78 @@
+"""``mqlake tier-migrate --lake s3://...``: a lake on S3-compatible storage (moto's server on loopback,
+tests/s3_server.py) written in the layout before the broker column is refused, then migrated in place through
+the conditional-put commits delta-rs makes there, keeping its rows and transaction ids; with the endpoint down
+the command fails naming it."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from typer.testing import CliRunner
+
+from pipelines.compaction import tables
+from tests.fixtures_spark import write_store
+from tests.s3_server import BUCKET, S3Server, aws_env
+from tests.test_tier_migrate import OLD_STORE, OLD_VERSION, _old_lake
+
+pytestmark = pytest.mark.integration  # moto's server in a child process
+
+
+@pytest.fixture
+def s3(tmp_path):
+    server = S3Server(tmp_path).start()
+    try:
+        with aws_env(server.env()):
+            yield server
+    finally:
+        server.stop()
+
+
+def test_an_old_lake_on_s3_is_refused_then_migrated_once_in_place(tmp_path, s3):
+    from deltalake import DeltaTable
+
+    from broker.lake.objectstore import storage_options
+    from cli.main import app
+    from pipelines.compaction.broker_names import BrokerNameError, resolve
+    from pipelines.compaction.job import TierJob
+    from pipelines.replay import progress
+
+    written = write_store(tmp_path / "store", 300)
+    lake = f"s3://{BUCKET}/old-{uuid.uuid4().hex[:8]}"
+    count = _old_lake(written, lake)
+    messages = tables.table_uri(lake, tables.MESSAGES)
+
+    def table(uri: str) -> DeltaTable:
+        return DeltaTable(uri, storage_options=storage_options(uri))
+
+    before = {r["commitlog_offset"]: r["body"] for r in table(messages).to_pyarrow_table().to_pylist()}
+    assert list(table(messages).metadata().partition_columns) == ["topic", tables.STORE_DATE]
+    with pytest.raises(BrokerNameError, match="mqlake tier-migrate --lake s3://"):
+        TierJob(written.root, lake, broker_name="broker-a")
+    runner = CliRunner()
+
+    migrated = runner.invoke(app, ["tier-migrate", "--lake", lake, "--broker-name", "broker-a"])
+    assert migrated.exit_code == 0, migrated.output
+    dt = table(messages)
+    assert list(dt.metadata().partition_columns) == tables.MESSAGES_PARTITION_BY
+    after = dt.to_pyarrow_table().to_pylist()
+    assert len(after) == count and {r["broker_name"] for r in after} == {"broker-a"}
+    assert {r["commitlog_offset"]: r["body"] for r in after} == before
+    assert dt.transaction_version(f"mqlake-tier:{OLD_STORE}") == OLD_VERSION
+    assert resolve(lake, OLD_STORE, None) == "broker-a"
+    assert progress.read_progress(lake, "old-1")[("broker-a", "Orders", 0)].last_offset == 5
+    # the new files are in the bucket under the broker's partition
+    key = lake[len(f"s3://{BUCKET}/") :]
+    assert any("/broker_name=broker-a/" in k for k in s3.keys(BUCKET, f"{key}/{tables.MESSAGES}/"))
+
+    version = dt.version()
+    again = runner.invoke(app, ["tier-migrate", "--lake", lake, "--broker-name", "broker-a"])
+    assert again.exit_code == 0 and '"migrated": true' not in again.output, again.output
+    assert table(messages).version() == version
+
+    missing = runner.invoke(app, ["tier-migrate", "--lake", f"s3://{BUCKET}/no-lake-here", "--broker-name", "b"])
+    assert missing.exit_code == 2 and "no-lake-here" in missing.output
+
+    s3.down()
+    down = runner.invoke(app, ["tier-migrate", "--lake", lake, "--broker-name", "broker-a"])
+    assert down.exit_code == 1 and s3.endpoint in down.output, down.output
