@@ -33,7 +33,9 @@ DAG file is parsed, like the schedules: the stores decide the DAGs' tasks) lists
 ``mqlake_tier`` and ``mqlake_verify_index`` then have one task group per store (``tier_broker-a``,
 ``verify_broker-b``, ...), all tiering into the one lake (``mqlake_lake``, else each store's lakePath);
 ``broker_conf`` is optional per store (else ``mqlake_broker_conf``) and ``broker_name`` goes to
-``mqlake tier --broker-name``.  Without it the DAGs work on the one store of ``mqlake_store_dir``.
+``mqlake tier --broker-name``.  ``mqlake_replay`` reads every store's live CommitLog (``mqlake replay
+--broker-store NAME=PATH`` per store) besides the lake.  Without it the DAGs work on the one store of
+``mqlake_store_dir``.
 
 Spark runs through the connection ``mqlake_spark`` (type spark) when it exists: ``spark-submit`` launches
 the job's module against that connection's master.  Without it the job runs inside the task (PythonOperator)

@@ -12,8 +12,10 @@
   the same ``replay_id``) resumes and sends each message once.
 - ``final_report`` pushes the report (the replay's, or the dry run's) to XCom as its return value.
 
-Reads the Delta ``messages`` table under ``mqlake_lake``, and the live CommitLog under ``mqlake_store_dir``
-when that Variable is set and ``include_live`` is on; publishes through ``mqlake_namesrv``.
+Reads the Delta ``messages`` table under ``mqlake_lake`` (every broker's tiered rows), and when ``include_live``
+is on the live CommitLog of every store in ``MQLAKE_BROKER_STORES`` (``--broker-store NAME=PATH`` each: the
+rows carry their broker's name), or without that list the one under ``mqlake_store_dir`` when set; publishes
+through ``mqlake_namesrv``.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ with DAG(
         "dry_run": Param(False, type="boolean", title="Dry run: show the counts, send nothing"),
         "queue_map": Param("preserve", enum=["preserve", "hash"], title="Queue mapping"),
         "preserve_timestamps": Param(False, type="boolean", title="Send with the source born timestamps"),
-        "include_live": Param(True, type="boolean", title="Also read the live CommitLog (mqlake_store_dir)"),
+        "include_live": Param(True, type="boolean", title="Also read the live CommitLog (every store of "
+                              "MQLAKE_BROKER_STORES, else mqlake_store_dir)"),
     },  # fmt: skip
     tags=["mqlake"],
     doc_md=__doc__,
@@ -66,8 +69,11 @@ with DAG(
         from broker.lake.objectstore import lake_location
         from pipelines.replay.spec import ReplaySpec, ReplaySpecError, parse_tags, parse_time
 
-        p, s = params, config.settings(need_store=False)
-        store_dir = s.store_dir if p["include_live"] else None
+        p, stores = params, config.broker_stores()
+        # several brokers: the first store's broker.conf may name the lake when mqlake_lake is not set
+        s = config.settings(need_store=False, store=stores[0] if stores else None)
+        live = [(b.broker_name, b.store_dir) for b in stores] if p["include_live"] else []
+        store_dir = s.store_dir if p["include_live"] and not stores else None
         replay_id = p["replay_id"] or f"airflow-{config.run_key(run_id)}"
         try:  # the CLI checks the same; failing here saves a Spark start and a retry
             ReplaySpec(
@@ -75,6 +81,7 @@ with DAG(
                 store_dir=Path(store_dir) if store_dir else None, from_ms=parse_time(p["from"], "from"),
                 to_ms=parse_time(p["to"], "to"), tags=tuple(parse_tags(p["tags"]) or ()) or None,
                 rate=p["rate"], namesrv=s.namesrv, replay_id=replay_id, queue_map=p["queue_map"],
+                broker_stores=tuple((name, Path(path)) for name, path in live),
             )  # fmt: skip
         except ReplaySpecError as e:
             raise AirflowFailException(str(e)) from None
@@ -82,6 +89,8 @@ with DAG(
                 p["target_topic"], "--namesrv", s.namesrv, "--replay-id", replay_id, "--queue-map", p["queue_map"]]
         if store_dir:
             argv += ["--store-dir", store_dir]
+        for name, path in live:
+            argv += ["--broker-store", f"{name}={path}"]
         for name in ("from", "to", "where", "tags", "rate"):
             if p[name] is not None:
                 argv += [f"--{name}", str(p[name])]
@@ -100,9 +109,9 @@ with DAG(
     def show_counts(report_path: str, params: dict | None = None) -> bool:
         report = read_report(report_path)
         for q in report["queues"]:
-            print(f"{q['source_topic']}/{q['source_queue']} -> {report['target_topic']} queue(s) {q['target_queues']}: "
-                  f"{q['selected']} selected, {q['already_done']} done before, offsets {q['min_offset']}.."
-                  f"{q['max_offset']}")  # fmt: skip
+            print(f"{q['source_broker']}:{q['source_topic']}/{q['source_queue']} -> {report['target_topic']} "
+                  f"queue(s) {q['target_queues']}: {q['selected']} selected, {q['already_done']} done before, "
+                  f"offsets {q['min_offset']}..{q['max_offset']}")  # fmt: skip
         counts = {k: report[k] for k in ("replay_id", "target_topic", "selected", "already_done", "target_queues")}
         print(f"dry run: {counts}")
         get_current_context()["ti"].xcom_push(key="counts", value=counts)

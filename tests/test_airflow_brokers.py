@@ -1,6 +1,7 @@
 """The Airflow DAGs over several broker stores (``MQLAKE_BROKER_STORES``): one task group per store for tier and
-verify-index, every store into the one lake, with ``dag.test()`` in a child process as tests/test_airflow_dags.py
-runs them (its ``airflow_home`` fixture and ``run_dag``)."""
+verify-index, every store into the one lake, and every store's live CommitLog read by the replay, with
+``dag.test()`` in a child process as tests/test_airflow_dags.py runs them (its ``airflow_home`` fixture and
+``run_dag``)."""
 
 from __future__ import annotations
 
@@ -59,3 +60,21 @@ def test_tier_and_verify_dags_run_one_task_group_per_broker_store_into_one_lake(
     # each store's rows under its own run id: neither replaced the other's
     stored = {(r["run_id"], r["store_dir"]) for r in delta_rows(lake, "index_verification")}
     assert {s for r, s in stored if r in run_ids} == {str(w.root) for w in stores.values()}
+
+
+def test_replay_dag_reads_every_broker_stores_live_log(airflow_home, tmp_path, mqlake_server):  # noqa: F811
+    stores = {b: write_store(tmp_path / b, 300) for b in BROKERS}
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    env = airflow_home | {
+        "MQLAKE_BROKER_STORES": json.dumps([{"broker_name": b, "store_dir": str(w.root)} for b, w in stores.items()])
+    }
+    dry = run_dag(env, tmp_path, "mqlake_replay", {"source_topics": ["Orders"], "target_topic": "OrdersAgain",
+                  "dry_run": True}, spark_submit=False, lake=lake, namesrv=mqlake_server.namesrv_addr)  # fmt: skip
+
+    assert dry["state"] == "success", dry["log"][-6000:]
+    report = dry["xcoms"]["final_report"]["return_value"]
+    # both stores' records of the topic, each store's under its broker (their queue ids and offsets are the same)
+    want = Counter((b, r["queue_id"]) for b, w in stores.items() for r in w.expected.values() if r["topic"] == "Orders")
+    assert {(q["source_broker"], q["source_queue"]): q["selected"] for q in report["queues"]} == dict(want)
+    assert "--broker-store" in dry["log"] and f"broker-b={stores['broker-b'].root}" in dry["log"]
