@@ -3,9 +3,12 @@
 - Heartbeat (HEART_BEAT with the subscriptions) to every broker at start and every 30 s.
 - Rebalance every 20 s and at once on the broker's NOTIFY_CONSUMER_IDS_CHANGED: clustering consumers split the
   sorted queues by ``allocate_averagely``; broadcasting consumers take every queue.
-- One task per assigned queue long-polls PULL_MESSAGE (suspend 15 s, commit-offset flag) and hands messages to
-  the handler one by one, in queue order.  A queue being taken away finishes the message in hand, then its
-  offset is committed before anyone else can be expected to start from it.
+- Two tasks per assigned queue, as ``PullMessageService`` and the consume pool split it: one long-polls
+  PULL_MESSAGE (suspend 15 s, commit-offset flag) and pulls again as soon as a batch arrives, up to
+  ``PULL_THRESHOLD_FOR_QUEUE`` messages ahead of the handler; the other hands them to the handler one by one, in
+  queue order.  So the next pull is on its way while a batch is consumed (a pull round trip per batch no longer
+  adds the handler's time).  A queue being taken away finishes the batch in hand, then its offset (the next
+  message not yet consumed) is committed before anyone else can be expected to start from it.
 - Offsets: clustering commits to the broker every 5 s (oneway) and at shutdown (acknowledged); broadcasting keeps
   them in this process.  A new queue starts at the broker's stored offset, else per ``consume_from_where``.
 - A handler answering RETRY (or raising) sends the message back (CONSUMER_SEND_MSG_BACK) so it comes again via
@@ -30,6 +33,7 @@ from broker.client.pull_consumer import (
     FLAG_COMMIT_OFFSET,
     FLAG_SUBSCRIPTION,
     FLAG_SUSPEND,
+    PullResult,
     Subscription,
     check_client_config,
     pull_message,
@@ -47,18 +51,22 @@ log = logging.getLogger(__name__)
 RETRY_PREFIX = "%RETRY%"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 DEFAULT_MAX_RECONSUME_TIMES = 16
+PULL_THRESHOLD_FOR_QUEUE = 1000  # Java's pullThresholdForQueue: messages pulled, not yet consumed, per queue
 
 Handler = Callable[[MessageExt], ConsumeResult | bool | None | Awaitable[ConsumeResult | bool | None]]
 
 
 @dataclass
 class _Worker:
-    """The pull task of one assigned queue (``ProcessQueue`` + its ``PullRequest``)."""
+    """The pull and consume tasks of one assigned queue (its ``PullRequest`` and ``ProcessQueue``)."""
 
     mq: MessageQueue
-    task: asyncio.Task | None = None
+    batches: asyncio.Queue[PullResult]  # pulled, in queue order, not yet handed to the handler
+    task: asyncio.Task | None = None  # the pulls
+    consumer: asyncio.Task | None = None  # the handler calls
+    waiting: int = 0  # messages in ``batches`` (ProcessQueue's msgCount)
     dropped: bool = False
-    consuming: bool = False  # between receiving a batch and recording its offset: not cancelled, asked to stop
+    consuming: bool = False  # between taking a batch and recording its offset: not cancelled, asked to stop
 
 
 class PushConsumer:
@@ -117,6 +125,10 @@ class PushConsumer:
     def assigned_queues(self) -> set[MessageQueue]:
         """The queues this consumer pulls right now (retry topic included)."""
         return {mq for mq, w in self._workers.items() if not w.dropped}
+
+    def backlog(self) -> dict[MessageQueue, int]:
+        """Messages pulled and waiting for the handler, per assigned queue (the batch in hand not counted)."""
+        return {mq: w.waiting for mq, w in self._workers.items() if not w.dropped}
 
     def offsets(self) -> dict[MessageQueue, int]:
         """Next offset to consume per queue (what is committed, or kept locally when broadcasting)."""
@@ -289,18 +301,22 @@ class PushConsumer:
                     log.warning("no start offset for %s yet: %s", mq, e)
                     continue
                 self._offsets[mq] = offset
-                w = _Worker(mq)
-                w.task = asyncio.get_running_loop().create_task(self._pull_loop(w))
+                w = _Worker(mq, asyncio.Queue(max(1, PULL_THRESHOLD_FOR_QUEUE // self.pull_batch_size)))
+                loop = asyncio.get_running_loop()
+                w.task = loop.create_task(self._pull_loop(w))
+                w.consumer = loop.create_task(self._consume_loop(w))
                 self._workers[mq] = w
 
     async def _stop_worker(self, w: _Worker) -> None:
         w.dropped = True
-        if w.task is None:
-            return
-        if not w.consuming:
-            w.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await w.task
+        if w.task is not None:
+            w.task.cancel()  # a pull holds no message: what it would bring is pulled again by the next owner
+        if w.consumer is not None and not w.consuming:
+            w.consumer.cancel()
+        for task in (w.task, w.consumer):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def _start_offset(self, mq: MessageQueue) -> int:
         """``computePullFromWhere``: the stored offset, else per consume_from_where (retry topics from 0)."""
@@ -338,13 +354,13 @@ class PushConsumer:
         mq = w.mq
         sub = self._subscription(mq.topic)
         timeout = self.suspend_millis / 1000 + 15.0  # the Java client's 30 s socket timeout around a 15 s park
+        offset = self._offsets[mq]  # the next to pull; self._offsets[mq] is the next to consume
         while not w.dropped:
-            offset = self._offsets[mq]
             flags = FLAG_SUSPEND | FLAG_SUBSCRIPTION
             committed = 0
-            if self.clustering and offset > 0:
+            if self.clustering and self._offsets[mq] > 0:
                 flags |= FLAG_COMMIT_OFFSET
-                committed = offset
+                committed = self._offsets[mq]
             try:
                 result = await pull_message(
                     self._client, self.group, mq, offset, self.pull_batch_size, sub, sys_flag=flags,
@@ -356,6 +372,17 @@ class PushConsumer:
                 continue
             if committed:
                 self._committed[mq] = committed
+            offset = result.next_begin_offset
+            # Also an empty result: its next offset (a moved one, say) becomes the consumed offset in turn.  Waits
+            # while PULL_THRESHOLD_FOR_QUEUE messages are pulled and not yet consumed.
+            await w.batches.put(result)
+            w.waiting += len(result.messages)
+
+    async def _consume_loop(self, w: _Worker) -> None:
+        mq = w.mq
+        while not w.dropped:
+            result = await w.batches.get()
+            w.waiting -= len(result.messages)
             w.consuming = True
             try:
                 for msg in result.messages:
