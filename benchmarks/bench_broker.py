@@ -8,6 +8,8 @@ Environment:
   BENCH_JSON     a path: also write the JSON results there
   BENCH_PROFILE  1: run the broker under cProfile during the 8-connection send phase and print its top functions
   BENCH_ONLY     sync_flush: only the SYNC_FLUSH rows; latency: only the latency rows (for A/B runs)
+  BENCH_LATENCY_ROWS  comma-separated latency rows to run (default all): latency_low, latency, latency_high,
+                 latency_proc, latency_high_proc
   BENCH_SWITCH_INTERVAL  run the broker with ``sys.setswitchinterval(value)`` (a diagnostic: GIL hand-offs between
                  its event loop, dispatch and group-commit threads; Python's default is 0.005 s)
 
@@ -21,7 +23,11 @@ What is measured, exactly:
     per message; topic ``BenchTopic`` with 8 queues, round-robin.
   * Latency: a ``PushConsumer`` (long polling) in this process; messages are sent at a fixed rate (ticks of 1 ms)
     by a raw-protocol sender on one connection (a frame per queue encoded once, the message's key written into
-    its body), and the latency of each is from just before its frame is written to its handler call.
+    its body), and the latency of each is from just before its frame is written to its handler call.  The
+    ``_proc`` rows run the same PushConsumer in a child process of its own (``consumer_process_main``): its
+    handler notes ``time.perf_counter()`` (CLOCK_MONOTONIC, one clock for every process of the machine) per key,
+    and the latency is that minus the send time noted here; so the sender's loop, its bookkeeping and its
+    garbage collections no longer delay the consumer, at the cost of a third busy process on the cores.
   * SYNC_FLUSH (issue 14): a second broker, ``flushDiskType=SYNC_FLUSH``, and the same raw-protocol sender:
     ``SYNC_WINDOW`` (64) sends in flight on ONE connection, as 64 producer threads of one Java client share
     their broker channel (the target row), and 64 connections with one send each; every send is answered
@@ -37,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import pstats
 import shutil
@@ -75,7 +82,10 @@ LATENCY_RATE = 5_000
 LATENCY_LOW_RATE = 500  # well under what the broker sustains here: the latency without a backlog
 LATENCY_HIGH_RATE = 20_000
 LATENCY_ROWS = (("latency_low", LATENCY_LOW_RATE), ("latency", LATENCY_RATE), ("latency_high", LATENCY_HIGH_RATE))
+# The same with the PushConsumer in a process of its own (the sender's event loop and heap no longer delay it)
+LATENCY_PROCESS_ROWS = (("latency_proc", LATENCY_RATE), ("latency_high_proc", LATENCY_HIGH_RATE))
 LATENCY_SECONDS = 6.0
+DRAIN_SECONDS = 60.0  # a consumer behind the rate gets this long to catch up before what arrived is reported
 WARMUP = 2_000
 BASELINE_COUNT = 400_000  # the raw path is ~20x faster: more requests for a timing well above timer noise
 
@@ -449,6 +459,7 @@ class _PacedSender(asyncio.Protocol):
         self.buf = bytearray()
         self.failed = 0
         self.acked: list[float] = []  # when each answer was read (answers come in send order on one connection)
+        self.sent_at: list[float] = []  # when each was sent (paced_send)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -562,6 +573,118 @@ async def latency(namesrv: str, producer: Producer | None, rate: int, seconds: f
             **{f"{k}_p{p}": _pct(v, p) for k, v in parts.items() for p in (50, 99)}}  # fmt: skip
 
 
+def consumer_process_main() -> None:
+    """Child process: ``consumer_process_main NAMESRV GROUP TOTAL OUT``: a PushConsumer of BenchTopic; prints
+    ``ready`` once every queue is assigned, then writes ``{"got": [[key, perf_counter at the handler, store
+    timestamp ms, time.time() ms at the handler], ...], "cpu_cores": its cores used from ready to the end}`` to OUT
+    as JSON after TOTAL distinct messages (or WAIT seconds)."""
+    namesrv, group, total, out, wait = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+
+    async def consume() -> None:
+        got: list[tuple[str, float, int, float]] = []
+        done = asyncio.Event()
+
+        keys: set[bytes] = set()
+
+        async def handler(m: MessageExt) -> None:
+            got.append((m.body[:16].decode(), time.perf_counter(), m.store_timestamp, time.time() * 1000))
+            keys.add(m.body[:16])
+            if len(keys) >= total:
+                done.set()
+
+        consumer = PushConsumer(group, namesrv, consume_from_where=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET)
+        consumer.subscribe(TOPIC, "*", handler)
+        await consumer.start()
+        try:
+            deadline = time.monotonic() + 30
+            while len(consumer.assigned_queues) < QUEUES and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # let every queue's first pull park at the broker
+            print("ready", flush=True)
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            with contextlib.suppress(TimeoutError):  # a backlog drains, then what arrived is reported
+                async with asyncio.timeout(wait):
+                    await done.wait()
+            cores = (time.process_time() - cpu0) / (time.perf_counter() - t0)
+        finally:
+            await consumer.shutdown()
+        Path(out).write_text(json.dumps({"got": got, "cpu_cores": cores}))
+
+    run(consume())
+
+
+async def process_latency(namesrv: str, broker_addr: str, rate: int, seconds: float, group: str) -> dict:
+    """``raw_latency`` with the PushConsumer in a child process (``consumer_process_main``)."""
+    total = int(rate * seconds)
+    async with PullConsumer(group, namesrv) as pc:  # the group starts at the end of every queue (see latency)
+        for mq in await pc.fetch_queues(TOPIC):
+            await pc.update_offset(mq, await pc.max_offset(mq))
+    with tempfile.NamedTemporaryFile(prefix="mqlake-bench-consumer-", suffix=".json") as f:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "from benchmarks.bench_broker import consumer_process_main; consumer_process_main()",
+            namesrv, group, str(total), f.name, str(seconds + DRAIN_SECONDS), stdout=asyncio.subprocess.PIPE,
+            cwd=Path(__file__).resolve().parent.parent,
+        )  # fmt: skip
+        assert child.stdout is not None
+        try:
+            async with asyncio.timeout(60):
+                if (await child.stdout.readline()).strip() != b"ready":
+                    raise RuntimeError("the consumer process did not start")
+            host, port = broker_addr.rsplit(":", 1)
+            _, sender = await asyncio.get_running_loop().create_connection(_PacedSender, host, int(port))
+            try:
+                sent, wall, achieved = await paced_send(sender, rate, total)
+            finally:
+                sender.transport.close()
+            async with asyncio.timeout(DRAIN_SECONDS + 30):  # it stops DRAIN_SECONDS after the sends at the latest
+                await child.wait()
+        finally:
+            if child.returncode is None:
+                child.kill()
+                await child.wait()
+        report = json.loads(Path(f.name).read_text() or '{"got": []}')
+    if sender.failed:
+        raise RuntimeError(f"{sender.failed} paced sends were not answered SUCCESS")
+    lat, stored_in, to_handler = [], [], []
+    stray = 0
+    for key, at, store_ms, wall_ms in report["got"]:
+        k = key.encode()
+        if k not in sent:
+            stray += 1
+        else:
+            lat.append((at - sent.pop(k)) * 1000)
+            stored_in.append(store_ms - wall.pop(k))
+            to_handler.append(wall_ms - store_ms)
+    parts = {"stored_ms": sorted(stored_in) or [float("nan")],
+             "stored_to_handler_ms": sorted(to_handler) or [float("nan")],
+             "ack_ms": sorted((a - s) * 1000 for a, s in zip(sender.acked, sender.sent_at, strict=False))}  # fmt: skip
+    ms = sorted(lat) or [float("nan")]
+    return {"rate": rate, "achieved_send_rate": achieved, "sent": total, "messages": len(lat), "consumer": "process",
+            "consumer_cpu_cores": report.get("cpu_cores", float("nan")),
+            "repeated_or_unknown": stray,
+            "p50_ms": _pct(ms, 50), "p99_ms": _pct(ms, 99), "max_ms": ms[-1], "mean_ms": statistics.fmean(ms),
+            **{f"{k}_p{p}": _pct(v, p) for k, v in parts.items() for p in (50, 99)}}  # fmt: skip
+
+
+async def paced_send(raw: _PacedSender, rate: int, total: int) -> tuple[dict[bytes, float], dict[bytes, float], float]:
+    """Send ``total`` messages at ``rate`` (ticks of 1 ms); returns each key's perf_counter and wall-clock (ms)
+    send times and the rate achieved."""
+    loop = asyncio.get_running_loop()
+    sent: dict[bytes, float] = {}
+    wall: dict[bytes, float] = {}
+    t0 = loop.time()
+    for i in range(total):
+        delay = t0 + i / rate - loop.time()
+        if delay > 0.001:
+            await asyncio.sleep(delay)
+        key = f"{i:016d}".encode()
+        sent[key] = t = time.perf_counter()
+        raw.sent_at.append(t)
+        wall[key] = time.time() * 1000
+        raw.send(i, key)
+    return sent, wall, total / (loop.time() - t0)
+
+
 async def wait_dispatched(namesrv: str, acked: int, timeout: float = 300.0) -> float:
     """Seconds until the topic's ConsumeQueues hold ``acked`` messages (the broker's reput has caught up)."""
     t0 = time.monotonic()
@@ -666,13 +789,28 @@ async def sync_flush_phase(b: BrokerProcess) -> dict:
     return out
 
 
+def _latency_row_wanted(key: str) -> bool:
+    wanted = os.environ.get("BENCH_LATENCY_ROWS", "")
+    return not wanted or key in wanted.split(",")
+
+
 async def latency_rows(b: BrokerProcess, out: dict) -> None:
     for key, rate in LATENCY_ROWS:
+        if not _latency_row_wanted(key):
+            continue
         print(f"  [{key} {rate}/s]", flush=True)
         out[key] = d = {}
         with b.measured(d):
             d.update(await raw_latency(b.namesrv_addr, b.broker_addr, rate, LATENCY_SECONDS * SCALE,
                                        group=f"bench_{key}"))  # fmt: skip
+    for key, rate in LATENCY_PROCESS_ROWS:
+        if not _latency_row_wanted(key):
+            continue
+        print(f"  [{key} {rate}/s, the consumer in its own process]", flush=True)
+        out[key] = d = {}
+        with b.measured(d):
+            d.update(await process_latency(b.namesrv_addr, b.broker_addr, rate, LATENCY_SECONDS * SCALE,
+                                           group=f"bench_{key}"))  # fmt: skip
 
 
 def baseline_phase(sizes: dict[str, int]) -> dict:
@@ -749,9 +887,14 @@ def print_report(r: dict) -> None:
 
 def print_latency(r: dict) -> None:
     print(f"the broker's GIL switch interval: {r['broker_switch_interval'] * 1000:g} ms")
-    for key, _ in LATENCY_ROWS:
+    for key, _ in LATENCY_ROWS + LATENCY_PROCESS_ROWS:
+        if key not in r["broker"]:
+            continue
         lat = r["broker"][key]
-        print(f"produce->consume latency at {lat['rate']:,} msgs/s (achieved {lat['achieved_send_rate']:,.0f}), "
+        where = ""
+        if lat.get("consumer") == "process":
+            where = f" (the consumer in its own process, {lat['consumer_cpu_cores']:.2f} cores; in bg cpu)"
+        print(f"produce->consume latency{where} at {lat['rate']:,} msgs/s (achieved {lat['achieved_send_rate']:,.0f}), "
               f"{lat['messages']:,} of {lat['sent']:,} received: p50 {lat['p50_ms']:.2f} ms, "
               f"p99 {lat['p99_ms']:.2f} ms, max {lat['max_ms']:.2f} ms")
         print(f"    gen cpu {lat['own_cpu_cores']:.2f}, broker cpu {lat['broker_cpu_cores']:.2f}, "
@@ -832,6 +975,8 @@ def main() -> dict:
              TARGET_P99_MS),
             ("latency p99 at 20,000 msgs/s (ms)", br["latency_high"]["p99_ms"] <= TARGET_P99_HIGH_MS,
              br["latency_high"]["p99_ms"], TARGET_P99_HIGH_MS),
+            ("  the same, the consumer in its own process", br["latency_high_proc"]["p99_ms"] <= TARGET_P99_HIGH_MS,
+             br["latency_high_proc"]["p99_ms"], TARGET_P99_HIGH_MS),
             ("SYNC_FLUSH, 64 in flight, 1 connection (acked/s)",
              results["sync_flush"]["sync_1x64"]["msgs_per_s"] >= TARGET_SYNC,
              results["sync_flush"]["sync_1x64"]["msgs_per_s"], TARGET_SYNC),
