@@ -613,8 +613,10 @@ def consumer_process_main() -> None:
     run(consume())
 
 
-async def process_latency(namesrv: str, broker_addr: str, rate: int, seconds: float, group: str) -> dict:
-    """``raw_latency`` with the PushConsumer in a child process (``consumer_process_main``)."""
+async def process_latency(b: BrokerProcess, rate: int, seconds: float, group: str, out: dict) -> None:
+    """``raw_latency`` with the PushConsumer in a child process (``consumer_process_main``), into ``out``; the
+    CPU figures cover the sends and the consumer's catching up, not the child's start-up."""
+    namesrv, broker_addr = b.namesrv_addr, b.broker_addr
     total = int(rate * seconds)
     async with PullConsumer(group, namesrv) as pc:  # the group starts at the end of every queue (see latency)
         for mq in await pc.fetch_queues(TOPIC):
@@ -633,11 +635,16 @@ async def process_latency(namesrv: str, broker_addr: str, rate: int, seconds: fl
             host, port = broker_addr.rsplit(":", 1)
             _, sender = await asyncio.get_running_loop().create_connection(_PacedSender, host, int(port))
             try:
-                sent, wall, achieved = await paced_send(sender, rate, total)
+                with b.measured(out):
+                    sent, wall, achieved = await paced_send(sender, rate, total)
+                    async with asyncio.timeout(DRAIN_SECONDS + 30):  # it stops DRAIN_SECONDS after the sends at most
+                        await child.wait()
+                # Closing with answers unread would reset the connection and drop requests the broker has not read
+                async with asyncio.timeout(DRAIN_SECONDS):
+                    while len(sender.acked) < total and not sender.transport.is_closing():
+                        await asyncio.sleep(0.01)
             finally:
                 sender.transport.close()
-            async with asyncio.timeout(DRAIN_SECONDS + 30):  # it stops DRAIN_SECONDS after the sends at the latest
-                await child.wait()
         finally:
             if child.returncode is None:
                 child.kill()
@@ -659,11 +666,12 @@ async def process_latency(namesrv: str, broker_addr: str, rate: int, seconds: fl
              "stored_to_handler_ms": sorted(to_handler) or [float("nan")],
              "ack_ms": sorted((a - s) * 1000 for a, s in zip(sender.acked, sender.sent_at, strict=False))}  # fmt: skip
     ms = sorted(lat) or [float("nan")]
-    return {"rate": rate, "achieved_send_rate": achieved, "sent": total, "messages": len(lat), "consumer": "process",
+    out.update({"rate": rate, "achieved_send_rate": achieved, "sent": total, "messages": len(lat),
+            "consumer": "process",
             "consumer_cpu_cores": report.get("cpu_cores", float("nan")),
             "repeated_or_unknown": stray,
             "p50_ms": _pct(ms, 50), "p99_ms": _pct(ms, 99), "max_ms": ms[-1], "mean_ms": statistics.fmean(ms),
-            **{f"{k}_p{p}": _pct(v, p) for k, v in parts.items() for p in (50, 99)}}  # fmt: skip
+            **{f"{k}_p{p}": _pct(v, p) for k, v in parts.items() for p in (50, 99)}})  # fmt: skip
 
 
 async def paced_send(raw: _PacedSender, rate: int, total: int) -> tuple[dict[bytes, float], dict[bytes, float], float]:
@@ -807,10 +815,8 @@ async def latency_rows(b: BrokerProcess, out: dict) -> None:
         if not _latency_row_wanted(key):
             continue
         print(f"  [{key} {rate}/s, the consumer in its own process]", flush=True)
-        out[key] = d = {}
-        with b.measured(d):
-            d.update(await process_latency(b.namesrv_addr, b.broker_addr, rate, LATENCY_SECONDS * SCALE,
-                                           group=f"bench_{key}"))  # fmt: skip
+        out[key] = {}
+        await process_latency(b, rate, LATENCY_SECONDS * SCALE, f"bench_{key}", out[key])
 
 
 def baseline_phase(sizes: dict[str, int]) -> dict:
