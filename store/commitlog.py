@@ -280,6 +280,10 @@ class GroupCommitService(threading.Thread):
     def request(self) -> None:
         """Ask for a group commit of everything appended so far without a future per put: the group listeners
         hear of it, once per commit (the broker's event loop answers a whole group in one callback)."""
+        if self._wanted:
+            # A request not yet taken serves this append too: the commit that takes it (the swap under the lock)
+            # reads the log's end afterwards.  One lock and wake-up per group instead of per put.
+            return
         with self._lock:
             self._wanted = True
         self._wake()
