@@ -59,15 +59,15 @@ def store(tmp_path_factory) -> WrittenStore:
 
 
 def mqlake(
-    cluster: StandaloneCluster, *args: str, check: bool = True, spread: bool = False
+    cluster: StandaloneCluster, *args: str, check: bool = True, spread: bool = False, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """``mqlake ARGS --master spark://...`` as a process of its own: the driver, in client deploy mode.
-    One executor (a JVM on one worker) unless ``spread``: then one on each worker."""
+    """``mqlake ARGS --master spark://...`` as a process of its own: the driver, in client deploy mode, with
+    ``env`` added to its environment.  One executor (a JVM on one worker) unless ``spread``: then one on each."""
     cmd = [sys.executable, "-m", "cli", *args, "--master", cluster.master_url,
            "--conf", "spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1",
            "--conf", f"spark.cores.max={cluster.workers if spread else 1}"]  # fmt: skip
-    env = cli_env(JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1")  # the driver's JVM starts faster
-    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    driver_env = cli_env(JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1", **(env or {}))  # its JVM starts faster
+    res = subprocess.run(cmd, cwd=REPO, env=driver_env, capture_output=True, text=True, timeout=240)
     if check:
         assert res.returncode == 0, f"{args[0]} exited {res.returncode}:\n{res.stdout}\n{res.stderr[-4000:]}"
     return res
