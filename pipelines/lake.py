@@ -348,10 +348,7 @@ def read_table(spark: SparkSession, table_uri: str | Path, version: int | None =
     if objectstore.is_remote(uri):  # no S3A jars: a Python data source reads the files over pyarrow's S3
         from pipelines import remote_snapshot
 
-        values = [actions[f"partition.{c}"].to_pylist() for c in parts]
-        listed = [(f, {c: None if v[i] is None else str(v[i]) for c, v in zip(parts, values, strict=True)})
-                  for i, f in enumerate(files)]  # fmt: skip
-        return remote_snapshot.read(spark, listed, arrow_schema, schema)
+        return remote_snapshot.read(spark, _snapshot_files(actions, files, parts, arrow_schema), arrow_schema, schema)
     data_schema = spark_schema(pa.schema([f for f in arrow_schema if f.name not in parts]))
     reader = spark.read.schema(data_schema)
     if not parts:
@@ -373,6 +370,25 @@ def read_table(spark: SparkSession, table_uri: str | Path, version: int | None =
 
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _snapshot_files(actions: pa.Table, files: list[str], parts: list[str], schema: pa.Schema) -> list:
+    """The add actions as ``remote_snapshot.SnapshotFile``: partition values as text, and the min/max statistics
+    of the columns the data source prunes on."""
+    from pipelines.remote_snapshot import SnapshotFile, prunable_by_stats
+
+    values = {c: actions[f"partition.{c}"].to_pylist() for c in parts}
+    stats = {f.name: (actions[f"min.{f.name}"].to_pylist(), actions[f"max.{f.name}"].to_pylist()) for f in schema
+             if f.name not in parts and prunable_by_stats(f.type) and f"min.{f.name}" in actions.column_names
+             and f"max.{f.name}" in actions.column_names}  # fmt: skip
+    return [
+        SnapshotFile(
+            uri,
+            {c: None if v[i] is None else str(v[i]) for c, v in values.items()},
+            {c: (lo[i], hi[i]) for c, (lo, hi) in stats.items() if lo[i] is not None and hi[i] is not None},
+        )
+        for i, uri in enumerate(files)
+    ]
 
 
 def _file_location(root: str, path: str) -> str:
