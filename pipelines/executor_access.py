@@ -71,6 +71,6 @@ def check_executors_see(
                 f"a Spark executor on host {r['host']} (Python worker pid {r['pid']}) {reason}: {path}"
                 + (f" (and {more} more paths)" if more else "")
                 + "; every Spark worker must see the store at the driver's path (read-only is enough) and the lake"
-                " (see docs/scaling.md)"
+                " (for a lake on S3: the staging directory, $MQLAKE_STAGING_DIR; see docs/scaling.md)"
             )
     return reports

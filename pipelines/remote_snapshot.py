@@ -53,8 +53,8 @@ PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"  # off by default; a r
 
 @dataclass(frozen=True)
 class SnapshotFile:
-    """One data file of the snapshot: its location, partition values and (integer and date columns') min/max
-    from the Delta log, as the log's text (``None``: null, or no statistic)."""
+    """One data file of the snapshot: its location, its partition values as the Delta log's text (``None``:
+    null) and the log's min/max statistics of its integer and date columns (a column without them is absent)."""
 
     uri: str
     partition_values: dict[str, str | None]
@@ -169,7 +169,7 @@ def keep_file(f: SnapshotFile, bounds: Sequence[Bound], schema: pa.Schema) -> bo
 
 
 def row_groups_to_read(metadata: Any, bounds: Sequence[Bound], schema: pa.Schema) -> list[int]:
-    """The row groups of a Parquet file (its ``FileMetaData``) whose statistics do not rule out every bound."""
+    """The row groups of a Parquet file (its ``FileMetaData``) whose statistics no bound rules out."""
     columns = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
     checks = [(b, columns[b.column]) for b in bounds
               if b.column in columns and prunable_by_stats(schema.field(b.column).type)]  # fmt: skip

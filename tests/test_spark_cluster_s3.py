@@ -23,7 +23,7 @@ from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_broker import MqlakeServer, read_topic, stop_servers
 from tests.fixtures_spark import WrittenStore, write_store
 from tests.s3_server import BUCKET, S3Server, aws_env
-from tests.test_spark_cluster import assert_ran_on_workers, mqlake
+from tests.test_spark_cluster import _hiding_prefix, assert_ran_on_workers, mqlake
 
 pytestmark = pytest.mark.spark
 
@@ -45,7 +45,11 @@ def s3(tmp_path_factory):
 def cluster(tmp_path_factory):
     leaked = sorted(settings_env())  # the lake's AWS settings in this process's environment
     assert not leaked, f"the workers would inherit {leaked}: this test is about the driver handing them over"
-    with StandaloneCluster(tmp_path_factory.mktemp("cluster_s3_spark"), workers=2) as c:
+    base = tmp_path_factory.mktemp("cluster_s3_spark")
+    hidden = base / "hidden"  # an empty tmpfs for the workers: a directory there is the driver's alone
+    hidden.mkdir()
+    with StandaloneCluster(base / "spark", workers=2, worker_prefix=_hiding_prefix(hidden)) as c:
+        c.hidden = hidden
         yield c
 
 
@@ -113,3 +117,21 @@ def test_replay_from_the_bucket_on_the_cluster(cluster, tiered, driver_env, tmp_
         assert sorted(m.body for msgs in got.values() for m in msgs) == orders
     finally:
         stop_servers([server])
+
+
+@pytest.mark.timeout(600)
+def test_a_staging_dir_the_workers_cannot_see_fails_before_anything_is_staged(cluster, s3, tmp_path):
+    root = write_store(tmp_path / "store", MESSAGES).root  # its own: the other tests' store is tiered
+    sealed = {e.file_name for e in SegmentManifest(root).entries() if e.state == SegmentState.SEALED}
+    assert sealed
+    staging = cluster.hidden / "staging"  # the driver sees it; the workers see an empty tmpfs there
+    env = {**s3.env(), "MQLAKE_STAGING_DIR": str(staging)}
+    res = mqlake(cluster, "tier", "--store-dir", str(root), "--lake", f"s3://{BUCKET}/unseen-lake",
+                 "--file-reserved-time", "0", check=False, env=env)  # fmt: skip
+    assert res.returncode == 1, res.stdout + res.stderr  # the command's error exit
+    err = " ".join(res.stderr.split())  # the error line may be wrapped
+    assert "a Spark executor on host" in err and f"no such directory: {staging}" in err, res.stderr
+    assert "$MQLAKE_STAGING_DIR" in err
+    # the claims went back and nothing reached the bucket: the next run (with a shared directory) tiers them all
+    assert {e.file_name for e in SegmentManifest(root).entries() if e.state == SegmentState.SEALED} == sealed
+    assert s3.keys(BUCKET, "unseen-lake/") == []
