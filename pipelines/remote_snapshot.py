@@ -13,12 +13,12 @@ whose Parquet statistics do.  Spark still evaluates every filter on the rows rea
 that do not match), so pruning changes what is read, never the result.  Statistics are used for integer and
 date columns only: string statistics may be truncated by a writer, which would make them unsafe bounds.
 
-Settings.  No AWS setting is a read option (options show in plans, ``explain()`` and the UI, where Spark
-redacts only names holding ``secret``/``token``/``password``: the key id would show).  The driver puts the
-settings in effect for it into the Python workers' environment instead (``SparkContext.environment``, which
-Spark hands to each Python function it ships to the executors, as ``spark.executorEnv.*`` does at start-up, but
-kept out of the session's configuration); an executor whose driver has none uses its own environment (or an
-instance role, through the AWS SDK's chain).
+Settings.  No AWS setting is a read option: the relation keeps its options in the query's logical plan, where
+whatever inspects the plan sees them, and Spark's redaction (``spark.redaction.regex``) hides ``secret`` and
+``token`` names but not the key id.  The driver puts the settings in effect for it into the Python workers'
+environment instead (``SparkContext.environment``, which Spark copies into each Python function it ships to the
+executors, as ``spark.executorEnv.*`` does at start-up, but kept out of the session's configuration and the UI);
+an executor whose driver has none uses its own environment (or an instance role, through the AWS SDK's chain).
 """
 
 from __future__ import annotations
