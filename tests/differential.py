@@ -410,20 +410,30 @@ def offset_msg_ids(data: bytes) -> None:
     same("store.format.runs", "offset_msg_ids", (_HOSTS[data[1] % 4], 10911), offset, run, count)
 
 
+def _edited_header(base: dict[str, str], keys: list[str], data: bytes, edits: int,
+                   keep_some: bool = False) -> dict[str, str]:
+    """``base`` with up to ``edits`` fields of ``keys`` replaced or dropped by the NUL-separated texts after
+    ``data[0]``: a text's first byte picks the key and drops it (a multiple of 5) or, with ``keep_some``, leaves it
+    as it was (a multiple of 7); the rest of the text is the new value, decoded with surrogate escapes when
+    ``data[0]`` is odd."""
+    ext = dict(base)
+    for i, raw in enumerate(data[1:].split(b"\x00")[:edits]):
+        key = keys[(data[0] + 3 * i + (raw[0] if raw else 0)) % len(keys)]
+        if raw and raw[0] % 5 == 0:
+            ext.pop(key, None)
+        elif not (keep_some and raw and raw[0] % 7 == 0):
+            ext[key] = raw[1:].decode("utf-8", "surrogateescape" if data[0] & 1 else "replace")
+    return ext
+
+
+_SEND_KEYS = [*"abcdefghijklmn", "topic"]
+
+
 def read_send_v2(data: bytes) -> None:
     """``send_codec.read_send_v2`` of the Java client's header with fields replaced or dropped by the bytes."""
     if len(data) < 2:
         return
-    ext = dict(_SEND_EXT)
-    keys = [*"abcdefghijklmn", "topic"]
-    texts = data[1:].split(b"\x00")
-    for i, raw in enumerate(texts[:6]):
-        key = keys[(data[0] + 3 * i + (raw[0] if raw else 0)) % len(keys)]
-        if raw and raw[0] % 5 == 0:
-            ext.pop(key, None)
-        else:
-            ext[key] = raw[1:].decode("utf-8", "surrogateescape" if data[0] & 1 else "replace")
-    same("broker.remoting.send_codec", "read_send_v2", ext)
+    same("broker.remoting.send_codec", "read_send_v2", _edited_header(_SEND_EXT, _SEND_KEYS, data, 6))
 
 
 _HALF_EXT = {**_SEND_EXT, "f": "4", "i": _SEND_EXT["i"] + "TRAN_MSG\x01true\x02PGROUP\x01producer\x02"}
@@ -435,18 +445,10 @@ def read_half_v2(data: bytes) -> None:
     bytes, and TRAN_MSG values that are not quite ``true``."""
     if len(data) < 2:
         return
-    ext = dict(_HALF_EXT)
+    base = _HALF_EXT
     if data[0] & 2:
-        ext["i"] += f"TRAN_MSG\x01{_TRAN_VALUES[data[1] % len(_TRAN_VALUES)]}\x02"
-    keys = [*"abcdefghijklmn", "topic"]
-    texts = data[1:].split(b"\x00")
-    for i, raw in enumerate(texts[:6]):
-        key = keys[(data[0] + 3 * i + (raw[0] if raw else 0)) % len(keys)]
-        if raw and raw[0] % 5 == 0:
-            ext.pop(key, None)
-        elif not (raw and raw[0] % 7 == 0):  # sometimes leave the key as it was
-            ext[key] = raw[1:].decode("utf-8", "surrogateescape" if data[0] & 1 else "replace")
-    same("broker.remoting.tx_codec", "read_half_v2", ext)
+        base = {**_HALF_EXT, "i": _HALF_EXT["i"] + f"TRAN_MSG\x01{_TRAN_VALUES[data[1] % len(_TRAN_VALUES)]}\x02"}
+    same("broker.remoting.tx_codec", "read_half_v2", _edited_header(base, _SEND_KEYS, data, 6, keep_some=True))
 
 
 _END_EXT = {"producerGroup": "pg", "tranStateTableOffset": "7", "commitLogOffset": "4096", "commitOrRollback": "8",
@@ -457,15 +459,7 @@ def read_end_transaction(data: bytes) -> None:
     """``tx_codec.read_end_transaction`` of the producer's header with fields replaced or dropped by the bytes."""
     if len(data) < 2:
         return
-    ext = dict(_END_EXT)
-    keys = [*_END_EXT, "transactionId"]
-    texts = data[1:].split(b"\x00")
-    for i, raw in enumerate(texts[:4]):
-        key = keys[(data[0] + 3 * i + (raw[0] if raw else 0)) % len(keys)]
-        if raw and raw[0] % 5 == 0:
-            ext.pop(key, None)
-        else:
-            ext[key] = raw[1:].decode("utf-8", "surrogateescape" if data[0] & 1 else "replace")
+    ext = _edited_header(_END_EXT, [*_END_EXT, "transactionId"], data, 4)
     same("broker.remoting.tx_codec", "read_end_transaction", ext)
 
 
