@@ -109,3 +109,14 @@ def aws_env(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextlib.contextmanager
+def running_s3(work_dir: Path) -> Iterator[S3Server]:
+    """A started :class:`S3Server` whose settings are in ``os.environ`` for the block (:func:`aws_env`)."""
+    server = S3Server(work_dir).start()
+    try:
+        with aws_env(server.env()):
+            yield server
+    finally:
+        server.stop()

@@ -23,7 +23,7 @@ from broker.lake.objectstore import ObjectStoreError, S3Settings, lake_location
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_broker import MqlakeServer, read_topic, stop_servers
 from tests.helpers import wait_until
-from tests.s3_server import BUCKET, S3Server, aws_env
+from tests.s3_server import BUCKET, S3Server, running_s3
 
 TOPIC = "S3Tiered"
 QUEUES = 4
@@ -57,12 +57,8 @@ class Run:
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    server = S3Server(tmp_path_factory.mktemp("s3")).start()
-    try:
-        with aws_env(server.env()):
-            yield server
-    finally:
-        server.stop()
+    with running_s3(tmp_path_factory.mktemp("s3")) as server:
+        yield server
 
 
 async def _produce(namesrv: str) -> list[Sent]:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from pipelines.compaction import tables
 from tests.fixtures_spark import write_store
-from tests.s3_server import BUCKET, S3Server, aws_env
+from tests.s3_server import BUCKET, running_s3
 from tests.test_tier_migrate import OLD_STORE, OLD_VERSION, _old_lake
 
 pytestmark = pytest.mark.integration  # moto's server in a child process
@@ -20,12 +20,8 @@ pytestmark = pytest.mark.integration  # moto's server in a child process
 
 @pytest.fixture
 def s3(tmp_path):
-    server = S3Server(tmp_path).start()
-    try:
-        with aws_env(server.env()):
-            yield server
-    finally:
-        server.stop()
+    with running_s3(tmp_path) as server:
+        yield server
 
 
 def test_an_old_lake_on_s3_is_refused_then_migrated_once_in_place(tmp_path, s3):
