@@ -16,26 +16,24 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from broker.client.message import Message, PullStatus
-from broker.client.producer import Producer
-from broker.client.pull_consumer import PullConsumer
 from broker.lake.objectstore import ObjectStoreError, S3Settings, lake_location
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_broker import MqlakeServer, read_topic, stop_servers
-from tests.helpers import wait_until
 from tests.s3_server import BUCKET, S3Server, running_s3
+from tests.tiering_broker import (
+    Sent,
+    in_queue,
+    min_offset,
+    produce,
+    start_tiering_broker,
+    wait_deleted,
+    wait_sealed,
+    walk,
+)
 
 TOPIC = "S3Tiered"
 QUEUES = 4
 COUNT = 480
-SEGMENT = 64 * 1024
-
-
-@dataclass
-class Sent:
-    body: bytes
-    queue_id: int
-    queue_offset: int
 
 
 @dataclass
@@ -52,23 +50,13 @@ class Run:
     tiered_rows: int
 
     def queue(self, queue_id: int) -> list[Sent]:
-        return sorted((s for s in self.sent if s.queue_id == queue_id), key=lambda s: s.queue_offset)
+        return in_queue(self.sent, queue_id)
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     with running_s3(tmp_path_factory.mktemp("s3")) as server:
         yield server
-
-
-async def _produce(namesrv: str) -> list[Sent]:
-    sent = []
-    async with Producer("pg_s3", namesrv) as p:
-        for i in range(COUNT):
-            body = f"s3-{i:04d}-".encode() + bytes([65 + i % 26]) * 300  # no NUL: C clients read C strings
-            r = await p.send(Message(TOPIC, body, tags=f"T{i % 3}", keys=[f"key-{i}"]))
-            sent.append(Sent(body, r.queue.queue_id, r.queue_offset))
-    return sent
 
 
 @pytest.fixture(scope="module")
@@ -78,16 +66,11 @@ def run(spark, s3, tmp_path_factory) -> Run:
 
     work = tmp_path_factory.mktemp("s3_lake")
     lake = f"s3://{BUCKET}/lake"
-    every_hour = ";".join(f"{hour:02d}" for hour in range(24))
-    server = MqlakeServer(
-        work / "server", mappedFileSizeCommitLog=SEGMENT, mappedFileSizeConsumeQueue=20 * 64,
-        defaultTopicQueueNums=QUEUES, deleteWhen=every_hour, cleanResourceInterval=200, lakePath=lake,
-    ).start()  # fmt: skip
+    server = start_tiering_broker(work / "server", lake, QUEUES)
     try:
-        sent = asyncio.run(_produce(server.namesrv_addr))
+        sent = asyncio.run(produce(server.namesrv_addr, TOPIC, COUNT, "s3"))
         manifest = SegmentManifest(server.store_dir)
-        wait_until(lambda: sum(e.state == SegmentState.SEALED for e in manifest.entries()) >= 2, 30,
-                   what="the broker to list its sealed segments in the manifest")  # fmt: skip
+        wait_sealed(server.store_dir, 2)
 
         # First run: the endpoint goes down once the segments are staged (before anything is written to it)
         real_stage = staging.stage
@@ -173,33 +156,14 @@ def test_replay_reads_the_tier_from_the_bucket_into_a_new_topic(spark, run):
     assert Path(report.report_path).is_file()  # run reports of a lake on S3 stay on local disk
 
 
-async def _walk(namesrv: str, queue_id: int) -> tuple[int, list[bytes]]:
-    async with PullConsumer(f"cg_s3_walk_{queue_id}", namesrv) as c:
-        mq = next(q for q in await c.fetch_queues(TOPIC) if q.queue_id == queue_id)
-        first = offset = await c.min_offset(mq)
-        end = await c.max_offset(mq)
-        got: list[bytes] = []
-        while offset < end:
-            res = await c.pull(mq, offset, 16)
-            assert res.status == PullStatus.FOUND, (queue_id, offset, res.status)
-            got.extend(m.body for m in res.messages)
-            offset = res.next_begin_offset
-        return first, got
-
-
 @pytest.mark.spark
 def test_the_broker_serves_deleted_segments_from_the_bucket(run):
-    manifest = SegmentManifest(run.server.store_dir)
-
-    def deleted() -> bool:
-        states = {e.base_offset: e.state for e in manifest.entries()}
-        return all(states.get(b) == SegmentState.DELETED for b in run.tiered)
-
-    wait_until(deleted, 30, what="the broker's clean pass to delete the tiered segments")
+    wait_deleted(run.server.store_dir, run.tiered)
     assert not {f"{b:020d}" for b in run.tiered} & {p.name for p in (run.server.store_dir / "commitlog").iterdir()}
     for queue_id in range(QUEUES):
-        first, bodies = asyncio.run(_walk(run.server.namesrv_addr, queue_id))
-        assert first == 0 and bodies == [s.body for s in run.queue(queue_id)], f"queue {queue_id}"
+        bodies = asyncio.run(walk(run.server.namesrv_addr, TOPIC, queue_id, max_nums=16))
+        assert min_offset(run.server, TOPIC, queue_id) == 0, f"queue {queue_id}"
+        assert bodies == [s.body for s in run.queue(queue_id)], f"queue {queue_id}"
     assert "cannot read the tier" not in run.server.log_text()
 
 

@@ -17,31 +17,25 @@ from pathlib import Path
 import pytest
 
 from broker.client.admin import Admin
-from broker.client.message import Message, PullStatus
-from broker.client.producer import Producer
-from broker.client.pull_consumer import PullConsumer
 from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode
-from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_broker import MqlakeServer, stop_servers
 from tests.fixtures_broker import remoting_call as broker_call
 from tests.helpers import wait_until
+from tests.tiering_broker import (
+    Sent,
+    in_queue,
+    min_offset,
+    produce,
+    start_tiering_broker,
+    wait_deleted,
+    wait_sealed,
+    walk,
+)
 
 TOPIC = "TieredT"
 QUEUES = 4
 COUNT = 640
-SEGMENT = 64 * 1024
-
-
-@dataclass
-class Sent:
-    body: bytes
-    key: str
-    tag: str
-    queue_id: int
-    queue_offset: int
-    msg_id: str
-    offset_msg_id: str
 
 
 @dataclass
@@ -61,40 +55,14 @@ class Tiered:
     race: Race
 
     def queue(self, queue_id: int) -> list[Sent]:
-        return sorted((s for s in self.sent if s.queue_id == queue_id), key=lambda s: s.queue_offset)
-
-
-async def _produce(namesrv: str) -> list[Sent]:
-    sent = []
-    async with Producer("pg_tiered", namesrv) as p:
-        for i in range(COUNT):
-            body = f"tiered-{i:04d}-".encode() + bytes([65 + i % 26]) * 300  # no NUL: the C++ binding reads C strings
-            key, tag = f"key-{i}", f"T{i % 3}"
-            r = await p.send(Message(TOPIC, body, tags=tag, keys=[key, f"group-{i % 64}"]))
-            sent.append(Sent(body, key, tag, r.queue.queue_id, r.queue_offset, r.msg_id, r.offset_msg_id))
-    return sent
-
-
-async def _walk(namesrv: str, queue_id: int, expression: str = "*", max_nums: int = 32) -> list[bytes]:
-    """Every message of a queue from GET_MIN_OFFSET to GET_MAX_OFFSET with our PullConsumer."""
-    async with PullConsumer(f"cg_walk_{queue_id}", namesrv) as c:
-        mq = next(q for q in await c.fetch_queues(TOPIC) if q.queue_id == queue_id)
-        offset, end = await c.min_offset(mq), await c.max_offset(mq)
-        got: list[bytes] = []
-        while offset < end:
-            res = await c.pull(mq, offset, max_nums, expression)
-            assert res.status in (PullStatus.FOUND, PullStatus.NO_MATCHED_MSG), (queue_id, offset, res.status)
-            assert res.next_begin_offset > offset, (queue_id, offset, res)
-            got.extend(m.body for m in res.messages)
-            offset = res.next_begin_offset
-        return got
+        return in_queue(self.sent, queue_id)
 
 
 def _racer(namesrv: str, race: Race, stop: threading.Event) -> None:
     async def go() -> None:
         while not stop.is_set():
             try:
-                race.passes.append(await _walk(namesrv, 0))
+                race.passes.append(await walk(namesrv, TOPIC, 0))
             except Exception as e:  # recorded, asserted by the test
                 race.errors.append(f"{type(e).__name__}: {e}")
 
@@ -122,41 +90,22 @@ def tiered(spark, tmp_path_factory) -> Tiered:
 
     work = tmp_path_factory.mktemp("tier_fallthrough")
     lake = work / "lake"
-    every_hour = ";".join(f"{hour:02d}" for hour in range(24))
-    server = MqlakeServer(
-        work / "server", mappedFileSizeCommitLog=SEGMENT, mappedFileSizeConsumeQueue=20 * 64,
-        defaultTopicQueueNums=QUEUES, deleteWhen=every_hour, cleanResourceInterval=200, lakePath=lake,
-    ).start()  # fmt: skip
+    server = start_tiering_broker(work / "server", lake, QUEUES)
     try:
-        sent = asyncio.run(_produce(server.namesrv_addr))
-
-        def sealed() -> int:
-            return sum(e.state == SegmentState.SEALED for e in SegmentManifest(server.store_dir).entries())
-
-        wait_until(lambda: sealed() >= 4, 30, what="the broker to list its sealed segments in the manifest")
+        sent = asyncio.run(produce(server.namesrv_addr, TOPIC, COUNT, "tiered"))
+        wait_sealed(server.store_dir, 4)
         race = Race()
         reports = []
         _racing(server.namesrv_addr, race,
                 lambda: reports.append(tier(server.store_dir, lake, spark=spark, file_reserved_time=0)))  # fmt: skip
         tiered_bases = [s.base_offset for s in reports[0].segments if s.state == "tiered"]
         assert len(tiered_bases) >= 4, reports[0].segments
-
-        def all_deleted() -> bool:
-            states = {e.base_offset: e.state for e in SegmentManifest(server.store_dir).entries()}
-            return all(states.get(b) == SegmentState.DELETED for b in tiered_bases)
-
-        wait_until(all_deleted, 30, what="the broker's clean pass to delete the tiered segments")
+        wait_deleted(server.store_dir, tiered_bases)
         tomorrow = datetime.now(UTC).date() + timedelta(days=1)  # today's partition counts as closed
         _racing(server.namesrv_addr, race, lambda: compact(lake, today=tomorrow))
         yield Tiered(server, lake, sent, tiered_bases, race)
     finally:
         stop_servers([server])
-
-
-def _min_offset(server: MqlakeServer, queue_id: int) -> int:
-    header = h.GetMinOffsetRequestHeader(topic=TOPIC, queue_id=queue_id)
-    r = broker_call(server.broker_addr, RequestCode.GET_MIN_OFFSET, header)
-    return int(r.ext_fields["offset"])
 
 
 @pytest.mark.spark
@@ -171,12 +120,12 @@ def test_reads_racing_a_tier_run_and_a_compaction_see_every_message_once_in_orde
 @pytest.mark.spark
 def test_our_client_reads_a_partly_deleted_topic_from_the_first_offset(tiered) -> None:
     for queue_id in range(QUEUES):
-        assert _min_offset(tiered.server, queue_id) == 0  # the tier's first offset, not the local one
-        assert asyncio.run(_walk(tiered.server.namesrv_addr, queue_id, max_nums=7)) == [
+        assert min_offset(tiered.server, TOPIC, queue_id) == 0  # the tier's first offset, not the local one
+        assert asyncio.run(walk(tiered.server.namesrv_addr, TOPIC, queue_id, max_nums=7)) == [
             s.body for s in tiered.queue(queue_id)
         ]
         tagged = [s.body for s in tiered.queue(queue_id) if s.tag == "T1"]
-        assert asyncio.run(_walk(tiered.server.namesrv_addr, queue_id, "T1")) == tagged
+        assert asyncio.run(walk(tiered.server.namesrv_addr, TOPIC, queue_id, "T1")) == tagged
     assert "cannot read the tier" not in tiered.server.log_text()
 
 

@@ -12,9 +12,8 @@ from deltalake import DeltaTable
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_broker import MqlakeServer, stop_servers
 from tests.helpers import wait_until
-from tests.test_tier_fallthrough import SEGMENT, TOPIC, _produce, _walk
-
-EVERY_HOUR = ";".join(f"{hour:02d}" for hour in range(24))
+from tests.test_tier_fallthrough import COUNT, TOPIC
+from tests.tiering_broker import EVERY_HOUR, SEGMENT, in_queue, produce, walk
 
 
 def _server(tmp_path, **conf) -> MqlakeServer:
@@ -28,7 +27,7 @@ def _server(tmp_path, **conf) -> MqlakeServer:
 def test_without_a_lake_the_broker_reports_the_bytes_waiting_for_tiering(tmp_path) -> None:
     server = _server(tmp_path)
     try:
-        asyncio.run(_produce(server.namesrv_addr))
+        asyncio.run(produce(server.namesrv_addr, TOPIC, COUNT, "tiered"))
 
         def waiting() -> list[tuple[int, int]]:
             line = r"(\d+) bytes in (\d+) expired CommitLog segment\(s\) wait for tiering"
@@ -52,7 +51,7 @@ def test_with_a_lake_mqlake_up_tiers_at_delete_when_and_serves_what_it_deleted(t
     lake = tmp_path / "lake"
     server = _server(tmp_path, lakePath=lake)
     try:
-        sent = asyncio.run(_produce(server.namesrv_addr))
+        sent = asyncio.run(produce(server.namesrv_addr, TOPIC, COUNT, "tiered"))
 
         def deleted() -> int:
             return sum(e.state == SegmentState.DELETED for e in SegmentManifest(server.store_dir).entries())
@@ -60,8 +59,7 @@ def test_with_a_lake_mqlake_up_tiers_at_delete_when_and_serves_what_it_deleted(t
         wait_until(lambda: deleted() >= 2, 300, what="the embedded tier run and the clean pass after it")
         wait_until(lambda: re.search(r"tier run \S+: \d+ tiered", server.log_text()), 120,
                    what="the tier run's report in the broker's log")  # fmt: skip
-        queue = sorted((s for s in sent if s.queue_id == 0), key=lambda s: s.queue_offset)
-        assert asyncio.run(_walk(server.namesrv_addr, 0)) == [s.body for s in queue]
+        assert asyncio.run(walk(server.namesrv_addr, TOPIC, 0)) == [s.body for s in in_queue(sent, 0)]
         tiered = DeltaTable(str(lake / "messages")).to_pyarrow_table(columns=["topic", "queue_id"]).to_pylist()
         assert tiered and all(r["topic"] == TOPIC for r in tiered)  # what the local store no longer holds
     finally:

@@ -25,9 +25,9 @@ import pytest
 from broker.client import Admin, MessageQueue, PullConsumer
 from broker.client.message import PullStatus
 from broker.remoting.loop import run
-from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_broker import MqlakeServer, stop_servers
 from tests.helpers import wait_until
+from tests.tiering_broker import tiering_conf, wait_deleted, wait_sealed
 
 # the module's fixture (three servers, the sends, two stores tiered) runs within its first test's time limit
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -36,7 +36,6 @@ TOPIC = "TwoBrokersT"
 BROKERS = ("broker-a", "broker-b")
 QUEUES = 4
 COUNT = 800
-SEGMENT = 64 * 1024
 
 Truth = dict[tuple[str, int], list[bytes]]  # (broker, queue id) -> bodies in queue-offset order
 
@@ -139,7 +138,6 @@ def cluster(spark, tmp_path_factory) -> Cluster:
 
     work = tmp_path_factory.mktemp("two_brokers")
     lake = work / "lake"
-    every_hour = ";".join(f"{hour:02d}" for hour in range(24))
     servers: list[MqlakeServer] = []
     try:
         ns = MqlakeServer(work / "namesrv", command="namesrv")
@@ -147,11 +145,8 @@ def cluster(spark, tmp_path_factory) -> Cluster:
         ns.start()
         brokers = {}
         for name in BROKERS:
-            b = MqlakeServer(
-                work / name, command="broker", namesrvAddr=ns.namesrv_addr, brokerName=name,
-                mappedFileSizeCommitLog=SEGMENT, mappedFileSizeConsumeQueue=20 * 64, autoCreateTopicEnable="false",
-                deleteWhen=every_hour, cleanResourceInterval=200, lakePath=lake,
-            )  # fmt: skip
+            b = MqlakeServer(work / name, command="broker", namesrvAddr=ns.namesrv_addr, brokerName=name,
+                             autoCreateTopicEnable="false", **tiering_conf(lake))  # fmt: skip
             servers.append(b)
             brokers[name] = b.start()
         # mqadmin updateTopic -c: the topic on every master of the cluster, as RocketMQ creates it
@@ -164,25 +159,16 @@ def cluster(spark, tmp_path_factory) -> Cluster:
         wait_until(lambda: sum(len(v) for v in read_all(ns.namesrv_addr, TOPIC).values()) == COUNT, 30,
                    what="every message sent to be consumable")  # fmt: skip
         truth = {k: [m.body for m in v] for k, v in read_all(ns.namesrv_addr, TOPIC).items()}
-
-        def sealed(name: str) -> int:
-            return sum(e.state == SegmentState.SEALED for e in SegmentManifest(brokers[name].store_dir).entries())
-
         for name in BROKERS:
-            wait_until(lambda n=name: sealed(n) >= 2, 30, what=f"{name} to list sealed segments in its manifest")
+            wait_sealed(brokers[name].store_dir, 2, who=name)
         reports = {
             "broker-a": [tier(brokers["broker-a"].store_dir, lake, spark=spark, file_reserved_time=0,
                               broker_name="broker-a")],  # fmt: skip
             "broker-b": _tier_at_once(brokers["broker-b"].store_dir, lake, spark, "broker-b"),
         }
-
-        def tiered_deleted(name: str) -> bool:
-            bases = [s.base_offset for r in reports[name] for s in r.segments if s.state == "tiered"]
-            states = {e.base_offset: e.state for e in SegmentManifest(brokers[name].store_dir).entries()}
-            return bool(bases) and all(states.get(b) == SegmentState.DELETED for b in bases)
-
         for name in BROKERS:
-            wait_until(lambda n=name: tiered_deleted(n), 30, what=f"{name}'s clean pass to delete its tiered segments")
+            bases = [s.base_offset for r in reports[name] for s in r.segments if s.state == "tiered"]
+            wait_deleted(brokers[name].store_dir, bases, who=name)
         yield Cluster(ns, brokers, lake, truth, reports)
     finally:
         stop_servers(list(reversed(servers)))
