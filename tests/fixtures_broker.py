@@ -22,7 +22,8 @@ the test (crashed) fails it too: ``stop_servers(servers)`` does that for a fixtu
 ``remoting_call(addr, code, header, body)`` sends one request with mqlake's RemotingClient and returns the
 response, for asserting on a server's state from outside (offsets, consumer lists, routes).
 ``count_topic(namesrv, topic)`` and ``read_topic(namesrv, topic, expect)`` count and read back a topic with
-mqlake's client (the read waits until ``expect`` messages are consumable).
+mqlake's client (the read waits until ``expect`` messages are consumable); ``read_queue(consumer, mq)`` reads
+one queue.
 
 Readiness is the server's own "Broker ready at" log line (printed after the broker has registered with
 its NameServer), polled with a deadline; a server that exits early raises with its log attached. A server
@@ -42,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import Admin, MessageExt, PullConsumer
+from broker.client import Admin, MessageExt, MessageQueue, PullConsumer
 from broker.client.message import PullStatus
 from broker.remoting.client import RemotingClient
 from broker.remoting.command import RemotingCommand
@@ -279,18 +280,20 @@ def read_topic(namesrv: str, topic: str, expect: int) -> dict[int, list[MessageE
     wait_until(lambda: count_topic(namesrv, topic) >= expect, 30, what=f"{expect} messages of {topic} dispatched")
 
     async def go():
-        out: dict[int, list[MessageExt]] = {}
         async with PullConsumer("replay_test_reader", namesrv) as c:
-            for mq in await c.fetch_queues(topic):
-                msgs: list[MessageExt] = []
-                offset = await c.min_offset(mq)
-                end = await c.max_offset(mq)
-                while offset < end:
-                    res = await c.pull(mq, offset, 32)
-                    assert res.status is PullStatus.FOUND, (mq, offset, res.status)
-                    msgs.extend(res.messages)
-                    offset = res.next_begin_offset
-                out[mq.queue_id] = msgs
-        return out
+            return {mq.queue_id: await read_queue(c, mq) for mq in await c.fetch_queues(topic)}
 
     return run(go())
+
+
+async def read_queue(c: PullConsumer, mq: MessageQueue, start: int | None = None) -> list[MessageExt]:
+    """Every message of ``mq`` from ``start`` (default its min offset) to its max offset."""
+    offset = await c.min_offset(mq) if start is None else start
+    end = await c.max_offset(mq)
+    got: list[MessageExt] = []
+    while offset < end:
+        res = await c.pull(mq, offset, 32)
+        assert res.status is PullStatus.FOUND, (mq, offset, res.status)
+        got.extend(res.messages)
+        offset = res.next_begin_offset
+    return got

@@ -22,10 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import Admin, MessageQueue, PullConsumer
-from broker.client.message import PullStatus
+from broker.client import Admin, PullConsumer
 from broker.remoting.loop import run
-from tests.fixtures_broker import MqlakeServer, stop_servers
+from tests.fixtures_broker import MqlakeServer, read_queue, stop_servers
 from tests.helpers import wait_until
 from tests.tiering_broker import tiering_conf, wait_deleted, wait_sealed
 
@@ -70,26 +69,13 @@ def _send_with_cpp_client(namesrv: str) -> None:
         p.shutdown()
 
 
-async def _read_queue(c: PullConsumer, mq: MessageQueue, start: int | None = None) -> list:
-    """Every message of ``mq`` from ``start`` (default its min offset) to its max offset."""
-    offset = await c.min_offset(mq) if start is None else start
-    end = await c.max_offset(mq)
-    got = []
-    while offset < end:
-        res = await c.pull(mq, offset, 32)
-        assert res.status is PullStatus.FOUND, (mq, offset, res.status)
-        got.extend(res.messages)
-        offset = res.next_begin_offset
-    return got
-
-
 def read_all(namesrv: str, topic: str, start: int | None = None) -> dict[tuple[str, int], list]:
     """(broker, queue id) -> the messages of every queue of ``topic``, through the brokers."""
 
     async def go():
         async with PullConsumer("cg_two_brokers_reader", namesrv) as c:
             queues = await c.fetch_queues(topic)
-            return {(mq.broker_name, mq.queue_id): await _read_queue(c, mq, start) for mq in queues}
+            return {(mq.broker_name, mq.queue_id): await read_queue(c, mq, start) for mq in queues}
 
     return run(go())
 
