@@ -39,6 +39,7 @@ from store.errors import MQLakeError
 from store.format import properties as P
 from store.format import records, units
 from store.format.delay import SCHEDULE_TOPIC, TIMER_TOPIC
+from store.format.delay import may_park as may_park  # the broker and the store import it from here
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +64,6 @@ class ParkRefused(MQLakeError, ValueError):
     def __init__(self, message: str, not_enabled: bool = False) -> None:
         super().__init__(message)
         self.not_enabled = not_enabled
-
-
-def may_park(props: bytes) -> bool:
-    """A cheap first look on every put: could this properties string hold a delay level or a timer?"""
-    return b"DELAY\x01" in props or b"TIMER_" in props
 
 
 def park(

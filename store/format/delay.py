@@ -7,6 +7,8 @@ from store.errors import MQLakeError
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # 5.x TimerMessageStore.TIMER_TOPIC: parked timer messages, queue 0
+# What a properties string holding a delay level or a timer contains (the DELAY property, the TIMER_* ones)
+PARK_MARKERS = (b"DELAY\x01", b"TIMER_")
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 
@@ -52,3 +54,8 @@ def schedule_tags_code(
     if raw is not None and raw.isdigit() and int(raw) > 0:  # bytes.isdigit: ASCII digits only
         return delay_deliver_timestamp(int(raw), store_timestamp, delay_millis)
     return tag_hash
+
+
+def may_park(props: bytes) -> bool:
+    """A cheap first look on every put: could this properties string hold a delay level or a timer?"""
+    return PARK_MARKERS[0] in props or PARK_MARKERS[1] in props
