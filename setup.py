@@ -23,9 +23,10 @@ TWINS = [
     "broker.remoting._send",
     "store.format._transaction",
     "broker.remoting._tx",
+    "store.format._appender",
 ]
 # C libraries a twin links against (the record and run encoders call zlib's crc32 directly).
-LIBRARIES = {"store.format._runs": ["z"], "store.format._records": ["z"]}
+LIBRARIES = {"store.format._runs": ["z"], "store.format._records": ["z"], "store.format._appender": ["z"]}
 
 
 class OptionalBuildExt(build_ext):

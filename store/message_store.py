@@ -31,7 +31,7 @@ from store.dispatch import (
     ReputService,
     count_records,
 )
-from store.format import delay, msgid, records, runs, units
+from store.format import appender, delay, msgid, records, runs, units
 from store.index import IndexService
 from store.recovery import RecoveryReport, recover
 from store.retention import SegmentManifest, SegmentState, disk_used_ratio, is_deletion_hour
@@ -161,8 +161,13 @@ class MessageStore:
         self._manual_delete = threading.Event()
         self._clean_lock = threading.Lock()
         self.disk_ratio = 0.0  # of the fuller of the CommitLog's and the store root's disks, last measured
-        self.disk_full = False  # over diskSpaceWarningLevelRatio: puts are refused until the disk has room
+        self._disk_full = False
         self._append_listeners: list[Callable[[int], None]] = []  # told the new end of the log after each put
+        # A plain single put in one call (compiled where built); off until the store runs (_refresh_appender)
+        self._appender = appender.Appender(
+            self.commitlog, config, self.store_host, self.reput.notify_appended,
+            PutMessageResult, AppendResult, PutMessageStatus.PUT_OK, AppendStatus.PUT_OK,
+        )  # fmt: skip
         # Only a master delivers delayed and timer messages (Java starts ScheduleMessageService unless SLAVE): a
         # slave's log is its master's copy, and its delay offsets are the master's (copied by the broker)
         self._delivers = config.broker_role != BrokerRole.SLAVE
@@ -198,6 +203,7 @@ class MessageStore:
                 self._on_commitlog_flushed,
             )
         self._flush_service.start()
+        self._refresh_appender()
         self._housekeeping = _Housekeeping(self)
         self._housekeeping.start()
         return self
@@ -244,6 +250,7 @@ class MessageStore:
             self.schedule.shutdown()  # before puts stop: a delivery under way completes and its offset is saved
             self.timers.shutdown()
         self._running = False
+        self._refresh_appender()
         with self.commitlog.put_lock:
             self.commitlog.writable = False  # appends already past the running check stop here
         if self._housekeeping is not None:
@@ -290,6 +297,24 @@ class MessageStore:
     # =================================================================================================
     # put
     # =================================================================================================
+    @property
+    def disk_full(self) -> bool:
+        """Over diskSpaceWarningLevelRatio: puts are refused until the disk has room."""
+        return self._disk_full
+
+    @disk_full.setter
+    def disk_full(self, full: bool) -> None:
+        self._disk_full = full
+        self._refresh_appender()
+
+    def _refresh_appender(self) -> None:
+        """The appender takes plain single puts while this store takes puts at all (running, a master, room on
+        disk) and in ASYNC_FLUSH: a SYNC_FLUSH put waits for its group commit, on the general path."""
+        self._appender.enabled = (
+            self._running and not self._disk_full and self.config.broker_role != BrokerRole.SLAVE
+            and self._group_commit is None
+        )  # fmt: skip
+
     def _check(self, msg: records.MessageRecord) -> PutMessageResult | None:
         refused = self._refusal()
         if refused is not None:
@@ -329,7 +354,15 @@ class MessageStore:
         """Append one message; in SYNC_FLUSH also return the future of its group commit.
 
         A message with a delay level or a timer is parked for later delivery (``store.schedule``), as Java's put
-        does.  The record is encoded straight into the segment (``CommitLog.append_record``)."""
+        does.  The record is encoded straight into the segment: by the appender in one call where it takes the
+        message (``store.format.appender``), else by ``CommitLog.append_record``."""
+        result = self._appender.put(msg)
+        if result is not None:
+            return result, None
+        return self._put_general(msg)
+
+    def _put_general(self, msg: records.MessageRecord) -> tuple[PutMessageResult, Future | None]:
+        """:meth:`put_message_nowait` of a message the appender declined."""
         if may_park(msg.properties):
             try:
                 park(
@@ -426,7 +459,10 @@ class MessageStore:
 
     def put_message(self, msg: records.MessageRecord) -> PutMessageResult:
         """Append; in SYNC_FLUSH wait for the group commit (FLUSH_DISK_TIMEOUT after syncFlushTimeout)."""
-        return self._waited(*self.put_message_nowait(msg))
+        result = self._appender.put(msg)  # the common case in one call (it never waits: ASYNC_FLUSH only)
+        if result is not None:
+            return result
+        return self._waited(*self._put_general(msg))
 
     def put_messages(self, msgs: list[records.MessageRecord]) -> PutMessageResult:
         return self._waited(*self.put_messages_nowait(msgs))
@@ -451,6 +487,7 @@ class MessageStore:
     def add_append_listener(self, listener: Callable[[int], None]) -> None:
         """Called on the appending thread after each put with the new end of the CommitLog (HA wake-ups)."""
         self._append_listeners = [*self._append_listeners, listener]
+        self._appender.listeners = self._append_listeners
 
     # =================================================================================================
     # replication

@@ -15,14 +15,18 @@ import os
 import shutil
 import struct
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from broker.remoting import send_codec, tx_codec  # noqa: F401 - imported for their twins (store.format.native)
 from broker.remoting.codes import RequestCode, SerializeType
 from broker.remoting.command import RemotingCommand
+from store.commitlog import AppendResult, AppendStatus
 from store.format import (
+    appender,
     batch_body,
     delay,
     native,
@@ -195,6 +199,84 @@ def put_record(data: bytes) -> None:
     ra, rb = _outcome(py, a, pos, limit, rec, *values), _outcome(c, b, pos, limit, rec, *values)
     if ra != rb or a != b:
         raise Disagreement(f"put_record(pos={pos}, limit={limit}, {values}, {rec!r:.200}): python {ra} != {rb}")
+
+
+class _Segment:
+    """What the appender uses of a MappedFile: a buffer, where it starts in the log and how much is written."""
+
+    def __init__(self, size: int, base: int, wrote: int) -> None:
+        self.view = memoryview(bytearray(size))
+        self.file_size, self.file_from_offset, self.wrote, self.last_store_timestamp = size, base, wrote, 0
+
+
+class _Log:
+    """What the appender uses of a CommitLog: its segments, put lock, queue offsets, writable flag, newest time."""
+
+    def __init__(self, segment: _Segment, table: dict[str, int], writable: bool) -> None:
+        self.queue = SimpleNamespace(files=[segment])
+        self.put_lock = threading.Lock()
+        self.topic_queue_table = table
+        self.writable = writable
+        self.last_store_timestamp = 0
+
+
+def _append_once(kind: str, data: bytes, rec: records.MessageRecord) -> tuple[Any, ...]:
+    knob, room = data[4], data[5]
+    size = 512 + room * 16
+    seg = _Segment(size, (data[6] % 4) * size, (knob % 32) * 8 if knob & 0x20 else 0)
+    sw = data[7]  # mostly on: the appender, the log; the store host
+    log = _Log(seg, {f"{rec.topic}-{rec.queue_id}": room} if knob & 0x40 else {}, sw & 0x38 != 0)
+    from store.message_store import PutMessageResult, PutMessageStatus  # the store's result classes
+
+    ends: list[int] = []
+    hosts = [("127.0.0.1", 10911), ("::1", 10911), ("10.1.2.3", 0)]
+    cls = native.TWINS[appender.__name__].python["Appender"] if kind == "python" else \
+        native.TWINS[appender.__name__].compiled["Appender"]  # fmt: skip
+    max_body = 64 + data[6] * 8 if data[6] & 0x40 else 4 << 20
+    app = cls(log, SimpleNamespace(max_message_size=max_body), hosts[(sw >> 6) % 3], lambda: None,
+              PutMessageResult, AppendResult, PutMessageStatus.PUT_OK, AppendStatus.PUT_OK)  # fmt: skip
+    app.enabled = sw & 0x07 != 0
+    app.listeners = [ends.append]
+    mine = dataclasses.replace(rec)
+    ok, res = _outcome(app.put, mine)
+    buf = bytearray(seg.view)
+    ts = 0
+    if ok and res is not None:  # the clock's store time, the one field the twins may differ in: taken out
+        at = res.append.wrote_offset - seg.file_from_offset
+        ts = res.append.store_timestamp
+        ts_at = at + records.store_timestamp_position(struct.unpack_from(">i", buf, at + records.SYSFLAG_POS)[0])
+        buf[ts_at : ts_at + 8] = bytes(8)
+        res.append.store_timestamp = 0
+        assert seg.last_store_timestamp == log.last_store_timestamp == ts
+    return ok, res, bytes(buf), seg.wrote, log.topic_queue_table, ends, mine.store_host
+
+
+def append(data: bytes) -> None:
+    """``appender.Appender.put`` of the records :func:`put_record` builds (some with a delay or timer property, a
+    half message's flag), into a segment with more or less room, a queue table with the key or without, the appender
+    or the log switched off: the same answer (a result, a decline, an error), bytes, write position, queue table,
+    listener calls and store host on the record, the store time aside."""
+    if len(data) < 8:
+        return
+    rec = _record_from(data[:4] + data[8:])
+    assert rec is not None
+    if not data[6] & 1:
+        i31, i63 = 0x7FFFFFFF, (1 << 63) - 1
+        rec = dataclasses.replace(
+            rec, queue_id=rec.queue_id & i31, flag=rec.flag & i31,
+            sys_flag=rec.sys_flag & (0xFFF if data[5] & 0x40 else 0xFF3),  # mostly not a half message
+            born_timestamp=rec.born_timestamp & i63, store_timestamp=rec.store_timestamp & i63,
+            prepared_transaction_offset=rec.prepared_transaction_offset & i63, queue_offset=rec.queue_offset & i63,
+            physical_offset=rec.physical_offset & i63, body_crc=None, magic=None, properties=rec.properties[:400],
+        )  # fmt: skip
+    if data[5] & 0x80:
+        rec.properties += (b"DELAY\x013\x02", b"TIMER_DELAY_SEC\x015\x02", b"XDELA\x01")[data[5] % 3]
+    python, compiled = _append_once("python", data, rec), _append_once("compiled", data, rec)
+    if python != compiled:
+        names = ("outcome", "result", "segment", "write position", "queue table", "listener calls", "store host")
+        diff = [n for n, a, b in zip(names, python, compiled, strict=True) if a != b]
+        raise Disagreement(f"Appender.put({rec!r:.200}): the twins differ in {', '.join(diff)}: "
+                           f"{python[:2]!r:.300} != {compiled[:2]!r:.300}")  # fmt: skip
 
 
 def patch_record(data: bytes) -> None:
@@ -685,6 +767,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "check_record": check_record,
     "encode_record": encode_record,
     "put_record": put_record,
+    "append": append,
     "patch_record": patch_record,
     "hashes": hashes,
     "decode_properties": decode_properties,

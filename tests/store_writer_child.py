@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from store.config import MessageStoreConfig  # noqa: E402
-from store.format import msgid, native, properties, records, runs  # noqa: E402
+from store.format import appender, msgid, native, properties, records, runs  # noqa: E402
 from store.message_store import MessageStore, PutMessageStatus  # noqa: E402
 from tests import host_disk  # noqa: E402
 
@@ -131,7 +131,9 @@ def _die_in_append(n: int) -> None:
     were copied into the segment and before the append finished (at the back-fill of its offsets).  The
     compiled ``runs.write_run`` and ``records.put_record`` copy and back-fill in one call, so this writer runs
     their Python twins, which back-fill through ``records.patch_record`` (the twins write the same bytes:
-    tests/test_send_runs.py, tests/test_put_record.py)."""
+    tests/test_send_runs.py, tests/test_put_record.py); so does the single put's appender, whose Python twin
+    calls ``records.put_record`` (tests/test_appender.py)."""
+    appender.Appender = native.TWINS[appender.__name__].python["Appender"]
     runs.write_run = native.TWINS[runs.__name__].python["write_run"]
     records.put_record = native.TWINS[records.__name__].python["put_record"]
     real = records.patch_record

@@ -1,0 +1,117 @@
+"""The single put's common case as one call: checks, the put lock, the segment, the queue offset, the record
+encoded in place, the result (the Python reference; ``store/format/_appender.pyx`` is its compiled twin).
+
+``MessageStore.put_message`` costs a few microseconds of Python around one native encode when it is spread over
+the facade, the CommitLog and their result objects; an :class:`Appender` does all of it in one call and so lets a
+compiled twin do it in one native call.  It takes only the plain case and declines (returns None, having written
+nothing and changed nothing) any other, which the store's general path then puts as before: the appender is off
+(the store is not running, a slave, its disk full, or in SYNC_FLUSH: see ``MessageStore``), a message that may be
+parked (delay level, timer), a half or rollback message, a topic that is empty or needs the V2 record, a body or
+properties over their limits, an explicit magic or body CRC, a field out of its range, no segment yet, or a record
+the segment has no room for (the general path writes the BLANK and rolls; the next put finds the new segment).
+
+State: nothing of the log is copied in.  Each put reads the newest segment (``queue.files[-1]``) and its write
+position under the put lock, so the general path, replication and recovery may change them at any time; the
+compiled twin holds the GIL from the lock to the last back-filled field, so no other Python code runs while it
+appends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from store.format import native, records
+from store.format.delay import PARK_MARKERS
+from store.format.msgid import Host, create_offset_msg_id
+
+_I32 = (-(1 << 31), (1 << 31) - 1)
+_I64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _fits(value: object, bounds: tuple[int, int]) -> bool:
+    return type(value) is int and bounds[0] <= value <= bounds[1]
+
+
+def plain(rec: records.MessageRecord, max_body: int) -> bool:
+    """Whether the appender takes ``rec`` (before looking at the log): see the module's docstring."""
+    props, body, topic = rec.properties, rec.body, rec.topic
+    if type(props) is not bytes or type(body) is not bytes or type(topic) is not str or not topic:
+        return False
+    if len(body) > max_body or len(props) > records.MAX_PROPERTIES_LENGTH:
+        return False
+    if PARK_MARKERS[0] in props or PARK_MARKERS[1] in props:
+        return False
+    if rec.magic is not None or rec.body_crc is not None or len(topic.encode("utf-8")) > records.MAX_TOPIC_LENGTH_V1:
+        return False
+    born = rec.born_host
+    return (
+        _fits(rec.sys_flag, _I32) and records.is_consumable(rec.sys_flag)
+        and all(_fits(v, _I32) for v in (rec.queue_id, rec.flag, rec.reconsume_times, born[1]))
+        and all(_fits(v, _I64) for v in (rec.born_timestamp, rec.prepared_transaction_offset, rec.queue_offset,
+                                         rec.physical_offset, rec.store_timestamp))
+    )  # fmt: skip
+
+
+class Appender:
+    """Puts a store's plain single messages (the module's docstring says which); ``put`` returns the store's
+    result, or None to decline.
+
+    ``commitlog`` is the store's CommitLog (its ``queue.files``, ``put_lock``, ``topic_queue_table``, ``writable``
+    and ``last_store_timestamp`` are used as the CommitLog's own append does); ``config`` gives
+    ``max_message_size``, read on every put; ``notify`` wakes dispatch after a put; ``put_result`` and
+    ``append_result`` are the store's result classes, built as ``put_result(put_ok, append_result(append_ok,
+    offset, size, store time, queue offset, 1), [offset message id], "")``.  ``enabled`` is the store's switch;
+    ``listeners`` are called with the new end of the log after each put, as the store's append listeners are.
+    """
+
+    def __init__(
+        self, commitlog: Any, config: Any, store_host: Host, notify: Callable[[], None],
+        put_result: Callable[..., Any], append_result: Callable[..., Any], put_ok: object, append_ok: object,
+    ) -> None:  # fmt: skip
+        self._commitlog = commitlog
+        self._config = config
+        self._store_host = store_host
+        self._notify = notify
+        self._results = (put_result, append_result, put_ok, append_ok)
+        self.enabled = False
+        self.listeners: list[Callable[[int], None]] = []
+
+    def put(self, rec: records.MessageRecord) -> Any:
+        if not self.enabled:
+            return None
+        rec.store_host = self._store_host  # as the general path does, whether or not this one takes it
+        if not plain(rec, self._config.max_message_size):
+            return None
+        cl = self._commitlog
+        key = f"{rec.topic}-{rec.queue_id}"
+        with cl.put_lock:
+            files = cl.queue.files
+            if not cl.writable or not files:
+                return None
+            mf = files[-1]
+            start = mf.wrote
+            base = mf.file_from_offset
+            store_ts = time.time_ns() // 1_000_000
+            queue_offset = cl.topic_queue_table.get(key, 0)
+            limit = mf.file_size - records.END_FILE_MIN_BLANK_LENGTH
+            if limit > len(mf.view) or start < 0:
+                return None
+            n = records.put_record(mf.view, start, limit, rec, queue_offset, base + start, store_ts)
+            if n < 0:
+                return None
+            mf.wrote = start + n
+            mf.last_store_timestamp = cl.last_store_timestamp = store_ts
+            cl.topic_queue_table[key] = queue_offset + 1
+        self._notify()
+        end = base + start + n
+        for listener in self.listeners:
+            listener(end)
+        put_result, append_result, put_ok, append_ok = self._results
+        append = append_result(append_ok, base + start, n, store_ts, queue_offset, 1)
+        return put_result(put_ok, append, [create_offset_msg_id(self._store_host, base + start)], "")
+
+
+# The compiled twin (store/format/_appender.pyx) replaces it when it is built; see store.format.native.
+native.install(globals(), "store.format._appender", ("Appender",))
