@@ -13,7 +13,7 @@ the segment has no room for (the general path writes the BLANK and rolls; the ne
 State: nothing of the log is copied in.  Each put reads the newest segment (``queue.files[-1]``) and its write
 position under the put lock, so the general path, replication and recovery may change them at any time; the
 compiled twin holds the GIL from the lock to the last back-filled field, so no other Python code runs while it
-appends.
+appends (and so it leaves ``CommitLog.begin_time_in_lock`` alone: no reader could see it set).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class Appender:
         self.listeners: list[Callable[[int], None]] = []
 
     def put(self, rec: records.MessageRecord) -> Any:
-        if not self.enabled:
+        if not self.enabled or type(rec) is not records.MessageRecord:  # the compiled twin reads its slots
             return None
         rec.store_host = self._store_host  # as the general path does, whether or not this one takes it
         if not plain(rec, self._config.max_message_size):
