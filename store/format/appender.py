@@ -18,6 +18,7 @@ appends (and so it leaves ``CommitLog.begin_time_in_lock`` alone: no reader coul
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,32 +27,28 @@ from store.format import native, records
 from store.format.delay import PARK_MARKERS
 from store.format.msgid import Host, create_offset_msg_id
 
-_I32 = (-(1 << 31), (1 << 31) - 1)
-_I64 = (-(1 << 63), (1 << 63) - 1)
-
-
-def _fits(value: object, bounds: tuple[int, int]) -> bool:
-    return type(value) is int and bounds[0] <= value <= bounds[1]
+_INTS_32 = operator.attrgetter("queue_id", "flag", "reconsume_times")
+_INTS_64 = operator.attrgetter("born_timestamp", "prepared_transaction_offset", "queue_offset", "physical_offset",
+                               "store_timestamp")  # fmt: skip
 
 
 def plain(rec: records.MessageRecord, max_body: int) -> bool:
     """Whether the appender takes ``rec`` (before looking at the log): see the module's docstring."""
-    props, body, topic = rec.properties, rec.body, rec.topic
-    if type(props) is not bytes or type(body) is not bytes or type(topic) is not str or not topic:
+    props, body, topic, sys_flag = rec.properties, rec.body, rec.topic, rec.sys_flag
+    if (
+        type(props) is not bytes or type(body) is not bytes or type(topic) is not str or not topic
+        or len(body) > max_body or len(props) > records.MAX_PROPERTIES_LENGTH
+        or PARK_MARKERS[0] in props or PARK_MARKERS[1] in props
+        or rec.magic is not None or rec.body_crc is not None
+        or type(sys_flag) is not int or not -(1 << 31) <= sys_flag < 1 << 31 or not records.is_consumable(sys_flag)
+    ):  # fmt: skip
         return False
-    if len(body) > max_body or len(props) > records.MAX_PROPERTIES_LENGTH:
-        return False
-    if PARK_MARKERS[0] in props or PARK_MARKERS[1] in props:
-        return False
-    if rec.magic is not None or rec.body_crc is not None or len(topic.encode("utf-8")) > records.MAX_TOPIC_LENGTH_V1:
-        return False
-    born = rec.born_host
-    return (
-        _fits(rec.sys_flag, _I32) and records.is_consumable(rec.sys_flag)
-        and all(_fits(v, _I32) for v in (rec.queue_id, rec.flag, rec.reconsume_times, born[1]))
-        and all(_fits(v, _I64) for v in (rec.born_timestamp, rec.prepared_transaction_offset, rec.queue_offset,
-                                         rec.physical_offset, rec.store_timestamp))
-    )  # fmt: skip
+    if len(topic) > records.MAX_TOPIC_LENGTH_V1 // 4 and len(topic.encode("utf-8")) > records.MAX_TOPIC_LENGTH_V1:
+        return False  # (a character is at most 4 bytes of UTF-8)
+    # what struct.pack takes and the compiled twin's reader does not decline
+    return all(type(v) is int and -(1 << 31) <= v < 1 << 31 for v in (*_INTS_32(rec), rec.born_host[1])) and all(
+        type(v) is int and -(1 << 63) <= v < 1 << 63 for v in _INTS_64(rec)
+    )
 
 
 class Appender:
