@@ -18,7 +18,7 @@ appends (and so it leaves ``CommitLog.begin_time_in_lock`` alone: no reader coul
 
 from __future__ import annotations
 
-import operator
+import struct
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,10 +26,6 @@ from typing import Any
 from store.format import native, records
 from store.format.delay import PARK_MARKERS
 from store.format.msgid import Host, create_offset_msg_id
-
-_INTS_32 = operator.attrgetter("queue_id", "flag", "reconsume_times")
-_INTS_64 = operator.attrgetter("born_timestamp", "prepared_transaction_offset", "queue_offset", "physical_offset",
-                               "store_timestamp")  # fmt: skip
 
 
 def plain(rec: records.MessageRecord, max_body: int) -> bool:
@@ -45,10 +41,12 @@ def plain(rec: records.MessageRecord, max_body: int) -> bool:
         return False
     if len(topic) > records.MAX_TOPIC_LENGTH_V1 // 4 and len(topic.encode("utf-8")) > records.MAX_TOPIC_LENGTH_V1:
         return False  # (a character is at most 4 bytes of UTF-8)
-    # what struct.pack takes and the compiled twin's reader does not decline
-    return all(type(v) is int and -(1 << 31) <= v < 1 << 31 for v in (*_INTS_32(rec), rec.born_host[1])) and all(
-        type(v) is int and -(1 << 63) <= v < 1 << 63 for v in _INTS_64(rec)
-    )
+    # integers, as the compiled twin's reader takes them (out of their ranges, put_record raises struct.error)
+    return (
+        int is type(rec.queue_id) is type(rec.flag) is type(rec.reconsume_times) is type(rec.born_host[1])
+        is type(rec.born_timestamp) is type(rec.prepared_transaction_offset) is type(rec.queue_offset)
+        is type(rec.physical_offset) is type(rec.store_timestamp)
+    )  # fmt: skip
 
 
 class Appender:
@@ -95,7 +93,10 @@ class Appender:
             limit = mf.file_size - records.END_FILE_MIN_BLANK_LENGTH
             if limit > len(mf.view) or start < 0:
                 return None
-            n = records.put_record(mf.view, start, limit, rec, queue_offset, base + start, store_ts)
+            try:
+                n = records.put_record(mf.view, start, limit, rec, queue_offset, base + start, store_ts)
+            except struct.error:
+                return None  # a field out of its range, found before anything was written: the compiled reader's
             if n < 0:
                 return None
             mf.wrote = start + n
