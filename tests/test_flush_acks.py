@@ -143,13 +143,21 @@ def test_sync_flush_sends_wait_for_their_fdatasync_on_the_fast_path(fresh_broker
     acks = b.controller.flush_acks
     assert acks is not None
     gate = _Gate(b.controller.store)
-    # The send handler, observed: what was durable when each answer was made.
+    # The send handler, observed: what was durable when the group commit handed each held answer to the
+    # connection (Connection.answer_held, which queues the reply frame for the socket).
     proc, durable_at_answer = SendProcessor(b.controller), []
 
     def observed(cmd, conn):
+        if "answer_held" not in vars(conn):
+            answer_held = conn.answer_held
+
+            def observed_answer(response):
+                durable_at_answer.append(gate.durable)
+                answer_held(response)
+
+            conn.answer_held = observed_answer
         answer = proc.send_inline(cmd, conn)
-        if isinstance(answer, asyncio.Future):  # the fast path's answer, completed by a group commit
-            answer.add_done_callback(lambda _: durable_at_answer.append(gate.durable))
+        assert answer is None or not isinstance(answer, asyncio.Future), "a remoting connection holds the answer"
         return answer
 
     b.controller.server.register(RequestCode.SEND_MESSAGE_V2, observed)

@@ -368,6 +368,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )  # fmt: skip
         cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, header, msg.body)
         answer = self.sender.send_inline(cmd, cast(Channel, peer))
+        assert answer is not None  # None (an answer held for the group commit to write) is for remoting channels only
         if not isinstance(answer, bytes | RemotingCommand):
             answer = await answer
         # the fast path answers with its ready reply frame (SEND_MESSAGE_V2 and batches only)

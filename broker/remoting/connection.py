@@ -95,6 +95,8 @@ class Connection(asyncio.Protocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._out: list[bytes] = []
         self._flush_scheduled = False
+        self._held = 0  # requests held by hold_answer, not answered yet
+        self._held_answered: asyncio.Future[None] | None = None  # while stopping: done once _held is back to 0
 
     # --- asyncio.Protocol --------------------------------------------------------------------------------------
 
@@ -218,6 +220,29 @@ class Connection(asyncio.Protocol):
         self.tasks.add(task)
         task.add_done_callback(self._task_done)
 
+    def hold_answer(self) -> None:
+        """The request being handled is answered later by ``answer_held`` (no task, no future per request: a
+        SYNC_FLUSH send whose group commit answers it); until then it counts as in flight, as a task would."""
+        self._in_flight += 1
+        self._held += 1
+
+    def answer_held(self, response: bytes | RemotingCommand) -> None:
+        """Answer a request held by ``hold_answer`` with its whole frame (or a response carrying its opaque and
+        the response flag already); answers made in one loop callback go out in one ``writelines``. Nothing is
+        written once the channel is closed."""
+        self._in_flight -= 1
+        self._held -= 1
+        if isinstance(response, bytes):
+            self._queue(response)
+        elif not self.closed:
+            self._write(response)
+        if not self._held and self._held_answered is not None:
+            self.tasks.discard(self._held_answered)
+            if not self._held_answered.done():
+                self._held_answered.set_result(None)
+            self._held_answered = None
+        self._resume_after_answer()
+
     def _future_done(self, cmd: RemotingCommand, fut: asyncio.Future[RemotingCommand | bytes | None]) -> None:
         self.tasks.discard(fut)
         self._in_flight -= 1
@@ -295,6 +320,9 @@ class Connection(asyncio.Protocol):
     def stop_reading(self) -> None:
         """Take no new requests (server shutdown); in-flight ones still answer."""
         self._stopped_reading = True
+        if self._held and self._held_answered is None:  # the server waits for the held answers as for tasks
+            self._held_answered = self._loop.create_future()
+            self.tasks.add(self._held_answered)
         self._update_reading()
 
     # --- outbound ----------------------------------------------------------------------------------------------

@@ -16,11 +16,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 from collections.abc import Callable
+from typing import Any
 
+from broker.remoting.codes import ResponseCode
+from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import Connection
 from store.commitlog import GroupCommitService
 
 Done = Callable[[bool], None]
+
+log = logging.getLogger(__name__)
 
 
 class FlushAcks:
@@ -31,7 +38,11 @@ class FlushAcks:
         self._loop = loop
         self._commit = commit
         self._timeout = timeout
-        self._waiters: collections.deque[tuple[int, float, Done]] = collections.deque()
+        # (end offset, deadline, done, None) for ``wait``; (end offset, deadline, connection.answer_held, frame)
+        # for ``reply``
+        self._waiters: collections.deque[tuple[int, float, Callable[[Any], None], bytes | None]] = (
+            collections.deque()
+        )
         self._timer: asyncio.TimerHandle | None = None
         self.groups = 0  # loop callbacks made by commits that had waiters (each answers a whole group)
         commit.add_group_listener(self._committed)
@@ -39,8 +50,19 @@ class FlushAcks:
     def wait(self, end_offset: int, done: Done) -> None:
         """Call ``done`` once everything before ``end_offset`` (the end of a record just appended) is durable.
         On the loop's thread, right after the append, so that waiters stay in offset order."""
+        self._add(end_offset, done, None)
+
+    def reply(self, end_offset: int, conn: Connection, frame: bytes) -> None:
+        """Answer a request of ``conn`` with its ready reply ``frame`` once everything before ``end_offset`` is
+        durable, or with the same answer coded FLUSH_DISK_TIMEOUT when the flush failed or took longer than the
+        timeout.  The request is held on the connection meanwhile (``Connection.hold_answer``): no future, no
+        callback per request; a group's replies to one connection go out in one write."""
+        conn.hold_answer()
+        self._add(end_offset, conn.answer_held, frame)
+
+    def _add(self, end_offset: int, answer: Callable[[Any], None], frame: bytes | None) -> None:
         deadline = self._loop.time() + self._timeout()
-        self._waiters.append((end_offset, deadline, done))
+        self._waiters.append((end_offset, deadline, answer, frame))
         if self._timer is None:
             self._timer = self._loop.call_at(deadline, self._expire)
         self._commit.request()
@@ -57,7 +79,8 @@ class FlushAcks:
         answered = False
         while waiters and waiters[0][0] <= offset:
             answered = True
-            waiters.popleft()[2](ok)
+            _, _, answer, frame = waiters.popleft()
+            _answer(answer, frame, ok)
         if answered:
             self.groups += 1
 
@@ -66,6 +89,21 @@ class FlushAcks:
         waiters = self._waiters
         now = self._loop.time()
         while waiters and waiters[0][1] <= now:
-            waiters.popleft()[2](False)
+            _, _, answer, frame = waiters.popleft()
+            _answer(answer, frame, False)
         if waiters:
             self._timer = self._loop.call_at(waiters[0][1], self._expire)
+
+
+def _answer(answer: Callable[[Any], None], frame: bytes | None, ok: bool) -> None:
+    try:
+        if frame is None:  # a ``wait``
+            answer(ok)
+        elif ok:
+            answer(frame)
+        else:  # Java's answer: the message is stored, only its flush is not confirmed
+            late = RemotingCommand.decode(frame[4:])
+            late.code = ResponseCode.FLUSH_DISK_TIMEOUT
+            answer(late)
+    except Exception:  # one waiter's failure must not leave the rest of its group unanswered
+        log.exception("answering a SYNC_FLUSH waiter failed")

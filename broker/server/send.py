@@ -13,6 +13,7 @@ Decisions where the store is not RocketMQ's yet:
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import random
 from collections.abc import Awaitable
@@ -20,7 +21,7 @@ from collections.abc import Awaitable
 from broker.remoting import batch_body, send_codec, tx_codec
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
-from broker.remoting.connection import Channel, Handler
+from broker.remoting.connection import Channel, Connection, Handler
 from broker.remoting.errors import HeaderError, RequestRefused
 from broker.remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
@@ -81,6 +82,12 @@ def _property(props: bytes, name: str) -> str | None:
 _with_property = runs.with_property
 _NAMES_CACHED = 4096  # topic names remembered by the fast path's name check
 _TRAN_MSG = "TRAN_MSG\x01true"  # in a V2 header's properties ("i"): a half message, for _half_fast
+
+
+class _Held(enum.Enum):
+    """A fast path's answer that its group commit will write (``FlushAcks.reply``); None means "not taken"."""
+
+    HELD = 0
 
 
 class SendProcessor:
@@ -176,21 +183,23 @@ class SendProcessor:
     # --- handlers ------------------------------------------------------------------------------------------
     def send_inline(
         self, cmd: RemotingCommand, conn: Channel
-    ) -> RemotingCommand | bytes | Awaitable[RemotingCommand | bytes]:
+    ) -> RemotingCommand | bytes | Awaitable[RemotingCommand | bytes] | None:
         """Codes 10, 310 and 320, as a plain function so the remoting layer answers without a task per request:
-        in ASYNC_FLUSH nothing here waits and the response comes back at once; SYNC_FLUSH returns a future of the
-        ready frame that its group commit completes (``_when_durable``) on the fast paths and a coroutine that
+        in ASYNC_FLUSH nothing here waits and the response comes back at once; SYNC_FLUSH on the fast paths holds
+        the request on its remoting ``Connection`` and returns None, the group commit then writing the ready frame
+        (``_when_durable``, ``FlushAcks.reply``), or returns a future of that frame to any other channel (the
+        proxy's); on the general path it returns a coroutine that
         waits for it on the general one, SYNC_MASTER a coroutine that waits for the slave.  As in a Java broker,
         the header's ``batch`` flag picks the batch path: the C++ client sends its batches as SEND_MESSAGE with
         ``batch=1``.  The fast paths answer with the reply frame already encoded (``bytes``)."""
-        frame: bytes | asyncio.Future[RemotingCommand | bytes] | None
+        frame: bytes | asyncio.Future[RemotingCommand | bytes] | _Held | None
         if cmd.code == RequestCode.SEND_MESSAGE_V2 and self._fast_store():
             if _TRAN_MSG in cmd.ext_fields.get("i", ""):  # a half message: _send_fast would refuse it
                 frame = self._half_fast(cmd, conn) if self.broker.flush_acks is None else None
             else:
                 frame = self._send_fast(cmd, conn)
             if frame is not None:
-                return frame
+                return None if frame is _Held.HELD else frame
         try:
             h = read_send_header(cmd)
         except HeaderError as e:
@@ -200,7 +209,7 @@ class SendProcessor:
                 tc = self._batch_target(h)
                 frame = self._batch_fast(cmd, conn, h, tc) if self._fast_store() else None
                 if frame is not None:
-                    return frame
+                    return None if frame is _Held.HELD else frame
                 msgs, rec = self._batch_records(cmd, conn, h, tc), None
             else:
                 rec = self._one_record(cmd, conn, h)
@@ -282,8 +291,8 @@ class SendProcessor:
         return self.broker.store_config.broker_role != BrokerRole.SYNC_MASTER
 
     def _when_durable(
-        self, cmd: RemotingCommand, frame: bytes, append: AppendResult, props: str | bytes
-    ) -> bytes | asyncio.Future[RemotingCommand | bytes]:
+        self, cmd: RemotingCommand, frame: bytes, append: AppendResult, props: str | bytes, conn: Channel
+    ) -> bytes | asyncio.Future[RemotingCommand | bytes] | _Held:
         """The answer of a fast-path put appended with ``wait=False``: in SYNC_FLUSH, unless the producer said
         WAIT=false, a loop future that the group commit covering the record completes with the ready frame
         (``FlushAcks``: one loop callback per group, no task, no future per put in the commit thread), or with
@@ -292,6 +301,10 @@ class SendProcessor:
         acks = self.broker.flush_acks
         if acks is None or (_NO_WAIT in props if isinstance(props, bytes) else _NO_WAIT_STR in props):
             return frame
+        if isinstance(conn, Connection) and not cmd.is_oneway:
+            # a remoting channel: the group commit writes the reply itself (FlushAcks.reply), no future per send
+            acks.reply(append.wrote_offset + append.wrote_bytes, conn, frame)
+            return _Held.HELD
         fut: asyncio.Future[RemotingCommand | bytes] = asyncio.get_running_loop().create_future()
 
         def settle(flushed: bool) -> None:
@@ -319,7 +332,9 @@ class SendProcessor:
             self._plain_names[topic] = ok
         return ok
 
-    def _send_fast(self, cmd: RemotingCommand, conn: Channel) -> bytes | asyncio.Future[RemotingCommand | bytes] | None:
+    def _send_fast(
+        self, cmd: RemotingCommand, conn: Channel
+    ) -> bytes | asyncio.Future[RemotingCommand | bytes] | _Held | None:
         """A plain SEND_MESSAGE_V2 (``send_codec.read_send_v2``) to an existing, writable topic: the header read,
         the record encode, its copy into the segment and the reply frame are native calls (``runs``, ``send_codec``)
         and the Python between them is the per-request checks.  None hands the request to the general path,
@@ -355,7 +370,7 @@ class SendProcessor:
         c = b.config
         frame = send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, queue_id, append.queue_offset, uniq,
                                       c.region_id, c.trace_on)  # fmt: skip
-        return frame if b.flush_acks is None else self._when_durable(cmd, frame, append, props)
+        return frame if b.flush_acks is None else self._when_durable(cmd, frame, append, props, conn)
 
     def _half_fast(self, cmd: RemotingCommand, conn: Channel) -> bytes | None:
         """A transaction's half message (``TRAN_MSG=true``) by the fast path's steps: the header read in one call
@@ -403,7 +418,7 @@ class SendProcessor:
 
     def _batch_fast(
         self, cmd: RemotingCommand, conn: Channel, h: SendMessageRequestHeader, tc: tp.TopicConfig
-    ) -> bytes | asyncio.Future[RemotingCommand | bytes] | None:
+    ) -> bytes | asyncio.Future[RemotingCommand | bytes] | _Held | None:
         """A batch decoded and encoded into one run in one native call (``runs.encode_batch``) and appended in one
         copy; None for a body the general path must answer (malformed, empty, an item too large) or a refused
         put (nothing stored then), or a topic whose creation is not on disk yet."""
@@ -431,7 +446,7 @@ class SendProcessor:
         frame = send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_ids, h.queue_id, append.queue_offset, None,
                                       c.region_id, c.trace_on)  # fmt: skip
         # a batch waits as its header's properties say (Java's MessageExtBatch takes them from the header)
-        return frame if b.flush_acks is None else self._when_durable(cmd, frame, append, h.properties or "")
+        return frame if b.flush_acks is None else self._when_durable(cmd, frame, append, h.properties or "", conn)
 
     def _batch_target(self, h: SendMessageRequestHeader) -> tp.TopicConfig:
         """A batch's topic checks, and its queue when the client left the choice to the broker."""
