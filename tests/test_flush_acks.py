@@ -6,12 +6,17 @@ nothing here depends on how fast this machine's disk is."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import threading
 
 import pytest
 
 from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import Connection
+from broker.remoting.loop import run as run_on_loop
 from broker.server.flush_acks import FlushAcks
 from broker.server.send import SendProcessor
 from store.format import msgid, records
@@ -185,3 +190,121 @@ def test_sync_flush_sends_wait_for_their_fdatasync_on_the_fast_path(fresh_broker
     nowait = b.send("Durable", b"nowait", WAIT="false")
     assert nowait.code == ResponseCode.SUCCESS and len(durable_at_answer) == 2
     gate.open.set()
+
+
+# --- FlushAcks.reply: the group commit writes the held replies to real connections (a socket pair each) ---------
+
+
+def _reply_frame(opaque: int) -> bytes:
+    request = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, opaque=opaque)
+    return request.response(ResponseCode.SUCCESS, ext={"queueOffset": str(opaque)}).encode()
+
+
+class _Peer:
+    """The client's end of a socket pair whose other end is a broker-side ``Connection``."""
+
+    def __init__(self, sock: socket.socket, conn: Connection) -> None:
+        self.sock, self.conn, self._buf = sock, conn, b""
+
+    def written(self) -> bytes:
+        """Everything the connection has written so far (non-blocking)."""
+        while True:
+            try:
+                chunk = self.sock.recv(65536, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return self._buf
+            if not chunk:
+                return self._buf
+            self._buf += chunk
+
+    def replies(self) -> list[RemotingCommand]:
+        data, out = self.written(), []
+        while len(data) >= 4:
+            (length,) = struct.unpack_from(">i", data)
+            out.append(RemotingCommand.decode(data[4 : 4 + length]))
+            data = data[4 + length :]
+        return out
+
+
+async def _peers(count: int) -> list[_Peer]:
+    loop, peers = asyncio.get_running_loop(), []
+    for _ in range(count):
+        ours, theirs = socket.socketpair()
+        _, conn = await loop.connect_accepted_socket(lambda: Connection(lambda code: None), ours)
+        peers.append(_Peer(theirs, conn))
+    return peers
+
+
+async def _loop_turns(n: int = 5) -> None:
+    for _ in range(n):  # a reply queued or written too early would reach the socket within these
+        await asyncio.sleep(0)
+
+
+@pytest.mark.unit
+def test_held_replies_are_written_only_after_their_fdatasync_and_a_closed_connection_spares_the_others(
+    tmp_path,
+) -> None:
+    with running(make_config(tmp_path, flush_disk_type="SYNC_FLUSH")) as store:
+        gate = _Gate(store)
+
+        async def scenario() -> tuple[list[RemotingCommand], int, int, int]:
+            acks = FlushAcks(asyncio.get_running_loop(), store.group_commit, lambda: 30.0)
+            kept, dropped = await _peers(2)
+            gate.close()
+            ends = []
+            for i in range(12):  # alternately to each connection, as two producers would
+                ends.append(_put(store, i))
+                acks.reply(ends[-1], (kept, dropped)[i % 2].conn, _reply_frame(i))
+                if i == 0:
+                    await poll(gate.entered.is_set, what="the group commit's flush")
+            await _loop_turns()
+            if kept.written() or dropped.written():
+                gate.open.set()  # let the commit thread go before failing
+                raise AssertionError("a reply was written before its fdatasync")
+            held = kept.conn._in_flight
+            dropped.sock.close()  # the peer goes away mid-group ...
+            await poll(lambda: dropped.conn.closed, what="the closed connection seen")
+            gate.open.set()  # ... and the group's commit still answers the other connection, all of it
+            await poll(lambda: len(kept.replies()) == 6, what="the kept connection's six replies")
+            replies = kept.replies()
+            kept.conn.close()
+            kept.sock.close()
+            return replies, held, kept.conn._in_flight, dropped.conn._in_flight
+
+        replies, held, kept_after, dropped_after = run_on_loop(scenario())
+        assert held == 6 and kept_after == 0 and dropped_after == 0  # held as in flight until answered
+        assert [(r.opaque, r.code, r.is_response) for r in replies] == [(i, ResponseCode.SUCCESS, True)
+                                                                         for i in range(0, 12, 2)]
+
+
+@pytest.mark.unit
+def test_a_failed_fdatasync_answers_every_held_reply_before_it_flush_disk_timeout(tmp_path) -> None:
+    with running(make_config(tmp_path, flush_disk_type="SYNC_FLUSH")) as store:
+        gate = _Gate(store)
+
+        async def scenario() -> tuple[list[RemotingCommand], asyncio.Future]:
+            acks = FlushAcks(asyncio.get_running_loop(), store.group_commit, lambda: 30.0)
+            (peer,) = await _peers(1)
+            gate.close()
+            gate.fail_next = True
+            first = _put(store, 0)
+            acks.reply(first, peer.conn, _reply_frame(0))
+            await poll(gate.entered.is_set, what="the failing flush")
+            for i in (1, 2):  # appended while that flush runs: not covered by it, answered by the next commit
+                acks.reply(_put(store, i), peer.conn, _reply_frame(i))
+            peer.conn.stop_reading()  # a server stopping waits for the held answers as for its tasks
+            (stopping,) = peer.conn.tasks
+            gate.open.set()
+            await poll(lambda: len(peer.replies()) == 3, what="three answers")
+            replies = peer.replies()
+            peer.conn.close()
+            peer.sock.close()
+            return replies, stopping
+
+        replies, stopping = run_on_loop(scenario())
+        assert [(r.opaque, r.code) for r in replies] == [
+            (0, ResponseCode.FLUSH_DISK_TIMEOUT), (1, ResponseCode.SUCCESS), (2, ResponseCode.SUCCESS)
+        ]
+        assert replies[0].is_response and replies[0].ext_fields["queueOffset"] == "0"  # the same answer, re-coded
+        assert stopping.done()
+        assert store.commitlog.queue.flushed_offset >= store.commitlog.max_offset
