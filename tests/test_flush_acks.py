@@ -273,8 +273,9 @@ def test_held_replies_are_written_only_after_their_fdatasync_and_a_closed_connec
 
         replies, held, kept_after, dropped_after = run_on_loop(scenario())
         assert held == 6 and kept_after == 0 and dropped_after == 0  # held as in flight until answered
-        assert [(r.opaque, r.code, r.is_response) for r in replies] == [(i, ResponseCode.SUCCESS, True)
-                                                                         for i in range(0, 12, 2)]
+        assert [(r.opaque, r.code, r.is_response) for r in replies] == [
+            (i, ResponseCode.SUCCESS, True) for i in range(0, 12, 2)
+        ]
 
 
 @pytest.mark.unit
@@ -303,7 +304,9 @@ def test_a_failed_fdatasync_answers_every_held_reply_before_it_flush_disk_timeou
 
         replies, stopping = run_on_loop(scenario())
         assert [(r.opaque, r.code) for r in replies] == [
-            (0, ResponseCode.FLUSH_DISK_TIMEOUT), (1, ResponseCode.SUCCESS), (2, ResponseCode.SUCCESS)
+            (0, ResponseCode.FLUSH_DISK_TIMEOUT),
+            (1, ResponseCode.SUCCESS),
+            (2, ResponseCode.SUCCESS),
         ]
         assert replies[0].is_response and replies[0].ext_fields["queueOffset"] == "0"  # the same answer, re-coded
         assert stopping.done()

@@ -40,9 +40,7 @@ class FlushAcks:
         self._timeout = timeout
         # (end offset, deadline, done, None) for ``wait``; (end offset, deadline, connection.answer_held, frame)
         # for ``reply``
-        self._waiters: collections.deque[tuple[int, float, Callable[[Any], None], bytes | None]] = (
-            collections.deque()
-        )
+        self._waiters: collections.deque[tuple[int, float, Callable[[Any], None], bytes | None]] = collections.deque()
         self._timer: asyncio.TimerHandle | None = None
         self.groups = 0  # loop callbacks made by commits that had waiters (each answers a whole group)
         commit.add_group_listener(self._committed)
