@@ -85,7 +85,8 @@ _TRAN_MSG = "TRAN_MSG\x01true"  # in a V2 header's properties ("i"): a half mess
 
 
 class _Held(enum.Enum):
-    """A fast path's answer that its group commit will write (``FlushAcks.reply``); None means "not taken"."""
+    """A fast path's answer that its group commit will write (``FlushAcks.reply``), distinct from the fast
+    paths' None, which hands the request to the general path."""
 
     HELD = 0
 
@@ -188,8 +189,8 @@ class SendProcessor:
         in ASYNC_FLUSH nothing here waits and the response comes back at once; SYNC_FLUSH on the fast paths holds
         the request on its remoting ``Connection`` and returns None, the group commit then writing the ready frame
         (``_when_durable``, ``FlushAcks.reply``), or returns a future of that frame to any other channel (the
-        proxy's); on the general path it returns a coroutine that
-        waits for it on the general one, SYNC_MASTER a coroutine that waits for the slave.  As in a Java broker,
+        proxy's); the general path returns a coroutine that waits for the flush, SYNC_MASTER a coroutine that
+        waits for the slave.  As in a Java broker,
         the header's ``batch`` flag picks the batch path: the C++ client sends its batches as SEND_MESSAGE with
         ``batch=1``.  The fast paths answer with the reply frame already encoded (``bytes``)."""
         frame: bytes | asyncio.Future[RemotingCommand | bytes] | _Held | None
