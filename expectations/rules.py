@@ -1,4 +1,10 @@
-"""The segment-integrity rules: each one a SQL condition that is true for a row breaking it.
+"""The segment-integrity rules: each one a condition that is true for a row breaking it.
+
+A ``messages`` rule is a function over an Arrow batch of rows (``Rule.arrow``, pyarrow compute and numpy): the
+tiering job evaluates it inside the task that decodes and writes the rows (pipelines/compaction/staging.py),
+and :func:`flagged` evaluates the very same function over any Spark frame of rows (``mapInArrow``), so each
+rule has one definition wherever it runs and no row goes through Spark SQL to be checked.  A ``segments`` or
+``queues`` rule is a SQL condition over a small table built on the driver (one row per segment or queue).
 
 Every rule of a dataset becomes a flag column of one pass over that dataset (:func:`flagged`), so the
 rows are read once however many rules there are; Great Expectations then evaluates the per-segment
@@ -37,14 +43,17 @@ has a hole — segments deleted before tiering was enabled (or under ``expiredSe
 a quarantined segment kept on disk — the offsets of that hole are legitimately missing, so no
 continuity is required across it; duplicates are still refused everywhere (``overlaps``).
 
-Every byte-layout constant in the SQL comes from store/format/ (records, properties).
+Every byte-layout constant in the conditions comes from store/format/ (records, properties).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from expectations import sequence
 from store.format import properties, records
@@ -60,7 +69,9 @@ class Rule:
     name: str
     dataset: str
     description: str
-    condition: str  # SQL over one row of the dataset: true when the row breaks the rule
+    # true for a row breaking the rule: SQL over one row of a ``segments``/``queues`` table, or (``messages``) a
+    # function of an Arrow batch of rows returning one boolean per row (null: not broken, as in a WHERE clause)
+    condition: str | Callable[[pa.RecordBatch], pa.Array]
     columns: tuple[str, ...] = ()  # SQL expressions kept in the sample of breaking rows (beside segment, position)
 
     @property
@@ -69,35 +80,93 @@ class Rule:
         return f"_broken_{self.name}"
 
 
-def _size_sql() -> str:
-    """The TOTALSIZE a row's fields add up to, as SQL, from ``records.record_length`` (linear in each length)."""
+# ---- the messages rules' building blocks, over Arrow -----------------------------------------------------
+BODY_CRC32_SQL = "(crc32(body) & 2147483647)"  # UtilAll.crc32: java.util.zip.CRC32 masked to 31 bits
+SIZE_FROM_FIELDS = "size_from_fields"  # the TOTALSIZE a row's fields add up to (a column of flagged messages)
+_BAD_TEXT = "\ufffd"  # what a UTF-8 decode with errors="replace" leaves behind
+_MAX_LONG = 9223372036854775807
+# the store's first/last store time of a message's segment, joined onto the messages by :func:`flagged`
+SEGMENT_FIRST_TIME = "_segment_first_store_time"
+SEGMENT_LAST_TIME = "_segment_last_store_time"
+
+
+def _np(a: pa.Array | pa.ChunkedArray, fill: int = 0) -> np.ndarray:
+    return pc.fill_null(a, fill).to_numpy(zero_copy_only=False)
+
+
+def _per_map(maps: pa.Array, per_entry: np.ndarray) -> np.ndarray:
+    """The sum over each map's entries of ``per_entry`` (one value per entry of the maps' flattened children)."""
+    offsets = maps.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    cum = np.concatenate([[0], np.cumsum(per_entry, dtype=np.int64)])
+    return cum[offsets[1:]] - cum[offsets[:-1]]
+
+
+def _flag_bits(sys_flag: np.ndarray, bit: int) -> np.ndarray:
+    return (sys_flag & bit) != 0
+
+
+def size_from_fields(batch: pa.RecordBatch) -> pa.Array:
+    """The TOTALSIZE each row's fields add up to, from ``records.record_length`` (linear in each length)."""
     base = records.record_length(0, 0, 0, 0, records.MESSAGE_MAGIC_V1)
     born_v6 = records.record_length(records.BORNHOST_V6_FLAG, 0, 0, 0) - base
     store_v6 = records.record_length(records.STOREHOSTADDRESS_V6_FLAG, 0, 0, 0) - base
     v2 = records.record_length(0, 0, 0, 0, records.MESSAGE_MAGIC_V2) - base
     # name + value + the two separators: what encode_properties spends per entry beyond the text
     per_entry = len(properties.encode_properties({"k": "v"})) - 2
-    return (
-        f"({base}"
-        f" + CASE WHEN (sys_flag & {records.BORNHOST_V6_FLAG}) != 0 THEN {born_v6} ELSE 0 END"
-        f" + CASE WHEN (sys_flag & {records.STOREHOSTADDRESS_V6_FLAG}) != 0 THEN {store_v6} ELSE 0 END"
-        f" + CASE WHEN magic = {records.MESSAGE_MAGIC_V2} THEN {v2} ELSE 0 END"
-        " + body_len + octet_length(topic)"
-        # the text of every name and value plus the separators; no lambda, so Spark compiles it with the rest
-        " + coalesce(octet_length(array_join(map_keys(properties), ''))"
-        f" + octet_length(array_join(map_values(properties), '')) + {per_entry} * size(properties), 0))"
+    sys_flag = _np(batch.column("sys_flag")).astype(np.int64)
+    props = batch.column("properties")
+    text = (_np(pc.binary_length(props.keys)).astype(np.int64) + _np(pc.binary_length(props.items)) + per_entry
+            if len(props.keys) else np.zeros(0, np.int64))  # fmt: skip
+    size = (
+        base
+        + born_v6 * _flag_bits(sys_flag, records.BORNHOST_V6_FLAG)
+        + store_v6 * _flag_bits(sys_flag, records.STOREHOSTADDRESS_V6_FLAG)
+        + v2 * (_np(batch.column("magic")) == records.MESSAGE_MAGIC_V2)
+        + _np(batch.column("body_len")).astype(np.int64)
+        + _np(pc.binary_length(batch.column("topic"))).astype(np.int64)
+        + _per_map(props, text)  # a null map has no entries: 0, as an empty one
     )
+    return pa.array(size, pa.int64())
 
 
-CONSUMABLE_SQL = (
-    f"(sys_flag & {records.TRANSACTION_ROLLBACK_TYPE}) "
-    f"IN ({records.TRANSACTION_NOT_TYPE}, {records.TRANSACTION_COMMIT_TYPE})"
-)
-BODY_CRC32_SQL = "(crc32(body) & 2147483647)"  # UtilAll.crc32: java.util.zip.CRC32 masked to 31 bits
-_BAD_TEXT = "\ufffd"  # what a UTF-8 decode with errors="replace" leaves behind
-# the store's first/last store time of a message's segment, joined onto the messages by :func:`flagged`
-SEGMENT_FIRST_TIME = "_segment_first_store_time"
-SEGMENT_LAST_TIME = "_segment_last_store_time"
+def _differs(a: pa.Array, b: pa.Array) -> pa.Array:
+    """``NOT (a <=> b)``: exactly one is null, or both are set and differ."""
+    return pc.if_else(pc.equal(pc.is_null(a), pc.is_null(b)), pc.fill_null(pc.not_equal(a, b), False), True)
+
+
+def crc_mismatch(batch: pa.RecordBatch) -> pa.Array:
+    """The body does not match its stored BODYCRC: ``body_crc32`` (recomputed from the body) against ``body_crc``."""
+    differs = pc.not_equal(batch.column("body_crc32"), pc.cast(batch.column("body_crc"), pa.int64()))
+    return pc.or_(pc.invert(batch.column("crc_ok")), pc.and_(pc.greater(batch.column("body_len"), 0), differs))
+
+
+def _properties_broken(batch: pa.RecordBatch) -> pa.Array:
+    props = batch.column("properties")
+    out = pc.or_(
+        pc.or_(_differs(batch.column("tags"), pc.map_lookup(props, properties.PROPERTY_TAGS, "first")),
+               _differs(batch.column("keys"), pc.map_lookup(props, properties.PROPERTY_KEYS, "first"))),
+        _differs(batch.column("uniq_key"),
+                 pc.map_lookup(props, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "first")),
+    )  # fmt: skip
+    if len(props.keys):  # a bad character in any name or value, or an empty name
+        keys, values = props.keys, props.items
+        bad = (_np(pc.match_substring(keys, _BAD_TEXT), False) | _np(pc.match_substring(values, _BAD_TEXT), False)
+               | (_np(pc.binary_length(keys)) == 0))  # fmt: skip
+        out = pc.or_(out, pa.array(_per_map(props, bad.astype(np.int64)) > 0))
+    return out
+
+
+def _store_time_outside(batch: pa.RecordBatch) -> pa.Array:
+    t = batch.column("store_timestamp")
+    first = pc.fill_null(batch.column(SEGMENT_FIRST_TIME), 0)
+    last = pc.fill_null(batch.column(SEGMENT_LAST_TIME), _MAX_LONG)
+    return pc.or_(pc.or_(pc.less_equal(t, 0), pc.less(t, first)), pc.greater(t, last))
+
+
+def _queue_offset_gap(batch: pa.RecordBatch) -> pa.Array:
+    prev = batch.column(sequence.PREV_QUEUE_OFFSET)
+    gap = pc.fill_null(pc.not_equal(batch.column("queue_offset"), pc.add(prev, 1)), False)
+    return pc.and_(pa.array(sequence.consumable_mask(pc.fill_null(batch.column("sys_flag"), 0))), gap)
 
 
 RULES: tuple[Rule, ...] = (
@@ -106,35 +175,38 @@ RULES: tuple[Rule, ...] = (
         "magic_valid",
         MESSAGES,
         "MAGICCODE is a message magic (V1 or V2)",
-        f"magic NOT IN ({records.MESSAGE_MAGIC_V1}, {records.MESSAGE_MAGIC_V2})",
+        lambda b: pc.invert(pc.is_in(b.column("magic"), pa.array([records.MESSAGE_MAGIC_V1, records.MESSAGE_MAGIC_V2],
+                                                                   b.schema.field("magic").type))),
         ("magic",),
     ),
     Rule(
         "crc_matches",
         MESSAGES,
         "the body CRC recomputed from the row's body equals the stored BODYCRC",
-        "NOT crc_ok OR (body_len > 0 AND body_crc32 != body_crc)",
+        crc_mismatch,
         ("body_crc", "body_crc32 AS recomputed"),
     ),
     Rule(
         "size_matches_fields",
         MESSAGES,
         "TOTALSIZE equals the length computed from the record's fields",
-        f"msg_size != {_size_sql()}",
-        ("msg_size", f"{_size_sql()} AS computed"),
+        lambda b: pc.not_equal(pc.cast(b.column("msg_size"), pa.int64()), size_from_fields(b)),
+        ("msg_size", f"{SIZE_FROM_FIELDS} AS computed"),
     ),
     Rule(
         "offset_is_base_plus_position",
         MESSAGES,
         "PHYSICALOFFSET equals the segment's base offset plus the record's position",
-        "commitlog_offset != CAST(segment AS BIGINT) + position",
+        lambda b: pc.not_equal(
+            b.column("commitlog_offset"), pc.add(pc.cast(b.column("segment"), pa.int64()), b.column("position"))
+        ),
         ("commitlog_offset",),
     ),
     Rule(
         "records_contiguous",
         MESSAGES,
         "the first record starts at position 0 and each record starts where the previous one ended",
-        "position != coalesce(prev_end, 0)",
+        lambda b: pc.not_equal(b.column("position"), pc.fill_null(b.column(sequence.PREV_END), 0)),
         ("prev_end",),
     ),
     Rule(
@@ -142,28 +214,21 @@ RULES: tuple[Rule, ...] = (
         MESSAGES,
         "within a segment each (topic, queue)'s offsets go up by exactly 1: no gap, no duplicate "
         "(transaction half/rollback records take no queue offset and are skipped)",
-        f"{CONSUMABLE_SQL} AND prev_queue_offset IS NOT NULL AND queue_offset != prev_queue_offset + 1",
+        _queue_offset_gap,
         ("topic", "queue_id", "queue_offset", "prev_queue_offset"),
     ),
     Rule(
         "store_time_in_segment_range",
         MESSAGES,
         "STORETIMESTAMP is positive and inside the [first, last] store time the store recorded for the segment",
-        f"store_timestamp <= 0 OR store_timestamp < coalesce({SEGMENT_FIRST_TIME}, 0) "
-        f"OR store_timestamp > coalesce({SEGMENT_LAST_TIME}, 9223372036854775807)",
+        _store_time_outside,
         ("store_timestamp",),
     ),
     Rule(
         "properties_parse",
         MESSAGES,
         "the properties string parses into valid UTF-8 names and values, and tags/keys/uniq_key agree with it",
-        f"NOT (tags <=> properties['{properties.PROPERTY_TAGS}']) "
-        f"OR NOT (keys <=> properties['{properties.PROPERTY_KEYS}']) "
-        f"OR NOT (uniq_key <=> properties['{properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}']) "
-        # a bad character in any name or value is one in their concatenation (a decode leaves whole characters)
-        f"OR instr(array_join(map_keys(properties), ''), '{_BAD_TEXT}') > 0 "
-        f"OR instr(array_join(map_values(properties), ''), '{_BAD_TEXT}') > 0 "
-        "OR array_contains(map_keys(properties), '')",
+        _properties_broken,
     ),
     # ---- per segment -----------------------------------------------------------------------------------
     Rule(
@@ -250,20 +315,41 @@ def checked_messages(df):
     return ordered.mapInArrow(previous, from_arrow_schema(out_schema))
 
 
+def flag_batch(batch: pa.RecordBatch, rules: tuple[Rule, ...] | list[Rule]) -> pa.RecordBatch:
+    """``batch`` (rows of the ``messages`` dataset) with one boolean column per rule (``rule.flag``: the row breaks
+    it) and :data:`SIZE_FROM_FIELDS` (what the size rule compares TOTALSIZE with, kept for its samples)."""
+    flags = [pc.fill_null(r.condition(batch), False) for r in rules]  # type: ignore[operator]
+    return pa.RecordBatch.from_arrays(
+        [*batch.columns, size_from_fields(batch), *flags],
+        schema=pa.schema([*batch.schema, pa.field(SIZE_FROM_FIELDS, pa.int64()),
+                          *(pa.field(r.flag, pa.bool_(), nullable=False) for r in rules)]),
+    )  # fmt: skip
+
+
 def flagged(dataset: str, df, segments_df, rules: tuple[Rule, ...] | list[Rule]):
     """``df`` (the ``dataset``) with one boolean column per rule of ``rules`` (``rule.flag``), so every rule is
-    evaluated in the same pass over the rows; ``segments_df`` supplies the store's per-segment time range the
-    ``messages`` rules compare against (a broadcast join: one row per segment), unless ``df`` has the two
-    columns already (the tiering job's staging pass adds them as it decodes)."""
-    from pyspark.sql import functions as F
+    evaluated in the same pass over the rows.
 
-    needs_times = any(SEGMENT_FIRST_TIME in r.condition for r in rules) and SEGMENT_FIRST_TIME not in df.columns
-    if dataset == MESSAGES and needs_times:
+    ``messages``: the rules' Arrow functions (:func:`flag_batch`) over the frame's batches; ``segments_df``
+    supplies the store's per-segment time range the store-time rule compares against (a broadcast join: one row
+    per segment), unless ``df`` has the two columns already.  ``segments``/``queues``: the rules' SQL."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    if dataset != MESSAGES:  # a NULL condition does not break the rule, as in a WHERE clause
+        return df.select("*", *(F.coalesce(F.expr(f"({r.condition})"), F.lit(False)).alias(r.flag) for r in rules))
+    if SEGMENT_FIRST_TIME not in df.columns:
         times = segments_df.select(
             "segment",
             F.col("first_store_time").alias(SEGMENT_FIRST_TIME),
             F.col("last_store_time").alias(SEGMENT_LAST_TIME),
         )
         df = df.join(F.broadcast(times), "segment", "left")
-    # a NULL condition does not break the rule, as in a WHERE clause
-    return df.select("*", *(F.coalesce(F.expr(f"({r.condition})"), F.lit(False)).alias(r.flag) for r in rules))
+    rules = tuple(rules)
+    out = flag_batch(pa.RecordBatch.from_pylist([], to_arrow_schema(df.schema)), rules).schema
+
+    def flag(batches):
+        for batch in batches:
+            yield flag_batch(batch, rules)
+
+    return df.mapInArrow(flag, from_arrow_schema(out))

@@ -156,7 +156,7 @@ def validate(
     which segments broke it.  The first breaking rows of a failed rule are fetched afterwards, only on
     failure.  ``counted`` holds the counts already taken for a dataset (``{dataset: {(segment, rule):
     rows}}``: the tiering job counts the ``messages`` rules while it stages the rows); that dataset's frame
-    is then read only for the samples of a failed rule.
+    is then read only for the samples of a failed rule (None: its counts are all 0).
     Returns one result per (segment, rule).
     """
     t0 = time.perf_counter()
@@ -165,15 +165,23 @@ def validate(
         raise MissingDatasetError(f"missing datasets for the expectations: {sorted(missing)}")
     counts: dict[tuple[str, str], int] = {}
     flagged_frames: dict[str, Any] = {}
+
+    def flagged_frame(dataset: str):
+        if dataset not in flagged_frames:
+            if frames[dataset] is None:
+                raise MissingDatasetError(f"rows of {dataset} are needed for the samples of a failed rule")
+            ds_rules = [r for r in rules_for(dataset) if r in rules]
+            flagged_frames[dataset] = flagged(dataset, frames[dataset], frames[SEGMENTS], ds_rules)
+        return flagged_frames[dataset]
+
     for dataset in DATASETS:
         ds_rules = [r for r in rules_for(dataset) if r in rules]
         if ds_rules:
             t_ds = time.perf_counter()
-            flagged_frames[dataset] = flagged(dataset, frames[dataset], frames[SEGMENTS], ds_rules)
             if counted and dataset in counted:
                 counts.update(counted[dataset])
                 continue
-            counts.update(_violation_counts(flagged_frames[dataset], ds_rules, small=dataset != MESSAGES))
+            counts.update(_violation_counts(flagged_frame(dataset), ds_rules, small=dataset != MESSAGES))
             log.info("rules on %s: %d in one pass, %.2f s", dataset, len(ds_rules), time.perf_counter() - t_ds)
     checked = [r for r in RULES if r in rules]
     # every segment of the batch, plus any segment the rows name that was not expected
@@ -184,7 +192,7 @@ def validate(
     report = QualityReport(run_id, datetime.now(UTC))
     for rule in checked:
         broken = broken_by_rule[rule.name]
-        samples = _samples(flagged_frames[rule.dataset], rule) if broken else {}
+        samples = _samples(flagged_frame(rule.dataset), rule) if broken else {}
         for s in names:
             n = broken.get(s, 0)
             details: dict[str, Any] = {"description": rule.description}

@@ -24,6 +24,7 @@ from pipelines.segments import SegmentFacts
 from store.retention import SegmentEntry
 
 QueueKey = tuple[str, int]
+CRC_RULE = next(r for r in RULES if r.name == "crc_matches")  # what makes a row's body count as bad
 
 
 @dataclass(frozen=True)
@@ -194,18 +195,16 @@ def body_checks(body: pa.Array) -> tuple[pa.Array, pa.Array]:
 def rows_digest(df) -> dict[str, RowsDigest]:
     """segment -> digest of its rows in ``df`` (any frame of the canonical schema), bodies checked against
     their stored CRC: one Spark job over the digest columns, the body reduced to its length and CRC check."""
-    from pyspark.sql import functions as F
-
     from expectations.rules import with_body_checks
 
     acc = digest_accumulator(df.sparkSession)
-    crc_rule = next(r for r in RULES if r.name == "crc_matches")
-    narrow = with_body_checks(df).select(*DIGEST_COLUMNS, "body_len", F.expr(crc_rule.condition).alias("bad_crc"))
+    narrow = with_body_checks(df).select(*DIGEST_COLUMNS, "crc_ok", "body_len", "body_crc32")
 
     def fold(batches):
         parts = DigestParts()
         for batch in batches:
-            parts.add(batch)
+            bad = CRC_RULE.condition(batch)  # type: ignore[operator]
+            parts.add(pa.RecordBatch.from_arrays([*batch.columns, bad], names=[*batch.schema.names, "bad_crc"]))
         acc.add(parts)
         return iter(())
 
@@ -221,21 +220,11 @@ class DataFile:
     partition_values: dict[str, Any]
 
 
-def crc_mismatch(crc_ok: pa.Array, body_len: pa.Array, body_crc32: pa.Array, body_crc: pa.Array) -> pa.Array:
-    """Per row: the body does not match its stored BODYCRC (``body_checks``' columns beside the stored ones) — the
-    ``crc_matches`` rule of expectations/rules.py over Arrow columns, for verify, which checks the committed
-    bodies in Python where it reads them instead of moving every body into Spark."""
-    import pyarrow.compute as pc
-
-    differs = pc.not_equal(body_crc32, pc.cast(body_crc, pa.int64()))
-    return pc.or_(pc.invert(crc_ok), pc.and_(pc.greater(body_len, 0), differs))
-
-
 def files_digest(
     spark, files: list[DataFile], schema: pa.Schema, segments: set[str], offsets: tuple[int, int]
 ) -> dict[str, RowsDigest]:
     """segment -> digest of the rows of ``segments`` with ``offsets[0] <= commitlog_offset < offsets[1]`` in
-    ``files`` (a table of ``schema``), every body checked against its stored CRC (:func:`crc_mismatch`).
+    ``files`` (a table of ``schema``), every body checked against its stored CRC (the ``crc_matches`` rule).
 
     One Spark task per file reads it with pyarrow and folds its rows where it reads them: no body crosses into
     the JVM, and the JVM has nothing to compile."""
@@ -262,8 +251,9 @@ def files_digest(
                 for batch in t.filter(keep).to_batches(max_chunksize=8192):
                     n = batch.num_rows
                     body_len, body_crc32 = body_checks(batch.column("body"))
-                    bad = crc_mismatch(batch.column("crc_ok"), body_len, body_crc32, batch.column("body_crc"))
                     cols = {c: batch.column(c) for c in batch.schema.names if c != "body"}
+                    bad = CRC_RULE.condition(pa.RecordBatch.from_pydict(
+                        {**cols, "body_len": body_len, "body_crc32": body_crc32}))  # type: ignore[operator]
                     cols |= {c: pa.repeat(pa.scalar(v, schema.field(c).type), n)
                              for c, v in f.partition_values.items() if c in wanted}  # fmt: skip
                     parts.add(pa.RecordBatch.from_pydict(cols | {"body_len": body_len, "bad_crc": bad}))
@@ -423,7 +413,8 @@ def queue_check_table(
 
 
 def expectation_frames(spark, checked_df, segment_checks: pa.Table, queue_checks: pa.Table) -> dict:
-    """The three datasets; ``checked_df`` is ``expectations.rules.checked_messages`` of the rows."""
+    """The three datasets; ``checked_df`` is ``expectations.rules.checked_messages`` of the rows (None: the
+    ``messages`` rules were counted where the rows were staged, and none broke)."""
     return {
         MESSAGES: checked_df,
         SEGMENTS: spark.createDataFrame(segment_checks),

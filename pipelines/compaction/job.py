@@ -386,7 +386,6 @@ class TierJob:
 
     def _stage_validate_commit(self, batch, entries, outcomes, expected, report, phase) -> int | None:
         from pipelines import lake as lk
-        from pipelines.schema import spark_schema
 
         bases = [f.base_offset for f in batch]
         clean = [f.base_offset for f in batch if checks.is_clean(f)]
@@ -396,17 +395,15 @@ class TierJob:
             digests = staged.digests if staged else {}
             # The messages rules were counted while staging; only if one broke are the staged rows read back,
             # to count it per segment and sample the breaking rows.
-            counted = None
+            counted, messages = None, None
             if staged is None or not any(staged.violations.values()):
                 counted = {MESSAGES: {(f.segment, r.name): 0 for f in batch for r in rules_for(MESSAGES)}}
-            rows = (
-                staging.staged_frame(self.spark, staged) if staged
-                else self.spark.createDataFrame([], spark_schema(tables.MESSAGES_SCHEMA))
-            )  # fmt: skip
+            else:
+                messages = checked_messages(staging.staged_frame(self.spark, staged))
             history = _tiered_history(self.segments_uri, self.store_id)
             frames = checks.expectation_frames(
                 self.spark,
-                checked_messages(rows),
+                messages,
                 checks.segment_check_table(batch, entries, digests),
                 checks.queue_check_table(batch, digests, history),
             )

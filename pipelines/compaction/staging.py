@@ -11,13 +11,14 @@ Each Spark task takes one whole segment file and, in Python:
   broker/lake/reader.py) and writes them with pyarrow, one file per partition directory under the staging
   directory, in small row groups (``tables.ROW_GROUP_BYTES`` / ``ROW_GROUP_ROWS``: a fall-through pull decodes a
   whole row group);
-- hands Spark the same rows WITHOUT their bodies.  Spark evaluates every ``messages`` rule over them as a flag
-  column (``expectations.rules.flagged``, the rules' own SQL) and counts the rows breaking each with
-  ``DataFrame.observe``.
+- evaluates every ``messages`` rule over the same batches (``expectations.rules.flag_batch``: the rules are
+  Arrow functions, the one definition ``expectations.rules.flagged`` also runs over Spark frames) and counts
+  the rows breaking each (an accumulator).
 
 So the rules and the digests see the rows exactly as they are staged, the staged files are never read back
-before the commit, and no body ever crosses into the JVM (moving every body into Spark and encoding it there
-was most of the staging cost, docs/benchmarks.md).  The post-commit verify reads the committed files and
+before the commit, and no row crosses into the JVM: Spark only schedules the tasks (moving every body into
+Spark and encoding it there was most of the staging cost, and evaluating the rules as Spark SQL over the
+rows without bodies most of the rest, docs/benchmarks.md).  The post-commit verify reads the committed files and
 matches them against these digests (every body against its CRC), so a row changed between here and the disk
 is still caught before anything is deleted.
 
@@ -35,16 +36,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from expectations import sequence
-from expectations.rules import MESSAGES, SEGMENT_FIRST_TIME, SEGMENT_LAST_TIME, flagged, rules_for
+from expectations.rules import MESSAGES, SEGMENT_FIRST_TIME, SEGMENT_LAST_TIME, flag_batch, rules_for
 from pipelines.compaction import tables
 from pipelines.compaction.checks import DigestParts, RowsDigest, body_checks, digest_accumulator
 from pipelines.schema import MESSAGE_SCHEMA
 
 BODY_LEN = "body_len"
 BODY_CRC32 = "body_crc32"
-# what Spark gets of each staged row: every column but the body, plus what the rules need of the body
+# what the rules see of each staged row: every column but the body, plus what the rules need of the body
 CHECKED_SCHEMA = pa.schema(
     [
         *(f for f in MESSAGE_SCHEMA if f.name != "body"),
@@ -56,7 +58,6 @@ CHECKED_SCHEMA = pa.schema(
     ]
 )
 StoreTimes = tuple[int | None, int | None]  # a segment's first and last store time, as the store recorded them
-ROWS = "rows"  # the observed row count, beside one count per rule
 MS_PER_DAY = 86_400_000
 
 
@@ -137,15 +138,20 @@ def _row_groups(sizes) -> list[tuple[int, int]]:
     return out
 
 
-def stage_task(paths: list[str], times: list[StoreTimes], directory: str, parts_acc, files_acc, broker_name: str):
+def stage_task(
+    paths: list[str], times: list[StoreTimes], directory: str, parts_acc, files_acc, counts_acc, broker_name: str
+):
     """The Python function of the staging pass: partition ``i`` stages ``paths[i]`` whole; ``times[i]`` is the
-    first and last store time the store recorded for it; ``broker_name`` the rows' broker."""
+    first and last store time the store recorded for it; ``broker_name`` the rows' broker.  What it found goes
+    to the accumulators: the digest parts, the files written, and the rows breaking each ``messages`` rule."""
+    rules = rules_for(MESSAGES)
 
     def stage_one(batches):
         from pipelines.segments import read_segment
 
         parts = DigestParts()
         files: dict[str, list[str]] = {}
+        broken = dict.fromkeys((r.name for r in rules), 0)
         for ids in batches:
             for i in ids.column("id").to_pylist():
                 path = Path(paths[i])
@@ -160,31 +166,43 @@ def stage_task(paths: list[str], times: list[StoreTimes], directory: str, parts_
                         tables.STORE_DATE, store_date(batch.column("store_timestamp"))))
                     n = batch.num_rows
                     extra = [body_len, body_crc32, *(pa.repeat(pa.scalar(t, pa.int64()), n) for t in times[i])]
-                    yield pa.RecordBatch.from_arrays(
-                        [*batch.drop_columns(["body"]).columns, *extra], schema=CHECKED_SCHEMA
-                    )
+                    checked = flag_batch(pa.RecordBatch.from_arrays(
+                        [*batch.drop_columns(["body"]).columns, *extra], schema=CHECKED_SCHEMA), rules)  # fmt: skip
+                    for r in rules:
+                        broken[r.name] += pc.sum(checked.column(r.flag).cast(pa.int64())).as_py() or 0
                 if decoded:
                     files[path.name] = write_sorted(pa.Table.from_batches(decoded), directory, f"{i:05d}")
         parts_acc.add(parts)
         files_acc.add(files)
+        counts_acc.add(broken)
+        return iter(())
 
     return stage_one
 
 
-def _files_accumulator(spark):
-    """A Spark accumulator of ``segment -> files`` (tasks add what they wrote; the driver reads ``.value``)."""
+def _accumulator(spark, merge):
+    """A Spark accumulator of a dict (tasks add theirs; ``merge(a, b)`` folds ``b`` into ``a``; ``.value``)."""
     from pyspark.accumulators import AccumulatorParam
 
-    class MergeFiles(AccumulatorParam):
+    class MergeDicts(AccumulatorParam):
         def zero(self, value: dict) -> dict:
             return {}
 
         def addInPlace(self, a: dict, b: dict) -> dict:
-            for k, v in b.items():
-                a.setdefault(k, []).extend(v)
+            merge(a, b)
             return a
 
-    return spark.sparkContext.accumulator({}, MergeFiles())
+    return spark.sparkContext.accumulator({}, MergeDicts())
+
+
+def _extend_lists(a: dict, b: dict) -> None:
+    for k, v in b.items():
+        a.setdefault(k, []).extend(v)
+
+
+def _add_counts(a: dict, b: dict) -> None:
+    for k, v in b.items():
+        a[k] = a.get(k, 0) + v
 
 
 def stage(
@@ -195,30 +213,19 @@ def stage(
     (partitioned and sorted as the ``messages`` table is); ``segment_times`` maps a base offset to the first and
     last store time the store recorded for the segment (None: not recorded), for the store-time rule;
     ``broker_name`` is the ``broker_name`` column of every row (the store's broker)."""
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
-    from pipelines.schema import spark_schema
-
     # absolute: an executor on a cluster resolves a relative path against its own work dir
     paths = [str(Path(store_dir).absolute() / "commitlog" / f"{b:020d}") for b in bases]
     where = str(directory) if "://" in str(directory) else str(Path(directory).absolute())
-    parts, files = digest_accumulator(spark), _files_accumulator(spark)
-    rows = spark.range(len(paths), numPartitions=len(paths)).mapInArrow(
-        stage_task(paths, [segment_times.get(b, (None, None)) for b in bases], where, parts, files, broker_name),
-        spark_schema(CHECKED_SCHEMA),
+    parts, files = digest_accumulator(spark), _accumulator(spark, _extend_lists)
+    counts = _accumulator(spark, _add_counts)
+    task = stage_task(
+        paths, [segment_times.get(b, (None, None)) for b in bases], where, parts, files, counts, broker_name
     )
-    rules = rules_for(MESSAGES)
-    checked = flagged(MESSAGES, rows, None, rules)
-    observed = Observation(f"staging-{Path(where).name}")
-    counts = checked.observe(
-        observed, F.count(F.lit(1)).alias(ROWS), *(F.count_if(F.col(r.flag)).alias(r.name) for r in rules)
-    )
-    counts.select(*(r.flag for r in rules)).write.format("noop").mode("overwrite").save()
-    metrics = observed.get
+    spark.range(len(paths), numPartitions=len(paths)).mapInArrow(task, "id long").collect()
+    digests = parts.value.digests()
     return Staged(
-        where, parts.value.digests(), {r.name: int(metrics[r.name]) for r in rules}, int(metrics[ROWS]),
-        {k: sorted(v) for k, v in files.value.items()},
+        where, digests, {r.name: int(counts.value.get(r.name, 0)) for r in rules_for(MESSAGES)},
+        sum(d.count for d in digests.values()), {k: sorted(v) for k, v in files.value.items()},
     )  # fmt: skip
 
 
