@@ -36,6 +36,7 @@ from store.index import IndexService
 from store.recovery import RecoveryReport, recover
 from store.retention import SegmentManifest, SegmentState, disk_used_ratio, is_deletion_hour
 from store.schedule import ParkRefused, ScheduleMessageService, TimerMessageService, may_park, park
+from store.segment_deletion import delete_leading_segments
 
 log = logging.getLogger(__name__)
 MAX_FILTER_UNITS = 16000 // units.CQ_UNIT_SIZE  # maxFilterMessageCount: CQ units scanned per pull at most
@@ -835,24 +836,10 @@ class MessageStore:
         deletable = {SegmentState.TIERED}
         if cfg.expired_segment_policy == ExpiredSegmentPolicy.DELETE:
             deletable |= {SegmentState.EXPIRED}
-        states = {e.base_offset: e.state for e in self.manifest.entries()}
-        deleted: list[int] = []
-        files = self.commitlog.queue.files
-        while len(files) > 1 and len(deleted) < 10 and states.get(files[0].file_from_offset) in deletable:
-            base = files[0].file_from_offset
-            if base + files[0].file_size > self.reput.reput_from:
-                break  # never delete what is not dispatched yet
-            self.commitlog.queue.delete_first()
-            self.manifest.mark_deleted(base)
-            deleted.append(base)
-            files = self.commitlog.queue.files
-        if deleted:
-            cl_min = self.commitlog.min_offset
-            for cq in self.all_consume_queues():
-                cq.delete_expired(cl_min)
-            self.index.delete_expired(cl_min)
-            log.info("deleted CommitLog segments %s; new minimum offset %d", deleted, cl_min)
-        return deleted
+        return delete_leading_segments(
+            self.commitlog, self.manifest, self.all_consume_queues(), self.index, deletable,
+            dispatched_to=self.reput.reput_from, limit=10,
+        )  # fmt: skip
 
 
 def _mtime_ms(store: MessageStore, base: int) -> int:

@@ -1,10 +1,12 @@
 """Deleting tiered segments: through the store's own deletion path, never by unlinking files here.
 
 The store's clean pass deletes ``tiered`` segments oldest first and, with them, the ConsumeQueue units
-and IndexFiles wholly below the new minimum offset.  When a broker holds the store (its ``lock``), that
-pass runs inside the broker: at the ``deleteWhen`` hour, under disk pressure, or on a manual request —
-the job then leaves deletion to it.  When no process holds the store, the job opens it (recovery, then
-one manual clean pass) and closes it again.
+and IndexFiles wholly below the new minimum offset (store/segment_deletion.py).  When a broker holds the store
+(its ``lock``), that pass runs inside the broker: at the ``deleteWhen`` hour, under disk pressure, or on a
+manual request — the job then leaves deletion to it.  When no process holds the store, the job takes its lock
+and runs the same deletion on the closed store (``delete_tiered_closed``: no recovery, which would re-read the
+last segments and rebuild ConsumeQueue tails for nothing); only a store that did not shut down cleanly is
+opened (recovery, then manual clean passes) and closed again.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from store.errors import MQLakeError
 from store.format import units
 from store.message_store import MessageStore
 from store.retention import SegmentManifest, SegmentState
+from store.segment_deletion import delete_tiered_closed
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +76,15 @@ def delete_tiered(store_dir: Path, config: MessageStoreConfig | None = None) -> 
         return []
     try:
         StoreLock(root).release()
+        config = config or infer_store_config(root)
+        deleted = delete_tiered_closed(config)
     except StoreLockedError:
         log.info("a broker holds %s: it deletes the tiered segments in its clean pass", root)
         return None
-    store = MessageStore(config or infer_store_config(root))
+    if deleted is not None:
+        return deleted
+    # the store did not shut down cleanly: recovery re-dispatches the log before anything may go
+    store = MessageStore(config)
     try:
         store.start()
     except StoreLockedError:
