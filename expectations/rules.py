@@ -1,16 +1,18 @@
 """The segment-integrity rules: each one a condition that is true for a row breaking it.
 
-A ``messages`` rule is a function over an Arrow batch of rows (``Rule.arrow``, pyarrow compute and numpy): the
-tiering job evaluates it inside the task that decodes and writes the rows (pipelines/compaction/staging.py),
-and :func:`flagged` evaluates the very same function over any Spark frame of rows (``mapInArrow``), so each
-rule has one definition wherever it runs and no row goes through Spark SQL to be checked.  A ``segments`` or
-``queues`` rule is a SQL condition over a small table built on the driver (one row per segment or queue).
+A rule is a function over an Arrow batch of its dataset's rows (``Rule.condition``, pyarrow compute and numpy).
+The tiering job evaluates the ``messages`` rules inside the task that decodes and writes the rows
+(pipelines/compaction/staging.py), and :func:`flagged` evaluates the very same functions over any Spark frame of
+rows (``mapInArrow``), so each rule has one definition wherever it runs and no row goes through Spark SQL to be
+checked.  The ``segments`` and ``queues`` datasets are small Arrow tables built on the driver (one row per
+segment or queue), checked on the driver (:func:`flag_batch`).
 
 Every rule of a dataset becomes a flag column of one pass over that dataset (:func:`flagged`), so the
 rows are read once however many rules there are; Great Expectations then evaluates the per-segment
 violation counts (expectations/runner.py).
 
-Three datasets are checked, each a Spark DataFrame:
+Three datasets are checked: ``messages`` a Spark DataFrame (or the staging tasks' batches), the other two Arrow
+tables:
 
 ``messages``
     The decoded rows of the segments being tiered, exactly as they will be committed (canonical schema,
@@ -69,10 +71,11 @@ class Rule:
     name: str
     dataset: str
     description: str
-    # true for a row breaking the rule: SQL over one row of a ``segments``/``queues`` table, or (``messages``) a
-    # function of an Arrow batch of rows returning one boolean per row (null: not broken, as in a WHERE clause)
-    condition: str | Callable[[pa.RecordBatch], pa.Array]
-    columns: tuple[str, ...] = ()  # SQL expressions kept in the sample of breaking rows (beside segment, position)
+    # true for a row breaking the rule: a function of an Arrow batch of the dataset's rows returning one boolean
+    # per row (null: not broken, as in a WHERE clause)
+    condition: Callable[[pa.RecordBatch], pa.Array]
+    # columns kept in the sample of breaking rows (beside segment, position); ``name AS alias`` renames one
+    columns: tuple[str, ...] = ()
 
     @property
     def flag(self) -> str:
@@ -169,6 +172,18 @@ def _queue_offset_gap(batch: pa.RecordBatch) -> pa.Array:
     return pc.and_(pa.array(sequence.consumable_mask(pc.fill_null(batch.column("sys_flag"), 0))), gap)
 
 
+def _ne(t: pa.RecordBatch, a: str, b: str) -> pa.Array:
+    """``a != b``, false where either is null."""
+    return pc.fill_null(pc.not_equal(t.column(a), t.column(b)), False)
+
+
+def _queue_does_not_continue(t: pa.RecordBatch) -> pa.Array:
+    first, prev_last = t.column("first_offset"), t.column("prev_last")
+    after_tier = pc.and_(t.column("prev_contiguous"), pc.not_equal(first, pc.add(prev_last, 1)))  # null: no prev
+    from_zero = pc.and_(pc.and_(pc.is_null(prev_last), t.column("run_from_zero")), pc.not_equal(first, 0))
+    return pc.or_(pc.fill_null(after_tier, False), pc.fill_null(from_zero, False))
+
+
 RULES: tuple[Rule, ...] = (
     # ---- per record ------------------------------------------------------------------------------------
     Rule(
@@ -235,30 +250,32 @@ RULES: tuple[Rule, ...] = (
         "file_scans_clean",
         SEGMENTS,
         "every record of the file decodes, up to the BLANK filler (no bad record, no torn tail)",
-        "scan_error IS NOT NULL OR torn_tail",
+        lambda t: pc.or_(pc.is_valid(t.column("scan_error")), t.column("torn_tail")),
         ("scan_error", "torn_tail"),
     ),
     Rule(
         "ends_with_blank",
         SEGMENTS,
         "a sealed segment ends in a BLANK record (only the active tail may end otherwise, and it is never tiered)",
-        "NOT ends_with_blank",
+        lambda t: pc.invert(t.column("ends_with_blank")),
         ("valid_bytes", "file_size"),
     ),
     Rule(
         "rows_cover_file",
         SEGMENTS,
         "the decoded rows are every record of the file: as many rows as records, covering every valid byte",
-        "row_count != record_count OR row_bytes != valid_bytes",
+        lambda t: pc.or_(_ne(t, "row_count", "record_count"), _ne(t, "row_bytes", "valid_bytes")),
         ("record_count", "row_count", "valid_bytes", "row_bytes"),
     ),
     Rule(
         "matches_manifest",
         SEGMENTS,
         "the rows' count and first/last store times equal what the store recorded when it sealed the segment",
-        "(message_count IS NOT NULL AND row_count != message_count) "
-        "OR (first_store_time IS NOT NULL AND row_first_store_time != first_store_time) "
-        "OR (last_store_time IS NOT NULL AND row_last_store_time != last_store_time)",
+        # a fact the store did not record (null) is not compared
+        lambda t: pc.or_(
+            pc.or_(_ne(t, "row_count", "message_count"), _ne(t, "row_first_store_time", "first_store_time")),
+            _ne(t, "row_last_store_time", "last_store_time"),
+        ),
         ("message_count", "row_count", "first_store_time", "row_first_store_time", "last_store_time",
          "row_last_store_time"),
     ),
@@ -268,15 +285,14 @@ RULES: tuple[Rule, ...] = (
         QUEUES,
         "a queue's first offset in the segment follows the last one tiered before it (+1), or is 0 when the "
         "tier covers the CommitLog from offset 0; no continuity is required across a hole in the tier",
-        "(prev_last IS NOT NULL AND prev_contiguous AND first_offset != prev_last + 1) "
-        "OR (prev_last IS NULL AND run_from_zero AND first_offset != 0)",
+        _queue_does_not_continue,
         ("topic", "queue_id", "first_offset", "prev_last"),
     ),
     Rule(
         "queue_offsets_not_in_tier",
         QUEUES,
         "no queue offset of the segment is already in the tier (no duplicate across everything tiered)",
-        "overlaps > 0",
+        lambda t: pc.greater(t.column("overlaps"), 0),
         ("topic", "queue_id", "first_offset", "last_offset", "overlaps"),
     ),
 )
@@ -316,35 +332,32 @@ def checked_messages(df):
 
 
 def flag_batch(batch: pa.RecordBatch, rules: tuple[Rule, ...] | list[Rule]) -> pa.RecordBatch:
-    """``batch`` (rows of the ``messages`` dataset) with one boolean column per rule (``rule.flag``: the row breaks
-    it) and :data:`SIZE_FROM_FIELDS` (what the size rule compares TOTALSIZE with, kept for its samples)."""
-    flags = [pc.fill_null(r.condition(batch), False) for r in rules]  # type: ignore[operator]
+    """``batch`` (rows of the rules' dataset) with one boolean column per rule (``rule.flag``: the row breaks it);
+    rows of ``messages`` also get :data:`SIZE_FROM_FIELDS` (what the size rule compares TOTALSIZE with, kept for
+    its samples)."""
+    cols = []
+    if rules and rules[0].dataset == MESSAGES:
+        cols.append((pa.field(SIZE_FROM_FIELDS, pa.int64()), size_from_fields(batch)))
+    cols += [(pa.field(r.flag, pa.bool_(), nullable=False), pc.fill_null(r.condition(batch), False)) for r in rules]
     return pa.RecordBatch.from_arrays(
-        [*batch.columns, size_from_fields(batch), *flags],
-        schema=pa.schema([*batch.schema, pa.field(SIZE_FROM_FIELDS, pa.int64()),
-                          *(pa.field(r.flag, pa.bool_(), nullable=False) for r in rules)]),
-    )  # fmt: skip
+        [*batch.columns, *(a for _, a in cols)], schema=pa.schema([*batch.schema, *(f for f, _ in cols)])
+    )
 
 
-def flagged(dataset: str, df, segments_df, rules: tuple[Rule, ...] | list[Rule]):
-    """``df`` (the ``dataset``) with one boolean column per rule of ``rules`` (``rule.flag``), so every rule is
-    evaluated in the same pass over the rows.
-
-    ``messages``: the rules' Arrow functions (:func:`flag_batch`) over the frame's batches; ``segments_df``
-    supplies the store's per-segment time range the store-time rule compares against (a broadcast join: one row
-    per segment), unless ``df`` has the two columns already.  ``segments``/``queues``: the rules' SQL."""
+def flagged(df, segments: pa.Table, rules: tuple[Rule, ...] | list[Rule]):
+    """``df`` (a Spark frame of the ``messages`` dataset) with one boolean column per rule of ``rules``
+    (``rule.flag``): the rules' Arrow functions (:func:`flag_batch`) over the frame's batches, every rule in the
+    same pass over the rows.  ``segments`` (the ``segments`` dataset) supplies the store's per-segment time range
+    the store-time rule compares against (a broadcast join: one row per segment), unless ``df`` has the two
+    columns already."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-    if dataset != MESSAGES:  # a NULL condition does not break the rule, as in a WHERE clause
-        return df.select("*", *(F.coalesce(F.expr(f"({r.condition})"), F.lit(False)).alias(r.flag) for r in rules))
     if SEGMENT_FIRST_TIME not in df.columns:
-        times = segments_df.select(
-            "segment",
-            F.col("first_store_time").alias(SEGMENT_FIRST_TIME),
-            F.col("last_store_time").alias(SEGMENT_LAST_TIME),
+        times = segments.select(["segment", "first_store_time", "last_store_time"]).rename_columns(
+            ["segment", SEGMENT_FIRST_TIME, SEGMENT_LAST_TIME]
         )
-        df = df.join(F.broadcast(times), "segment", "left")
+        df = df.join(F.broadcast(df.sparkSession.createDataFrame(times)), "segment", "left")
     rules = tuple(rules)
     out = flag_batch(pa.RecordBatch.from_pylist([], to_arrow_schema(df.schema)), rules).schema
 

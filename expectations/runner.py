@@ -1,7 +1,8 @@
-"""Run the segment-integrity rules over Spark DataFrames and Great Expectations; results are data.
+"""Run the segment-integrity rules and Great Expectations; results are data.
 
-Spark computes every rule of a dataset as a flag column in one pass over it and counts the breaking
-rows per (segment, rule).  Great Expectations 1.x then evaluates one expectation per rule
+Every rule of a dataset is a flag column of one pass over it (the rules' Arrow functions: over a Spark frame of
+``messages``, over the small ``segments`` and ``queues`` tables on the driver), and the breaking rows are
+counted per (segment, rule).  Great Expectations 1.x then evaluates one expectation per rule
 (``ExpectColumnValuesToBeBetween(rule, 0, 0)``) over that table of counts — one row per segment — and
 reports which segments broke it; quarantine follows GE's verdict per segment.  Handing GE the counts
 rather than the rows is what keeps validation one read of the data: over a Spark frame GE runs two
@@ -21,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from expectations.rules import DATASETS, MESSAGES, RULES, SEGMENTS, Rule, flagged, rules_for
+from expectations.rules import DATASETS, MESSAGES, RULES, SEGMENTS, Rule, flag_batch, flagged, rules_for
 from store.errors import MQLakeError
 
 log = logging.getLogger(__name__)
@@ -101,17 +102,22 @@ class QualityReport:
         }
 
 
-def _violation_counts(df, ds_rules: list[Rule], small: bool) -> dict[tuple[str, str], int]:
-    """(segment, rule) -> rows breaking it, from ONE pass over the flagged dataset.  A ``small`` dataset (one
-    row per segment or queue, built on the driver) is counted on the driver: no shuffle for a few rows."""
+def _as_batch(table: pa.Table) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([c.combine_chunks() for c in table.columns], schema=table.schema)
+
+
+def _violation_counts(df, ds_rules: list[Rule]) -> dict[tuple[str, str], int]:
+    """(segment, rule) -> rows breaking it, from ONE pass over the flagged dataset: a Spark frame (``messages``)
+    or a flagged Arrow batch (one row per segment or queue, counted on the driver)."""
+    out: dict[tuple[str, str], int] = defaultdict(int)
+    if isinstance(df, pa.RecordBatch):
+        flags = {r.name: df.column(r.flag).to_pylist() for r in ds_rules}
+        for i, segment in enumerate(df.column("segment").to_pylist()):
+            for r in ds_rules:
+                out[(segment, r.name)] += int(flags[r.name][i])
+        return dict(out)
     from pyspark.sql import functions as F
 
-    out: dict[tuple[str, str], int] = defaultdict(int)
-    if small:
-        for row in df.select("segment", *(r.flag for r in ds_rules)).collect():
-            for r in ds_rules:
-                out[(row["segment"], r.name)] += int(row[r.flag])
-        return dict(out)
     counts = df.groupBy("segment").agg(*(F.sum(F.col(r.flag).cast("long")).alias(r.name) for r in ds_rules))
     for row in counts.collect():
         for r in ds_rules:
@@ -119,25 +125,41 @@ def _violation_counts(df, ds_rules: list[Rule], small: bool) -> dict[tuple[str, 
     return dict(out)
 
 
+def _sample_column(c: str) -> tuple[str, str]:
+    """A sample column ``name`` or ``name AS alias``: (column, key in the sample)."""
+    name, _, alias = c.partition(" AS ")
+    return name.strip(), (alias or name).strip()
+
+
 def _samples(flagged_df, rule: Rule) -> dict[str, list[dict]]:
     """segment -> the first SAMPLE_ROWS rows breaking ``rule`` (by position where the dataset has one)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    cols = ["segment"] + (["position"] if "position" in flagged_df.schema.names else [])
+    picked = [_sample_column(c) for c in rule.columns]
+    if isinstance(flagged_df, pa.RecordBatch):
+        broken = pa.Table.from_batches([flagged_df.filter(flagged_df.column(rule.flag))])
+        rows = [
+            {**{c: r[c] for c in cols}, **{key: r[name] for name, key in picked}}
+            for r in broken.sort_by([(c, "ascending") for c in cols]).to_pylist()
+        ]
+    else:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
 
-    cols = ["segment"] + (["position"] if "position" in flagged_df.columns else [])
-    order = F.col(cols[-1]) if len(cols) == 2 else F.lit(0)
-    first = Window.partitionBy("segment").orderBy(order)
-    rows = (
-        flagged_df.where(F.col(rule.flag))
-        .select(*cols, *(F.expr(c) for c in rule.columns))
-        .withColumn("_n", F.row_number().over(first))
-        .where(F.col("_n") <= SAMPLE_ROWS)
-        .drop("_n")
-        .collect()
-    )
+        order = F.col(cols[-1]) if len(cols) == 2 else F.lit(0)
+        first = Window.partitionBy("segment").orderBy(order)
+        rows = [
+            r.asDict()
+            for r in flagged_df.where(F.col(rule.flag))
+            .select(*cols, *(F.col(name).alias(key) for name, key in picked))
+            .withColumn("_n", F.row_number().over(first))
+            .where(F.col("_n") <= SAMPLE_ROWS)
+            .drop("_n")
+            .collect()
+        ]
     out: dict[str, list[dict]] = defaultdict(list)
     for row in sorted(rows, key=lambda r: tuple(r[c] for c in cols)):
-        out[row["segment"]].append(row.asDict())
+        if len(out[row["segment"]]) < SAMPLE_ROWS:
+            out[row["segment"]].append(row)
     return out
 
 
@@ -149,9 +171,10 @@ def validate(
     rules: tuple[Rule, ...] = RULES,
     counted: dict[str, dict[tuple[str, str], int]] | None = None,
 ) -> QualityReport:
-    """Check ``frames`` (dataset name -> DataFrame, see :mod:`expectations.rules`) for the given segments.
+    """Check ``frames`` (dataset name -> a Spark frame of ``messages``, Arrow tables of ``segments`` and ``queues``;
+    see :mod:`expectations.rules`) for the given segments.
 
-    Spark evaluates every rule of a dataset as a flag column in one pass and counts the breaking rows per
+    Every rule of a dataset is evaluated as a flag column in one pass and the breaking rows are counted per
     (segment, rule); Great Expectations evaluates one expectation per rule over those counts and decides
     which segments broke it.  The first breaking rows of a failed rule are fetched afterwards, only on
     failure.  ``counted`` holds the counts already taken for a dataset (``{dataset: {(segment, rule):
@@ -171,7 +194,10 @@ def validate(
             if frames[dataset] is None:
                 raise MissingDatasetError(f"rows of {dataset} are needed for the samples of a failed rule")
             ds_rules = [r for r in rules_for(dataset) if r in rules]
-            flagged_frames[dataset] = flagged(dataset, frames[dataset], frames[SEGMENTS], ds_rules)
+            if dataset == MESSAGES:
+                flagged_frames[dataset] = flagged(frames[dataset], frames[SEGMENTS], ds_rules)
+            else:
+                flagged_frames[dataset] = flag_batch(_as_batch(frames[dataset]), ds_rules)
         return flagged_frames[dataset]
 
     for dataset in DATASETS:
@@ -181,7 +207,7 @@ def validate(
             if counted and dataset in counted:
                 counts.update(counted[dataset])
                 continue
-            counts.update(_violation_counts(flagged_frame(dataset), ds_rules, small=dataset != MESSAGES))
+            counts.update(_violation_counts(flagged_frame(dataset), ds_rules))
             log.info("rules on %s: %d in one pass, %.2f s", dataset, len(ds_rules), time.perf_counter() - t_ds)
     checked = [r for r in RULES if r in rules]
     # every segment of the batch, plus any segment the rows name that was not expected

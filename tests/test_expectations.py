@@ -34,7 +34,6 @@ def clean(spark, spark_store):
 def frames_for(spark, df, facts, entries, tiered=()):
     digests = checks.rows_digest(df)
     return checks.expectation_frames(
-        spark,
         checked_messages(df),
         checks.segment_check_table(facts, entries, digests),
         checks.queue_check_table(facts, digests, tiered),
@@ -143,8 +142,8 @@ def test_queue_continuity_across_the_tier(spark, clean):
         q = checks.queue_check_table(later, digests, tiered)
         frames = {
             MESSAGES: checked_messages(df),
-            SEGMENTS: spark.createDataFrame(checks.segment_check_table(later, entries, digests)),
-            QUEUES: spark.createDataFrame(q),
+            SEGMENTS: checks.segment_check_table(later, entries, digests),
+            QUEUES: q,
         }
         return failed(validate(spark, frames, [f.segment for f in later], "q", rules=queue_rules))
 

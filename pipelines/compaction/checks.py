@@ -412,11 +412,8 @@ def queue_check_table(
     return pa.Table.from_pylist(rows, schema=QUEUE_CHECK_SCHEMA)
 
 
-def expectation_frames(spark, checked_df, segment_checks: pa.Table, queue_checks: pa.Table) -> dict:
+def expectation_frames(checked_df, segment_checks: pa.Table, queue_checks: pa.Table) -> dict:
     """The three datasets; ``checked_df`` is ``expectations.rules.checked_messages`` of the rows (None: the
-    ``messages`` rules were counted where the rows were staged, and none broke)."""
-    return {
-        MESSAGES: checked_df,
-        SEGMENTS: spark.createDataFrame(segment_checks),
-        QUEUES: spark.createDataFrame(queue_checks),
-    }
+    ``messages`` rules were counted where the rows were staged, and none broke).  The two small tables stay Arrow
+    tables: their rules are checked on the driver."""
+    return {MESSAGES: checked_df, SEGMENTS: segment_checks, QUEUES: queue_checks}

@@ -402,7 +402,6 @@ class TierJob:
                 messages = checked_messages(staging.staged_frame(self.spark, staged))
             history = _tiered_history(self.segments_uri, self.store_id)
             frames = checks.expectation_frames(
-                self.spark,
                 messages,
                 checks.segment_check_table(batch, entries, digests),
                 checks.queue_check_table(batch, digests, history),
