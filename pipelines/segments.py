@@ -129,8 +129,9 @@ def _nonzero_tail(mm, pos: int) -> int:
     return int(nz[-1]) + 1 if len(nz) else 0
 
 
-def scan_segment(path: Path) -> SegmentFacts:
-    """Walk a whole segment file, checking every record's fields and body CRC (no Spark needed)."""
+def scan_segment(path: Path, check_crc: bool = True) -> SegmentFacts:
+    """Walk a whole segment file, checking every record's fields and (``check_crc``) body CRC (no Spark needed);
+    without ``check_crc``, ``crc_errors`` stays 0."""
     path = Path(path)
     facts = SegmentFacts(path.name, str(path), int(path.name), path.stat().st_size)
     mm = _map(path)
@@ -143,7 +144,7 @@ def scan_segment(path: Path) -> SegmentFacts:
             positions = w.positions()
             if positions:
                 layout = columnar.layout_records(mm, positions, source=str(path))
-                _count(facts, mm, layout)
+                _count(facts, mm, layout, check_crc)
                 if layout.error is not None:
                     _bad_at(facts, mm, layout.error)
                     return facts
@@ -155,7 +156,7 @@ def scan_segment(path: Path) -> SegmentFacts:
         _close(mm)
 
 
-def _count(facts: SegmentFacts, mm, layout: columnar.RecordLayout) -> None:
+def _count(facts: SegmentFacts, mm, layout: columnar.RecordLayout, check_crc: bool) -> None:
     """Fold a run of checked records into the facts."""
     import numpy as np
 
@@ -170,7 +171,8 @@ def _count(facts: SegmentFacts, mm, layout: columnar.RecordLayout) -> None:
     facts.min_commitlog_offset = min(facts.min_commitlog_offset, int(off.min()))
     facts.max_commitlog_offset = max(facts.max_commitlog_offset, int(off.max()))
     facts.record_count += len(layout)
-    facts.crc_errors += int(np.count_nonzero(~columnar.body_crc_ok(mm, layout)))
+    if check_crc:
+        facts.crc_errors += int(np.count_nonzero(~columnar.body_crc_ok(mm, layout)))
     facts.valid_bytes = int(layout.pos[-1] + layout.total[-1])
 
 
