@@ -526,14 +526,8 @@ async def latency(namesrv: str, producer: Producer | None, rate: int, seconds: f
     async with PullConsumer(group, namesrv) as pc:
         for mq in await pc.fetch_queues(TOPIC):
             await pc.update_offset(mq, await pc.max_offset(mq))
-    consumer = PushConsumer(group, namesrv, consume_from_where=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET)
-    consumer.subscribe(TOPIC, "*", handler)
-    await consumer.start()
+    consumer = await _parked_consumer(group, namesrv, handler)
     try:
-        deadline = time.monotonic() + 30
-        while len(consumer.assigned_queues) < QUEUES and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)  # let every queue's first pull park at the broker
         loop = asyncio.get_running_loop()
         pad = b"x" * (BODY - 16)
         tasks = set()
@@ -573,6 +567,19 @@ async def latency(namesrv: str, producer: Producer | None, rate: int, seconds: f
             **{f"{k}_p{p}": _pct(v, p) for k, v in parts.items() for p in (50, 99)}}  # fmt: skip
 
 
+async def _parked_consumer(group: str, namesrv: str, handler) -> PushConsumer:
+    """A started PushConsumer of BenchTopic from its last offsets, once every queue is assigned and its first
+    pull has had time to park at the broker."""
+    consumer = PushConsumer(group, namesrv, consume_from_where=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET)
+    consumer.subscribe(TOPIC, "*", handler)
+    await consumer.start()
+    deadline = time.monotonic() + 30
+    while len(consumer.assigned_queues) < QUEUES and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    return consumer
+
+
 def consumer_process_main() -> None:
     """Child process: ``consumer_process_main NAMESRV GROUP TOTAL OUT``: a PushConsumer of BenchTopic; prints
     ``ready`` once every queue is assigned, then writes ``{"got": [[key, perf_counter at the handler, store
@@ -592,14 +599,8 @@ def consumer_process_main() -> None:
             if len(keys) >= total:
                 done.set()
 
-        consumer = PushConsumer(group, namesrv, consume_from_where=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET)
-        consumer.subscribe(TOPIC, "*", handler)
-        await consumer.start()
+        consumer = await _parked_consumer(group, namesrv, handler)
         try:
-            deadline = time.monotonic() + 30
-            while len(consumer.assigned_queues) < QUEUES and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.5)  # let every queue's first pull park at the broker
             print("ready", flush=True)
             cpu0, t0 = time.process_time(), time.perf_counter()
             with contextlib.suppress(TimeoutError):  # a backlog drains, then what arrived is reported

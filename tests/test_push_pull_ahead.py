@@ -30,8 +30,13 @@ async def _topic(server, topic: str) -> None:
         await until(routed, what=f"route of {topic}")
 
 
-def _held_handler(got: list[bytes], holding: asyncio.Event, release: asyncio.Event):
-    """Records each body; holds the first message in the handler until ``release``."""
+async def _held_with_two_ahead(server, topic: str, group: str, release: asyncio.Event):
+    """A started consumer of ``topic`` whose handler holds m0 until ``release`` while m1 and m2 wait pulled
+    ahead; returns it and the list of bodies its handler finished."""
+    ns = server.namesrv_addr
+    await _topic(server, topic)
+    got: list[bytes] = []
+    holding = asyncio.Event()
 
     async def handler(msg: MessageExt) -> None:
         if not got:
@@ -39,31 +44,34 @@ def _held_handler(got: list[bytes], holding: asyncio.Event, release: asyncio.Eve
             await release.wait()
         got.append(msg.body)
 
-    return handler
+    c = PushConsumer(group, ns, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, **FAST)
+    c.subscribe(topic, "*", handler)
+    await c.start()
+    try:
+        async with Producer(f"pg_{group}", ns) as p:
+            await p.send(Message(topic, b"m0"))
+            await until(holding.is_set, what="m0 in the handler")
+            await p.send(Message(topic, b"m1"))
+            await p.send(Message(topic, b"m2"))
+            # pulled while m0 is still in the handler
+            await until(lambda: sum(c.backlog().values()) == 2, what="m1 and m2 pulled ahead")
+    except BaseException:
+        release.set()
+        await c.shutdown()
+        raise
+    return c, got
 
 
 def test_the_next_pull_goes_out_while_the_handler_holds_a_message(mqlake_server):
-    ns = mqlake_server.namesrv_addr
     topic, group = "PullAheadTopic", "cg_pull_ahead"
 
     async def go():
-        await _topic(mqlake_server, topic)
-        got: list[bytes] = []
-        holding, release = asyncio.Event(), asyncio.Event()
-        c = PushConsumer(group, ns, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, **FAST)
-        c.subscribe(topic, "*", _held_handler(got, holding, release))
-        await c.start()
+        release = asyncio.Event()
+        c, got = await _held_with_two_ahead(mqlake_server, topic, group, release)
         try:
-            async with Producer("pg_pull_ahead", ns) as p:
-                await p.send(Message(topic, b"m0"))
-                await until(holding.is_set, what="m0 in the handler")
-                await p.send(Message(topic, b"m1"))
-                await p.send(Message(topic, b"m2"))
-                # pulled while m0 is still in the handler
-                await until(lambda: sum(c.backlog().values()) == 2, what="m1 and m2 pulled ahead")
-                assert got == []
-                release.set()
-                await until(lambda: len(got) == 3, what="all three handled")
+            assert got == []
+            release.set()
+            await until(lambda: len(got) == 3, what="all three handled")
             assert got == [b"m0", b"m1", b"m2"]  # queue order kept
             assert sum(c.backlog().values()) == 0
             assert [v for mq, v in c.offsets().items() if mq.topic == topic] == [3]
@@ -79,18 +87,8 @@ def test_messages_pulled_ahead_but_not_handled_come_again_to_the_next_consumer(m
     topic, group = "PullAheadHandover", "cg_pull_ahead_handover"
 
     async def go():
-        await _topic(mqlake_server, topic)
-        got: list[bytes] = []
-        holding, release = asyncio.Event(), asyncio.Event()
-        c = PushConsumer(group, ns, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, **FAST)
-        c.subscribe(topic, "*", _held_handler(got, holding, release))
-        await c.start()
-        async with Producer("pg_pull_ahead_handover", ns) as p:
-            await p.send(Message(topic, b"m0"))
-            await until(holding.is_set, what="m0 in the handler")
-            await p.send(Message(topic, b"m1"))
-            await p.send(Message(topic, b"m2"))
-            await until(lambda: sum(c.backlog().values()) == 2, what="m1 and m2 pulled ahead")
+        release = asyncio.Event()
+        c, got = await _held_with_two_ahead(mqlake_server, topic, group, release)
         stopping = asyncio.ensure_future(c.shutdown())  # finishes the message in hand, then commits
         await until(lambda: not c.assigned_queues, what="the queues given up")
         release.set()

@@ -58,12 +58,28 @@ def _old_lake(written: WrittenStore, root: Path | str) -> int:
     return rows.num_rows
 
 
+def assert_migrated(dt, lake: Path | str, count: int, before: dict[int, bytes]) -> None:
+    """The old lake of :func:`_old_lake`, migrated to ``broker-a``: same rows, partitioned by broker, with the
+    transaction id and replay progress it had."""
+    from pipelines.compaction.broker_names import resolve
+    from pipelines.replay import progress
+
+    assert list(dt.metadata().partition_columns) == tables.MESSAGES_PARTITION_BY
+    after = dt.to_pyarrow_table().to_pylist()
+    assert len(after) == count and {r["broker_name"] for r in after} == {"broker-a"}
+    assert {r["commitlog_offset"]: r["body"] for r in after} == before
+    # a re-run of the store tiered before still skips what it committed before the migration
+    assert dt.transaction_version(f"mqlake-tier:{OLD_STORE}") == OLD_VERSION
+    assert resolve(lake, OLD_STORE, None) == "broker-a"
+    assert progress.read_progress(lake, "old-1")[("broker-a", "Orders", 0)].last_offset == 5
+
+
 def test_an_old_lake_is_refused_then_migrated_once_keeping_rows_and_transaction_ids(tmp_path, caplog):
     from deltalake import DeltaTable
 
     from broker.lake.reader import LakeReader
     from cli.main import app
-    from pipelines.compaction.broker_names import BrokerNameError, resolve
+    from pipelines.compaction.broker_names import BrokerNameError
     from pipelines.compaction.job import TierJob
     from pipelines.replay import progress
 
@@ -89,14 +105,7 @@ def test_an_old_lake_is_refused_then_migrated_once_keeping_rows_and_transaction_
     migrated = runner.invoke(app, ["tier-migrate", "--lake", str(lake), "--broker-name", "broker-a"])
     assert migrated.exit_code == 0, migrated.output
     dt = DeltaTable(messages)
-    assert list(dt.metadata().partition_columns) == tables.MESSAGES_PARTITION_BY
-    after = dt.to_pyarrow_table().to_pylist()
-    assert len(after) == count and {r["broker_name"] for r in after} == {"broker-a"}
-    assert {r["commitlog_offset"]: r["body"] for r in after} == before
-    # a re-run of the store tiered before still skips what it committed before the migration
-    assert dt.transaction_version(f"mqlake-tier:{OLD_STORE}") == OLD_VERSION
-    assert resolve(lake, OLD_STORE, None) == "broker-a"
-    assert progress.read_progress(lake, "old-1")[("broker-a", "Orders", 0)].last_offset == 5
+    assert_migrated(dt, lake, count, before)
 
     mine = LakeReader(lake, broker_name="broker-a").pull("Orders", 0, 0, 1 << 40, 32, 1 << 30)
     assert mine is not None and mine.queue_offsets[0] == 0

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from pipelines.compaction import tables
 from tests.fixtures_spark import write_store
 from tests.s3_server import BUCKET, running_s3
-from tests.test_tier_migrate import OLD_STORE, OLD_VERSION, _old_lake
+from tests.test_tier_migrate import _old_lake, assert_migrated
 
 pytestmark = pytest.mark.integration  # moto's server in a child process
 
@@ -29,9 +29,8 @@ def test_an_old_lake_on_s3_is_refused_then_migrated_once_in_place(tmp_path, s3):
 
     from broker.lake.objectstore import storage_options
     from cli.main import app
-    from pipelines.compaction.broker_names import BrokerNameError, resolve
+    from pipelines.compaction.broker_names import BrokerNameError
     from pipelines.compaction.job import TierJob
-    from pipelines.replay import progress
 
     written = write_store(tmp_path / "store", 300)
     lake = f"s3://{BUCKET}/old-{uuid.uuid4().hex[:8]}"
@@ -50,13 +49,7 @@ def test_an_old_lake_on_s3_is_refused_then_migrated_once_in_place(tmp_path, s3):
     migrated = runner.invoke(app, ["tier-migrate", "--lake", lake, "--broker-name", "broker-a"])
     assert migrated.exit_code == 0, migrated.output
     dt = table(messages)
-    assert list(dt.metadata().partition_columns) == tables.MESSAGES_PARTITION_BY
-    after = dt.to_pyarrow_table().to_pylist()
-    assert len(after) == count and {r["broker_name"] for r in after} == {"broker-a"}
-    assert {r["commitlog_offset"]: r["body"] for r in after} == before
-    assert dt.transaction_version(f"mqlake-tier:{OLD_STORE}") == OLD_VERSION
-    assert resolve(lake, OLD_STORE, None) == "broker-a"
-    assert progress.read_progress(lake, "old-1")[("broker-a", "Orders", 0)].last_offset == 5
+    assert_migrated(dt, lake, count, before)
     # the new files are in the bucket under the broker's partition
     key = lake[len(f"s3://{BUCKET}/") :]
     assert any("/broker_name=broker-a/" in k for k in s3.keys(BUCKET, f"{key}/{tables.MESSAGES}/"))
