@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from store.format import native, records
-from store.format.delay import PARK_MARKERS
+from store.format.delay import may_park
 from store.format.msgid import Host, create_offset_msg_id
 
 
@@ -34,7 +34,7 @@ def plain(rec: records.MessageRecord, max_body: int) -> bool:
     if (
         type(props) is not bytes or type(body) is not bytes or type(topic) is not str or not topic
         or len(body) > max_body or len(props) > records.MAX_PROPERTIES_LENGTH
-        or PARK_MARKERS[0] in props or PARK_MARKERS[1] in props
+        or may_park(props)
         or rec.magic is not None or rec.body_crc is not None
         or type(sys_flag) is not int or not -(1 << 31) <= sys_flag < 1 << 31 or not records.is_consumable(sys_flag)
     ):  # fmt: skip
