@@ -1,9 +1,10 @@
 # The record writer of the compiled twins (cimported; inlined into each): a MessageRecord's fields read once into
 # a C struct, then written out in the layout of ``records.encode_record``.  ``_records`` (encode_record,
-# put_record) and ``_appender`` (the single-put appender) share it, so the layout is written once.
+# put_record), ``_appender`` (the single put, the wire send) and ``_runs`` (a send's run) share it, so the layout
+# is written once.
 from cpython.bytes cimport PyBytes_AS_STRING
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 from store.format._bigendian cimport _fits32, _fits64, _put32, _put64
 from store.format._crc cimport _body_crc
 from store.format._layout cimport BORN_V6, MAGIC_V1, MAGIC_V2, STORE_V6
@@ -16,6 +17,21 @@ cdef inline int _record_length(int sys_flag, Py_ssize_t body_len, Py_ssize_t top
             + body_len + (2 if magic == MAGIC_V2 else 1) + topic_len + 2 + props_len)
 
 
+cdef inline bint _has_cluster(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    """``properties.property_value(props, "CLUSTER") is not None``: the last segment opening with CLUSTER 0x01
+    has a non-empty value (a send's record gets the broker's CLUSTER unless it has one)."""
+    cdef Py_ssize_t q = 0, seg
+    cdef bint found = False
+    while q <= n:
+        seg = q
+        while q < n and p[q] != 2:
+            q += 1
+        if q - seg >= 8 and memcmp(p + seg, b"CLUSTER\x01", 8) == 0:
+            found = q - seg > 8
+        q += 1
+    return found
+
+
 cdef struct Fields:
     # a record to encode, as read from a MessageRecord; the pointers are into objects the reader's caller keeps
     int32_t magic, crc, queue_id, flag, sys_flag, born_port, store_port, reconsume
@@ -25,7 +41,8 @@ cdef struct Fields:
     const uint8_t* store_ip
     const uint8_t* body
     const uint8_t* props
-    Py_ssize_t topic_len, born_len, store_len, body_len, props_len, total
+    const uint8_t* extra  # written right after props (a send's CLUSTER property); extra_len 0 for none
+    Py_ssize_t topic_len, born_len, store_len, body_len, props_len, extra_len, total
 
 
 cdef inline bytes _packed_ip(dict cache, object pack_ip, object ip):
@@ -83,6 +100,8 @@ cdef inline tuple _read_values(
     f.body_len = len(body)
     f.props = <const uint8_t*>PyBytes_AS_STRING(props)
     f.props_len = len(props)
+    f.extra = NULL
+    f.extra_len = 0
     f.crc = <int32_t>crc if crc is not None else <int32_t>_body_crc(fast_crc32, f.body, f.body_len)
     f.queue_id, f.flag, f.reconsume = queue_id, flag, reconsume
     f.born_port, f.store_port = born_port, store_port
@@ -125,9 +144,11 @@ cdef inline void _write_after_head(uint8_t* p, const Fields* f) noexcept nogil:
     p[0] = <uint8_t>f.topic_len
     memcpy(p + 1, f.topic, f.topic_len)
     p += 1 + f.topic_len
-    p[0] = <uint8_t>(f.props_len >> 8)
-    p[1] = <uint8_t>f.props_len
+    p[0] = <uint8_t>((f.props_len + f.extra_len) >> 8)  # PROPERTIESLENGTH counts both
+    p[1] = <uint8_t>(f.props_len + f.extra_len)
     memcpy(p + 2, f.props, f.props_len)
+    if f.extra_len:
+        memcpy(p + 2 + f.props_len, f.extra, f.extra_len)
 
 
 cdef inline void _write_head(uint8_t* p, const Fields* f) noexcept nogil:

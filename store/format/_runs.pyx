@@ -10,9 +10,10 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from store.format._crc cimport _body_crc
-from store.format._bigendian cimport _fits32, _fits64, _put32, _put64, _u32
-from libc.string cimport memcmp, memcpy
+from store.format._bigendian cimport _fits32, _fits64, _put64, _u32
+from libc.string cimport memcpy
 from store.format._layout cimport BORN_V6, MAGIC_V1, MIN_RECORD, STORE_V6
+from store.format._record_writer cimport Fields, _has_cluster, _write_after_head, _write_head
 
 from store.format import native
 from store.format.msgid import create_offset_msg_id, pack_ip
@@ -28,21 +29,6 @@ _host_prefix = {}  # store host -> the hex of ip + port that opens its offset me
 
 cdef inline bint _host_ok(object host):
     return type(host) is tuple and len(host) == 2 and type(host[0]) is str and _fits32(host[1])
-
-
-cdef bint _has_cluster(const uint8_t* p, Py_ssize_t n) noexcept nogil:
-    """``properties.property_value(props, "CLUSTER") is not None``: the last segment opening with CLUSTER 0x01
-    has a non-empty value."""
-    cdef Py_ssize_t q = 0, seg
-    cdef bint found = False
-    while q <= n:
-        seg = q
-        while q < n and p[q] != 2:
-            q += 1
-        if q - seg >= 8 and memcmp(p + seg, b"CLUSTER\x01", 8) == 0:
-            found = q - seg > 8
-        q += 1
-    return found
 
 
 cdef struct Fixed:
@@ -71,40 +57,18 @@ cdef inline Py_ssize_t _length(const Fixed* f, Py_ssize_t body_len, Py_ssize_t p
 cdef Py_ssize_t _encode_into(uint8_t* p, const Fixed* f, int32_t flag, const uint8_t* body, Py_ssize_t body_len,
                              const uint8_t* props, Py_ssize_t props_len, bint extra, uint32_t crc) noexcept nogil:
     """records.encode_record of a fresh V1 record (offsets and store time 0, to be back-filled); its size."""
-    cdef Py_ssize_t total_props = props_len + (f.extra_len if extra else 0)
-    cdef Py_ssize_t total = _length(f, body_len, total_props)
-    _put32(p, <uint32_t>total)
-    _put32(p + 4, <uint32_t>MAGIC_V1)
-    _put32(p + 8, crc)
-    _put32(p + 12, <uint32_t>f.queue_id)
-    _put32(p + 16, <uint32_t>flag)
-    _put64(p + 20, 0)
-    _put64(p + 28, 0)
-    _put32(p + 36, <uint32_t>f.sys_flag)
-    _put64(p + 40, <uint64_t>f.born_ts)
-    p += 48
-    memcpy(p, f.born_ip, f.born_len)
-    _put32(p + f.born_len, <uint32_t>f.born_port)
-    p += f.born_len + 4
-    _put64(p, 0)
-    memcpy(p + 8, f.store_ip, f.store_len)
-    _put32(p + 8 + f.store_len, <uint32_t>f.store_port)
-    p += 8 + f.store_len + 4
-    _put32(p, <uint32_t>f.reconsume)
-    _put64(p + 4, 0)
-    _put32(p + 12, <uint32_t>body_len)
-    p += 16
-    memcpy(p, body, body_len)
-    p += body_len
-    p[0] = <uint8_t>f.topic_len
-    memcpy(p + 1, f.topic, f.topic_len)
-    p += 1 + f.topic_len
-    p[0] = <uint8_t>(total_props >> 8)
-    p[1] = <uint8_t>total_props
-    memcpy(p + 2, props, props_len)
-    if extra:
-        memcpy(p + 2 + props_len, f.extra, f.extra_len)
-    return total
+    cdef Fields r
+    r.magic, r.crc, r.queue_id, r.flag, r.sys_flag = MAGIC_V1, <int32_t>crc, f.queue_id, flag, f.sys_flag
+    r.born_port, r.store_port, r.reconsume = f.born_port, f.store_port, f.reconsume
+    r.qoff, r.phys, r.born_ts, r.store_ts, r.prepared = 0, 0, f.born_ts, 0, 0
+    r.topic, r.topic_len = f.topic, f.topic_len
+    r.born_ip, r.born_len, r.store_ip, r.store_len = f.born_ip, f.born_len, f.store_ip, f.store_len
+    r.body, r.body_len, r.props, r.props_len = body, body_len, props, props_len
+    r.extra, r.extra_len = f.extra, (f.extra_len if extra else 0)
+    r.total = _length(f, body_len, props_len + r.extra_len)
+    _write_after_head(p, &r)  # the shared record writer (_record_writer.pxd)
+    _write_head(p, &r)
+    return r.total
 
 
 cdef bint _fixed(Fixed* f, bytes topic_b, queue_id, sys_flag, born_ts, born_host, store_host, reconsume,
