@@ -169,6 +169,10 @@ class MessageStore:
             self.commitlog, config, self.store_host, self.reput.notify_appended,
             PutMessageResult, AppendResult, PutMessageStatus.PUT_OK, AppendStatus.PUT_OK,
         )  # fmt: skip
+        # A SEND_MESSAGE_V2's put from its header's fields in one call, never waiting (``Appender.put_send``): (offset
+        # message id, offset, size, queue offset), or None, nothing stored, for put_run_nowait to take.  On in
+        # SYNC_FLUSH too: its caller holds the reply until the group commit covers the record (``FlushAcks``).
+        self.put_send: Callable[..., tuple[str, int, int, int] | None] = self._appender.put_send
         # Only a master delivers delayed and timer messages (Java starts ScheduleMessageService unless SLAVE): a
         # slave's log is its master's copy, and its delay offsets are the master's (copied by the broker)
         self._delivers = config.broker_role != BrokerRole.SLAVE
@@ -310,11 +314,11 @@ class MessageStore:
 
     def _refresh_appender(self) -> None:
         """The appender takes plain single puts while this store takes puts at all (running, a master, room on
-        disk) and in ASYNC_FLUSH: a SYNC_FLUSH put waits for its group commit, on the general path."""
-        self._appender.enabled = (
-            self._running and not self._disk_full and self.config.broker_role != BrokerRole.SLAVE
-            and self._group_commit is None
-        )  # fmt: skip
+        disk); ``put`` only in ASYNC_FLUSH (a SYNC_FLUSH put waits for its group commit, on the general path),
+        ``put_send`` in either (it never waits: the broker holds the reply for the group commit)."""
+        takes = self._running and not self._disk_full and self.config.broker_role != BrokerRole.SLAVE
+        self._appender.sends_enabled = takes
+        self._appender.enabled = takes and self._group_commit is None
 
     def _check(self, msg: records.MessageRecord) -> PutMessageResult | None:
         refused = self._refusal()

@@ -2,7 +2,7 @@
 """Compiled twin of :class:`store.format.appender.Appender` (the reference; its docstring says what a put does and
 which puts it declines).
 
-One put is this one call.  Between taking the put lock and releasing it no Python code runs and nothing the
+One put (``put`` of a MessageRecord, ``put_send`` of a send header's fields) is this one call.  Between taking the put lock and releasing it no Python code runs and nothing the
 collector tracks is allocated, so the GIL is held throughout: no other thread sees a half-made record, and the
 TOTALSIZE and MAGIC are written last as ``put_record`` writes them (until then the segment holds zeros there, the
 end of the log to recovery).
@@ -17,7 +17,7 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp, memcpy
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 from store.format._crc cimport FAST_CRC_FROM
-from store.format._record_writer cimport Fields, _read_values, _write_after_head, _write_head
+from store.format._record_writer cimport Fields, _has_cluster, _read_values, _write_after_head, _write_head
 
 from store.format import native
 from store.format.delay import PARK_MARKERS
@@ -114,9 +114,12 @@ _PUT_FIELDS = ("status", "append", "msg_ids", "error")
 cdef class Appender:
     """Mirrors ``appender.Appender``."""
 
-    cdef public bint enabled
+    cdef public bint enabled, sends_enabled
     cdef public object listeners
     cdef dict _topics
+    cdef str _cluster  # the cluster put_send saw last, its CLUSTER property and whether that may_park
+    cdef bytes _extra
+    cdef bint _extra_parks
     cdef object _commitlog, _queue, _config, _store_host, _notify, _acquire, _release
     cdef object _put_result, _append_result, _put_ok, _append_ok
     cdef bytes _host_hex
@@ -141,7 +144,9 @@ cdef class Appender:
         zero = create_offset_msg_id(store_host, 0)
         self._host_hex = zero[: len(zero) - 16].encode("ascii")
         self.enabled = False
+        self.sends_enabled = False
         self.listeners = []
+        self._cluster, self._extra, self._extra_parks = None, b"", False
 
     def put(self, rec):
         # A MessageRecord's fields are read from its slots: what its member descriptors do, without a look-up each
@@ -166,17 +171,7 @@ cdef class Appender:
         queue_id = _get(rec, _r_at[8])
         if type(queue_id) is not int:
             return None
-        known = self._topics.get(topic)
-        if known is None:
-            if len(self._topics) >= 10_000:  # a bound on what many short-lived topics leave here
-                self._topics.clear()
-            known = self._topics[topic] = ((<str>topic).encode("utf-8"), {})
-        keys = (<tuple>known)[1]
-        key = (<dict>keys).get(queue_id)
-        if key is None:
-            if len(<dict>keys) >= 10_000:
-                (<dict>keys).clear()
-            key = keys[queue_id] = f"{topic}-{queue_id}"  # CommitLog.topic_queue_table's key
+        known, key = self._key(topic, queue_id)
         if _fast_crc32 is not None and len(body) >= FAST_CRC_FROM:
             crc = _fast_crc32(body) & 0x7FFFFFFF  # _body_crc's, without a memoryview of the body
         keep = _read_values(
@@ -184,8 +179,87 @@ cdef class Appender:
             _get(rec, _r_at[9]), _get(rec, _r_at[10]), _get(rec, _r_at[11]), _get(rec, _r_at[12]),
             _get(rec, _r_at[13]), _get(rec, _r_at[14]), _get(rec, _r_at[15]), &f, _ip_cache, pack_ip, _fast_crc32,
         )
+        if keep is None or not self._write(key, &f):
+            return None
+        append = _bare(self._append_result)
+        _fill(append, self._a_at[0], self._append_ok)
+        _fill(append, self._a_at[1], f.phys)
+        _fill(append, self._a_at[2], f.total)
+        _fill(append, self._a_at[3], f.store_ts)
+        _fill(append, self._a_at[4], f.qoff)
+        _fill(append, self._a_at[5], 1)
+        result = _bare(self._put_result)
+        _fill(result, self._p_at[0], self._put_ok)
+        _fill(result, self._p_at[1], append)
+        _fill(result, self._p_at[2], [self._msg_id(<uint64_t>f.phys)])
+        _fill(result, self._p_at[3], "")
+        return result
+
+    def put_send(self, topic, queue_id, body, props, flag, sys_flag, born_timestamp, born_host, reconsume_times,
+                 cluster):
+        # The record's properties are the client's bytes then, unless they hold a CLUSTER, the broker's: written
+        # one after the other (Fields.extra), never joined into a new bytes
+        if not self.sends_enabled or not (
+            type(topic) is str and type(queue_id) is int and type(body) is bytes and type(props) is bytes
+            and type(flag) is int and type(sys_flag) is int and type(born_timestamp) is int
+            and type(born_host) is tuple and len(<tuple>born_host) == 2 and type(born_host[0]) is str
+            and type(born_host[1]) is int and type(reconsume_times) is int and type(cluster) is str
+        ):
+            return None
+        cdef bint add = not _has_cluster(<const uint8_t*>PyBytes_AS_STRING(props), PyBytes_GET_SIZE(props))
+        if add and cluster is not self._cluster and cluster != self._cluster:
+            try:
+                extra = ("CLUSTER\x01" + <str>cluster + "\x02").encode("utf-8")  # properties.encode_properties'
+            except ValueError:
+                return None
+            self._cluster, self._extra, self._extra_parks = cluster, extra, _may_park(extra)
+        cdef Py_ssize_t extra_len = PyBytes_GET_SIZE(self._extra) if add else 0
+        if not topic or len(body) > self._config.max_message_size:
+            return None
+        if PyBytes_GET_SIZE(props) + extra_len > MAX_PROPERTIES_LENGTH:
+            return None
+        # may_park of the joined properties: no marker can straddle the join, the CLUSTER property opening with a
+        # 'C' that neither marker holds
+        if _may_park(props) or (add and self._extra_parks):
+            return None
+        if not (-0x80000000 <= sys_flag <= 0x7FFFFFFF) or (sys_flag & 0xC) not in (0, 8):
+            return None  # out of range, or a half or rollback message
+        cdef Fields f
+        try:
+            known, key = self._key(topic, queue_id)
+            keep = _read_values(
+                (<tuple>known)[0], None, body, props, None, sys_flag, born_host, self._store_host, queue_id, flag, 0,
+                0, born_timestamp, 0, reconsume_times, 0, &f, _ip_cache, pack_ip, _fast_crc32,
+            )
+        except ValueError:  # a topic or an address that cannot be encoded: the reference declines it too
+            return None
         if keep is None:
             return None
+        f.extra = <const uint8_t*>PyBytes_AS_STRING(self._extra)
+        f.extra_len = extra_len
+        f.total += extra_len
+        if not self._write(key, &f):
+            return None
+        return self._msg_id(<uint64_t>f.phys), f.phys, f.total, f.qoff
+
+    cdef tuple _key(self, str topic, object queue_id):
+        """(the topic's UTF-8 bytes and its queues' keys, the queue's key in CommitLog.topic_queue_table)."""
+        known = self._topics.get(topic)
+        if known is None:
+            if len(self._topics) >= 10_000:  # a bound on what many short-lived topics leave here
+                self._topics.clear()
+            known = self._topics[topic] = (topic.encode("utf-8"), {})
+        keys = (<tuple>known)[1]
+        key = (<dict>keys).get(queue_id)
+        if key is None:
+            if len(<dict>keys) >= 10_000:
+                (<dict>keys).clear()
+            key = keys[queue_id] = f"{topic}-{queue_id}"  # CommitLog.topic_queue_table's key
+        return known, key
+
+    cdef bint _write(self, object key, Fields* f) except -1:
+        """``f`` written at the end of the newest segment, its queue offset, physical offset and store time filled
+        in, dispatch and the listeners told; False, nothing written, when the log takes no put or has no room."""
         cdef Py_buffer view
         cdef Py_ssize_t start, limit
         cdef int64_t base, store_ts
@@ -197,7 +271,7 @@ cdef class Appender:
             files = self._queue.files
             table = cl.topic_queue_table  # recovery and the tests may replace the table: read under the lock
             if not cl.writable or not files or type(table) is not dict:
-                return None
+                return False
             mf = files[len(files) - 1]
             start = mf.wrote
             base = mf.file_from_offset
@@ -205,7 +279,7 @@ cdef class Appender:
             PyObject_GetBuffer(mf.view, &view, PyBUF_WRITABLE)
             try:
                 if limit > view.len or start < 0 or start + f.total > limit:
-                    return None  # no room: the general path writes the BLANK and rolls
+                    return False  # no room: the general path writes the BLANK and rolls
                 clock_gettime(CLOCK_REALTIME, &now)
                 store_ts = <int64_t>now.tv_sec * 1000 + now.tv_nsec // 1000000
                 queue_offset = (<dict>table).get(key, 0)
@@ -213,8 +287,8 @@ cdef class Appender:
                 f.phys = base + start
                 f.store_ts = store_ts
                 p = <uint8_t*>view.buf + start
-                _write_after_head(p, &f)
-                _write_head(p, &f)  # last: until then the segment holds zeros there
+                _write_after_head(p, f)
+                _write_head(p, f)  # last: until then the segment holds zeros there
             finally:
                 PyBuffer_Release(&view)
             mf.wrote = start + f.total
@@ -228,19 +302,7 @@ cdef class Appender:
         end = base + start + f.total
         for listener in self.listeners:
             listener(end)
-        append = _bare(self._append_result)
-        _fill(append, self._a_at[0], self._append_ok)
-        _fill(append, self._a_at[1], base + start)
-        _fill(append, self._a_at[2], f.total)
-        _fill(append, self._a_at[3], ts)
-        _fill(append, self._a_at[4], queue_offset)
-        _fill(append, self._a_at[5], 1)
-        result = _bare(self._put_result)
-        _fill(result, self._p_at[0], self._put_ok)
-        _fill(result, self._p_at[1], append)
-        _fill(result, self._p_at[2], [self._msg_id(<uint64_t>(base + start))])
-        _fill(result, self._p_at[3], "")
-        return result
+        return True
 
     cdef str _msg_id(self, uint64_t offset):
         # msgid.create_offset_msg_id: the store host's hex (fixed) and the offset's 16 upper-case hex digits

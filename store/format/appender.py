@@ -1,11 +1,14 @@
 """The single put's common case as one call: checks, the put lock, the segment, the queue offset, the record
 encoded in place, the result (the Python reference; ``store/format/_appender.pyx`` is its compiled twin).
+:meth:`Appender.put_send` does the same for a SEND_MESSAGE_V2 from the fields of its header (the broker's fast
+path), answering only what the reply needs.
 
 ``MessageStore.put_message`` costs a few microseconds of Python around one native encode when it is spread over
 the facade, the CommitLog and their result objects; an :class:`Appender` does all of it in one call and so lets a
 compiled twin do it in one native call.  It takes only the plain case and declines (returns None, having written
 nothing and changed nothing) any other, which the store's general path then puts as before: the appender is off
-(the store is not running, a slave, its disk full, or in SYNC_FLUSH: see ``MessageStore``), a message that may be
+(the store is not running, a slave, its disk full, or, for ``put`` whose caller waits for the flush, in
+SYNC_FLUSH: see ``MessageStore``), a message that may be
 parked (delay level, timer), a half or rollback message, a topic that is empty or needs the V2 record, a body or
 properties over their limits, an explicit magic or body CRC, a field out of its range, no segment yet, or a record
 the segment has no room for (the general path writes the BLANK and rolls; the next put finds the new segment).
@@ -23,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from store.format import native, records
+from store.format import native, properties, records, runs
 from store.format.delay import may_park
 from store.format.msgid import Host, create_offset_msg_id
 
@@ -57,8 +60,10 @@ class Appender:
     and ``last_store_timestamp`` are used as the CommitLog's own append does); ``config`` gives
     ``max_message_size``, read on every put; ``notify`` wakes dispatch after a put; ``put_result`` and
     ``append_result`` are the store's result classes, built as ``put_result(put_ok, append_result(append_ok,
-    offset, size, store time, queue offset, 1), [offset message id], "")``.  ``enabled`` is the store's switch;
-    ``listeners`` are called with the new end of the log after each put, as the store's append listeners are.
+    offset, size, store time, queue offset, 1), [offset message id], "")``.  ``enabled`` is the store's switch
+    for ``put``, ``sends_enabled`` for ``put_send`` (which never waits, so SYNC_FLUSH leaves it on: the broker
+    holds the reply until the group commit covers the record); ``listeners`` are called with the new end of the
+    log after each put, as the store's append listeners are.
     """
 
     def __init__(
@@ -71,6 +76,7 @@ class Appender:
         self._notify = notify
         self._results = (put_result, append_result, put_ok, append_ok)
         self.enabled = False
+        self.sends_enabled = False
         self.listeners: list[Callable[[int], None]] = []
 
     def put(self, rec: records.MessageRecord) -> Any:
@@ -79,6 +85,53 @@ class Appender:
         rec.store_host = self._store_host  # as the general path does, whether or not this one takes it
         if not plain(rec, self._config.max_message_size):
             return None
+        wrote = self._write(rec)
+        if wrote is None:
+            return None
+        offset, n, store_ts, queue_offset = wrote
+        put_result, append_result, put_ok, append_ok = self._results
+        append = append_result(append_ok, offset, n, store_ts, queue_offset, 1)
+        return put_result(put_ok, append, [create_offset_msg_id(self._store_host, offset)], "")
+
+    def put_send(
+        self, topic: str, queue_id: int, body: bytes, props: bytes, flag: int, sys_flag: int, born_timestamp: int,
+        born_host: Host, reconsume_times: int, cluster: str,
+    ) -> tuple[str, int, int, int] | None:  # fmt: skip
+        """A sent message's put from its header's fields (``send_codec.read_send_v2``): the record
+        ``runs.encode_message`` makes of them (``cluster`` added as the CLUSTER property unless there is one),
+        written as ``put`` writes one; (its offset message id, offset, size, queue offset), or None to decline
+        where ``put`` declines (and for arguments of other types), nothing written: the caller's general path
+        (``MessageStore.put_run_nowait``) then rolls, refuses or answers with the error."""
+        if not self.sends_enabled or not (
+            type(topic) is str and type(queue_id) is int and type(body) is bytes and type(props) is bytes
+            and type(flag) is int and type(sys_flag) is int and type(born_timestamp) is int
+            and type(born_host) is tuple and len(born_host) == 2 and type(born_host[0]) is str
+            and type(born_host[1]) is int and type(reconsume_times) is int and type(cluster) is str
+        ):  # fmt: skip
+            return None
+        try:
+            props = runs.with_property(props, properties.PROPERTY_CLUSTER, cluster)
+        except ValueError:  # a cluster name that is not UTF-8: encode_message raises it too
+            return None
+        rec = records.MessageRecord(
+            topic=topic, queue_id=queue_id, body=body, properties=props, flag=flag, sys_flag=sys_flag,
+            born_timestamp=born_timestamp, born_host=born_host, store_host=self._store_host,
+            reconsume_times=reconsume_times,
+        )  # fmt: skip
+        if not plain(rec, self._config.max_message_size):
+            return None
+        try:
+            wrote = self._write(rec)
+        except ValueError:  # an address pack_ip refuses (raised before anything is written)
+            return None
+        if wrote is None:
+            return None
+        offset, n, _, queue_offset = wrote
+        return create_offset_msg_id(self._store_host, offset), offset, n, queue_offset
+
+    def _write(self, rec: records.MessageRecord) -> tuple[int, int, int, int] | None:
+        """``rec`` (a plain one) written at the end of the newest segment: (offset, size, store time, queue offset),
+        dispatch and the listeners told; None, nothing written, when the log takes no put or has no room."""
         cl = self._commitlog
         key = f"{rec.topic}-{rec.queue_id}"
         with cl.put_lock:
@@ -106,9 +159,7 @@ class Appender:
         end = base + start + n
         for listener in self.listeners:
             listener(end)
-        put_result, append_result, put_ok, append_ok = self._results
-        append = append_result(append_ok, base + start, n, store_ts, queue_offset, 1)
-        return put_result(put_ok, append, [create_offset_msg_id(self._store_host, base + start)], "")
+        return base + start, n, store_ts, queue_offset
 
 
 # The compiled twin (store/format/_appender.pyx) replaces it when it is built; see store.format.native.
