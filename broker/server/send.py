@@ -32,7 +32,6 @@ from broker.remoting.protocol.topic import FLAG_UNIT
 from broker.server import half_messages
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
-from store.commitlog import AppendResult
 from store.config import BrokerRole, FlushDiskType
 from store.format import properties, records, runs
 from store.format import transaction as tx_format
@@ -292,9 +291,10 @@ class SendProcessor:
         return self.broker.store_config.broker_role != BrokerRole.SYNC_MASTER
 
     def _when_durable(
-        self, cmd: RemotingCommand, frame: bytes, append: AppendResult, props: str | bytes, conn: Channel
+        self, cmd: RemotingCommand, frame: bytes, end: int, props: str | bytes, conn: Channel
     ) -> bytes | asyncio.Future[RemotingCommand | bytes] | _Held:
-        """The answer of a fast-path put appended with ``wait=False``: in SYNC_FLUSH, unless the producer said
+        """The answer of a fast-path put appended with ``wait=False`` (its records end at ``end``, the log offset
+        a group commit must cover before the answer goes out): in SYNC_FLUSH, unless the producer said
         WAIT=false, a loop future that the group commit covering the record completes with the ready frame
         (``FlushAcks``: one loop callback per group, no task, no future per put in the commit thread), or with
         the same answer coded FLUSH_DISK_TIMEOUT when it is not on disk within syncFlushTimeout (Java's answer:
@@ -304,7 +304,7 @@ class SendProcessor:
             return frame
         if isinstance(conn, Connection) and not cmd.is_oneway:
             # a remoting channel: the group commit writes the reply itself (FlushAcks.reply), no future per send
-            acks.reply(append.wrote_offset + append.wrote_bytes, conn, frame)
+            acks.reply(end, conn, frame)
             return _Held.HELD
         fut: asyncio.Future[RemotingCommand | bytes] = asyncio.get_running_loop().create_future()
 
@@ -318,7 +318,7 @@ class SendProcessor:
                 late.code = ResponseCode.FLUSH_DISK_TIMEOUT
                 fut.set_result(late)
 
-        acks.wait(append.wrote_offset + append.wrote_bytes, settle)
+        acks.wait(end, settle)
         return fut
 
     def _plain_name(self, topic: str) -> bool:
@@ -337,10 +337,11 @@ class SendProcessor:
         self, cmd: RemotingCommand, conn: Channel
     ) -> bytes | asyncio.Future[RemotingCommand | bytes] | _Held | None:
         """A plain SEND_MESSAGE_V2 (``send_codec.read_send_v2``) to an existing, writable topic: the header read,
-        the record encode, its copy into the segment and the reply frame are native calls (``runs``, ``send_codec``)
-        and the Python between them is the per-request checks.  None hands the request to the general path,
-        which runs every check again and gives anything unusual (a new topic, a retry, a transaction, a delay, a
-        refused put) the answer it always had; nothing is stored before None."""
+        the put (the record written straight into the segment: ``MessageStore.put_send``) and the reply frame are
+        native calls and the Python between them is the per-request checks.  A put the store declines (a full
+        segment, a refusal) goes the run's way (``runs``, ``put_run_nowait``).  None hands the request to the
+        general path, which runs every check again and gives anything unusual (a new topic, a retry, a transaction,
+        a delay, a refused put) the answer it always had; nothing is stored before None."""
         f = send_codec.read_send_v2(cmd.ext_fields)
         if f is None:
             return None
@@ -357,21 +358,27 @@ class SendProcessor:
         if tc.topic_filter_type == "MULTI_TAG":
             sys_flag |= records.MULTI_TAGS_FLAG
         store = b.store
-        try:
-            run = runs.encode_message(topic, queue_id, cmd.body, props, flag, sys_flag, born_ts, conn.remote_host,
-                                      store.store_host, reconsume, b.config.broker_cluster_name)  # fmt: skip
-        except (ValueError, OverflowError):  # a field out of its range: the general path says which
-            return None
-        result, _ = store.put_run_nowait(run, 1, topic, queue_id, sys_flag, wait=False)
-        append = result.append
-        if not result.ok or append is None:
-            return None  # refused, nothing stored: the general path answers with the store's status
-        b.stats.put(topic, 1, append.wrote_bytes)
-        msg_id = runs.offset_msg_ids(store.store_host, append.wrote_offset, run, 1)
         c = b.config
-        frame = send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, queue_id, append.queue_offset, uniq,
+        put = store.put_send(topic, queue_id, cmd.body, props, flag, sys_flag, born_ts, conn.remote_host, reconsume,
+                             c.broker_cluster_name)  # fmt: skip
+        if put is not None:
+            msg_id, offset, size, queue_offset = put
+        else:
+            try:
+                run = runs.encode_message(topic, queue_id, cmd.body, props, flag, sys_flag, born_ts, conn.remote_host,
+                                          store.store_host, reconsume, c.broker_cluster_name)  # fmt: skip
+            except (ValueError, OverflowError):  # a field out of its range: the general path says which
+                return None
+            result, _ = store.put_run_nowait(run, 1, topic, queue_id, sys_flag, wait=False)
+            append = result.append
+            if not result.ok or append is None:
+                return None  # refused, nothing stored: the general path answers with the store's status
+            offset, size, queue_offset = append.wrote_offset, append.wrote_bytes, append.queue_offset
+            msg_id = runs.offset_msg_ids(store.store_host, offset, run, 1)
+        b.stats.put(topic, 1, size)
+        frame = send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, queue_id, queue_offset, uniq,
                                       c.region_id, c.trace_on)  # fmt: skip
-        return frame if b.flush_acks is None else self._when_durable(cmd, frame, append, props, conn)
+        return frame if b.flush_acks is None else self._when_durable(cmd, frame, offset + size, props, conn)
 
     def _half_fast(self, cmd: RemotingCommand, conn: Channel) -> bytes | None:
         """A transaction's half message (``TRAN_MSG=true``) by the fast path's steps: the header read in one call
@@ -447,7 +454,8 @@ class SendProcessor:
         frame = send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_ids, h.queue_id, append.queue_offset, None,
                                       c.region_id, c.trace_on)  # fmt: skip
         # a batch waits as its header's properties say (Java's MessageExtBatch takes them from the header)
-        return frame if b.flush_acks is None else self._when_durable(cmd, frame, append, h.properties or "", conn)
+        end = append.wrote_offset + append.wrote_bytes
+        return frame if b.flush_acks is None else self._when_durable(cmd, frame, end, h.properties or "", conn)
 
     def _batch_target(self, h: SendMessageRequestHeader) -> tp.TopicConfig:
         """A batch's topic checks, and its queue when the client left the choice to the broker."""
