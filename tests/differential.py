@@ -220,7 +220,10 @@ class _Log:
         self.last_store_timestamp = 0
 
 
-def _append_once(kind: str, data: bytes, rec: records.MessageRecord) -> tuple[Any, ...]:
+_CLUSTERS = ("DefaultCluster", "", "TIMER_C", "c\x02DELAY\x01", "\ud800", "集群")
+
+
+def _append_once(kind: str, data: bytes, rec: records.MessageRecord, send: bool = False) -> tuple[Any, ...]:
     knob, room = data[4], data[5]
     size = 512 + room * 16
     seg = _Segment(size, (data[6] % 4) * size, (knob % 32) * 8 if knob & 0x20 else 0)
@@ -236,17 +239,25 @@ def _append_once(kind: str, data: bytes, rec: records.MessageRecord) -> tuple[An
     app = cls(log, SimpleNamespace(max_message_size=max_body), hosts[(sw >> 6) % 3], lambda: None,
               PutMessageResult, AppendResult, PutMessageStatus.PUT_OK, AppendStatus.PUT_OK)  # fmt: skip
     app.enabled = sw & 0x07 != 0
+    app.sends_enabled = sw & 0x07 != 0
     app.listeners = [ends.append]
     mine = dataclasses.replace(rec)
-    ok, res = _outcome(app.put, mine)
+    if send:
+        ok, res = _outcome(app.put_send, mine.topic, mine.queue_id, mine.body, mine.properties, mine.flag,
+                           mine.sys_flag, mine.born_timestamp, mine.born_host, mine.reconsume_times,
+                           _CLUSTERS[data[4] % len(_CLUSTERS)])  # fmt: skip
+        at = res[1] - seg.file_from_offset if ok and res is not None else -1
+    else:
+        ok, res = _outcome(app.put, mine)
+        at = res.append.wrote_offset - seg.file_from_offset if ok and res is not None else -1
     buf = bytearray(seg.view)
-    ts = 0
-    if ok and res is not None:  # the clock's store time, the one field the twins may differ in: taken out
-        at = res.append.wrote_offset - seg.file_from_offset
-        ts = res.append.store_timestamp
+    if at >= 0:  # the clock's store time, the one field the twins may differ in: taken out
         ts_at = at + records.store_timestamp_position(struct.unpack_from(">i", buf, at + records.SYSFLAG_POS)[0])
+        ts = struct.unpack_from(">q", buf, ts_at)[0]
         buf[ts_at : ts_at + 8] = bytes(8)
-        res.append.store_timestamp = 0
+        if not send:
+            assert res.append.store_timestamp == ts
+            res.append.store_timestamp = 0
         assert seg.last_store_timestamp == log.last_store_timestamp == ts
     return ok, res, bytes(buf), seg.wrote, log.topic_queue_table, ends, mine.store_host
 
@@ -276,6 +287,39 @@ def append(data: bytes) -> None:
         names = ("outcome", "result", "segment", "write position", "queue table", "listener calls", "store host")
         diff = [n for n, a, b in zip(names, python, compiled, strict=True) if a != b]
         raise Disagreement(f"Appender.put({rec!r:.200}): the twins differ in {', '.join(diff)}: "
+                           f"{python[:2]!r:.300} != {compiled[:2]!r:.300}")  # fmt: skip
+
+
+def append_send(data: bytes) -> None:
+    """``appender.Appender.put_send`` of the fields of the records :func:`put_record` builds (properties with a
+    CLUSTER of their own or an empty one, some with a delay or timer, a half message's flag; cluster names that
+    hold a marker, a surrogate or none at all; arguments of other types) into a segment with more or less room,
+    a queue table with the key or without, the appender or the log switched off: the same answer (the reply's
+    fields, a decline, an error), bytes, write position, queue table and listener calls, the store time aside."""
+    if len(data) < 8:
+        return
+    rec = _record_from(data[:4] + data[8:])
+    assert rec is not None
+    if not data[6] & 1:
+        i31, i63 = 0x7FFFFFFF, (1 << 63) - 1
+        rec = dataclasses.replace(
+            rec, queue_id=rec.queue_id & i31, flag=rec.flag & i31,
+            sys_flag=rec.sys_flag & (0xFFF if data[5] & 0x40 else 0xFF3), born_timestamp=rec.born_timestamp & i63,
+            properties=rec.properties[:400],
+        )  # fmt: skip
+    if data[5] & 0x80:
+        rec.properties += (b"DELAY\x013\x02", b"TIMER_DELAY_SEC\x015\x02", b"XDELA\x01", b"CLUSTER\x01own\x02",
+                           b"CLUSTER\x01\x02", b"\x02CLUSTER\x01x")[data[5] % 6]  # fmt: skip
+    if data[7] & 0x08 and data[4] & 0x80:  # other types, declined alike
+        rec = dataclasses.replace(rec, **(
+            {"born_host": list(rec.born_host)}, {"body": bytearray(rec.body)}, {"queue_id": str(rec.queue_id)},
+            {"born_host": ("localhost", 1)},
+        )[data[4] % 4])  # fmt: skip
+    python, compiled = _append_once("python", data, rec, True), _append_once("compiled", data, rec, True)
+    if python != compiled:
+        names = ("outcome", "result", "segment", "write position", "queue table", "listener calls", "store host")
+        diff = [n for n, a, b in zip(names, python, compiled, strict=True) if a != b]
+        raise Disagreement(f"Appender.put_send({rec!r:.200}): the twins differ in {', '.join(diff)}: "
                            f"{python[:2]!r:.300} != {compiled[:2]!r:.300}")  # fmt: skip
 
 
@@ -768,6 +812,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "encode_record": encode_record,
     "put_record": put_record,
     "append": append,
+    "append_send": append_send,
     "patch_record": patch_record,
     "hashes": hashes,
     "decode_properties": decode_properties,

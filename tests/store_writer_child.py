@@ -12,7 +12,9 @@ PUT_OK, to an acknowledgement log with one ``os.write`` on an ``O_APPEND`` descr
     STOPPED                                (clean shutdown after ``stop_after`` acks)
 
 Spec keys: config (a whole MessageStoreConfig, by alias), ack_log, topic, queues, threads, body_size,
-flush_every, query_after, stop_after, pace_ms, hold_after, die_in_append (SIGKILL itself inside that append).
+flush_every, query_after, stop_after, pace_ms, hold_after, die_in_append (SIGKILL itself inside that append),
+via_send (put as the broker's send fast path does: ``MessageStore.put_send``, the run path where it declines; in
+SYNC_FLUSH acknowledged once the group commit covers the record).
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from store.commitlog import AppendResult, AppendStatus  # noqa: E402
 from store.config import MessageStoreConfig  # noqa: E402
 from store.format import appender, msgid, native, properties, records, runs  # noqa: E402
-from store.message_store import MessageStore, PutMessageStatus  # noqa: E402
+from store.message_store import MessageStore, PutMessageResult, PutMessageStatus  # noqa: E402
 from tests import host_disk  # noqa: E402
 
 
@@ -46,6 +49,7 @@ def main() -> None:
     stop_after = spec.get("stop_after", 0)
     pace = spec.get("pace_ms", 0) / 1000
     hold_after = spec.get("hold_after", 0)
+    via_send = spec.get("via_send", False)
     if spec.get("die_in_append"):
         _die_in_append(spec["die_in_append"])
     fd = os.open(spec["ack_log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -76,10 +80,10 @@ def main() -> None:
                 born_timestamp=time.time_ns() // 1_000_000,
                 born_host=("127.0.0.1", 40000 + t),
             )
-            res = store.put_message(msg)
-            if res.status != PutMessageStatus.PUT_OK:
+            put = send(msg) if via_send else store.put_message(msg)
+            if put is None or put.status != PutMessageStatus.PUT_OK:
                 continue
-            a = res.append
+            a = put.append
             log(f"A {key} {qid} {a.queue_offset} {a.wrote_offset} {a.wrote_bytes} {body.hex()}")
             with acks_lock:
                 acks += 1
@@ -104,6 +108,25 @@ def main() -> None:
                 threading.Event().wait()
             if pace:
                 time.sleep(pace)  # load shaping: a slower stream covers more wall-clock time per byte
+
+    def send(msg: records.MessageRecord) -> PutMessageResult | None:
+        """The broker's send fast path: put_send, else the run; durable first in SYNC_FLUSH (FlushAcks' rule)."""
+        args = (msg.topic, msg.queue_id, msg.body, msg.properties, msg.flag, msg.sys_flag, msg.born_timestamp,
+                msg.born_host, msg.reconsume_times, "CrashCluster")  # fmt: skip
+        got = store.put_send(*args)
+        if got is not None:
+            _, offset, size, queue_offset = got
+            res = PutMessageResult(PutMessageStatus.PUT_OK, AppendResult(AppendStatus.PUT_OK, offset, size, 0,
+                                                                         queue_offset))  # fmt: skip
+        else:
+            run = runs.encode_message(*args[:8], store.store_host, msg.reconsume_times, "CrashCluster")
+            res = store.put_run_nowait(run, 1, msg.topic, msg.queue_id, msg.sys_flag, wait=False)[0]
+            if not res.ok or res.append is None:
+                return None
+        commit = store.group_commit
+        if commit is not None and not commit.submit(res.append.wrote_offset + res.append.wrote_bytes).result(30):
+            return None
+        return res
 
     def query_all(t: int, upto: int) -> None:
         deadline = time.monotonic() + 30

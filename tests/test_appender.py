@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from store.config import BrokerRole, FlushDiskType
-from store.format import msgid, records
+from store.format import msgid, records, runs
 from store.message_store import MessageStore, PutMessageStatus
 from tests.helpers import make_config, make_message, read_queue, wait_dispatched
 
@@ -170,3 +170,170 @@ def test_concurrent_putters_with_dispatch_running(tmp_path):
         for rs in results.values():
             offsets = [r.append.wrote_offset for r in rs]
             assert offsets == sorted(offsets)
+
+
+# --- put_send: a SEND_MESSAGE_V2's put from its header's fields (the broker's fast path) ---------------------------
+CLUSTER = "AppendCluster"
+BORN = ("10.0.0.7", 51234)
+
+
+def _send(store: MessageStore, topic: str, queue_id: int, body: bytes, props: bytes = b"TAGS\x01a\x02",
+          sys_flag: int = 0, born_host: tuple = BORN, cluster: str = CLUSTER, **kw):  # fmt: skip
+    return store.put_send(topic, queue_id, body, props, kw.get("flag", 3), sys_flag, kw.get("born_ts", 1_700_000),
+                          born_host, kw.get("reconsume", 0), cluster)  # fmt: skip
+
+
+def _assert_sent_record(store: MessageStore, got, topic: str, queue_id: int, body: bytes, props: bytes,
+                        sys_flag: int = 0, born_host: tuple = BORN, before_ms: int = 0) -> None:  # fmt: skip
+    """The bytes at the reported offset are ``runs.encode_message``'s record of the same fields (the broker's
+    CLUSTER added unless the properties hold one) with the queue offset, physical offset and store time the store
+    gave it; the offset message id is the reply's."""
+    msg_id, offset, size, queue_offset = got
+    data = _stored(store, offset, size)
+    stored = records.decode_record(data)
+    assert before_ms <= stored.store_timestamp <= time.time_ns() // 1_000_000
+    run = runs.encode_message(topic, queue_id, body, props, 3, sys_flag, 1_700_000, born_host, store.store_host, 0,
+                              CLUSTER)  # fmt: skip
+    want = bytearray(run)
+    records.patch_record(want, 0, queue_offset, offset, stored.store_timestamp)
+    assert data == bytes(want) and size == len(run)
+    assert msg_id == msgid.create_offset_msg_id(store.store_host, offset)
+    assert msg_id == runs.offset_msg_ids(store.store_host, offset, run, 1)
+
+
+@pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
+def test_put_send_writes_the_encode_message_record(tmp_path, flush):
+    """On in SYNC_FLUSH too (the put never waits; the broker holds the reply for the group commit), where ``put``
+    declines: every send is the run path's record, the queue offsets continue the general path's."""
+    with running(tmp_path, flush_disk_type=flush) as store:
+        assert store.put_message(make_message(TOPIC, 2, b"general")).append.queue_offset == 0
+        ends = []
+        store.add_append_listener(ends.append)
+        cases = [
+            (b"plain body" * 30, b"TAGS\x01a\x02KEYS\x01k1\x02", 0, BORN),
+            (b"", b"", 0, BORN),  # no properties: CLUSTER alone
+            (b"has its own cluster", b"CLUSTER\x01theirs\x02TAGS\x01b\x02", 0, BORN),  # kept as it came
+            (b"empty cluster value", b"CLUSTER\x01\x02", 0, BORN),  # counts as absent: the broker's is added
+            (b"ipv6 born" * 100, b"UNIQ_KEY\x01AC11\x02", 0, ("fe80::1", 4000)),
+            (b"committed, multi tags", b"TAGS\x01a||b\x02", records.TRANSACTION_COMMIT_TYPE | 0x80, BORN),
+            (bytes(range(256)) * 20, b"KEYS\x01x y\x02", 0, BORN),  # over the fast CRC's threshold
+        ]
+        for i, (body, props, sys_flag, born) in enumerate(cases, start=1):
+            before = time.time_ns() // 1_000_000
+            got = _send(store, TOPIC, 2, body, props, sys_flag, born)
+            assert got is not None and got[3] == i
+            assert got[1] + got[2] == store.max_phy_offset == ends[-1]
+            _assert_sent_record(store, got, TOPIC, 2, body, props, sys_flag, born, before)
+        wait_dispatched(store)
+        assert [off for off, _ in read_queue(store, TOPIC, 2)] == list(range(len(cases) + 1))
+        if flush == FlushDiskType.SYNC_FLUSH:
+            assert store._appender.put(make_message(TOPIC, 2, b"a waiting put")) is None
+
+
+def _send_declined(store: MessageStore, *args, **kw) -> None:
+    end = store.max_phy_offset
+    table = dict(store.commitlog.topic_queue_table)
+    assert _send(store, *args, **kw) is None
+    assert store.max_phy_offset == end and store.commitlog.topic_queue_table == table  # nothing written or counted
+
+
+def test_put_send_declines_what_the_run_path_must_do(tmp_path):
+    with running(tmp_path, max_message_size=2000) as store:
+        _send_declined(store, TOPIC, 0, b"no segment yet")  # the run path makes it
+        assert store.put_message(make_message(TOPIC, 0, b"makes the segment")).ok
+        _send_declined(store, TOPIC, 0, b"later", b"DELAY\x012\x02")
+        _send_declined(store, TOPIC, 0, b"timer", b"TIMER_DELAY_SEC\x015\x02")
+        _send_declined(store, TOPIC, 0, b"half", sys_flag=records.TRANSACTION_PREPARED_TYPE)
+        _send_declined(store, TOPIC, 0, b"rolled back", sys_flag=records.TRANSACTION_ROLLBACK_TYPE)
+        _send_declined(store, "T" * 128, 0, b"a V2 record")
+        _send_declined(store, "", 0, b"no topic")
+        _send_declined(store, TOPIC, 0, b"b" * 2001)
+        _send_declined(store, TOPIC, 1 << 31, b"queue id out of range")
+        _send_declined(store, TOPIC, 0, b"flag", flag=1 << 31)
+        _send_declined(store, TOPIC, 0, b"born", born_ts=1 << 63)
+        _send_declined(store, TOPIC, 0, b"bad address", born_host=("not an ip", 1))
+        _send_declined(store, TOPIC, 0, b"port", born_host=("10.0.0.1", 1 << 31))
+        _send_declined(store, TOPIC, 0, b"surrogate", cluster="\ud800")
+        _send_declined(store, TOPIC, 0, b"timer in the cluster's name", cluster="TIMER_X")
+        limit = records.MAX_PROPERTIES_LENGTH
+        _send_declined(store, TOPIC, 0, b"p", b"K\x01" + b"v" * (limit - 5) + b"\x02")  # with CLUSTER: too long
+        _send_declined(store, TOPIC, 0, b"types", b"TAGS\x01a\x02", born_host=["10.0.0.1", 1])
+        _send_declined(store, TOPIC, 0, bytearray(b"types"))
+        # ... where the run path is right to refuse, or answers otherwise, as before
+        assert store.put_run_nowait(runs.encode_message(TOPIC, 0, b"x", b"", 0, records.TRANSACTION_PREPARED_TYPE,
+                                                        0, BORN, store.store_host, 0, CLUSTER), 1, TOPIC, 0,
+                                    records.TRANSACTION_PREPARED_TYPE)[0].append.queue_offset == 0  # fmt: skip
+        # a cluster name of surrogates is no matter when the properties hold their own CLUSTER
+        assert _send(store, TOPIC, 0, b"s", b"CLUSTER\x01c\x02", cluster="\ud800")[3] == 1
+
+        store.disk_full = True
+        _send_declined(store, TOPIC, 0, b"disk full")
+        store.disk_full = False
+        assert _send(store, TOPIC, 0, b"room again")[3] == 2
+    _send_declined(store, TOPIC, 0, b"shut down")
+    with running(tmp_path / "slave", broker_role=BrokerRole.SLAVE) as slave:
+        _send_declined(slave, TOPIC, 0, b"a slave takes no sends")
+
+
+def test_put_send_declines_at_a_full_segment_and_the_run_path_rolls(tmp_path):
+    """No room for the record: nothing written; ``put_run_nowait`` then writes the BLANK and rolls, and the next
+    send goes to the new segment; a restarted store reads every message back."""
+    size = 16 * 1024
+    sent = []
+    with running(tmp_path, mapped_file_size_commit_log=size) as store:
+        assert store.put_message(make_message(TOPIC, 0, b"makes the segment")).ok
+        sent.append(b"makes the segment")
+        rolled = 0
+        for i in range(40):
+            body = bytes([i]) * 1000
+            got = _send(store, TOPIC, 0, body)
+            if got is None:
+                end = store.max_phy_offset
+                assert size - end % size < len(body) + records.END_FILE_MIN_BLANK_LENGTH + 100  # no room left
+                run = runs.encode_message(TOPIC, 0, body, b"TAGS\x01a\x02", 3, 0, 1_700_000, BORN, store.store_host,
+                                          0, CLUSTER)  # fmt: skip
+                res, _ = store.put_run_nowait(run, 1, TOPIC, 0, 0, wait=False)
+                assert res.ok and res.append.wrote_offset % size == 0 and res.append.queue_offset == len(sent)
+                rolled += 1
+            else:
+                assert got[3] == len(sent)
+                assert got[1] // size == (got[1] + got[2] - 1) // size  # never straddles
+            sent.append(body)
+        assert rolled >= 2
+        wait_dispatched(store)
+    with running(tmp_path, mapped_file_size_commit_log=size) as store:
+        got = read_queue(store, TOPIC, 0)
+        assert [off for off, _ in got] == list(range(len(sent)))
+        assert [r.body for _, r in got] == sent
+
+
+def test_put_send_from_several_threads_with_dispatch_running(tmp_path):
+    """Four threads send to two queues while the reput thread reads the log: each stored once, each queue's
+    offsets consecutive, each thread's sends in order, each reported record where it was said to be."""
+    threads, per = 4, 300
+    with running(tmp_path, mapped_file_size_commit_log=1 << 20) as store:
+        store.put_message(make_message(TOPIC, 0, b"makes the segment", keys="t9-0"))
+        results: dict[int, list] = {}
+
+        def sender(t: int) -> None:
+            results[t] = [_send(store, TOPIC, i % 2, f"t{t}-{i}".encode() * 20, f"KEYS\x01t{t}-{i}\x02".encode())
+                          for i in range(per)]  # fmt: skip
+
+        workers = [threading.Thread(target=sender, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert all(r is not None for rs in results.values() for r in rs)
+        wait_dispatched(store)
+        seen = []
+        for q in (0, 1):
+            got = read_queue(store, TOPIC, q)
+            assert [off for off, _ in got] == list(range(len(got)))
+            seen += [r.keys for _, r in got]
+        assert sorted(seen) == sorted(["t9-0"] + [f"t{t}-{i}" for t in range(threads) for i in range(per)])
+        for t, rs in results.items():
+            assert [r[1] for r in rs] == sorted(r[1] for r in rs)
+            for i, (_, offset, size, _) in enumerate(rs):
+                stored = records.decode_record(_stored(store, offset, size))
+                assert stored.body == f"t{t}-{i}".encode() * 20 and stored.property_map["CLUSTER"] == CLUSTER

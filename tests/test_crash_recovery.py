@@ -447,12 +447,14 @@ def assert_prefix_per_queue(acks: list[Ack], present: list[bool]) -> None:
         assert in_q == sorted(in_q, reverse=True), f"queue {q}: a gap in the recovered messages"
 
 
+@pytest.mark.parametrize("via_send", [False, True], ids=["put", "send"])
 @pytest.mark.parametrize("flush", [FlushDiskType.SYNC_FLUSH, FlushDiskType.ASYNC_FLUSH])
-def test_kill_inside_an_append_leaves_no_half_record(tmp_path, writer_factory, flush):
-    """The writer dies in the middle of its 301st append; the record it was writing must not come back.  In
-    ASYNC_FLUSH that append is the single put's appender (``store.format.appender``), in SYNC_FLUSH the CommitLog's."""
+def test_kill_inside_an_append_leaves_no_half_record(tmp_path, writer_factory, flush, via_send):
+    """The writer dies in the middle of its 301st append; the record it was writing must not come back.  A put's
+    append is the single put's appender (``store.format.appender``) in ASYNC_FLUSH, the CommitLog's in SYNC_FLUSH;
+    a send's (the broker's fast path) is the appender's ``put_send`` in both."""
     cfg = crash_config(tmp_path, flush)
-    w = writer_factory(cfg, threads=1, die_in_append=301)
+    w = writer_factory(cfg, threads=1, die_in_append=301, via_send=via_send)
     wait_until(lambda: w.proc.poll() is not None, 30, "the writer to die inside an append")
     assert w.proc.returncode == -signal.SIGKILL, w.err_path.read_text()
     acks = read_ack_log(w.ack_path).acks
