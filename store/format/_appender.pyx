@@ -2,10 +2,10 @@
 """Compiled twin of :class:`store.format.appender.Appender` (the reference; its docstring says what a put does and
 which puts it declines).
 
-One put (``put`` of a MessageRecord, ``put_send`` of a send header's fields) is this one call.  Between taking the put lock and releasing it no Python code runs and nothing the
-collector tracks is allocated, so the GIL is held throughout: no other thread sees a half-made record, and the
-TOTALSIZE and MAGIC are written last as ``put_record`` writes them (until then the segment holds zeros there, the
-end of the log to recovery).
+One put (``put`` of a MessageRecord, ``put_send`` of a send header's fields) is this one call.  Between taking the
+put lock and releasing it no Python code runs and nothing the collector tracks is allocated, so the GIL is held
+throughout: no other thread sees a half-made record, and the TOTALSIZE and MAGIC are written last as
+``put_record`` writes them (until then the segment holds zeros there, the end of the log to recovery).
 """
 
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
