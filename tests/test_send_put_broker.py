@@ -69,11 +69,13 @@ def test_sync_flush_wire_send_is_answered_only_after_its_fdatasync(fresh_broker)
     gate = _Gate(store)
     gate.close()  # the disk hangs
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(b.send, "Durable", b"held by the group commit")
-        wait_until(lambda: counted.taken == 1 and gate.entered.is_set(), what="the put and its group commit")
-        end = store.max_phy_offset
-        assert gate.durable < end and not pending.done()  # stored, not durable: not answered
-        gate.open.set()
+        try:
+            pending = pool.submit(b.send, "Durable", b"held by the group commit")
+            wait_until(lambda: counted.taken == 1 and gate.entered.is_set(), what="the put and its group commit")
+            end = store.max_phy_offset
+            assert gate.durable < end and not pending.done()  # stored, not durable: not answered
+        finally:
+            gate.open.set()
         resp = pending.result(30)
     assert resp.code == ResponseCode.SUCCESS
     assert gate.durable >= end
