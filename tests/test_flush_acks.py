@@ -150,18 +150,23 @@ def test_sync_flush_sends_wait_for_their_fdatasync_on_the_fast_path(fresh_broker
     assert acks is not None
     gate = _Gate(b.controller.store)
     # The send handler, observed: what was durable when the group commit handed each held answer to the
-    # connection (Connection.answer_held, which queues the reply frame for the socket).
+    # connection (Connection.answer_held, or answer_held_frames for a run of flushed ones, which queue the reply
+    # frames for the socket).
     proc, durable_at_answer = SendProcessor(b.controller), []
 
     def observed(cmd, conn):
         if "answer_held" not in vars(conn):
-            answer_held = conn.answer_held
+            answer_held, answer_held_frames = conn.answer_held, conn.answer_held_frames
 
             def observed_answer(response):
                 durable_at_answer.append(gate.durable)
                 answer_held(response)
 
-            conn.answer_held = observed_answer
+            def observed_frames(frames):
+                durable_at_answer.extend(gate.durable for _ in frames)
+                answer_held_frames(frames)
+
+            conn.answer_held, conn.answer_held_frames = observed_answer, observed_frames
         answer = proc.send_inline(cmd, conn)
         assert answer is None or not isinstance(answer, asyncio.Future), "a remoting connection holds the answer"
         return answer
@@ -312,3 +317,66 @@ def test_a_failed_fdatasync_answers_every_held_reply_before_it_flush_disk_timeou
         assert replies[0].is_response and replies[0].ext_fields["queueOffset"] == "0"  # the same answer, re-coded
         assert stopping.done()
         assert store.commitlog.queue.flushed_offset >= store.commitlog.max_offset
+
+
+class _FlushThenHold:
+    """In front of the CommitLog's flush: makes the real fdatasync first, then holds the commit thread (and so
+    its answers) while closed; a commit covers only what was appended before it flushed."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.queue = store.commitlog.queue
+        self._flush = self.queue.flush
+        self.queue.flush = self
+        self.open = threading.Event()
+        self.held = threading.Event()
+        self.durable = self.queue.flushed_offset
+
+    def __call__(self) -> int:
+        durable = self._flush()
+        if not self.open.is_set():
+            self.held.set()
+            assert self.open.wait(30), "the test never opened the gate"
+        self.durable = durable
+        return durable
+
+
+@pytest.mark.unit
+def test_a_commit_answers_exactly_the_replies_it_covers_in_one_handover_per_connection(tmp_path) -> None:
+    with running(make_config(tmp_path, flush_disk_type="SYNC_FLUSH")) as store:
+        gate = _FlushThenHold(store)
+
+        async def scenario() -> tuple[list[tuple[int, int]], list[int], list[RemotingCommand]]:
+            acks = FlushAcks(asyncio.get_running_loop(), store.group_commit, lambda: 30.0)
+            (peer,) = await _peers(1)
+            handovers: list[tuple[int, int]] = []  # (frames handed over in one call, offset durable then)
+            answer_held_frames = peer.conn.answer_held_frames
+
+            def observed(frames: list[bytes]) -> None:
+                handovers.append((len(frames), gate.durable))
+                answer_held_frames(frames)
+
+            peer.conn.answer_held_frames = observed  # type: ignore[method-assign]
+            ends = []
+            for i in range(3):  # one burst: the first commit covers these three
+                ends.append(_put(store, i))
+                acks.reply(ends[-1], peer.conn, _reply_frame(i))
+            await poll(gate.held.is_set, what="the first commit's fdatasync")
+            for i in range(3, 6):  # appended after that fdatasync: the next commit's
+                ends.append(_put(store, i))
+                acks.reply(ends[-1], peer.conn, _reply_frame(i))
+            await _loop_turns()
+            if peer.written():
+                gate.open.set()
+                raise AssertionError("a reply was written before the commit covering it told its listeners")
+            gate.open.set()
+            await poll(lambda: len(peer.replies()) == 6, what="six replies")
+            replies = peer.replies()
+            peer.conn.close()
+            peer.sock.close()
+            return handovers, ends, replies
+
+        handovers, ends, replies = run_on_loop(scenario())
+        assert [(r.opaque, r.code) for r in replies] == [(i, ResponseCode.SUCCESS) for i in range(6)]
+        (first, first_durable), (second, second_durable) = handovers
+        assert first == 3 and ends[2] <= first_durable < ends[3], "the first commit answered only what it covered"
+        assert second == 3 and second_durable >= ends[5]

@@ -236,6 +236,20 @@ class Connection(asyncio.Protocol):
             self._queue(response)
         elif not self.closed:
             self._write(response)
+        self._after_held_answers()
+
+    def answer_held_frames(self, frames: list[bytes]) -> None:
+        """``answer_held`` for several whole frames at once, in their order (a group commit's replies to this
+        connection): one look at the write queue and at the reading state for all of them."""
+        count = len(frames)
+        self._in_flight -= count
+        self._held -= count
+        if not self.closed:
+            self._out.extend(frames)
+            self._schedule_flush()
+        self._after_held_answers()
+
+    def _after_held_answers(self) -> None:
         if not self._held and self._held_answered is not None:
             self.tasks.discard(self._held_answered)
             if not self._held_answered.done():
@@ -338,6 +352,9 @@ class Connection(asyncio.Protocol):
         self._out.append(head)
         if body:
             self._out.append(body)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)

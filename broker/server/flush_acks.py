@@ -6,9 +6,9 @@ on with ``asyncio.wrap_future``, costs a ``call_soon_threadsafe`` (a wake-up of 
 commit thread schedules ONE loop callback per group commit, which answers every waiter the commit made durable.
 
 Waiters are kept in append order: the puts of the loop are appended one after the other on the loop's thread,
-so their end offsets grow along the queue, and so do their deadlines (now + the timeout).  A commit answers
-from the front while the end offset is covered; one timer, armed for the oldest waiter, answers from the front
-while the deadline has passed.
+so their end offsets grow along the queue, and so do the times they were added.  A commit answers from the
+front while the end offset is covered; one timer, armed for the oldest waiter, answers from the front while the
+timeout (read when the timer fires, not per waiter) has passed since a waiter was added.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import collections
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from broker.remoting.codes import ResponseCode
 from broker.remoting.command import RemotingCommand
@@ -38,9 +38,8 @@ class FlushAcks:
         self._loop = loop
         self._commit = commit
         self._timeout = timeout
-        # (end offset, deadline, done, None) for ``wait``; (end offset, deadline, connection.answer_held, frame)
-        # for ``reply``
-        self._waiters: collections.deque[tuple[int, float, Callable[[Any], None], bytes | None]] = collections.deque()
+        # (end offset, time added, done, None) for ``wait``; (end offset, time added, connection, frame) for ``reply``
+        self._waiters: collections.deque[tuple[int, float, Any, bytes | None]] = collections.deque()
         self._timer: asyncio.TimerHandle | None = None
         self.groups = 0  # loop callbacks made by commits that had waiters (each answers a whole group)
         commit.add_group_listener(self._committed)
@@ -56,13 +55,13 @@ class FlushAcks:
         timeout.  The request is held on the connection meanwhile (``Connection.hold_answer``): no future, no
         callback per request; a group's replies to one connection go out in one write."""
         conn.hold_answer()
-        self._add(end_offset, conn.answer_held, frame)
+        self._add(end_offset, conn, frame)
 
-    def _add(self, end_offset: int, answer: Callable[[Any], None], frame: bytes | None) -> None:
-        deadline = self._loop.time() + self._timeout()
-        self._waiters.append((end_offset, deadline, answer, frame))
+    def _add(self, end_offset: int, answer: Connection | Done, frame: bytes | None) -> None:
+        added = self._loop.time()
+        self._waiters.append((end_offset, added, answer, frame))
         if self._timer is None:
-            self._timer = self._loop.call_at(deadline, self._expire)
+            self._timer = self._loop.call_at(added + self._timeout(), self._expire)
         self._commit.request()
 
     def _committed(self, ok: bool, offset: int) -> None:
@@ -74,34 +73,54 @@ class FlushAcks:
 
     def _answer(self, ok: bool, offset: int) -> None:
         waiters = self._waiters
-        answered = False
+        if not waiters or waiters[0][0] > offset:
+            return
+        self.groups += 1
+        # A run of flushed replies to one connection (64 sends in flight on one channel make a group of 64) is
+        # handed over in one call: per reply, only the deque's pop and a list append.
+        conn: Connection | None = None
+        frames: list[bytes] = []
         while waiters and waiters[0][0] <= offset:
-            answered = True
             _, _, answer, frame = waiters.popleft()
-            _answer(answer, frame, ok)
-        if answered:
-            self.groups += 1
+            if frame is not None and ok:
+                if answer is not conn:
+                    if conn is not None:
+                        _answer_frames(conn, frames)
+                    conn, frames = answer, []
+                frames.append(frame)
+            else:
+                _answer(answer, frame, ok)
+        if conn is not None:
+            _answer_frames(conn, frames)
 
     def _expire(self) -> None:
         self._timer = None
         waiters = self._waiters
         now = self._loop.time()
-        while waiters and waiters[0][1] <= now:
+        timeout = self._timeout()
+        while waiters and waiters[0][1] + timeout <= now:
             _, _, answer, frame = waiters.popleft()
             _answer(answer, frame, False)
         if waiters:
-            self._timer = self._loop.call_at(waiters[0][1], self._expire)
+            self._timer = self._loop.call_at(waiters[0][1] + timeout, self._expire)
 
 
-def _answer(answer: Callable[[Any], None], frame: bytes | None, ok: bool) -> None:
+def _answer(answer: Connection | Done, frame: bytes | None, ok: bool) -> None:
     try:
         if frame is None:  # a ``wait``
-            answer(ok)
+            cast(Done, answer)(ok)
         elif ok:
-            answer(frame)
+            cast(Connection, answer).answer_held(frame)
         else:  # Java's answer: the message is stored, only its flush is not confirmed
             late = RemotingCommand.decode(frame[4:])
             late.code = ResponseCode.FLUSH_DISK_TIMEOUT
-            answer(late)
+            cast(Connection, answer).answer_held(late)
     except Exception:  # one waiter's failure must not leave the rest of its group unanswered
         log.exception("answering a SYNC_FLUSH waiter failed")
+
+
+def _answer_frames(conn: Connection, frames: list[bytes]) -> None:
+    try:
+        conn.answer_held_frames(frames)
+    except Exception:  # one connection's failure must not leave the other connections of the group unanswered
+        log.exception("answering SYNC_FLUSH sends failed")
