@@ -380,3 +380,42 @@ def test_a_commit_answers_exactly_the_replies_it_covers_in_one_handover_per_conn
         (first, first_durable), (second, second_durable) = handovers
         assert first == 3 and ends[2] <= first_durable < ends[3], "the first commit answered only what it covered"
         assert second == 3 and second_durable >= ends[5]
+
+
+@pytest.mark.unit
+def test_a_commit_asked_for_before_the_append_does_not_answer_the_reply_appended_after_it(tmp_path) -> None:
+    with running(make_config(tmp_path, flush_disk_type="SYNC_FLUSH")) as store:
+        gate = _FlushThenHold(store)
+
+        async def scenario() -> tuple[list[tuple[int, int]], int, list[RemotingCommand]]:
+            acks = FlushAcks(asyncio.get_running_loop(), store.group_commit, lambda: 30.0)
+            (peer,) = await _peers(1)
+            handovers: list[tuple[int, int]] = []
+            answer_held_frames = peer.conn.answer_held_frames
+
+            def observed(frames: list[bytes]) -> None:
+                handovers.append((len(frames), gate.durable))
+                answer_held_frames(frames)
+
+            peer.conn.answer_held_frames = observed  # type: ignore[method-assign]
+            before = store.commitlog.max_offset
+            acks.expect()  # the send path asks before its put
+            await poll(gate.held.is_set, what="the commit asked for before the append")
+            end = _put(store, 0)  # appended while that commit is held: it is not covered by it
+            acks.reply(end, peer.conn, _reply_frame(0))
+            await _loop_turns()
+            if peer.written():
+                gate.open.set()
+                raise AssertionError("a reply was written before a commit covering it")
+            gate.open.set()
+            await poll(lambda: len(peer.replies()) == 1, what="the reply")
+            replies = peer.replies()
+            peer.conn.close()
+            peer.sock.close()
+            assert before < end
+            return handovers, end, replies
+
+        handovers, end, replies = run_on_loop(scenario())
+        assert [(r.opaque, r.code) for r in replies] == [(0, ResponseCode.SUCCESS)]
+        ((count, durable),) = handovers
+        assert count == 1 and durable >= end, "answered only by the commit covering it"

@@ -197,6 +197,8 @@ class SendProcessor:
             if _TRAN_MSG in cmd.ext_fields.get("i", ""):  # a half message: _send_fast would refuse it
                 frame = self._half_fast(cmd, conn) if self.broker.flush_acks is None else None
             else:
+                if self.broker.flush_acks is not None:
+                    self.broker.flush_acks.expect()  # before the put wakes dispatch: see FlushAcks.expect
                 frame = self._send_fast(cmd, conn)
             if frame is not None:
                 return None if frame is _Held.HELD else frame
