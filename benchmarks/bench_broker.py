@@ -484,6 +484,18 @@ class _PacedSender(asyncio.Protocol):
         del buf[:pos]
 
 
+async def _pace(loop: asyncio.AbstractEventLoop, due: float, i: int, rate: int) -> None:
+    """Wait for send ``i``'s time ``due`` (ticks of 1 ms).  A sender behind its schedule (a timer fired late) sends
+    what is due without sleeping, but still yields to the loop once per millisecond's worth of sends: catching up
+    in one stretch held the loop for 15-40 ms at 20 k msgs/s (traced), and the in-process PushConsumer, whose
+    handler calls are part of the latency measured, could not run meanwhile."""
+    delay = due - loop.time()
+    if delay > 0.001:
+        await asyncio.sleep(delay)
+    elif i % max(1, rate // 1000) == 0:
+        await asyncio.sleep(0)
+
+
 async def raw_latency(namesrv: str, broker_addr: str, rate: int, seconds: float, group: str) -> dict:
     """``latency`` with the paced raw-protocol sender instead of the Python Producer."""
     host, port = broker_addr.rsplit(":", 1)
@@ -533,10 +545,7 @@ async def latency(namesrv: str, producer: Producer | None, rate: int, seconds: f
         tasks = set()
         t0 = loop.time()
         for i in range(total):
-            due = t0 + i / rate
-            delay = due - loop.time()
-            if delay > 0.001:
-                await asyncio.sleep(delay)
+            await _pace(loop, t0 + i / rate, i, rate)
             key = f"{i:016d}".encode()
             sent[key] = t_send = time.perf_counter()
             order.append(t_send)
@@ -683,9 +692,7 @@ async def paced_send(raw: _PacedSender, rate: int, total: int) -> tuple[dict[byt
     wall: dict[bytes, float] = {}
     t0 = loop.time()
     for i in range(total):
-        delay = t0 + i / rate - loop.time()
-        if delay > 0.001:
-            await asyncio.sleep(delay)
+        await _pace(loop, t0 + i / rate, i, rate)
         key = f"{i:016d}".encode()
         sent[key] = t = time.perf_counter()
         raw.sent_at.append(t)
