@@ -73,7 +73,9 @@ def _redispatch(source: Path, dest: Path, compiled: bool) -> int:
 
 
 @pytest.mark.unit
-def test_both_twins_write_the_same_consume_queue_and_index_files(tmp_path, compiled_loop):
+@pytest.mark.parametrize("hold_gil", ["1", "0"], ids=["short-runs-hold-the-gil", "every-run-releases-it"])
+def test_both_twins_write_the_same_consume_queue_and_index_files(tmp_path, compiled_loop, monkeypatch, hold_gil):
+    monkeypatch.setenv(dispatch_loop.ENV_HOLD_GIL, hold_gil)
     cfg = make_config(tmp_path / "live")
     msgs = _messages()
     store = MessageStore(cfg)
@@ -83,6 +85,9 @@ def test_both_twins_write_the_same_consume_queue_and_index_files(tmp_path, compi
             assert store.put_message(msg).status == PutMessageStatus.PUT_OK
         wait_dispatched(store)
         live_taken = store.reput._compiled.dispatched
+        held = store.reput._compiled.dispatched_holding_gil
+    # puts one at a time make short runs: they keep the GIL unless switched off
+    assert (held > 0) if hold_gil == "1" else (held == 0)
     root = cfg.store_path_root_dir
     assert len(list(cfg.commitlog_dir.iterdir())) > 3  # several CommitLog segments
 

@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The compiled dispatch loop: a run of CommitLog records into their ConsumeQueue units and IndexFile entries,
-with the GIL released over the whole run.
+with the GIL released over the whole run (or kept over a short one: see ``store.dispatch_loop``).
 
 The reference is the reput service's per-record Python path (``store.dispatch``: ``records.check_record``, then
 ``ConsumeQueue.put`` and ``IndexService.build_index``).  This loop writes exactly the bytes those would write, for
@@ -277,10 +277,11 @@ cdef class DispatchLoop:
         self._slot_count, self._index_count = h.hash_slot_count, h.index_count
 
     # --- the run ------------------------------------------------------------------------------------------
-    def run(self, log, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_records):
+    def run(self, log, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_records, bint release_gil=True):
         """Dispatch the records of ``log`` (a CommitLog segment's map) from ``pos`` up to ``end``, at most
         ``max_records``; returns where it stopped: ``end``, or a record the reference must take.  The arrival
-        listeners are told afterwards, by :meth:`notify`."""
+        listeners are told afterwards, by :meth:`notify`.  ``release_gil`` False keeps the GIL over the run (a
+        short one: taking the GIL back from a busy event loop can cost a whole switch interval)."""
         cdef Py_buffer view
         if max_records > self._arrivals_cap:
             max_records = self._arrivals_cap
@@ -294,7 +295,10 @@ cdef class DispatchLoop:
         try:
             if end > view.len:
                 end = view.len
-            with nogil:
+            if release_gil:
+                with nogil:
+                    pos = self._run(<const uint8_t*>view.buf, pos, end, max_records)
+            else:
                 pos = self._run(<const uint8_t*>view.buf, pos, end, max_records)
         finally:
             PyBuffer_Release(&view)
