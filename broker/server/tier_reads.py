@@ -41,20 +41,9 @@ async def pull(
     lake = broker.lake
     if lake is None:
         return local
-    if local.status is GetMessageStatus.FOUND and local.queue_offsets[0] > offset:
-        # Units skipped before the first record: filtered out, or pointing at a segment the clean pass has just
-        # deleted (the ConsumeQueue minimum moves right after).  The tier holds the latter: serve it, no gap.
-        if not _removed(broker, topic, queue_id, offset):
-            return local
-        upper = local.queue_offsets[0]
-    elif local.status not in _FALL_THROUGH:
+    upper = _tier_upper(broker, topic, queue_id, offset, local)
+    if upper is None:
         return local
-    elif local.status is GetMessageStatus.OFFSET_TOO_SMALL:
-        upper = local.min_offset
-    elif local.status is GetMessageStatus.MESSAGE_WAS_REMOVING:
-        upper = local.max_offset
-    else:
-        upper = _UNBOUNDED
     found = await asyncio.to_thread(
         lake.pull, topic, queue_id, offset, upper, max_nums, max_bytes, tag_codes, record_filter
     )
@@ -65,6 +54,26 @@ async def pull(
         status, found.next_begin_offset, min(offset, local.min_offset), local.max_offset, found.messages,
         found.queue_offsets,
     )  # fmt: skip
+
+
+def pull_falls_through(broker: BrokerContext, topic: str, queue_id: int, offset: int, local: GetMessageResult) -> bool:
+    """Whether ``pull`` would read the tier for this local result (else it returns ``local`` as it is)."""
+    return broker.lake is not None and _tier_upper(broker, topic, queue_id, offset, local) is not None
+
+
+def _tier_upper(broker: BrokerContext, topic: str, queue_id: int, offset: int, local: GetMessageResult) -> int | None:
+    """The queue offset below which the tier answers a pull from ``offset``; None when the local result stands."""
+    if local.status is GetMessageStatus.FOUND and local.queue_offsets[0] > offset:
+        # Units skipped before the first record: filtered out, or pointing at a segment the clean pass has just
+        # deleted (the ConsumeQueue minimum moves right after).  The tier holds the latter: serve it, no gap.
+        return local.queue_offsets[0] if _removed(broker, topic, queue_id, offset) else None
+    if local.status not in _FALL_THROUGH:
+        return None
+    if local.status is GetMessageStatus.OFFSET_TOO_SMALL:
+        return local.min_offset
+    if local.status is GetMessageStatus.MESSAGE_WAS_REMOVING:
+        return local.max_offset
+    return _UNBOUNDED
 
 
 def _removed(broker: BrokerContext, topic: str, queue_id: int, offset: int) -> bool:
