@@ -487,7 +487,7 @@ class _PacedSender(asyncio.Protocol):
 async def _pace(loop: asyncio.AbstractEventLoop, due: float, i: int, rate: int) -> None:
     """Wait for send ``i``'s time ``due`` (ticks of 1 ms).  A sender behind its schedule (a timer fired late) sends
     what is due without sleeping, but still yields to the loop once per millisecond's worth of sends: catching up
-    in one stretch held the loop for 15-40 ms at 20 k msgs/s (traced), and the in-process PushConsumer, whose
+    in one stretch held the loop for 12-40 ms at 20 k msgs/s (traced), and the in-process PushConsumer, whose
     handler calls are part of the latency measured, could not run meanwhile."""
     delay = due - loop.time()
     if delay > 0.001:
