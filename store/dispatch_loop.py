@@ -34,8 +34,10 @@ RUN_RECORDS = 1024  # records per run at most: the IndexService's lock is held t
 # A run over at most this many bytes (and records) keeps the GIL: after a run with the GIL released the reput
 # thread must take it back from the event loop, which holds it until it polls or a switch interval (5 ms) ends.
 # Traced at 20 k msgs/s, that wait was the run's p90 3.6 ms and p99 9.6 ms, while a run of 1 KiB records costs
-# about 0.5 us a record; so short runs (a read of sends' worth) keep it, and a backlog still runs GIL-free.
-HOLD_GIL_BYTES = 256 * 1024
+# about 0.5 us a record; so short runs (a read of single sends' worth) keep it, and a backlog still runs GIL-free.
+# 16 KiB, not more: a batch of 32 x 1 KiB (36 KiB) held the GIL with a 256 KiB bound and took the loop's turn,
+# 229-287 k batched msgs/s against 334-346 k with 16 KiB (quiet, alternated; docs/benchmarks.md).
+HOLD_GIL_BYTES = 16 * 1024
 HOLD_GIL_RECORDS = 256
 
 
