@@ -262,6 +262,17 @@ def _append_once(kind: str, data: bytes, rec: records.MessageRecord, send: bool 
     return ok, res, bytes(buf), seg.wrote, log.topic_queue_table, ends, mine.store_host
 
 
+def _in_range(rec: records.MessageRecord, data: bytes, **more: object) -> records.MessageRecord:
+    """``rec`` with its send fields in their ranges (mostly not a half message) and short properties: an input
+    the appender may take rather than one it declines."""
+    i31, i63 = 0x7FFFFFFF, (1 << 63) - 1
+    return dataclasses.replace(
+        rec, queue_id=rec.queue_id & i31, flag=rec.flag & i31,
+        sys_flag=rec.sys_flag & (0xFFF if data[5] & 0x40 else 0xFF3), born_timestamp=rec.born_timestamp & i63,
+        properties=rec.properties[:400], **more,
+    )  # fmt: skip
+
+
 def append(data: bytes) -> None:
     """``appender.Appender.put`` of the records :func:`put_record` builds (some with a delay or timer property, a
     half message's flag), into a segment with more or less room, a queue table with the key or without, the appender
@@ -272,13 +283,11 @@ def append(data: bytes) -> None:
     rec = _record_from(data[:4] + data[8:])
     assert rec is not None
     if not data[6] & 1:
-        i31, i63 = 0x7FFFFFFF, (1 << 63) - 1
-        rec = dataclasses.replace(
-            rec, queue_id=rec.queue_id & i31, flag=rec.flag & i31,
-            sys_flag=rec.sys_flag & (0xFFF if data[5] & 0x40 else 0xFF3),  # mostly not a half message
-            born_timestamp=rec.born_timestamp & i63, store_timestamp=rec.store_timestamp & i63,
-            prepared_transaction_offset=rec.prepared_transaction_offset & i63, queue_offset=rec.queue_offset & i63,
-            physical_offset=rec.physical_offset & i63, body_crc=None, magic=None, properties=rec.properties[:400],
+        i63 = (1 << 63) - 1
+        rec = _in_range(
+            rec, data, store_timestamp=rec.store_timestamp & i63, queue_offset=rec.queue_offset & i63,
+            prepared_transaction_offset=rec.prepared_transaction_offset & i63,
+            physical_offset=rec.physical_offset & i63, body_crc=None, magic=None,
         )  # fmt: skip
     if data[5] & 0x80:
         rec.properties += (b"DELAY\x013\x02", b"TIMER_DELAY_SEC\x015\x02", b"XDELA\x01")[data[5] % 3]
@@ -301,12 +310,7 @@ def append_send(data: bytes) -> None:
     rec = _record_from(data[:4] + data[8:])
     assert rec is not None
     if not data[6] & 1:
-        i31, i63 = 0x7FFFFFFF, (1 << 63) - 1
-        rec = dataclasses.replace(
-            rec, queue_id=rec.queue_id & i31, flag=rec.flag & i31,
-            sys_flag=rec.sys_flag & (0xFFF if data[5] & 0x40 else 0xFF3), born_timestamp=rec.born_timestamp & i63,
-            properties=rec.properties[:400],
-        )  # fmt: skip
+        rec = _in_range(rec, data)
     if data[5] & 0x80:
         rec.properties += (b"DELAY\x013\x02", b"TIMER_DELAY_SEC\x015\x02", b"XDELA\x01", b"CLUSTER\x01own\x02",
                            b"CLUSTER\x01\x02", b"\x02CLUSTER\x01x")[data[5] % 6]  # fmt: skip

@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -111,6 +111,15 @@ def test_appender_declines_what_the_general_path_must_do(tmp_path):
     _declined(store, make_message(TOPIC, 0, b"shut down"))
 
 
+def _in_threads(target: Callable[[int], None], threads: int) -> None:
+    """``target(t)`` for t in range(threads), each in its own thread, all at once; back when all are done."""
+    workers = [threading.Thread(target=target, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+
 @pytest.mark.parametrize("overrides", [{"flush_disk_type": FlushDiskType.SYNC_FLUSH},
                                        {"broker_role": BrokerRole.SLAVE}])  # fmt: skip
 def test_appender_is_off_where_a_put_waits_or_is_refused(tmp_path, overrides):
@@ -154,11 +163,7 @@ def test_concurrent_putters_with_dispatch_running(tmp_path):
             results[t] = [store.put_message(make_message(TOPIC, i % 2, f"t{t}-{i}".encode() * 20, keys=f"t{t}-{i}"))
                           for i in range(per)]  # fmt: skip
 
-        workers = [threading.Thread(target=putter, args=(t,)) for t in range(threads)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
+        _in_threads(putter, threads)
         assert all(r.status is PutMessageStatus.PUT_OK for rs in results.values() for r in rs)
         wait_dispatched(store)
         seen = []
@@ -319,11 +324,7 @@ def test_put_send_from_several_threads_with_dispatch_running(tmp_path):
             results[t] = [_send(store, TOPIC, i % 2, f"t{t}-{i}".encode() * 20, f"KEYS\x01t{t}-{i}\x02".encode())
                           for i in range(per)]  # fmt: skip
 
-        workers = [threading.Thread(target=sender, args=(t,)) for t in range(threads)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
+        _in_threads(sender, threads)
         assert all(r is not None for rs in results.values() for r in rs)
         wait_dispatched(store)
         seen = []

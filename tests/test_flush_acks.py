@@ -340,6 +340,19 @@ class _FlushThenHold:
         return durable
 
 
+def _observe_handovers(conn: Connection, gate: _FlushThenHold) -> list[tuple[int, int]]:
+    """(frames handed over in one ``answer_held_frames`` call, offset durable then), as the calls happen."""
+    handovers: list[tuple[int, int]] = []
+    answer_held_frames = conn.answer_held_frames
+
+    def observed(frames: list[bytes]) -> None:
+        handovers.append((len(frames), gate.durable))
+        answer_held_frames(frames)
+
+    conn.answer_held_frames = observed  # type: ignore[method-assign]
+    return handovers
+
+
 @pytest.mark.unit
 def test_a_commit_answers_exactly_the_replies_it_covers_in_one_handover_per_connection(tmp_path) -> None:
     with running(make_config(tmp_path, flush_disk_type="SYNC_FLUSH")) as store:
@@ -348,14 +361,7 @@ def test_a_commit_answers_exactly_the_replies_it_covers_in_one_handover_per_conn
         async def scenario() -> tuple[list[tuple[int, int]], list[int], list[RemotingCommand]]:
             acks = FlushAcks(asyncio.get_running_loop(), store.group_commit, lambda: 30.0)
             (peer,) = await _peers(1)
-            handovers: list[tuple[int, int]] = []  # (frames handed over in one call, offset durable then)
-            answer_held_frames = peer.conn.answer_held_frames
-
-            def observed(frames: list[bytes]) -> None:
-                handovers.append((len(frames), gate.durable))
-                answer_held_frames(frames)
-
-            peer.conn.answer_held_frames = observed  # type: ignore[method-assign]
+            handovers = _observe_handovers(peer.conn, gate)
             ends = []
             for i in range(3):  # one burst: the first commit covers these three
                 ends.append(_put(store, i))
@@ -390,14 +396,7 @@ def test_a_commit_asked_for_before_the_append_does_not_answer_the_reply_appended
         async def scenario() -> tuple[list[tuple[int, int]], int, list[RemotingCommand]]:
             acks = FlushAcks(asyncio.get_running_loop(), store.group_commit, lambda: 30.0)
             (peer,) = await _peers(1)
-            handovers: list[tuple[int, int]] = []
-            answer_held_frames = peer.conn.answer_held_frames
-
-            def observed(frames: list[bytes]) -> None:
-                handovers.append((len(frames), gate.durable))
-                answer_held_frames(frames)
-
-            peer.conn.answer_held_frames = observed  # type: ignore[method-assign]
+            handovers = _observe_handovers(peer.conn, gate)
             before = store.commitlog.max_offset
             acks.expect()  # the send path asks before its put
             await poll(gate.held.is_set, what="the commit asked for before the append")
