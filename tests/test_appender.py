@@ -111,6 +111,18 @@ def test_appender_declines_what_the_general_path_must_do(tmp_path):
     _declined(store, make_message(TOPIC, 0, b"shut down"))
 
 
+def _assert_every_key_once(store: MessageStore, threads: int, per: int) -> None:
+    """Once dispatched, queues 0 and 1 hold "t9-0" and every thread's "t{t}-{i}" exactly once, at consecutive
+    queue offsets."""
+    wait_dispatched(store)
+    seen = []
+    for q in (0, 1):
+        got = read_queue(store, TOPIC, q)
+        assert [off for off, _ in got] == list(range(len(got)))
+        seen += [r.keys for _, r in got]
+    assert sorted(seen) == sorted(["t9-0"] + [f"t{t}-{i}" for t in range(threads) for i in range(per)])
+
+
 def _in_threads(target: Callable[[int], None], threads: int) -> None:
     """``target(t)`` for t in range(threads), each in its own thread, all at once; back when all are done."""
     workers = [threading.Thread(target=target, args=(t,)) for t in range(threads)]
@@ -165,13 +177,7 @@ def test_concurrent_putters_with_dispatch_running(tmp_path):
 
         _in_threads(putter, threads)
         assert all(r.status is PutMessageStatus.PUT_OK for rs in results.values() for r in rs)
-        wait_dispatched(store)
-        seen = []
-        for q in (0, 1):
-            got = read_queue(store, TOPIC, q)
-            assert [off for off, _ in got] == list(range(len(got)))
-            seen += [r.keys for _, r in got]
-        assert sorted(seen) == sorted(["t9-0"] + [f"t{t}-{i}" for t in range(threads) for i in range(per)])
+        _assert_every_key_once(store, threads, per)
         for rs in results.values():
             offsets = [r.append.wrote_offset for r in rs]
             assert offsets == sorted(offsets)
@@ -326,13 +332,7 @@ def test_put_send_from_several_threads_with_dispatch_running(tmp_path):
 
         _in_threads(sender, threads)
         assert all(r is not None for rs in results.values() for r in rs)
-        wait_dispatched(store)
-        seen = []
-        for q in (0, 1):
-            got = read_queue(store, TOPIC, q)
-            assert [off for off, _ in got] == list(range(len(got)))
-            seen += [r.keys for _, r in got]
-        assert sorted(seen) == sorted(["t9-0"] + [f"t{t}-{i}" for t in range(threads) for i in range(per)])
+        _assert_every_key_once(store, threads, per)
         for t, rs in results.items():
             assert [r[1] for r in rs] == sorted(r[1] for r in rs)
             for i, (_, offset, size, _) in enumerate(rs):

@@ -353,6 +353,21 @@ def _observe_handovers(conn: Connection, gate: _FlushThenHold) -> list[tuple[int
     return handovers
 
 
+async def _nothing_written_until_the_gate_opens(peer: _Peer, gate: _FlushThenHold, count: int) -> list[RemotingCommand]:
+    """With the commit held: nothing on ``peer``'s socket after some loop turns; then the gate opened, ``count``
+    replies read, and the peer closed."""
+    await _loop_turns()
+    if peer.written():
+        gate.open.set()
+        raise AssertionError("a reply was written before the commit covering it told its listeners")
+    gate.open.set()
+    await poll(lambda: len(peer.replies()) == count, what=f"{count} replies")
+    replies = peer.replies()
+    peer.conn.close()
+    peer.sock.close()
+    return replies
+
+
 @pytest.mark.unit
 def test_a_commit_answers_exactly_the_replies_it_covers_in_one_handover_per_connection(tmp_path) -> None:
     with running(make_config(tmp_path, flush_disk_type="SYNC_FLUSH")) as store:
@@ -370,15 +385,7 @@ def test_a_commit_answers_exactly_the_replies_it_covers_in_one_handover_per_conn
             for i in range(3, 6):  # appended after that fdatasync: the next commit's
                 ends.append(_put(store, i))
                 acks.reply(ends[-1], peer.conn, _reply_frame(i))
-            await _loop_turns()
-            if peer.written():
-                gate.open.set()
-                raise AssertionError("a reply was written before the commit covering it told its listeners")
-            gate.open.set()
-            await poll(lambda: len(peer.replies()) == 6, what="six replies")
-            replies = peer.replies()
-            peer.conn.close()
-            peer.sock.close()
+            replies = await _nothing_written_until_the_gate_opens(peer, gate, 6)
             return handovers, ends, replies
 
         handovers, ends, replies = run_on_loop(scenario())
@@ -402,15 +409,7 @@ def test_a_commit_asked_for_before_the_append_does_not_answer_the_reply_appended
             await poll(gate.held.is_set, what="the commit asked for before the append")
             end = _put(store, 0)  # appended while that commit is held: it is not covered by it
             acks.reply(end, peer.conn, _reply_frame(0))
-            await _loop_turns()
-            if peer.written():
-                gate.open.set()
-                raise AssertionError("a reply was written before a commit covering it")
-            gate.open.set()
-            await poll(lambda: len(peer.replies()) == 1, what="the reply")
-            replies = peer.replies()
-            peer.conn.close()
-            peer.sock.close()
+            replies = await _nothing_written_until_the_gate_opens(peer, gate, 1)
             assert before < end
             return handovers, end, replies
 

@@ -47,6 +47,11 @@ cdef tuple _NO_ARGS = ()
 cdef const char* _HEX = b"0123456789ABCDEF"
 
 
+cdef inline bint _consumable(object sys_flag):
+    """A sys flag in its 32-bit range that is not a half or rollback message (``records.is_consumable``)."""
+    return -0x80000000 <= sys_flag <= 0x7FFFFFFF and (sys_flag & 0xC) in (0, 8)
+
+
 cdef inline bint _may_park(bytes props):
     # delay.may_park in one pass: b"DELAY\x01" or b"TIMER_" anywhere in it
     cdef const char* p = PyBytes_AS_STRING(props)
@@ -165,8 +170,8 @@ cdef class Appender:
             return None
         if magic is not None or crc is not None or type(sys_flag) is not int:
             return None
-        if not (-0x80000000 <= sys_flag <= 0x7FFFFFFF) or (sys_flag & 0xC) not in (0, 8):
-            return None  # out of range, or a half or rollback message
+        if not _consumable(sys_flag):
+            return None
         cdef Fields f
         queue_id = _get(rec, _r_at[8])
         if type(queue_id) is not int:
@@ -222,8 +227,8 @@ cdef class Appender:
         # 'C' that neither marker holds
         if _may_park(props) or (add and self._extra_parks):
             return None
-        if not (-0x80000000 <= sys_flag <= 0x7FFFFFFF) or (sys_flag & 0xC) not in (0, 8):
-            return None  # out of range, or a half or rollback message
+        if not _consumable(sys_flag):
+            return None
         cdef Fields f
         try:
             known, key = self._key(topic, queue_id)
