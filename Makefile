@@ -5,9 +5,12 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 RMQ5_VENV := .venv-rmq5
 PROXY_STUBS := broker/proxy/v2/service_pb2_grpc.py
 
-.PHONY: install up test bench fuzz lint airflow spark-cluster clean
+.PHONY: install python peers up test bench fuzz lint airflow spark-cluster clean
 
-install: $(VENV)/.installed $(PROXY_STUBS)
+install: python peers
+
+# What mqlake itself runs on: the virtual environment and the generated gRPC stubs.
+python: $(VENV)/.installed $(PROXY_STUBS)
 
 # Re-runs only when the dependency declarations or the compiled twins' sources change; the package itself is
 # editable (the Python modules are read in place, the Cython twins are built into the tree by setup.py).
@@ -30,7 +33,24 @@ $(RMQ5_VENV)/.installed: constraints.txt
 $(PROXY_STUBS): tools/gen_grpc_stubs.py $(RMQ5_VENV)/.installed
 	$(RMQ5_VENV)/bin/python tools/gen_grpc_stubs.py
 
-up: install
+# Apache RocketMQ's own jars (pinned in tools/peers/*/pom.xml, with their dependencies) in .peers/<name>/lib:
+# the reference implementation the tests and bench_peer run beside mqlake.  Fetched once through the machine's
+# own Maven client and its default settings (Maven Central, the local repository in ~/.m2); mqlake itself needs
+# none of them, so `make up` does not fetch them.
+PEERS := rocketmq-4 rocketmq-4-broker rocketmq-5 client-java-5
+PEER_STAMPS := $(PEERS:%=.peers/%/.fetched)
+MVN_DEPENDENCY := org.apache.maven.plugins:maven-dependency-plugin:3.6.1
+
+peers: $(PEER_STAMPS)
+
+.peers/%/.fetched: tools/peers/%/pom.xml
+	@command -v java > /dev/null && command -v javac > /dev/null && command -v mvn > /dev/null || \
+		{ echo "make peers: needs a JDK 17 (java, javac) and Maven (mvn) on PATH to fetch Apache RocketMQ's jars"; exit 1; }
+	rm -rf .peers/$*/lib
+	mvn -B -q -f tools/peers/$*/pom.xml $(MVN_DEPENDENCY):copy-dependencies -DoutputDirectory=$(CURDIR)/.peers/$*/lib
+	touch $@
+
+up: python
 	$(VENV)/bin/mqlake up --proxy
 
 # The static checks first (a few seconds), then the whole suite.
@@ -76,7 +96,7 @@ lint: install
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) $(RMQ5_VENV) build dist *.egg-info .mqlake .airflow .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(RMQ5_VENV) .peers build dist *.egg-info .mqlake .airflow .pytest_cache .ruff_cache .mypy_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 	rm -f broker/proxy/v2/*_pb2*.py broker/proxy/v2/*_pb2.pyi
 	rm -f $(TWIN_PYX:.pyx=.c) $(wildcard store/format/_*.so broker/remoting/_*.so)
