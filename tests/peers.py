@@ -1,0 +1,225 @@
+"""Apache RocketMQ itself, run beside mqlake: its jars (``make peers``), Java programs compiled against them, and
+its NameServer, broker and proxy as processes on loopback.
+
+The jars are pinned by ``tools/peers/<name>/pom.xml`` and fetched with their dependencies into
+``.peers/<name>/lib``:
+
+- ``rocketmq-4``: the 4.9.8 client, ACL hook and tools (mqadmin);
+- ``rocketmq-4-broker``: the 4.9.7 NameServer and broker (no 4.9.8 broker jar is served by Maven Central);
+- ``rocketmq-5``: 5.4.0 NameServer, broker, proxy, controller and tools;
+- ``client-java-5``: the 5.x gRPC client ``rocketmq-client-java`` 5.2.0.
+
+A missing jar or JDK fails the test that needs it (``AssertionError`` naming ``make peers``): on this project's
+machines they are always there, so a skip would hide a broken install.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from tests.fixtures_broker import _die_with_parent, free_port
+from tests.helpers import wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+PEERS = REPO / ".peers"
+JAVA_SOURCES = Path(__file__).with_name("java")  # the Java programs the tests compile against the peers' jars
+
+# A JVM on a 2-core test machine: a small heap and a GC that does not size itself for a server. RocketMQ 4.x
+# unmaps its files through JDK internals, which JDK 17 opens only on request (without them its shutdown hook fails
+# and leaves `abort` behind).
+JVM_OPTS = ("-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1", "-Djava.net.preferIPv4Stack=true",
+            "--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+            "--add-opens=java.base/java.lang=ALL-UNNAMED", "--add-opens=java.base/java.util=ALL-UNNAMED",
+            "--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED", "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED")  # fmt: skip
+START_TIMEOUT = 120.0
+STOP_TIMEOUT = 60.0
+
+
+def lib(name: str) -> Path:
+    """``.peers/<name>/lib``, or AssertionError naming the command that fetches it."""
+    path = PEERS / name / "lib"
+    if not (PEERS / name / ".fetched").exists() or not any(path.glob("*.jar")):
+        raise AssertionError(f"{path} is missing: run `make peers` (JDK 17 and Maven fetch Apache RocketMQ's jars)")
+    for tool in ("java", "javac"):
+        if shutil.which(tool) is None:
+            raise AssertionError(f"no `{tool}` on PATH: the tests run Apache RocketMQ's jars with a JDK 17")
+    return path
+
+
+def classpath(*names: str, extra: tuple[Path, ...] = ()) -> str:
+    return os.pathsep.join([*(str(p) for p in extra), *(f"{lib(n)}/*" for n in names)])
+
+
+def compile_java(sources: list[Path], peer: str, out_root: Path) -> Path:
+    """Compile ``sources`` against ``peer``'s jars into a directory keyed by their content (reused while they are
+    unchanged, so a module's tests compile once); returns the class directory."""
+    digest = hashlib.sha256(peer.encode())
+    for src in sorted(sources):
+        digest.update(src.name.encode() + b"\0" + src.read_bytes())
+    out = out_root / f"{peer}-{digest.hexdigest()[:16]}"
+    if not (out / ".compiled").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-cp", classpath(peer), "-d", str(out),
+                               *map(str, sources)], capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert proc.returncode == 0, f"javac failed:\n{proc.stderr[-6000:]}"
+        (out / ".compiled").touch()
+    return out
+
+
+def java(main: str, peer: str, *args: str, classes: Path | None = None, home: Path, timeout: float = 300.0,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``main`` on ``peer``'s jars (and ``classes``), ``home`` as user.home (where RocketMQ's clients log)."""
+    home.mkdir(parents=True, exist_ok=True)
+    cmd = ["java", *JVM_OPTS, f"-Duser.home={home}",
+           "-cp", classpath(peer, extra=(classes,) if classes else ()), main, *args]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=home,
+                          env={**os.environ, **(env or {})})  # fmt: skip
+
+
+_LOGBACK = """<configuration>
+  <appender name="FILE" class="ch.qos.logback.core.FileAppender">
+    <file>{log}</file>
+    <encoder><pattern>%d{{HH:mm:ss.SSS}} %-5p %c{{1}} - %m%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="FILE"/></root>
+</configuration>
+"""
+
+
+class JavaServer:
+    """One Apache RocketMQ server process (NameServer, broker, or proxy with its broker in local mode).
+
+    ``home`` is its ROCKETMQ_HOME and user.home: its logback configuration (4.x reads ``conf/logback_*.xml``; 5.x
+    logs under ``user.home/logs``), its config files and its logs all stay there."""
+
+    READY = {"namesrv": "boot success", "broker": "boot success", "proxy": "startup successfully"}
+    MAIN = {
+        "namesrv": "org.apache.rocketmq.namesrv.NamesrvStartup",
+        "broker": "org.apache.rocketmq.broker.BrokerStartup",
+        "proxy": "org.apache.rocketmq.proxy.ProxyStartup",
+    }
+
+    def __init__(self, kind: str, peer: str, home: Path, *args: str) -> None:
+        self.kind, self.peer, self.home, self.args = kind, peer, Path(home), args
+        self.home.mkdir(parents=True, exist_ok=True)
+        conf = self.home / "conf"
+        conf.mkdir(exist_ok=True)
+        for name in ("namesrv", "broker", "tools"):
+            (conf / f"logback_{name}.xml").write_text(_LOGBACK.format(log=self.home / f"{name}.log"))
+        self.out_path = self.home / f"{kind}.out"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> JavaServer:
+        cmd = ["java", *JVM_OPTS, f"-Duser.home={self.home}", f"-Drocketmq.home.dir={self.home}",
+               "-cp", classpath(self.peer), self.MAIN[self.kind], *self.args]  # fmt: skip
+        env = {**os.environ, "ROCKETMQ_HOME": str(self.home)}
+        with open(self.out_path, "ab") as out:
+            self.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.home, env=env,
+                                            start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
+        wait_until(self._ready, START_TIMEOUT, what=f"Apache RocketMQ {self.kind} ({self.peer}) to start")
+        return self
+
+    def output(self) -> str:
+        return self.out_path.read_text(errors="replace") if self.out_path.exists() else ""
+
+    def _ready(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"{self.kind} ({self.peer}) exited with {self.process.returncode}:\n"
+                                 f"{self.output()[-4000:]}")  # fmt: skip
+        return self.READY[self.kind] in self.output()
+
+    def stop(self) -> int | None:
+        """SIGTERM (RocketMQ's shutdown hook flushes and removes ``abort``), then wait; SIGKILL past the bound."""
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{self.kind} ({self.peer}) ignored SIGTERM for {STOP_TIMEOUT}s") from None
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def __enter__(self) -> JavaServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            self.kill()
+
+
+def write_conf(path: Path, values: dict[str, object]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="latin-1")
+    return path
+
+
+class JavaCluster:
+    """An Apache RocketMQ NameServer and one broker (``peer`` "rocketmq-4-broker" or "rocketmq-5") on loopback,
+    on ``store`` (a store mqlake wrote, or a fresh one). With ``proxy=True`` (5.x only) the broker runs inside
+    RocketMQ's proxy in local mode and ``grpc_endpoint`` is its gRPC port.
+
+    ``broker_conf`` adds or overrides broker.conf keys (RocketMQ's names)."""
+
+    def __init__(self, peer: str, home: Path, store: Path, proxy: bool = False, **broker_conf: object) -> None:
+        self.peer, self.home, self.store = peer, Path(home), Path(store)
+        self.namesrv_port, self.broker_port = free_port(), free_port()
+        self.namesrv_addr = f"127.0.0.1:{self.namesrv_port}"
+        self.broker_addr = f"127.0.0.1:{self.broker_port}"
+        self.grpc_port = free_port() if proxy else None
+        self.grpc_endpoint = f"127.0.0.1:{self.grpc_port}" if proxy else None
+        ns_conf = write_conf(self.home / "namesrv.conf", {"listenPort": self.namesrv_port})
+        conf = {
+            "brokerClusterName": "DefaultCluster", "brokerName": "broker-a", "brokerId": 0,
+            "namesrvAddr": self.namesrv_addr, "brokerIP1": "127.0.0.1", "listenPort": self.broker_port,
+            "haListenPort": free_port(), "storePathRootDir": self.store,
+            "storePathCommitLog": self.store / "commitlog", "autoCreateTopicEnable": "true",
+            **broker_conf,
+        }  # fmt: skip
+        broker_path = write_conf(self.home / "broker.conf", conf)
+        self.namesrv = JavaServer("namesrv", peer, self.home / "namesrv", "-c", str(ns_conf))
+        if proxy:
+            proxy_json = self.home / "rmq-proxy.json"
+            proxy_json.write_text(
+                '{"rocketMQClusterName": "DefaultCluster", "namesrvAddr": "%s", "grpcServerPort": %d, '
+                '"remotingListenPort": %d}' % (self.namesrv_addr, self.grpc_port, free_port())
+            )
+            self.broker = JavaServer("proxy", peer, self.home / "proxy", "-pm", "local", "-bc", str(broker_path),
+                                     "-pc", str(proxy_json))  # fmt: skip
+        else:
+            self.broker = JavaServer("broker", peer, self.home / "broker", "-c", str(broker_path))
+
+    def start(self) -> JavaCluster:
+        self.namesrv.start()
+        try:
+            self.broker.start()
+        except BaseException:
+            self.namesrv.kill()
+            raise
+        return self
+
+    def stop(self) -> None:
+        try:
+            self.broker.stop()
+        finally:
+            self.broker.kill()
+            self.namesrv.kill()
+
+    def __enter__(self) -> JavaCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
