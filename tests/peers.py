@@ -16,6 +16,7 @@ machines they are always there, so a skip would hide a broken install.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -36,7 +37,8 @@ JVM_OPTS = ("-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSeri
             "-XX:TieredStopAtLevel=1", "-Djava.net.preferIPv4Stack=true",
             "--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
             "--add-opens=java.base/java.lang=ALL-UNNAMED", "--add-opens=java.base/java.util=ALL-UNNAMED",
-            "--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED", "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED")  # fmt: skip
+            "--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED",
+            "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED")  # fmt: skip
 START_TIMEOUT = 120.0
 STOP_TIMEOUT = 60.0
 
@@ -193,10 +195,8 @@ class JavaCluster:
         self.namesrv = JavaServer("namesrv", peer, self.home / "namesrv", "-c", str(ns_conf))
         if proxy:
             proxy_json = self.home / "rmq-proxy.json"
-            proxy_json.write_text(
-                '{"rocketMQClusterName": "DefaultCluster", "namesrvAddr": "%s", "grpcServerPort": %d, '
-                '"remotingListenPort": %d}' % (self.namesrv_addr, self.grpc_port, free_port())
-            )
+            proxy_json.write_text(json.dumps({"rocketMQClusterName": "DefaultCluster", "namesrvAddr": self.namesrv_addr,
+                                              "grpcServerPort": self.grpc_port, "remotingListenPort": free_port()}))
             self.broker = JavaServer("proxy", peer, self.home / "proxy", "-pm", "local", "-bc", str(broker_path),
                                      "-pc", str(proxy_json))  # fmt: skip
         else:
