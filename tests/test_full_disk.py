@@ -298,10 +298,15 @@ def test_a_delivery_refused_on_a_full_disk_is_retried_not_lost(small_disk, real_
 
 # --- a broker whose disk another process fills during sends -------------------------------------------------------
 @pytest.mark.integration
-def test_a_broker_whose_disk_is_filled_during_sends_refuses_and_loses_nothing(tmp_path, small_disk):
+@pytest.mark.parametrize("found_by", ["disk-check", "append"])
+def test_a_broker_whose_disk_is_filled_during_sends_refuses_and_loses_nothing(tmp_path, small_disk, found_by):
+    # found_by: the clean pass's disk check (every 0.5 s) sees the full disk first, or (no pass during the test)
+    # the append that needs a new segment finds no room for it
     work = tmp_path / "broker"
-    small_disk("40m", "broker/store")
-    server = MqlakeServer(work, real_disk=True, cleanResourceInterval="500")
+    small_disk("24m", "broker/store")
+    interval = "500" if found_by == "disk-check" else "3600000"
+    server = MqlakeServer(work, real_disk=True, cleanResourceInterval=interval,
+                          mappedFileSizeCommitLog=str(1024 * 1024))  # fmt: skip
     try:
         server.start()
         acked, refusals = asyncio.run(_send_while_filling(server, work / "store"))
@@ -310,6 +315,8 @@ def test_a_broker_whose_disk_is_filled_during_sends_refuses_and_loses_nothing(tm
         assert all(code == ResponseCode.SERVICE_NOT_AVAILABLE and "the broker's disk is full [" in remark
                    for code, remark in refusals), refusals[:3]  # fmt: skip
         assert len(acked) > 100
+        if found_by == "append":
+            assert "append failed: [Errno 28]" in server.run_log()
         assert server.stop() == 0  # a graceful stop on the full disk: exit 0, no error logged on the way out
         assert not (work / "store" / "abort").exists()
         assert "SIGBUS" not in server.log_text()
