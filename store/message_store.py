@@ -289,10 +289,14 @@ class MessageStore:
     def prepare_segment(self) -> None:
         """Create the active CommitLog segment now if there is none (blocking; call it off the event loop).
 
-        Otherwise the first put pre-fills a whole segment (1 GiB by default) inside the put lock.
+        Otherwise the first put pre-fills a whole segment (1 GiB by default) inside the put lock.  On a full disk
+        the store starts all the same, refusing puts until a segment fits.
         """
         if self.commitlog.queue.last() is None:
-            self.commitlog.queue.last_or_new(self.commitlog.max_offset)
+            try:
+                self.commitlog.queue.last_or_new(self.commitlog.max_offset)
+            except OSError as e:
+                self._append_failed(e)
 
     def _close_files(self) -> None:
         self.reput.close()  # the compiled dispatch loop's hold on the ConsumeQueue and IndexFile maps
