@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import errno
+import json
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import pytest
 
 import store.retention
 from broker.client import Message, MQBrokerError, Producer
-from broker.remoting.codes import ResponseCode
+from broker.remoting.codes import RequestCode, ResponseCode
 from store import config_files as cf
 from store.checkpoint import StoreCheckpoint, abort_file
 from store.format import units
@@ -27,7 +28,7 @@ from store.index import IndexFile
 from store.mapped_file import MappedFile
 from store.message_store import MessageStore, PutMessageStatus
 from store.retention import SegmentManifest
-from tests.fixtures_broker import MqlakeServer, read_topic, stop_servers
+from tests.fixtures_broker import MqlakeServer, read_topic, remoting_call, stop_servers
 from tests.helpers import make_config, make_message, read_queue, wait_dispatched, wait_until
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -315,6 +316,8 @@ def test_a_broker_whose_disk_is_filled_during_sends_refuses_and_loses_nothing(tm
         assert all(code == ResponseCode.SERVICE_NOT_AVAILABLE and "the broker's disk is full [" in remark
                    for code, remark in refusals), refusals[:3]  # fmt: skip
         assert len(acked) > 100
+        info = json.loads(remoting_call(server.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]
+        assert info["commitLogDiskRatio"] == "1.0"  # brokerStatus shows the full disk
         if found_by == "append":
             assert "append failed: [Errno 28]" in server.run_log()
         assert server.stop() == 0  # a graceful stop on the full disk: exit 0, no error logged on the way out
