@@ -99,15 +99,12 @@ def test_every_store_file_is_allocated_before_it_is_mapped(tmp_path):
     assert _allocated(new.path) >= size, "a new IndexFile must not be sparse"
     new.close()
     # RocketMQ's own files are sparse (RandomAccessFile.setLength): each is allocated when it is mapped
-    for name, length in (("index", size), ("segment", 64 * 1024), ("checkpoint", 0)):
-        p = tmp_path / name
-        p.parent.mkdir(exist_ok=True)
+    seg = tmp_path / "00000000000000000000"
+    for p, length in ((tmp_path / "index", size), (seg, 64 * 1024), (tmp_path / "checkpoint", 0)):
         with open(p, "wb") as f:
             f.truncate(length)
         assert _allocated(p) == 0
     f1 = IndexFile(tmp_path / "index", 64, 256)
-    seg = tmp_path / "00000000000000000000"
-    os.replace(tmp_path / "segment", seg)
     mf = MappedFile(seg, 64 * 1024)
     cp = StoreCheckpoint(tmp_path / "checkpoint")
     try:
