@@ -12,7 +12,6 @@ import ctypes
 import errno
 import json
 import os
-import signal
 import subprocess
 from pathlib import Path
 
@@ -356,9 +355,12 @@ async def _send_while_filling(server: MqlakeServer, store_dir: Path) -> tuple[li
     finally:
         await producer.shutdown()
         if filler is not None:
-            filler.wait(60)
-            if filler.returncode is None:
-                filler.send_signal(signal.SIGTERM)
+            try:
+                assert filler.wait(60) != 0, "dd ends when the disk is full"
+            finally:
+                if filler.poll() is None:
+                    filler.kill()
+                    filler.wait()
     return acked, refusals
 
 
