@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -274,10 +275,15 @@ class BrokerController:
             await asyncio.wait(list(self._tasks), timeout=10)
         if self._ready:
             snap = self.offsets.snapshot()
+            persists: list[tuple[str, Callable[[], None]]] = [
+                ("topics", self.topics.persist), ("subscription groups", self.groups.persist)]  # fmt: skip
             if snap is not None:
-                await asyncio.to_thread(self.offsets.write, snap)
-            await asyncio.to_thread(self.topics.persist)
-            await asyncio.to_thread(self.groups.persist)
+                persists.insert(0, ("consumer offsets", functools.partial(self.offsets.write, snap)))
+            for what, persist in persists:
+                try:
+                    await asyncio.to_thread(persist)
+                except OSError as e:  # a full disk: the stop goes on, the previous file stays as it was
+                    log.warning("%s not saved at shutdown: %s", what, e)
         self._ready = False
         if self._store is not None:
             await asyncio.to_thread(self._store.shutdown)
@@ -291,6 +297,8 @@ class BrokerController:
                 result = fn()
                 if asyncio.iscoroutine(result):
                     await result
+            except OSError as e:  # a full disk: the previous file stays as it was, the next round tries again
+                log.error("periodic %s failed: %s", getattr(fn, "__name__", fn), e)
             except Exception:
                 log.exception("periodic %s failed", getattr(fn, "__name__", fn))
 
