@@ -45,8 +45,12 @@ async def serve(
         tls = broker_config.tls
         # Beside the store, as RocketMQ's ~/namesrv/kvConfig.json is beside ~/store.
         kv_path = store_config.store_path_root_dir.parent / "namesrv" / "kvConfig.json"
+        # One process, one ACL: with aclEnable the NameServer takes registrations, KV and permission changes only
+        # from admin accounts, and the broker signs its own with innerClientAuthenticationCredentials.
+        acl_file = broker_config.acl_file if broker_config.acl_enable else None
         namesrv = NamesrvController(namesrv_host or "127.0.0.1", namesrv_port, tls_mode=tls.server_mode,
-                                    ssl_context=tls_server_context(tls), kv_config_path=kv_path)  # fmt: skip
+                                    ssl_context=tls_server_context(tls), kv_config_path=kv_path,
+                                    acl_file=acl_file)  # fmt: skip
         if tls.server_mode == "enforcing":
             tls.client_enable = True  # the broker registers with a NameServer that speaks TLS only
         await namesrv.start()

@@ -43,6 +43,9 @@ ACL = {
          "defaultGroupPerm": "SUB", "topicPerms": ["Denied=DENY", "ReadOnly=SUB"], "groupPerms": ["NoGroup=DENY"]},
     ],
 }  # fmt: skip
+# What a broker signs its registrations with (broker.conf's innerClientAuthenticationCredentials): with aclEnable
+# the NameServer of `mqlake up` takes them only from an admin account.
+BROKER_SIGNS = '{"accessKey":"admin-key","secretKey":"admin-secret"}'
 
 
 def write_acl(home: Path, data: dict | str) -> Path:
@@ -259,7 +262,8 @@ def test_cpp_client_session_credentials_sign_sends_and_consumption(mqlake_server
     reader = {"accessKey": "consumer-key", "secretKey": "consumer-secret", "defaultTopicPerm": "SUB",
               "defaultGroupPerm": "SUB"}  # fmt: skip
     write_acl(home, {**ACL, "accounts": [*ACL["accounts"], reader]})
-    server = mqlake_server_factory(aclEnable="true", rocketmqHome=str(home))
+    server = mqlake_server_factory(aclEnable="true", rocketmqHome=str(home),
+                                   innerClientAuthenticationCredentials=BROKER_SIGNS)  # fmt: skip
 
     def producer(secret: str) -> Producer:
         p = Producer(f"acl_pg_{secret}")

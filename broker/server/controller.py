@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from broker.acl import manager as acl_manager
 from broker.acl.manager import PlainAclManager
 from broker.config import BrokerConfig
 from broker.lake.reader import LakeReader
@@ -57,7 +58,6 @@ from store.message_store import MessageStore, PutMessageResult, PutMessageStatus
 log = logging.getLogger(__name__)
 
 CLIENT_SCAN_INTERVAL = 10.0
-ACL_WATCH_INTERVAL = 0.5  # how often plain_acl.yml is checked for changes (RocketMQ's FileWatchService too)
 STATS_TICK_INTERVAL = 1.0  # the store TPS samples once a second; the stats items every 10 s, 10 min, 1 h
 
 
@@ -236,7 +236,7 @@ class BrokerController:
         if self.acl is not None:
             acl = self.acl
             self._timers.append(asyncio.create_task(
-                self._every(ACL_WATCH_INTERVAL, lambda: asyncio.to_thread(acl.reload_if_changed))
+                self._every(acl_manager.WATCH_INTERVAL, lambda: asyncio.to_thread(acl.reload_if_changed))
             ))  # fmt: skip
         log.info("broker %s (%s) serving on %s, store %s", self.config.broker_name, self.config.broker_cluster_name,
                  self.addr, self.store_config.store_path_root_dir)  # fmt: skip
