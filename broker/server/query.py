@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 
+from broker.acl.rules import SUB
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
-from broker.acl.rules import SUB
 from broker.remoting.headers import QueryMessageRequestHeader, QueryMessageResponseHeader, ViewMessageRequestHeader
 from broker.server import tier_reads
 from broker.server.context import BrokerContext
