@@ -368,6 +368,18 @@ def test_namesrv_conf_reads_the_acl_keys(tmp_path: Path) -> None:
         load_namesrv_conf(conf)
 
 
+def test_mqlake_namesrv_with_acl_refuses_to_start_without_its_file(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text(f"aclEnable=true\nrocketmqHome={tmp_path}\n", encoding="latin-1")
+    result = CliRunner().invoke(app, ["namesrv", "--port", "0", "-c", str(conf)])
+    assert result.exit_code == 1
+    assert f"{tmp_path}/conf/plain_acl.yml: cannot read the ACL file" in result.output
+
+
 def test_check_admin_and_checks_on_what_a_handler_read() -> None:
     rules = Rules.compile(parse_acl(GOOD, "plain_acl.yml"))
     signed = _cmd(RequestCode.PUT_KV_CONFIG, namespace="n", key="k", value="v")

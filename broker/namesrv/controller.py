@@ -77,10 +77,10 @@ class NamesrvController:
         return checked
 
     async def start(self) -> None:
-        await asyncio.to_thread(self.kv.load)  # a bad kvConfig.json stops the start, naming the file
         if self.acl_file is not None:  # a missing or bad file stops the start: never serve open by accident
             self.acl = await asyncio.to_thread(PlainAclManager, self.acl_file)
             log.info("ACL enabled: %s, %d accounts", self.acl.path, len(self.acl.acl.accounts))
+        await asyncio.to_thread(self.kv.load)  # a bad kvConfig.json stops the start, naming the file
         await self.server.start()
         self.port = self.server.port
         loop = asyncio.get_running_loop()
