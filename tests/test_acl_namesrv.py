@@ -185,3 +185,23 @@ async def test_a_broker_without_credentials_is_refused_and_told_which_key_to_set
                 assert (await call(ns.address, route_cmd("TBW102"))).code == ResponseCode.TOPIC_NOT_EXIST
         assert "refused registration: code 16 No accessKey is configured" in caplog.text
         assert "innerClientAuthenticationCredentials" in caplog.text
+
+
+@async_test
+async def test_a_slave_signs_its_copies_of_an_acl_masters_tables(tmp_path: Path) -> None:
+    """The same account signs a slave's requests to its master (config copies, runtime info), as RocketMQ 5's
+    broker signs all it sends: a master with aclEnable refuses them unsigned."""
+    async with acl_namesrv(tmp_path) as ns:
+        common = {"namesrvAddr": ns.address, "brokerName": "broker-ha", "slaveSyncInterval": "200",
+                  "innerClientAuthenticationCredentials": BROKER_SIGNS}  # fmt: skip
+        async with (
+            running_broker(tmp_path / "master", brokerRole="ASYNC_MASTER", aclEnable="true",
+                           rocketmqHome=str(tmp_path / "home"), **common) as master,
+            running_broker(tmp_path / "slave", brokerRole="SLAVE", brokerId="1", **common) as slave,
+        ):  # fmt: skip
+            create = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, h.CreateTopicRequestHeader(
+                topic="SyncedUnderAcl", default_topic="TBW102", read_queue_nums=2, write_queue_nums=2, perm=6,
+                topic_filter_type="SINGLE_TAG"))  # fmt: skip
+            assert (await call(master.addr, create, ADMIN)).code == ResponseCode.SUCCESS
+            await poll(lambda: slave.topics.get("SyncedUnderAcl") is not None, timeout=15,
+                       what="the slave to copy the master's new topic")  # fmt: skip

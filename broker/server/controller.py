@@ -140,7 +140,10 @@ class BrokerController:
 
     async def _start_replication(self) -> None:
         if self.is_slave:
-            self._ha_remoting = RemotingClient(language="JAVA")
+            # Signed as the registrations are: a master with aclEnable answers its slave's config copies (and the
+            # runtime info the HA client compares offsets with) only for a known account.
+            creds = self.registrar.credentials
+            self._ha_remoting = RemotingClient(language="JAVA", rpc_hook=creds.sign if creds is not None else None)
             self.ha_client = HAClient(self.store, self.store_config, self._ha_remoting)
             self.slave_sync = SlaveSynchronize(
                 self.config, self.topics, self.offsets, self.groups, self._ha_remoting, self.store.adopt_tiered
