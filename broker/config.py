@@ -121,8 +121,8 @@ class BrokerConfig(AclSettings):
     slave_read_enable: bool = False  # the master may suggest the slave to consumers that fall far behind
     region_id: str = "DefaultRegion"
     trace_on: bool = True
-    # Signs the broker's own requests (registrations with the NameServers) as RocketMQ 5's broker does: needed
-    # when a NameServer has aclEnable=true. Kept out of GET_BROKER_CONFIG's answer: it holds a secret.
+    # Signs the broker's own requests (registrations with the NameServers, a slave's requests to its master) as
+    # RocketMQ 5's broker does: needed when they have aclEnable=true. Kept out of GET_BROKER_CONFIG: a secret.
     inner_client_authentication_credentials: InnerCredentials | None = Field(None, exclude=True, repr=False)
     enable_dleger_commit_log: bool = Field(False, alias="enableDLegerCommitLog")
     tls: TlsConfig = Field(default_factory=TlsConfig, exclude=True)

@@ -9,8 +9,7 @@ import logging
 import ssl
 from pathlib import Path
 
-from broker.acl import manager as acl_manager
-from broker.acl.manager import PlainAclManager
+from broker.acl.manager import WATCH_INTERVAL, PlainAclManager
 from broker.namesrv.kv_config import DEFAULT_KV_CONFIG_PATH, KVConfigManager
 from broker.namesrv.processor import WRITE_CODES, NamesrvProcessor
 from broker.namesrv.route_table import RouteTable
@@ -101,7 +100,7 @@ class NamesrvController:
     @staticmethod
     async def _watch_acl(acl: PlainAclManager) -> None:
         while True:
-            await asyncio.sleep(acl_manager.WATCH_INTERVAL)
+            await asyncio.sleep(WATCH_INTERVAL)
             try:
                 await asyncio.to_thread(acl.reload_if_changed)  # a bad file is logged and the rules in force stay
             except Exception:

@@ -14,8 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker.acl import manager as acl_manager
-from broker.acl.manager import PlainAclManager
+from broker.acl.manager import WATCH_INTERVAL, PlainAclManager
 from broker.config import BrokerConfig
 from broker.lake.reader import LakeReader
 from broker.remoting.client import RemotingClient
@@ -239,7 +238,7 @@ class BrokerController:
         if self.acl is not None:
             acl = self.acl
             self._timers.append(asyncio.create_task(
-                self._every(acl_manager.WATCH_INTERVAL, lambda: asyncio.to_thread(acl.reload_if_changed))
+                self._every(WATCH_INTERVAL, lambda: asyncio.to_thread(acl.reload_if_changed))
             ))  # fmt: skip
         log.info("broker %s (%s) serving on %s, store %s", self.config.broker_name, self.config.broker_cluster_name,
                  self.addr, self.store_config.store_path_root_dir)  # fmt: skip
