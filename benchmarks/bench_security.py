@@ -56,10 +56,6 @@ accounts:
 """
 
 
-# The broker's own account: with aclEnable the NameServer of `mqlake up` takes registrations only from an admin.
-SIGNS = '{"accessKey":"bench-admin","secretKey":"bench-admin-secret"}'
-
-
 def variants(root: Path) -> dict[str, tuple[dict[str, str], dict, dict]]:
     """name -> (broker.conf keys, the admin's client options, the producer's client options)."""
     home = root / "rocketmq_home"
@@ -69,7 +65,7 @@ def variants(root: Path) -> dict[str, tuple[dict[str, str], dict, dict]]:
     tls = {"ssl_context": client_context()}
     return {
         "plain": ({}, {}, {}),
-        "acl": ({"aclEnable": "true", "rocketmqHome": str(home), "innerClientAuthenticationCredentials": SIGNS},
+        "acl": ({"aclEnable": "true", "rocketmqHome": str(home)},
                 {"credentials": Credentials("bench-admin", "bench-admin-secret")},
                 {"credentials": Credentials("bench-producer", "bench-producer-secret")}),
         "tls": ({"tls.server.mode": "enforcing", "tls.server.certPath": str(cert), "tls.server.keyPath": str(key)},

@@ -393,3 +393,13 @@ def test_check_admin_and_checks_on_what_a_handler_read() -> None:
     rules.check(view, "127.0.0.1", {"topicB": SUB})
     with pytest.raises(RequestRefused, match="No default permission for topic:topicA"):
         rules.check(view, "127.0.0.1", {"topicA": SUB})
+
+
+def test_credentials_recognise_their_own_signature_only() -> None:
+    mine, other = Credentials("inner-key", "inner-secret"), Credentials("inner-key", "other-secret")
+    cmd = _cmd(RequestCode.REGISTER_BROKER, b"body", brokerName="broker-a")
+    assert not mine.signed(cmd)
+    mine.sign(cmd)
+    assert mine.signed(cmd) and not other.signed(cmd)
+    cmd.ext_fields["brokerName"] = "broker-b"
+    assert not mine.signed(cmd)

@@ -18,6 +18,7 @@ from broker.remoting.connection import Handler, HandlerResult
 from broker.remoting.errors import RequestRefused
 from broker.remoting.loop import wait_for_signal
 from broker.remoting.server import Channel, RemotingServer
+from broker.remoting.signing import Credentials
 from broker.remoting.tls import TlsMode
 
 log = logging.getLogger(__name__)
@@ -40,9 +41,11 @@ class NamesrvController:
         ssl_context: ssl.SSLContext | None = None,
         kv_config_path: Path | None = None,
         acl_file: Path | None = None,
+        trusted: Credentials | None = None,
     ) -> None:
         """``kv_config_path``: where the KV config persists (RocketMQ's ``kvConfigPath``); None keeps it in memory.
-        ``acl_file``: a plain_acl.yml (``aclEnable``): the write codes then need a signed admin account of it."""
+        ``acl_file``: a plain_acl.yml (``aclEnable``): the write codes then need a signed admin account of it.
+        ``trusted``: one more admin account, for this NameServer only (``mqlake up``'s own broker's)."""
         self.host = host
         self.port = port
         self.scan_interval = scan_interval
@@ -52,6 +55,7 @@ class NamesrvController:
         self.server = RemotingServer(host, port, name="namesrv", tls_mode=tls_mode, ssl_context=ssl_context)
         self.acl_file = acl_file
         self.acl: PlainAclManager | None = None
+        self.trusted = trusted
         for code, handler in self.processor.routes().items():
             self.server.register(code, self._admin_only(handler) if code in WRITE_CODES else handler)
         self.server.add_close_listener(self._channel_closed)
@@ -65,7 +69,7 @@ class NamesrvController:
     def _admin_only(self, handler: Handler) -> Handler:
         def checked(cmd: RemotingCommand, conn: Channel) -> HandlerResult:
             acl = self.acl
-            if acl is not None:
+            if acl is not None and not (self.trusted is not None and self.trusted.signed(cmd)):
                 try:
                     acl.check_admin(cmd, conn.remote_host[0])
                 except RequestRefused as e:
