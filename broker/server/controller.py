@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker.acl.manager import PlainAclManager
+from broker.acl.manager import WATCH_INTERVAL, PlainAclManager
 from broker.config import BrokerConfig
 from broker.lake.reader import LakeReader
 from broker.remoting.client import RemotingClient
@@ -58,7 +58,6 @@ from store.message_store import MessageStore, PutMessageResult, PutMessageStatus
 log = logging.getLogger(__name__)
 
 CLIENT_SCAN_INTERVAL = 10.0
-ACL_WATCH_INTERVAL = 0.5  # how often plain_acl.yml is checked for changes (RocketMQ's FileWatchService too)
 STATS_TICK_INTERVAL = 1.0  # the store TPS samples once a second; the stats items every 10 s, 10 min, 1 h
 
 
@@ -141,7 +140,10 @@ class BrokerController:
 
     async def _start_replication(self) -> None:
         if self.is_slave:
-            self._ha_remoting = RemotingClient(language="JAVA")
+            # Signed as the registrations are: a master with aclEnable answers its slave's config copies (and the
+            # runtime info the HA client compares offsets with) only for a known account.
+            creds = self.registrar.credentials
+            self._ha_remoting = RemotingClient(language="JAVA", rpc_hook=creds.sign if creds is not None else None)
             self.ha_client = HAClient(self.store, self.store_config, self._ha_remoting)
             self.slave_sync = SlaveSynchronize(
                 self.config, self.topics, self.offsets, self.groups, self._ha_remoting, self.store.adopt_tiered
@@ -237,7 +239,7 @@ class BrokerController:
         if self.acl is not None:
             acl = self.acl
             self._timers.append(asyncio.create_task(
-                self._every(ACL_WATCH_INTERVAL, lambda: asyncio.to_thread(acl.reload_if_changed))
+                self._every(WATCH_INTERVAL, lambda: asyncio.to_thread(acl.reload_if_changed))
             ))  # fmt: skip
         log.info("broker %s (%s) serving on %s, store %s", self.config.broker_name, self.config.broker_cluster_name,
                  self.addr, self.store_config.store_path_root_dir)  # fmt: skip
