@@ -6,6 +6,8 @@ closed mid-wait or parked when the proxy stops."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import itertools
 import json
 import threading
@@ -338,14 +340,91 @@ def test_a_slave_refuses_to_serve_the_endpoint(tmp_path) -> None:
         slave.close()
 
 
-def test_an_acl_broker_refuses_to_serve_the_endpoint_unchecked(tmp_path) -> None:
-    from broker.config import build_configs
-    from broker.server.controller import BrokerController
+def _signed(access_key: str, secret_key: str, date_time: str = "20261129T003000Z") -> tuple[tuple[str, str], ...]:
+    """The metadata a 5.x client's credentials provider adds: the hex HmacSHA1 of x-mq-date-time."""
+    sig = hmac.new(secret_key.encode(), date_time.encode(), hashlib.sha1).hexdigest()
+    auth = f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders=x-mq-date-time, Signature={sig}"
+    return (*META, ("x-mq-date-time", date_time), ("authorization", auth))
 
-    async def start() -> None:
-        conf = {**SMALL, "listenPort": "0", "storePathRootDir": str(tmp_path / "s"), "aclEnable": "true",
-                "rocketmqHome": str(tmp_path)}  # fmt: skip
-        await GrpcProxy(BrokerController(*build_configs(conf)), host="127.0.0.1").start()
 
-    with pytest.raises(ProxyRoleError, match="aclEnable"):
-        asyncio.run(start())
+@pytest.fixture
+def acl_proxied(tmp_path):
+    from tests.test_acl_broker import ACL, write_acl
+
+    write_acl(tmp_path / "home", ACL)
+    conf = {"grpcServerPort": "0", "aclEnable": "true", "rocketmqHome": str(tmp_path / "home")}
+    p = Proxied(LiveBroker(tmp_path / "store", **conf).start())
+    yield p
+    p.close()
+
+
+def test_acl_checks_signatures_and_permissions_of_every_call(acl_proxied) -> None:
+    p = acl_proxied
+    topic, denied, read_only = p.topic(), "Denied", "ReadOnly"
+    for name in (denied, read_only):
+        p.on_loop(p.broker.controller.topics.update, TopicConfig(topic_name=name, read_queue_nums=1,
+                                                                 write_queue_nums=1))  # fmt: skip
+    route = svc.QueryRouteRequest(topic=pb.Resource(name=topic))
+    producer = _signed("producer-key", "producer-secret")
+    assert p.stub.QueryRoute(route, metadata=producer).status.code == pb.OK
+    msg = pb.Message(topic=pb.Resource(name=topic), body=b"signed")
+    msg.system_properties.message_id = "01000000000000000000000000AC1"
+    msg.system_properties.message_type = pb.NORMAL
+    sent = p.stub.SendMessage(svc.SendMessageRequest(messages=[msg]), metadata=producer)
+    assert sent.status.code == pb.OK
+    wait_until(lambda: p.store.get_max_offset_in_queue(topic, 0) == 1, what="the signed send dispatched")
+
+    committed = p.store.max_phy_offset
+    refusals = {
+        "wrong secret": (_signed("producer-key", "not-the-secret"), pb.UNAUTHORIZED, "Check signature failed"),
+        "unknown key": (_signed("stranger-key", "whatever-secret"), pb.UNAUTHORIZED, "No acl config for stranger"),
+        "unsigned (a client without credentials)": (_signed("", ""), pb.UNAUTHORIZED, "No accessKey"),
+        "no authorization at all": (META, pb.UNAUTHORIZED, "No accessKey"),
+    }
+    for what, (metadata, code, text) in refusals.items():
+        r = p.stub.QueryRoute(route, metadata=metadata)
+        assert (r.status.code, text in r.status.message) == (code, True), (what, r.status)
+        r = p.stub.SendMessage(svc.SendMessageRequest(messages=[msg]), metadata=metadata)
+        assert r.status.code == code, (what, r.status)
+        assert "producer-secret" not in r.status.message
+    bad = (*META, ("authorization", "MQv2-HMAC-SHA1 Credential=producer-key, Signature=not-hex"))
+    assert p.stub.QueryRoute(route, metadata=bad).status.code == pb.UNAUTHORIZED
+    assert p.store.max_phy_offset == committed  # nothing refused was stored
+
+    # signed, but without the permission: FORBIDDEN naming the resource
+    r = p.stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name=denied)), metadata=producer)
+    assert r.status.code == pb.FORBIDDEN and "topic:Denied" in r.status.message
+    msg.topic.name = read_only
+    r = p.stub.SendMessage(svc.SendMessageRequest(messages=[msg]), metadata=producer)
+    assert r.status.code == pb.FORBIDDEN and "topic:ReadOnly" in r.status.message
+    assert p.store.max_phy_offset == committed
+    req = svc.ReceiveMessageRequest(group=pb.Resource(name="NoGroup"), batch_size=1,
+                                    message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)))  # fmt: skip
+    statuses = [r.status for r in p.stub.ReceiveMessage(req, metadata=producer, timeout=10)]
+    assert [s.code for s in statuses] == [pb.FORBIDDEN] and "group:NoGroup" in statuses[0].message
+    # an admin account holds everything: its receive reaches the RPC, which reads the signed message
+    replies = list(p.stub.ReceiveMessage(req, metadata=_signed("admin-key", "admin-secret"), timeout=10))
+    assert replies[0].status.code == pb.OK and [r.message.body for r in replies if r.HasField("message")] == [b"signed"]
+
+    # Telemetry: the stream's signature first, then each settings command's topics and group
+    settings = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=denied)]))
+    replies = list(p.stub.Telemetry(iter([svc.TelemetryCommand(settings=settings)]), metadata=META, timeout=10))
+    assert [r.status.code for r in replies] == [pb.UNAUTHORIZED]
+    replies = list(p.stub.Telemetry(iter([svc.TelemetryCommand(settings=settings)]), metadata=producer, timeout=10))
+    assert [r.status.code for r in replies] == [pb.FORBIDDEN] and not replies[0].HasField("settings")
+    settings.publishing.topics[0].name = topic
+    replies = list(p.stub.Telemetry(iter([svc.TelemetryCommand(settings=settings)]), metadata=producer, timeout=10))
+    assert [r.status.code for r in replies] == [pb.OK] and replies[0].settings.publishing.topics[0].name == topic
+
+
+def test_acl_white_listed_peer_needs_no_signature(tmp_path) -> None:
+    from tests.test_acl_broker import ACL, write_acl
+
+    write_acl(tmp_path / "home", {**ACL, "globalWhiteRemoteAddresses": ["127.0.0.1"]})
+    p = Proxied(LiveBroker(tmp_path / "store", grpcServerPort="0", aclEnable="true",
+                           rocketmqHome=str(tmp_path / "home")).start())  # fmt: skip
+    try:
+        topic = p.topic()
+        assert p.send(topic).status.code == pb.OK  # META: no authorization
+    finally:
+        p.close()

@@ -62,6 +62,19 @@ class Malformed:
     reason: str
 
 
+@dataclass(frozen=True)
+class Refused:
+    """A Telemetry command the ACL refused (``server`` puts it in the stream in place of the command)."""
+
+    code: int
+    reason: str
+
+
+def peer_ip(context: grpc.aio.ServicerContext) -> str:
+    """The client's IP address, as the ACL's white lists match it."""
+    return _Peer.of(context).remote_addr.rpartition(":")[0]
+
+
 @dataclass
 class _Peer:
     """The gRPC peer as the broker's send path sees a connection (it reads the born host only)."""
@@ -311,6 +324,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 async for cmd in request_iterator:
                     if isinstance(cmd, Malformed):
                         commands.put_nowait(svc.TelemetryCommand(status=status(Code.BAD_REQUEST, cmd.reason)))
+                    elif isinstance(cmd, Refused):
+                        commands.put_nowait(svc.TelemetryCommand(status=status(cmd.code, cmd.reason)))
                     elif cmd.HasField("settings"):
                         info.settings = cmd.settings
                         info.client_type = cmd.settings.client_type
