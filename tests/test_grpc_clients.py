@@ -36,11 +36,12 @@ PROXY_CONF = {"enableProxy": "true", "minInvisibleTimeMillsForRecv": "1000", "tr
 
 
 class ProxyServer:
-    def __init__(self, server: MqlakeServer, port: int, home, ssl_context=None) -> None:
+    def __init__(self, server: MqlakeServer, port: int, home, ssl_context=None, credentials=None) -> None:
         self.server = server
         self.endpoint = f"127.0.0.1:{port}"
         self.home = home
         self.ssl_context = ssl_context  # the broker's remoting port speaks TLS
+        self.credentials = credentials  # an admin account the topics and groups are made with (aclEnable)
 
     def wait_proxy(self) -> None:
         wait_until(lambda: "gRPC proxy ready at" in self.server.run_log(), 30, what="the gRPC proxy to serve")
@@ -48,12 +49,12 @@ class ProxyServer:
     def client(self, command: str, *args: str, trust=None) -> dict:
         return rmq5.client(command, self.endpoint, self.home, *args, trust=trust)
 
-    def create_topic(self, queues: int = 4) -> str:
-        topic = unique("T5")
+    def create_topic(self, queues: int = 4, name: str | None = None) -> str:
+        topic = name or unique("T5")
         hdr = h.CreateTopicRequestHeader(topic=topic, default_topic="TBW102", read_queue_nums=queues,
                                          write_queue_nums=queues, perm=6, topic_filter_type="SINGLE_TAG")  # fmt: skip
         r = remoting_call(self.server.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, hdr,
-                          ssl_context=self.ssl_context)  # fmt: skip
+                          ssl_context=self.ssl_context, credentials=self.credentials)  # fmt: skip
         assert r.code == ResponseCode.SUCCESS, r.remark
         return topic
 
@@ -61,15 +62,15 @@ class ProxyServer:
         group = unique("G5")
         body = SubscriptionGroupConfig(group_name=group, **fields).encode()
         r = remoting_call(self.server.broker_addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, body,
-                          ssl_context=self.ssl_context)  # fmt: skip
+                          ssl_context=self.ssl_context, credentials=self.credentials)  # fmt: skip
         assert r.code == ResponseCode.SUCCESS, r.remark
         return group
 
 
-def _start(tmp_path, name: str, ssl_context=None, **conf: str) -> ProxyServer:
+def _start(tmp_path, name: str, ssl_context=None, credentials=None, **conf: str) -> ProxyServer:
     port = free_port()
     server = MqlakeServer(tmp_path / name, **PROXY_CONF, grpcServerPort=str(port), **conf)
-    proxy = ProxyServer(server, port, tmp_path / f"{name}-home", ssl_context)
+    proxy = ProxyServer(server, port, tmp_path / f"{name}-home", ssl_context, credentials)
     server.start()
     proxy.wait_proxy()
     return proxy
@@ -255,6 +256,7 @@ def test_a_taken_grpc_port_stops_mqlake_up_with_one_clear_line(tmp_path) -> None
                              cwd=tmp_path)  # fmt: skip
     assert out.returncode == 1 and "grpcServerPort" in out.stderr, out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
+    assert "Broker ready" not in out.stdout + out.stderr  # the port is opened before the broker registers
 
 
 def test_the_5x_client_over_tls_when_the_broker_enforces_it(tmp_path) -> None:

@@ -5,7 +5,6 @@ closed mid-wait or parked when the proxy stops."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import itertools
