@@ -427,3 +427,68 @@ def test_acl_white_listed_peer_needs_no_signature(tmp_path) -> None:
         assert p.send(topic).status.code == pb.OK  # META: no authorization
     finally:
         p.close()
+
+
+def _create_typed_topic(p: Proxied, name: str, change: str):
+    from broker.remoting import headers as h
+
+    hdr = h.CreateTopicRequestHeader(topic=name, default_topic="TBW102", read_queue_nums=1, write_queue_nums=1,
+                                     perm=6, topic_filter_type="SINGLE_TAG", attributes=change)  # fmt: skip
+    return p.broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, hdr)
+
+
+def test_message_types_are_checked_on_remoting_and_grpc_sends(tmp_path) -> None:
+    from broker.remoting.codes import ResponseCode
+
+    p = Proxied(LiveBroker(tmp_path / "store", grpcServerPort="0", enableTopicMessageTypeCheck="true").start())
+    try:
+        assert _create_typed_topic(p, "Fifo", "+message.type=FIFO").code == ResponseCode.SUCCESS
+        assert p.broker.controller.topics.get("Fifo").attributes == {"message.type": "FIFO"}
+        assert _create_typed_topic(p, "Fifo", "").code == ResponseCode.SUCCESS  # an update without -a keeps it
+        assert p.broker.controller.topics.get("Fifo").attributes == {"message.type": "FIFO"}
+        bad = _create_typed_topic(p, "Other", "+message.type=BATCH")
+        assert bad.code == ResponseCode.SYSTEM_ERROR and "value is not in set" in bad.remark
+        mixed = _create_typed_topic(p, "Other", "+message.type=MIXED")
+        assert (mixed.code, mixed.remark) == (ResponseCode.INVALID_PARAMETER, "MIXED message type is not supported.")
+        assert p.broker.controller.topics.get("Other") is None
+        plain = p.topic()  # no attributes: NORMAL
+
+        # the route names the topic's type; the settings tell the client to validate its sends against it
+        route = p.stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name="Fifo")), metadata=META)
+        assert list(route.message_queues[0].accept_message_types) == [pb.FIFO]
+        settings = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="Fifo")]))
+        reply = next(iter(p.stub.Telemetry(iter([svc.TelemetryCommand(settings=settings)]), metadata=META)))
+        assert reply.settings.publishing.validate_message_type
+
+        # gRPC: a normal message to a FIFO topic is refused, a message of its group is taken
+        sent = p.send("Fifo")
+        assert sent.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+        assert "the expected type is FIFO, but actual type is NORMAL" in sent.entries[0].status.message
+        msg = pb.Message(topic=pb.Resource(name="Fifo"), body=b"ordered")
+        msg.system_properties.message_id = "01000000000000000000000000F1F0"
+        msg.system_properties.message_group = "g1"
+        msg.system_properties.message_type = pb.FIFO
+        assert p.stub.SendMessage(svc.SendMessageRequest(messages=[msg]), metadata=META).status.code == pb.OK
+        assert p.send(plain).status.code == pb.OK
+
+        # remoting: MESSAGE_ILLEGAL, as RocketMQ 5's proxy answers a remoting client
+        refused = p.broker.send("Fifo", b"normal")
+        assert refused.code == ResponseCode.MESSAGE_ILLEGAL and "expected type is FIFO" in refused.remark
+        assert p.broker.send("Fifo", b"ordered", __SHARDINGKEY="g1").code == ResponseCode.SUCCESS
+        delayed = p.broker.send(plain, b"later", v2=False, DELAY="2")
+        assert delayed.code == ResponseCode.MESSAGE_ILLEGAL and "actual type is DELAY" in delayed.remark
+        assert p.broker.send("NoSuchTopic", b"x").code == ResponseCode.MESSAGE_ILLEGAL  # no topic, no type
+        wait_until(lambda: p.store.get_max_offset_in_queue("Fifo", 0) == 2, what="the two ordered sends stored")
+    finally:
+        p.close()
+
+
+def test_without_the_check_every_type_goes_to_every_topic(proxied) -> None:
+    from broker.remoting.codes import ResponseCode
+
+    assert _create_typed_topic(proxied, "FifoToo", "+message.type=FIFO").code == ResponseCode.SUCCESS
+    assert proxied.send("FifoToo").status.code == pb.OK
+    assert proxied.broker.send("FifoToo", b"normal").code == ResponseCode.SUCCESS
+    settings = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="FifoToo")]))
+    reply = next(iter(proxied.stub.Telemetry(iter([svc.TelemetryCommand(settings=settings)]), metadata=META)))
+    assert not reply.settings.publishing.validate_message_type

@@ -35,6 +35,7 @@ from broker.remoting.headers import (
     SendMessageRequestHeader,
 )
 from broker.remoting.protocol.heartbeat import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG, SubscriptionData
+from broker.server import attributes
 from broker.server import half_messages as hm
 from broker.server import topics as tp
 from broker.server.clients import ClientChannel
@@ -134,6 +135,18 @@ def _client_id(context: grpc.aio.ServicerContext) -> str:
     raise ProxyError(Code.CLIENT_ID_REQUIRED, "the x-mq-client-id header is missing")
 
 
+_ACCEPTED: dict[str, list[pb.MessageType]] = {
+    attributes.NORMAL: [pb.NORMAL], attributes.FIFO: [pb.FIFO], attributes.DELAY: [pb.DELAY],
+    attributes.TRANSACTION: [pb.TRANSACTION], attributes.MIXED: [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION],
+}
+
+
+def accepted(tc: tp.TopicConfig) -> list[pb.MessageType]:
+    """The message types a route says a topic's queues take (the proxy's ``parseTopicMessageType``): its
+    ``message.type``; a client validates its sends against them when the settings say so."""
+    return _ACCEPTED.get(attributes.topic_type(tc.attributes), [pb.MESSAGE_TYPE_UNSPECIFIED])
+
+
 def _overall(statuses: list[pb.Status]) -> pb.Status:
     if len(statuses) == 1:
         return statuses[0]
@@ -202,7 +215,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             write = qid < tc.write_queue_nums and tp.is_writeable(tc.perm)
             perm = pb.READ_WRITE if read and write else pb.READ if read else pb.WRITE if write else pb.NONE
             queues.append(pb.MessageQueue(topic=pb.Resource(name=tc.topic_name), id=qid, permission=perm, broker=broker,
-                                          accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]))
+                                          accept_message_types=accepted(tc)))
         return svc.QueryRouteResponse(status=status(), message_queues=queues)
 
     def _client(self, context: Any) -> ClientInfo:
@@ -282,7 +295,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             backoff.multiplier = 2.0
             out.publishing.topics.extend(asked.publishing.topics)
             out.publishing.max_body_size = self.broker.store_config.max_message_size
-            out.publishing.validate_message_type = True
+            out.publishing.validate_message_type = self.broker.config.enable_topic_message_type_check
         elif asked.HasField("subscription"):
             group = asked.subscription.group.name
             out.backoff_policy.max_attempts = self.pop.max_attempts(group)
@@ -370,6 +383,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def _send_one(self, msg: pb.Message, peer: _Peer) -> svc.SendResultEntry:
         tc = self._topic(msg.topic)
         props, sys_flag = convert.send_properties(msg, self.broker.store_config.max_message_size)
+        if self.broker.config.enable_topic_message_type_check:
+            why = attributes.send_refusal(tc.topic_name, tc, props)
+            if why is not None:
+                raise ProxyError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, why)
         queues = max(tc.write_queue_nums, 1)
         group = props.get(convert.PROPERTY_SHARDING_KEY)
         # A message group always goes to the same queue (the proxy's SendMessageQueueSelector hashes it)
@@ -447,7 +464,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return svc.QueryAssignmentResponse(status=status(e.code, e.message))
         broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(request.endpoints))
         queue = pb.MessageQueue(topic=pb.Resource(name=tc.topic_name), id=-1, permission=pb.READ_WRITE, broker=broker,
-                                accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION])  # fmt: skip
+                                accept_message_types=accepted(tc))  # fmt: skip
         return svc.QueryAssignmentResponse(status=status(), assignments=[pb.Assignment(message_queue=queue)])
 
     def _filter(self, expr: pb.FilterExpression) -> Any:

@@ -27,6 +27,7 @@ from broker.remoting.protocol.body import (
     TopicStatsTable,
 )
 from broker.remoting.protocol.topic import TopicConfig
+from broker.server import attributes as attr
 from broker.server import topics as tp
 from broker.server.clients import ClientChannel
 from broker.server.context import BrokerContext
@@ -70,9 +71,18 @@ class AdminProcessor:
             bad = f"topicFilterType must be one of {', '.join(_FILTER_TYPES)}, got {h.topic_filter_type!r}"
         if bad is not None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, bad)
+        current = b.topics.get(h.topic)
+        try:
+            change = attr.parse(h.attributes)
+            if change.get("+" + attr.MESSAGE_TYPE) == attr.MIXED:  # RocketMQ 5's enableMixedMessageType is off
+                return cmd.response(ResponseCode.INVALID_PARAMETER, "MIXED message type is not supported.")
+            attributes = attr.alter(current is None, current.attributes or {} if current else {}, change)
+        except attr.AttributeError_ as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"topic {h.topic}: {e}")
         tc = TopicConfig(
             topic_name=h.topic, read_queue_nums=h.read_queue_nums, write_queue_nums=h.write_queue_nums, perm=h.perm,
             topic_filter_type=h.topic_filter_type, topic_sys_flag=h.topic_sys_flag or 0, order=h.order,
+            attributes=attributes,
         )  # fmt: skip
         b.topics.update(tc)
         await b.topics_persisted()  # durable (and announced) before the admin hears "done"
