@@ -1,6 +1,7 @@
 """Admin calls mqadmin makes: UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21), GET_BROKER_RUNTIME_INFO (28),
 GET_ALL_CONSUMER_OFFSET (43), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_TOPIC_STATS_INFO (202),
-GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204), GET_CONSUME_STATS (208)."""
+GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204), GET_CONSUME_STATS (208),
+GET_SYSTEM_TOPIC_LIST_FROM_BROKER (305)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from broker.remoting.protocol.body import (
     MessageQueue,
     OffsetWrapper,
     ProducerConnection,
+    TopicList,
     TopicOffset,
     TopicStatsTable,
 )
@@ -55,6 +57,7 @@ class AdminProcessor:
             RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group_config,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.get_system_topic_list,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
             RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
         }
@@ -90,6 +93,12 @@ class AdminProcessor:
 
     async def get_all_topic_config(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         return cmd.response(ResponseCode.SUCCESS, body=await self._all_topics.encode())
+
+    async def get_system_topic_list(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
+        """The broker's own topics (what mqadmin 5's exportMetadata leaves out of a user's topics)."""
+        topics = self.broker.topics
+        names = sorted(t for t in topics.table if topics.is_system_topic(t))
+        return cmd.response(ResponseCode.SUCCESS, body=TopicList(topic_list=names).encode())
 
     def runtime_info(self) -> dict[str, str]:
         b = self.broker
