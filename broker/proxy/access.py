@@ -70,7 +70,8 @@ def resources(request: Any) -> dict[str, int]:
         _topic(needed, request.topic, ANY)
     elif isinstance(request, svc.EndTransactionRequest | svc.RecallMessageRequest):
         _topic(needed, request.topic, PUB)
-    elif isinstance(request, svc.HeartbeatRequest | svc.NotifyClientTerminationRequest):
+    elif isinstance(request, svc.HeartbeatRequest | svc.NotifyClientTerminationRequest
+                    | svc.ChangeInvisibleDurationRequest):  # fmt: skip
         _group(needed, request.group)
     elif isinstance(request, svc.ReceiveMessageRequest | svc.PullMessageRequest | svc.UpdateOffsetRequest
                     | svc.GetOffsetRequest):  # fmt: skip
@@ -78,7 +79,7 @@ def resources(request: Any) -> dict[str, int]:
         _topic(needed, request.message_queue.topic, SUB)
     elif isinstance(request, svc.QueryOffsetRequest):
         _topic(needed, request.message_queue.topic, SUB)
-    elif isinstance(request, svc.QueryAssignmentRequest | svc.AckMessageRequest | svc.ChangeInvisibleDurationRequest
+    elif isinstance(request, svc.QueryAssignmentRequest | svc.AckMessageRequest
                     | svc.ForwardMessageToDeadLetterQueueRequest):  # fmt: skip
         _group(needed, request.group)
         _topic(needed, request.topic, SUB)
