@@ -223,8 +223,8 @@ def test_receive_cancelled_while_waiting_loses_nothing(proxied) -> None:
 
 
 def test_unserved_rpcs_answer_unsupported(proxied) -> None:
-    r = proxied.stub.GetOffset(svc.GetOffsetRequest(), metadata=META)
-    assert r.status.code == pb.UNSUPPORTED and "GetOffset" in r.status.message
+    r = proxied.stub.RecallMessage(svc.RecallMessageRequest(), metadata=META)
+    assert r.status.code == pb.UNSUPPORTED and "RecallMessage" in r.status.message
 
 
 
@@ -492,3 +492,71 @@ def test_without_the_check_every_type_goes_to_every_topic(proxied) -> None:
     settings = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="FifoToo")]))
     reply = next(iter(proxied.stub.Telemetry(iter([svc.TelemetryCommand(settings=settings)]), metadata=META)))
     assert not reply.settings.publishing.validate_message_type
+
+
+def test_a_pull_consumer_pulls_and_keeps_its_offsets(proxied) -> None:
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    from broker.remoting import headers as h
+
+    p, topic = proxied, proxied.topic()
+    g = group(p)
+    for i, tag in enumerate(("a", "b", "a")):
+        assert p.send(topic, f"m{i}".encode(), tag=tag).status.code == pb.OK
+    wait_until(lambda: p.store.get_max_offset_in_queue(topic, 0) == 3, what="three messages dispatched")
+    mq = pb.MessageQueue(topic=pb.Resource(name=topic), id=0)
+
+    def query(policy: int, ms: int | None = None) -> int:
+        req = svc.QueryOffsetRequest(message_queue=mq, query_offset_policy=policy)
+        if ms is not None:
+            req.timestamp.CopyFrom(Timestamp(seconds=ms // 1000))
+        r = p.stub.QueryOffset(req, metadata=META)
+        assert r.status.code == pb.OK, r.status
+        return r.offset
+
+    # a time after the last message: SEARCH_OFFSET_BY_TIMESTAMP's answer, the last message's offset
+    assert (query(pb.BEGINNING), query(pb.END), query(pb.TIMESTAMP, 0), query(pb.TIMESTAMP, 2**41)) == (0, 3, 0, 2)
+
+    def pull(offset: int, batch: int = 32, expression: str = "*", wait_ms: int = 0, queue: int = 0):
+        req = svc.PullMessageRequest(group=pb.Resource(name=g), message_queue=pb.MessageQueue(
+            topic=pb.Resource(name=topic), id=queue), offset=offset, batch_size=batch,
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression=expression))  # fmt: skip
+        req.long_polling_timeout.FromMilliseconds(wait_ms)
+        replies = list(p.stub.PullMessage(req, metadata=META, timeout=30))
+        assert replies[0].HasField("status"), replies
+        bodies = [r.message.body.decode() for r in replies if r.HasField("message")]
+        nexts = [r.next_offset for r in replies if r.WhichOneof("content") == "next_offset"]
+        return replies[0].status, bodies, nexts[-1] if nexts else None
+
+    status, bodies, nxt = pull(0, batch=2)
+    assert (status.code, bodies, nxt) == (pb.OK, ["m0", "m1"], 2)
+    assert pull(0, expression="a")[1:] == (["m0", "m2"], 3)  # a tag filter, as a remoting pull's
+    status, bodies, nxt = pull(3)
+    assert (status.code, bodies, nxt) == (pb.MESSAGE_NOT_FOUND, [], 3)
+    status, _, nxt = pull(100)
+    assert (status.code, nxt) == (pb.ILLEGAL_OFFSET, 3)  # the nearest offset to go on from
+    assert pull(-1)[0].code == pb.ILLEGAL_OFFSET and pull(0, queue=5)[0].code == pb.BAD_REQUEST
+
+    # long polling: a pull at the end waits for the next message (parked as a remoting pull is)
+    got: dict = {}
+    waiter = threading.Thread(target=lambda: got.update(r=pull(3, wait_ms=20_000)))
+    waiter.start()
+    wait_until(lambda: p.broker.controller.hold.parked_count == 1, what="the pull parked")
+    assert p.send(topic, b"m3").status.code == pb.OK
+    waiter.join(30)
+    assert got["r"][0].code == pb.OK and got["r"][1:] == (["m3"], 4)
+
+    # offsets: the group's consumer offsets, which remoting consumers of the group share
+    get = svc.GetOffsetRequest(group=pb.Resource(name=g), message_queue=mq)
+    assert p.stub.GetOffset(get, metadata=META).status.code == pb.OFFSET_NOT_FOUND
+    update = svc.UpdateOffsetRequest(group=pb.Resource(name=g), message_queue=mq, offset=2)
+    assert p.stub.UpdateOffset(update, metadata=META).status.code == pb.OK
+    r = p.stub.GetOffset(get, metadata=META)
+    assert (r.status.code, r.offset) == (pb.OK, 2)
+    q = p.broker.call(RequestCode.QUERY_CONSUMER_OFFSET, h.QueryConsumerOffsetRequestHeader(
+        consumer_group=g, topic=topic, queue_id=0))  # fmt: skip
+    assert q.ext_fields["offset"] == "2"
+    update.offset = -5
+    assert p.stub.UpdateOffset(update, metadata=META).status.code == pb.ILLEGAL_OFFSET
+    assert p.stub.GetOffset(svc.GetOffsetRequest(group=pb.Resource(name="NoSuchGroup"), message_queue=mq),
+                            metadata=META).status.code == pb.CONSUMER_GROUP_NOT_FOUND  # fmt: skip

@@ -2,9 +2,9 @@
 
 Sends go through the broker's own send path (``SendProcessor``, as a SEND_MESSAGE built from the v2 message) and
 END_TRANSACTION through its transaction processor, so topic checks, auto-created retry/DLQ topics, half messages,
-timers and flushing are the remoting clients' to the byte.  Receives and acks are ``pop``'s.  Every refusal is a
-v2 ``Status`` with a message naming what was wrong; the RPCs a 5.x client may call that are not served
-(PullMessage, UpdateOffset, GetOffset, QueryOffset, RecallMessage, SyncLiteSubscription) answer UNSUPPORTED.
+timers and flushing are the remoting clients' to the byte.  Receives and acks are ``pop``'s; a PullConsumer's pulls
+and offsets are ``pulling``'s.  Every refusal is a v2 ``Status`` with a message naming what was wrong; the RPCs a
+5.x client may call that are not served (RecallMessage, SyncLiteSubscription) answer UNSUPPORTED.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import grpc
 
 from broker.proxy import convert, receipt
 from broker.proxy.pop import Popped, PopService
+from broker.proxy.pulling import PullService
 from broker.proxy.status import Code, ProxyError, from_remoting, status
 from broker.proxy.v2 import definition_pb2 as pb
 from broker.proxy.v2 import service_pb2 as svc
@@ -160,6 +161,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.broker = broker
         self.pop = pop
         self.sender = SendProcessor(broker)
+        self.pulls = PullService(broker)
         self.clients: dict[str, ClientInfo] = {}
         self._round_robin = itertools.count()
 
@@ -568,17 +570,43 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def _unsupported(what: str) -> pb.Status:
         return status(Code.UNSUPPORTED, f"{what} is not served by this broker (see docs/grpc.md)")
 
-    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[svc.PullMessageResponse]:
-        yield svc.PullMessageResponse(status=self._unsupported("PullMessage"))
+    async def PullMessage(self, request: svc.PullMessageRequest,
+                          context: Any) -> AsyncIterator[svc.PullMessageResponse]:  # fmt: skip
+        try:
+            group = self._group(request.group)
+            tc = self._topic(request.message_queue.topic)
+            wait = convert.duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
+            if wait < 0:
+                raise ProxyError(Code.ILLEGAL_POLLING_TIME, f"long polling time of {wait} ms is negative")
+            left = context.time_remaining()
+            if left is not None:  # answer (empty) before the client's deadline, not after it
+                wait = max(0, min(wait, int(left * 1000) - 1000))
+            async for reply in self.pulls.pull(group, tc, request, wait, _Peer.of(context)):
+                yield reply
+        except ProxyError as e:
+            yield svc.PullMessageResponse(status=status(e.code, e.message))
 
-    async def UpdateOffset(self, request: Any, context: Any) -> svc.UpdateOffsetResponse:
-        return svc.UpdateOffsetResponse(status=self._unsupported("UpdateOffset"))
+    async def UpdateOffset(self, request: svc.UpdateOffsetRequest, context: Any) -> svc.UpdateOffsetResponse:
+        try:
+            self.pulls.update_offset(self._group(request.group), self._topic(request.message_queue.topic), request)
+        except ProxyError as e:
+            return svc.UpdateOffsetResponse(status=status(e.code, e.message))
+        return svc.UpdateOffsetResponse(status=status())
 
-    async def GetOffset(self, request: Any, context: Any) -> svc.GetOffsetResponse:
-        return svc.GetOffsetResponse(status=self._unsupported("GetOffset"))
+    async def GetOffset(self, request: svc.GetOffsetRequest, context: Any) -> svc.GetOffsetResponse:
+        try:
+            offset = self.pulls.get_offset(self._group(request.group), self._topic(request.message_queue.topic),
+                                           request)  # fmt: skip
+        except ProxyError as e:
+            return svc.GetOffsetResponse(status=status(e.code, e.message))
+        return svc.GetOffsetResponse(status=status(), offset=offset)
 
-    async def QueryOffset(self, request: Any, context: Any) -> svc.QueryOffsetResponse:
-        return svc.QueryOffsetResponse(status=self._unsupported("QueryOffset"))
+    async def QueryOffset(self, request: svc.QueryOffsetRequest, context: Any) -> svc.QueryOffsetResponse:
+        try:
+            offset = await self.pulls.query_offset(self._topic(request.message_queue.topic), request)
+        except ProxyError as e:
+            return svc.QueryOffsetResponse(status=status(e.code, e.message))
+        return svc.QueryOffsetResponse(status=status(), offset=offset)
 
     async def RecallMessage(self, request: Any, context: Any) -> svc.RecallMessageResponse:
         return svc.RecallMessageResponse(status=self._unsupported("RecallMessage"))
