@@ -9,7 +9,7 @@ package ``rocketmq`` is also the 4.x C++ client's.  Prints one JSON document on 
     receive_renew  as receive, then ChangeInvisibleDuration on each message before acking it
     push     --endpoint E --topic T --group G --expect N [--fail-first] [--deadline S]  (a PushConsumer)
 
-Every command takes --ak/--sk (the client signs its calls) and --report-error (a failure is printed as
+Every command takes --ak/--sk (the client signs its calls), --namespace and --report-error (a failure is printed as
 ``{"error": ...}``, with the client's logged errors, rather than failing the command).
 """
 
@@ -53,10 +53,11 @@ class _Checker(TransactionChecker):
 
 TLS = False  # --tls: the channel is TLS (the client trusts the roots in GRPC_DEFAULT_SSL_ROOTS_FILE_PATH)
 CREDENTIALS = Credentials()  # --ak/--sk: the client signs its calls (its credentials provider); none by default
+NAMESPACE = ""  # --namespace: the client's topics and groups are of this namespace
 
 
 def _config(endpoint: str) -> ClientConfiguration:
-    return ClientConfiguration(endpoint, CREDENTIALS, request_timeout=5)
+    return ClientConfiguration(endpoint, CREDENTIALS, namespace=NAMESPACE, request_timeout=5)
 
 
 def produce(a: argparse.Namespace) -> dict:
@@ -116,6 +117,7 @@ def receive(a: argparse.Namespace) -> dict:
         while len(got) < a.expect and time.monotonic() < end:
             for m in consumer.receive(min(32, a.expect - len(got)), a.invisible) or []:
                 item = {"body": m.body.decode(), "message_id": m.message_id, "tag": m.tag, "topic": m.topic,
+                        "namespace": m.namespace,
                         "keys": sorted(m.keys), "attempt": m.delivery_attempt, "group": m.message_group,
                         "properties": dict(m.properties), "receipt_handle": m.receipt_handle,
                         "delivery_timestamp": m.delivery_timestamp, "received_at": time.time()}
@@ -195,12 +197,14 @@ def main() -> int:
     p.add_argument("--tls", action="store_true")
     p.add_argument("--ak", default="", help="access key the client signs with")
     p.add_argument("--sk", default="", help="its secret key")
+    p.add_argument("--namespace", default="", help="the client's namespace")
     p.add_argument("--report-error", action="store_true",
                    help="a failure is the result: {'error': {'type', 'code', 'message', 'logged'}}, exit 0")
     a = p.parse_args()
-    global TLS, CREDENTIALS
+    global TLS, CREDENTIALS, NAMESPACE
     TLS = a.tls
     CREDENTIALS = Credentials(a.ak, a.sk)
+    NAMESPACE = a.namespace
     a.mode = "renew" if a.command == "receive_renew" else "plain"
     try:
         out = produce(a) if a.command == "produce" else push(a) if a.command == "push" else receive(a)

@@ -58,8 +58,8 @@ class ProxyServer:
         assert r.code == ResponseCode.SUCCESS, r.remark
         return topic
 
-    def create_group(self, **fields: object) -> str:
-        group = unique("G5")
+    def create_group(self, name: str | None = None, **fields: object) -> str:
+        group = name or unique("G5")
         body = SubscriptionGroupConfig(group_name=group, **fields).encode()
         r = remoting_call(self.server.broker_addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, body,
                           ssl_context=self.ssl_context, credentials=self.credentials)  # fmt: skip
@@ -104,6 +104,23 @@ def test_5x_producer_to_5x_simple_consumer_with_tags_keys_properties_and_ack(pro
     # acked: nothing comes back after the invisible time (1 s) has passed
     later = proxy.client("receive", "--topic", topic, "--group", group, "--expect", "1", "--deadline", "3")
     assert later["received"] == []
+
+
+def test_a_namespace_maps_topics_and_groups_as_rocketmq_5s_proxy_does(proxy) -> None:
+    topic, group = unique("T5"), unique("G5")
+    proxy.create_topic(queues=1, name=f"ns1%{topic}")  # the broker's names carry the namespace
+    proxy.create_group(name=f"ns1%{group}")
+    sent = proxy.client("produce", "--namespace", "ns1", "--topic", topic, "--count", "2")["sent"]
+    assert len(sent) == 2
+    r = remoting_call(proxy.server.broker_addr, RequestCode.GET_MAX_OFFSET,
+                      h.GetMaxOffsetRequestHeader(topic=f"ns1%{topic}", queue_id=0))  # fmt: skip
+    assert r.ext_fields["offset"] == "2"
+    got = proxy.client("receive", "--namespace", "ns1", "--topic", topic, "--group", group, "--expect", "2", "--ack")
+    assert sorted(bodies(got)) == ["m-0", "m-1"]
+    assert {(m["topic"], m["namespace"]) for m in got["received"]} == {(topic, "ns1")}
+    # without the namespace the topic is not the client's (another namespace's names do not leak)
+    other = proxy.client("produce", "--topic", topic, "--report-error")
+    assert "sent" not in other
 
 
 def test_unacked_message_is_redelivered_after_its_invisible_time_and_renew_keeps_it(proxy) -> None:

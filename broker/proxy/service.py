@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 
-from broker.proxy import convert, receipt
+from broker.proxy import convert, names, receipt
 from broker.proxy.pop import Popped, PopService
 from broker.proxy.pulling import PullService
 from broker.proxy.status import Code, ProxyError, from_remoting, status
@@ -167,7 +167,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # --- checks shared by the RPCs --------------------------------------------------------------------------
     def _topic(self, resource: pb.Resource) -> tp.TopicConfig:
-        name = resource.name
+        name = names.wrap(resource)
         bad = tp.topic_name_error(name)
         if bad is not None:
             raise ProxyError(Code.ILLEGAL_TOPIC, bad)
@@ -177,7 +177,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return tc
 
     def _group(self, resource: pb.Resource) -> str:
-        name = resource.name
+        name = names.wrap(resource)
         bad = tp.topic_name_error(name)
         if bad is not None:
             raise ProxyError(Code.ILLEGAL_CONSUMER_GROUP, f"consumer group {name!r}: {bad.replace('topic', 'name')}")
@@ -216,7 +216,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             read = qid < tc.read_queue_nums and tp.is_readable(tc.perm)
             write = qid < tc.write_queue_nums and tp.is_writeable(tc.perm)
             perm = pb.READ_WRITE if read and write else pb.READ if read else pb.WRITE if write else pb.NONE
-            queues.append(pb.MessageQueue(topic=pb.Resource(name=tc.topic_name), id=qid, permission=perm, broker=broker,
+            queues.append(pb.MessageQueue(topic=request.topic, id=qid, permission=perm, broker=broker,
                                           accept_message_types=accepted(tc)))
         return svc.QueryRouteResponse(status=status(), message_queues=queues)
 
@@ -266,7 +266,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         settings = info.settings
         if info.telemetry is None or settings is None or not settings.HasField("subscription") or not info.group:
             return
-        subs = [SubscriptionData(topic=e.topic.name, sub_string=e.expression.expression or "*",
+        subs = [SubscriptionData(topic=names.wrap(e.topic), sub_string=e.expression.expression or "*",
                                  expression_type=EXPRESSION_TYPE_SQL92 if e.expression.type == pb.SQL
                                  else EXPRESSION_TYPE_TAG)
                 for e in settings.subscription.subscriptions]  # fmt: skip
@@ -299,7 +299,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             out.publishing.max_body_size = self.broker.store_config.max_message_size
             out.publishing.validate_message_type = self.broker.config.enable_topic_message_type_check
         elif asked.HasField("subscription"):
-            group = asked.subscription.group.name
+            group = names.wrap(asked.subscription.group)
             out.backoff_policy.max_attempts = self.pop.max_attempts(group)
             out.backoff_policy.customized_backoff.next.extend(convert.duration(ms) for ms in self._backoff_ms())
             sub = out.subscription
@@ -345,9 +345,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         info.settings = cmd.settings
                         info.client_type = cmd.settings.client_type
                         if cmd.settings.HasField("subscription"):
-                            info.group = cmd.settings.subscription.group.name
+                            info.group = names.wrap(cmd.settings.subscription.group)
                         for topic in cmd.settings.publishing.topics:
-                            self._register_producer(info, topic.name)
+                            self._register_producer(info, names.wrap(topic))
                         self._register_consumer(info)
                         commands.put_nowait(svc.TelemetryCommand(status=status(), settings=self.settings(cmd.settings)))
             finally:
@@ -376,7 +376,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 entries.append(await self._send_one(msg, peer))
                 if msg.system_properties.message_type == pb.TRANSACTION:
                     with contextlib.suppress(ProxyError):  # no client id: no check-back, the send stands
-                        self._register_producer(self._client(context), msg.topic.name)
+                        self._register_producer(self._client(context), names.wrap(msg.topic))
             except ProxyError as e:
                 entries.append(svc.SendResultEntry(status=status(e.code, e.message),
                                                    message_id=msg.system_properties.message_id))  # fmt: skip
@@ -445,7 +445,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             producer_group=half.property_map.get(convert.PROPERTY_PRODUCER_GROUP, ""),
             tran_state_table_offset=half.queue_offset, commit_log_offset=offset, commit_or_rollback=kind,
             from_transaction_check=request.source == pb.SOURCE_SERVER_CHECK, msg_id=request.transaction_id,
-            transaction_id=request.message_id, topic=request.topic.name,
+            transaction_id=request.message_id, topic=names.wrap(request.topic),
         )  # fmt: skip
         cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, header)
         answer = self.broker.transactions.end_transaction(cmd, cast(Channel, peer))
@@ -465,7 +465,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except ProxyError as e:
             return svc.QueryAssignmentResponse(status=status(e.code, e.message))
         broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(request.endpoints))
-        queue = pb.MessageQueue(topic=pb.Resource(name=tc.topic_name), id=-1, permission=pb.READ_WRITE, broker=broker,
+        queue = pb.MessageQueue(topic=request.topic, id=-1, permission=pb.READ_WRITE, broker=broker,
                                 accept_message_types=accepted(tc))  # fmt: skip
         return svc.QueryAssignmentResponse(status=status(), assignments=[pb.Assignment(message_queue=queue)])
 
@@ -518,6 +518,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     @staticmethod
     def _message(p: Popped) -> pb.Message:
         m = convert.to_message(p.record, p.handle.encode(), p.handle.invisible_ms)
+        m.topic.CopyFrom(names.resource(m.topic.name))
         m.system_properties.delivery_attempt = p.attempt
         return m
 
