@@ -487,6 +487,8 @@ def test_without_the_check_every_type_goes_to_every_topic(proxied) -> None:
     from broker.remoting.codes import ResponseCode
 
     assert _create_typed_topic(proxied, "FifoToo", "+message.type=FIFO").code == ResponseCode.SUCCESS
+    route = proxied.stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name="FifoToo")), metadata=META)
+    assert set(route.message_queues[0].accept_message_types) == {pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION}
     assert proxied.send("FifoToo").status.code == pb.OK
     assert proxied.broker.send("FifoToo", b"normal").code == ResponseCode.SUCCESS
     settings = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="FifoToo")]))

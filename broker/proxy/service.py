@@ -142,9 +142,13 @@ _ACCEPTED: dict[str, list[pb.MessageType]] = {
 }
 
 
-def accepted(tc: tp.TopicConfig) -> list[pb.MessageType]:
-    """The message types a route says a topic's queues take (the proxy's ``parseTopicMessageType``): its
-    ``message.type``; a client validates its sends against them when the settings say so."""
+def accepted(tc: tp.TopicConfig, checked: bool) -> list[pb.MessageType]:
+    """The message types a route says a topic's queues take: with ``enableTopicMessageTypeCheck`` (``checked``)
+    its ``message.type`` (the proxy's ``parseTopicMessageType``), without it all four, as the broker then takes
+    them.  A client validates its sends against them (the official ones do so even before their first settings
+    sync, so a route must not name a type the broker would not refuse)."""
+    if not checked:
+        return _ACCEPTED[attributes.MIXED]
     return _ACCEPTED.get(attributes.topic_type(tc.attributes), [pb.MESSAGE_TYPE_UNSPECIFIED])
 
 
@@ -211,13 +215,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except ProxyError as e:
             return svc.QueryRouteResponse(status=status(e.code, e.message))
         broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(request.endpoints))
+        types = accepted(tc, self.broker.config.enable_topic_message_type_check)
         queues = []
         for qid in range(max(tc.read_queue_nums, tc.write_queue_nums)):
             read = qid < tc.read_queue_nums and tp.is_readable(tc.perm)
             write = qid < tc.write_queue_nums and tp.is_writeable(tc.perm)
             perm = pb.READ_WRITE if read and write else pb.READ if read else pb.WRITE if write else pb.NONE
             queues.append(pb.MessageQueue(topic=request.topic, id=qid, permission=perm, broker=broker,
-                                          accept_message_types=accepted(tc)))
+                                          accept_message_types=types))
         return svc.QueryRouteResponse(status=status(), message_queues=queues)
 
     def _client(self, context: Any) -> ClientInfo:
@@ -465,8 +470,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except ProxyError as e:
             return svc.QueryAssignmentResponse(status=status(e.code, e.message))
         broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(request.endpoints))
+        types = accepted(tc, self.broker.config.enable_topic_message_type_check)
         queue = pb.MessageQueue(topic=request.topic, id=-1, permission=pb.READ_WRITE, broker=broker,
-                                accept_message_types=accepted(tc))  # fmt: skip
+                                accept_message_types=types)  # fmt: skip
         return svc.QueryAssignmentResponse(status=status(), assignments=[pb.Assignment(message_queue=queue)])
 
     def _filter(self, expr: pb.FilterExpression) -> Any:
