@@ -401,6 +401,13 @@ def test_acl_checks_signatures_and_permissions_of_every_call(acl_proxied) -> Non
                                     message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)))  # fmt: skip
     statuses = [r.status for r in p.stub.ReceiveMessage(req, metadata=producer, timeout=10)]
     assert [s.code for s in statuses] == [pb.FORBIDDEN] and "group:NoGroup" in statuses[0].message
+    pull = svc.PullMessageRequest(group=pb.Resource(name="NoGroup"), offset=0, batch_size=1,
+                                  message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)))  # fmt: skip
+    replies = list(p.stub.PullMessage(pull, metadata=producer, timeout=10))
+    assert [r.status.code for r in replies] == [pb.FORBIDDEN] and "group:NoGroup" in replies[0].status.message
+    # a namespace's names are what the rules name: ns1%Denied is another topic than Denied
+    route = svc.QueryRouteRequest(topic=pb.Resource(name=denied, resource_namespace="ns1"))
+    assert p.stub.QueryRoute(route, metadata=producer).status.code == pb.TOPIC_NOT_FOUND  # allowed, and absent
     # an admin account holds everything: its receive reaches the RPC, which reads the signed message
     replies = list(p.stub.ReceiveMessage(req, metadata=_signed("admin-key", "admin-secret"), timeout=10))
     assert replies[0].status.code == pb.OK and [r.message.body for r in replies if r.HasField("message")] == [b"signed"]
