@@ -348,7 +348,8 @@ class BrokerController:
 
     async def _after_topics_changed(self, persisted: asyncio.Future) -> None:
         # Registration does not wait for the write: clients can route a new topic only once the NameServers know it.
-        if self._ready and not self.stopping:
+        # Before the broker's first registration (topics made while it starts) the first one carries them.
+        if self._registered and not self.stopping:
             await self.registrar.register_all()
         await persisted
 
