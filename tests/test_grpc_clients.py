@@ -112,9 +112,13 @@ def test_a_namespace_maps_topics_and_groups_as_rocketmq_5s_proxy_does(proxy) -> 
     proxy.create_group(name=f"ns1%{group}")
     sent = proxy.client("produce", "--namespace", "ns1", "--topic", topic, "--count", "2")["sent"]
     assert len(sent) == 2
-    r = remoting_call(proxy.server.broker_addr, RequestCode.GET_MAX_OFFSET,
-                      h.GetMaxOffsetRequestHeader(topic=f"ns1%{topic}", queue_id=0))  # fmt: skip
-    assert r.ext_fields["offset"] == "2"
+
+    def stored() -> str:
+        r = remoting_call(proxy.server.broker_addr, RequestCode.GET_MAX_OFFSET,
+                          h.GetMaxOffsetRequestHeader(topic=f"ns1%{topic}", queue_id=0))  # fmt: skip
+        return r.ext_fields["offset"]
+
+    wait_until(lambda: stored() == "2", what="both messages in the broker's topic ns1%<topic>")
     got = proxy.client("receive", "--namespace", "ns1", "--topic", topic, "--group", group, "--expect", "2", "--ack")
     assert sorted(bodies(got)) == ["m-0", "m-1"]
     assert {(m["topic"], m["namespace"]) for m in got["received"]} == {(topic, "ns1")}
