@@ -269,6 +269,7 @@ def test_a_taken_grpc_port_stops_mqlake_up_with_one_clear_line(tmp_path) -> None
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         values = {**TEST_CONF, "storePathRootDir": str(tmp_path / "store"), "listenPort": str(free_port()),
+                  "haListenPort": str(free_port()),  # listenPort + 1 may be taken on a busy host
                   "enableProxy": "true", "grpcServerPort": str(busy.getsockname()[1])}  # fmt: skip
         conf = tmp_path / "broker.conf"
         conf.write_text("".join(f"{k}={v}\n" for k, v in values.items()))

@@ -8,7 +8,7 @@ and checks it as a remoting one (``AuthorizationHeader``), and so does this modu
 
 The resources each request needs are the proxy's (``PlainAccessValidator.parse`` of a gRPC message): a topic to
 send to (or end a transaction on) needs PUB, one to read from SUB, a route lookup any of them, a consumer group
-SUB on the group; names are the broker's, with the client's namespace (``names``).  A refusal is a
+SUB on the group; names are the broker's, with the client's namespace (``namespaces``).  A refusal is a
 ``ProxyError``: UNAUTHORIZED when the account is not established (unsigned, unknown access key, wrong signature),
 FORBIDDEN when it lacks a permission; its message never holds a secret.
 """
@@ -22,7 +22,7 @@ from typing import Any
 from broker.acl.access import Owned, Unauthenticated, authorize, retry_topic, signed_by
 from broker.acl.manager import PlainAclManager
 from broker.acl.rules import ANY, PUB, SUB
-from broker.proxy import names
+from broker.proxy import namespaces
 from broker.proxy.status import Code, ProxyError
 from broker.proxy.v2 import definition_pb2 as pb
 from broker.proxy.v2 import service_pb2 as svc
@@ -54,12 +54,12 @@ def parse_authorization(value: str) -> tuple[str, str]:
 
 def _group(needed: dict[str, int], resource: pb.Resource) -> None:
     if resource.name:
-        needed[retry_topic(names.wrap(resource))] = SUB
+        needed[retry_topic(namespaces.wrap(resource))] = SUB
 
 
 def _topic(needed: dict[str, int], resource: pb.Resource, perm: int) -> None:
     if resource.name:
-        needed[names.wrap(resource)] = perm
+        needed[namespaces.wrap(resource)] = perm
 
 
 def resources(request: Any) -> dict[str, int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, cast
 
-from broker.proxy import convert, names
+from broker.proxy import convert, namespaces
 from broker.proxy.status import Code, ProxyError, from_remoting, status
 from broker.proxy.v2 import definition_pb2 as pb
 from broker.proxy.v2 import service_pb2 as svc
@@ -91,7 +91,7 @@ class PullService:
                 rec = records.decode_record(body, pos)
                 pos += rec.total_size
                 message = convert.to_message(rec, "", 0)
-                message.topic.CopyFrom(names.resource(message.topic.name))
+                message.topic.CopyFrom(namespaces.resource(message.topic.name))
                 message.system_properties.delivery_attempt = rec.reconsume_times + 1
                 yield svc.PullMessageResponse(message=message)
         yield svc.PullMessageResponse(next_offset=next_offset)

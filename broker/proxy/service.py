@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 
-from broker.proxy import convert, names, receipt
+from broker.proxy import convert, namespaces, receipt
 from broker.proxy.pop import Popped, PopService
 from broker.proxy.pulling import PullService
 from broker.proxy.status import Code, ProxyError, from_remoting, status
@@ -171,7 +171,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # --- checks shared by the RPCs --------------------------------------------------------------------------
     def _topic(self, resource: pb.Resource) -> tp.TopicConfig:
-        name = names.wrap(resource)
+        name = namespaces.wrap(resource)
         bad = tp.topic_name_error(name)
         if bad is not None:
             raise ProxyError(Code.ILLEGAL_TOPIC, bad)
@@ -181,7 +181,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return tc
 
     def _group(self, resource: pb.Resource) -> str:
-        name = names.wrap(resource)
+        name = namespaces.wrap(resource)
         bad = tp.topic_name_error(name)
         if bad is not None:
             raise ProxyError(Code.ILLEGAL_CONSUMER_GROUP, f"consumer group {name!r}: {bad.replace('topic', 'name')}")
@@ -271,7 +271,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         settings = info.settings
         if info.telemetry is None or settings is None or not settings.HasField("subscription") or not info.group:
             return
-        subs = [SubscriptionData(topic=names.wrap(e.topic), sub_string=e.expression.expression or "*",
+        subs = [SubscriptionData(topic=namespaces.wrap(e.topic), sub_string=e.expression.expression or "*",
                                  expression_type=EXPRESSION_TYPE_SQL92 if e.expression.type == pb.SQL
                                  else EXPRESSION_TYPE_TAG)
                 for e in settings.subscription.subscriptions]  # fmt: skip
@@ -304,7 +304,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             out.publishing.max_body_size = self.broker.store_config.max_message_size
             out.publishing.validate_message_type = self.broker.config.enable_topic_message_type_check
         elif asked.HasField("subscription"):
-            group = names.wrap(asked.subscription.group)
+            group = namespaces.wrap(asked.subscription.group)
             out.backoff_policy.max_attempts = self.pop.max_attempts(group)
             out.backoff_policy.customized_backoff.next.extend(convert.duration(ms) for ms in self._backoff_ms())
             sub = out.subscription
@@ -350,9 +350,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         info.settings = cmd.settings
                         info.client_type = cmd.settings.client_type
                         if cmd.settings.HasField("subscription"):
-                            info.group = names.wrap(cmd.settings.subscription.group)
+                            info.group = namespaces.wrap(cmd.settings.subscription.group)
                         for topic in cmd.settings.publishing.topics:
-                            self._register_producer(info, names.wrap(topic))
+                            self._register_producer(info, namespaces.wrap(topic))
                         self._register_consumer(info)
                         commands.put_nowait(svc.TelemetryCommand(status=status(), settings=self.settings(cmd.settings)))
             finally:
@@ -381,7 +381,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 entries.append(await self._send_one(msg, peer))
                 if msg.system_properties.message_type == pb.TRANSACTION:
                     with contextlib.suppress(ProxyError):  # no client id: no check-back, the send stands
-                        self._register_producer(self._client(context), names.wrap(msg.topic))
+                        self._register_producer(self._client(context), namespaces.wrap(msg.topic))
             except ProxyError as e:
                 entries.append(svc.SendResultEntry(status=status(e.code, e.message),
                                                    message_id=msg.system_properties.message_id))  # fmt: skip
@@ -450,7 +450,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             producer_group=half.property_map.get(convert.PROPERTY_PRODUCER_GROUP, ""),
             tran_state_table_offset=half.queue_offset, commit_log_offset=offset, commit_or_rollback=kind,
             from_transaction_check=request.source == pb.SOURCE_SERVER_CHECK, msg_id=request.transaction_id,
-            transaction_id=request.message_id, topic=names.wrap(request.topic),
+            transaction_id=request.message_id, topic=namespaces.wrap(request.topic),
         )  # fmt: skip
         cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, header)
         answer = self.broker.transactions.end_transaction(cmd, cast(Channel, peer))
@@ -524,7 +524,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     @staticmethod
     def _message(p: Popped) -> pb.Message:
         m = convert.to_message(p.record, p.handle.encode(), p.handle.invisible_ms)
-        m.topic.CopyFrom(names.resource(m.topic.name))
+        m.topic.CopyFrom(namespaces.resource(m.topic.name))
         m.system_properties.delivery_attempt = p.attempt
         return m
 
