@@ -223,3 +223,13 @@ class JavaCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def java_json(main: str, peer: str, *args: str, classes: Path, home: Path, timeout: float = 300.0) -> dict:
+    """Run a program of tests/java that prints one JSON document on a line of its own (the clients log around it)
+    and return that document; a failed run or a missing document fails with the program's output."""
+    proc = java(main, peer, *args, classes=classes, home=home, timeout=timeout)
+    docs = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and len(docs) == 1, (
+        f"{main} {' '.join(args)} exited with {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(docs[0])
