@@ -76,12 +76,13 @@ def compile_java(sources: list[Path], peer: str, out_root: Path) -> Path:
 
 def java(main: str, peer: str, *args: str, classes: Path | None = None, home: Path, timeout: float = 300.0,
          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``main`` on ``peer``'s jars (and ``classes``), ``home`` as user.home (where RocketMQ's clients log)."""
+    """Run ``main`` on ``peer``'s jars (and ``classes``), ``home`` as user.home (where RocketMQ's clients log) and
+    ROCKETMQ_HOME (where mqadmin reads ``conf/logback_tools.xml``)."""
     home.mkdir(parents=True, exist_ok=True)
     cmd = ["java", *JVM_OPTS, f"-Duser.home={home}",
            "-cp", classpath(peer, extra=(classes,) if classes else ()), main, *args]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=home,
-                          env={**os.environ, **(env or {})})  # fmt: skip
+                          env={**os.environ, "ROCKETMQ_HOME": str(home), **(env or {})})  # fmt: skip
 
 
 _LOGBACK = """<configuration>
