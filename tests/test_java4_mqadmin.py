@@ -64,7 +64,8 @@ def test_mqadmin_commands_report_what_mqlake_holds(server, clients4, tmp_path) -
     out = dict(zip(
         ("clusterList", "topicList", "topicStatus", "consumerProgress", "queryMsgById", "queryMsgByKey",
          "brokerStatus", "resetOffsetByTime", "progressAfterReset"),
-        mqadmin(clients4, home, ["clusterList", "-n", ns], ["topicList", "-n", ns], ["topicStatus", "-n", ns, "-t", TOPIC],
+        mqadmin(clients4, home, ["clusterList", "-n", ns], ["topicList", "-n", ns],
+                ["topicStatus", "-n", ns, "-t", TOPIC],
                 ["consumerProgress", "-n", ns, "-g", GROUP], ["queryMsgById", "-n", ns, "-i", first["offsetMsgId"]],
                 ["queryMsgByKey", "-n", ns, "-t", TOPIC, "-k", expected("admin-0")["keys"]],
                 ["brokerStatus", "-n", ns, "-b", server.broker_addr],
