@@ -140,6 +140,9 @@ final class Common {
         if (e instanceof org.apache.rocketmq.client.exception.MQClientException) {
             out.put("responseCode", ((org.apache.rocketmq.client.exception.MQClientException) e).getResponseCode());
         }
+        if (e.getCause() != null) {
+            out.put("cause", error(e.getCause()));
+        }
         return out;
     }
 }
