@@ -7,11 +7,12 @@ ignores them silently, which hides typos); a value that does not fit its key is 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -36,10 +37,60 @@ class BrokerConfigError(MQLakeError, ValueError):
     """A broker.conf that cannot be used; the message names the file and the key."""
 
 
-class BrokerConfig(BaseModel):
-    """The ``BrokerConfig`` settings mqlake acts on (RocketMQ names as aliases)."""
+class InnerCredentials(BaseModel):
+    """The account a server signs its own requests with (RocketMQ 5's ``innerClientAuthenticationCredentials``,
+    JSON ``{"accessKey": ..., "secretKey": ...}``); the secret never shows in ``repr``."""
+
+    model_config = ConfigDict(alias_generator=_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+    access_key: str = Field(min_length=1)
+    secret_key: str = Field(min_length=1, repr=False)
+
+    @classmethod
+    def parse(cls, value: object) -> object:
+        """A JSON text (as broker.conf holds it) -> its fields; anything else is left to the model's validation."""
+        if not isinstance(value, str):
+            return value
+        if not value.strip():
+            return None
+        try:
+            return json.loads(value)
+        except ValueError:
+            # the text holds a secret: say what is wrong without echoing it
+            raise ValueError('not JSON of the form {"accessKey":"...","secretKey":"..."}') from None
+
+
+class AclSettings(BaseModel):
+    """The keys that switch RocketMQ's plain ACL on (the broker's, and mqlake's NameServer's): ``aclEnable`` reads
+    ``{rocketmqHome}/conf/plain_acl.yml``."""
 
     model_config = ConfigDict(alias_generator=_camel, populate_by_name=True, extra="forbid", validate_assignment=True)
+
+    # Safety settings: honoured, or start-up stops naming the key (never ignored with a warning).
+    acl_enable: bool = False
+    rocketmq_home: str | None = Field(default_factory=lambda: os.environ.get("ROCKETMQ_HOME") or None)
+
+    @model_validator(mode="after")
+    def _acl_home(self) -> Self:
+        if self.acl_enable and not self.rocketmq_home:
+            raise ValueError("aclEnable=true needs rocketmqHome (or ROCKETMQ_HOME) to find conf/plain_acl.yml")
+        return self
+
+    @property
+    def acl_file(self) -> Path:
+        """``{rocketmqHome}/conf/plain_acl.yml``."""
+        return Path(self.rocketmq_home or ".") / "conf" / "plain_acl.yml"
+
+
+class NamesrvConfig(AclSettings):
+    """``mqlake namesrv -c``: the NameServer's keys. With ``aclEnable`` its write codes need a signed admin account
+    of plain_acl.yml (mqlake's; RocketMQ 4.x's NameServer checks nothing)."""
+
+    tls: TlsConfig = Field(default_factory=TlsConfig, exclude=True)
+
+
+class BrokerConfig(AclSettings):
+    """The ``BrokerConfig`` settings mqlake acts on (RocketMQ names as aliases)."""
 
     broker_cluster_name: str = Field("DefaultCluster", min_length=1)
     broker_name: str = Field("broker-a", min_length=1)
@@ -70,9 +121,9 @@ class BrokerConfig(BaseModel):
     slave_read_enable: bool = False  # the master may suggest the slave to consumers that fall far behind
     region_id: str = "DefaultRegion"
     trace_on: bool = True
-    # Safety settings: honoured, or start-up stops naming the key (never ignored with a warning).
-    acl_enable: bool = False
-    rocketmq_home: str | None = Field(default_factory=lambda: os.environ.get("ROCKETMQ_HOME") or None)
+    # Signs the broker's own requests (registrations with the NameServers, a slave's requests to its master) as
+    # RocketMQ 5's broker does: needed when they have aclEnable=true. Kept out of GET_BROKER_CONFIG: a secret.
+    inner_client_authentication_credentials: InnerCredentials | None = Field(None, exclude=True, repr=False)
     enable_dleger_commit_log: bool = Field(False, alias="enableDLegerCommitLog")
     tls: TlsConfig = Field(default_factory=TlsConfig, exclude=True)
     # Metrics (RocketMQ 5's exporter settings; mqlake exports PROM only: /metrics over HTTP)
@@ -114,16 +165,10 @@ class BrokerConfig(BaseModel):
             raise ValueError("enableDLegerCommitLog=true is not supported: mqlake has no DLedger (Raft) CommitLog")
         return v
 
-    @model_validator(mode="after")
-    def _acl_home(self) -> BrokerConfig:
-        if self.acl_enable and not self.rocketmq_home:
-            raise ValueError("aclEnable=true needs rocketmqHome (or ROCKETMQ_HOME) to find conf/plain_acl.yml")
-        return self
-
-    @property
-    def acl_file(self) -> Path:
-        """``{rocketmqHome}/conf/plain_acl.yml``."""
-        return Path(self.rocketmq_home or ".") / "conf" / "plain_acl.yml"
+    @field_validator("inner_client_authentication_credentials", mode="before")
+    @classmethod
+    def _credentials(cls, v: object) -> object:
+        return InnerCredentials.parse(v)
 
     @property
     def broker_addr(self) -> str:
@@ -219,9 +264,11 @@ def _error(source: str, err: ValidationError, values: dict[str, str] | dict[str,
     for e in err.errors():
         key = str(e["loc"][0]) if e["loc"] else "?"
         msg = e["msg"].removeprefix("Value error, ")
+        if len(e["loc"]) > 1:  # a field inside a structured value: name it
+            msg = ".".join(str(p) for p in e["loc"][1:]) + ": " + msg
         if not e["loc"]:  # a check across keys: its message names them
             problems.append(msg)
-        elif "password" in key.lower():
+        elif "password" in key.lower() or "credentials" in key.lower():  # never echo a secret
             problems.append(f"invalid value for {key}: {msg}")
         else:
             problems.append(f"invalid value for {key}={values.get(key, '')!r}: {msg}")
@@ -291,3 +338,25 @@ def load_broker_conf(path: str | os.PathLike[str] | None) -> tuple[BrokerConfig,
     except OSError as e:
         raise BrokerConfigError(f"{p}: cannot read broker config: {e.strerror or e}") from None
     return build_configs(parse_properties(text, str(p)), str(p))
+
+
+def load_namesrv_conf(path: str | os.PathLike[str] | None) -> NamesrvConfig:
+    """Read ``mqlake namesrv -c``'s properties file (None: all defaults): the ``tls.*`` keys, ``aclEnable`` and
+    ``rocketmqHome``; other keys are logged and ignored."""
+    if path is None:
+        return NamesrvConfig()
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="latin-1")
+    except OSError as e:
+        raise BrokerConfigError(f"{p}: cannot read NameServer config: {e.strerror or e}") from None
+    values = parse_properties(text, str(p))
+    tls_keys, own_keys = _aliases(TlsConfig), _aliases(NamesrvConfig) - {"tls"}
+    for key in sorted(set(values) - tls_keys - own_keys):
+        log.warning("%s: unknown key %r ignored", p, key)
+    own: dict[str, object] = {k: v for k, v in values.items() if k in own_keys}
+    own["tls"] = load_tls({k: v for k, v in values.items() if k in tls_keys}, str(p))
+    try:
+        return NamesrvConfig(**own)
+    except ValidationError as e:
+        raise _error(str(p), e, own) from None

@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, InnerCredentials
 from broker.lake.tier_schedule import TierSchedule
 from broker.namesrv import NamesrvController
 from broker.remoting.loop import run, wait_for_signal
+from broker.remoting.signing import Credentials
 from broker.server.controller import BrokerController
 from broker.tls_settings import tls_server_context
 from store.config import MessageStoreConfig
@@ -45,8 +47,19 @@ async def serve(
         tls = broker_config.tls
         # Beside the store, as RocketMQ's ~/namesrv/kvConfig.json is beside ~/store.
         kv_path = store_config.store_path_root_dir.parent / "namesrv" / "kvConfig.json"
+        # One process, one ACL: with aclEnable the NameServer takes registrations, KV and permission changes only
+        # from admin accounts. The broker signs its own with innerClientAuthenticationCredentials, or else with
+        # an account made here, known to this process alone: `mqlake up` keeps working without the key.
+        acl_file, own = None, None
+        if broker_config.acl_enable:
+            acl_file = broker_config.acl_file
+            if broker_config.inner_client_authentication_credentials is None:
+                own = InnerCredentials(access_key=f"mqlake-up-{secrets.token_hex(8)}",
+                                       secret_key=secrets.token_urlsafe(32))  # fmt: skip
+                broker_config.inner_client_authentication_credentials = own
         namesrv = NamesrvController(namesrv_host or "127.0.0.1", namesrv_port, tls_mode=tls.server_mode,
-                                    ssl_context=tls_server_context(tls), kv_config_path=kv_path)  # fmt: skip
+                                    ssl_context=tls_server_context(tls), kv_config_path=kv_path, acl_file=acl_file,
+                                    trusted=Credentials(own.access_key, own.secret_key) if own else None)  # fmt: skip
         if tls.server_mode == "enforcing":
             tls.client_enable = True  # the broker registers with a NameServer that speaks TLS only
         await namesrv.start()

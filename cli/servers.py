@@ -105,30 +105,29 @@ def namesrv(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="NameServer port; 0 picks a free one.")] = 9876,
     config: Annotated[Path | None, typer.Option(
-        "--config", "-c", help="Properties file with RocketMQ's tls.server.* keys (TLS on the port).")] = None,
+        "--config", "-c", help="Properties file: RocketMQ's tls.server.* keys (TLS on the port), aclEnable and "
+        "rocketmqHome (write codes need a signed admin account of {rocketmqHome}/conf/plain_acl.yml).")] = None,
     log_level: LogLevel = "INFO",
     log_dir: Annotated[Path | None, typer.Option(help="Also log to a rotating namesrv.log here.")] = None,
 ) -> None:
     """Run a NameServer alone; SIGTERM/SIGINT stop it."""
-    from broker.config import BrokerConfigError, load_tls, parse_properties
+    from broker.config import BrokerConfigError, load_namesrv_conf
     from broker.namesrv.controller import serve_namesrv
     from broker.remoting.loop import run
-    from broker.tls_config import TlsConfig
     from broker.tls_settings import tls_server_context
 
     _setup_logging(log_level)
     try:
-        values = parse_properties(config.read_text(encoding="latin-1"), str(config)) if config is not None else {}
-        known = {f.alias for f in TlsConfig.model_fields.values()}
-        for key in sorted(set(values) - known):
-            logging.getLogger("broker.config").warning("%s: unknown key %r ignored", config, key)
-        tls = load_tls({k: v for k, v in values.items() if k in known}, str(config))
-    except (OSError, BrokerConfigError) as e:
+        conf = load_namesrv_conf(config)
+    except BrokerConfigError as e:
         print_error(e)
         raise typer.Exit(2) from None
     if log_dir is not None:
         add_log_files(log_dir, broker=False, namesrv=True)
-    _run(lambda: run(serve_namesrv(host, port, tls_mode=tls.server_mode, ssl_context=tls_server_context(tls))))
+    tls = conf.tls
+    acl_file = conf.acl_file if conf.acl_enable else None
+    _run(lambda: run(serve_namesrv(host, port, tls_mode=tls.server_mode, ssl_context=tls_server_context(tls),
+                                   acl_file=acl_file)))  # fmt: skip
 
 
 def up(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from store.errors import MQLakeError
 from store.format import units
+from store.mapped_file import allocate
 
 
 class StoreCheckpoint:
@@ -18,10 +19,13 @@ class StoreCheckpoint:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(fd).st_size < units.CHECKPOINT_SIZE:
-            os.ftruncate(fd, units.CHECKPOINT_SIZE)
+        try:
+            allocate(fd, path, units.CHECKPOINT_SIZE)  # grows a new or short file, never sparse under the map
+            self.mm = mmap.mmap(fd, units.CHECKPOINT_SIZE)
+        except BaseException:
+            os.close(fd)
+            raise
         self._fd = fd
-        self.mm = mmap.mmap(fd, units.CHECKPOINT_SIZE)
         stamps = units.decode_checkpoint(self.mm)
         self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = stamps
 

@@ -2,7 +2,8 @@
 
 fastjson persists ``Map<Integer/Long, ...>`` keys unquoted (``{"offsetTable":{"t@g":{0:123}}}``), so reads
 quote bare integer keys before ``json.loads``; writes emit standard JSON, which fastjson also accepts.
-Write order follows RocketMQ 5.x ``ConfigManager.persist``: old file -> ``<file>.bak``, then the new one.
+Writes follow 4.x ``MixAll.string2File``: the new content to a temp file first, then the old file -> ``<file>.bak``
+and the temp file renamed into place, so a full disk fails the write and loses nothing.
 """
 
 from __future__ import annotations
@@ -124,32 +125,41 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_config(path: Path, data: Mapping[str, Any]) -> None:
-    """Persist ``data`` as pretty JSON: previous file -> ``.bak``, then temp file + fsync + rename."""
+def replace_file(path: Path, payload: bytes, *, backup: bool = False) -> None:
+    """Make ``payload`` the content of ``path`` crash-safely, and without ever losing the previous content.
+
+    The new bytes go to a temp file beside it, are fsynced, and only then take the name (``MixAll.string2File``'s
+    ``.tmp``): a write that fails (a full disk) leaves the previous file untouched and no temp file behind.  With
+    ``backup`` the previous file becomes ``<file>.bak`` just before the rename, unless it is unreadable and a
+    ``.bak`` already exists (a corrupt file must not replace a good backup).
+    """
     path = Path(path)
-    payload = (json.dumps(data, indent=4, ensure_ascii=False) + "\n").encode("utf-8")
     directory = path.parent
     directory.mkdir(parents=True, exist_ok=True)
-    if path.exists():
-        try:
-            _load_file(path)
-            keep_old = True
-        except ConfigFileError:
-            keep_old = not _bak(path).exists()  # a corrupt file must not replace a good backup
-        if keep_old:
-            os.replace(path, _bak(path))
-            _fsync_dir(directory)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
+        if backup and path.exists():
+            try:
+                _load_file(path)
+                keep_old = True
+            except ConfigFileError:
+                keep_old = not _bak(path).exists()
+            if keep_old:
+                os.replace(path, _bak(path))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(directory)
+
+
+def write_config(path: Path, data: Mapping[str, Any]) -> None:
+    """Persist ``data`` as pretty JSON (:func:`replace_file`, the previous file kept as ``<file>.bak``)."""
+    replace_file(path, (json.dumps(data, indent=4, ensure_ascii=False) + "\n").encode("utf-8"), backup=True)
 
 
 # --- the four files ---------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from store.format import hashing, properties, records, units
-from store.mapped_file import StoreFileError
+from store.mapped_file import StoreFileError, allocate
 
 log = logging.getLogger(__name__)
 MAX_MSGS_NUM_BATCH = 64
@@ -24,19 +24,30 @@ class IndexFile:
         self.index_num = index_num
         size = units.index_file_size(hash_slot_num, index_num)
         if create:
-            # Sparse on purpose, as RocketMQ's RandomAccessFile.setLength: slots are touched at random.
-            # Sized under a temp name and renamed, so a crash never leaves a short file behind.
+            # Allocated, not written: slots are touched at random, and a file of 400 MiB of zeros would hold
+            # dispatch up.  Sized under a temp name and renamed, so a crash never leaves a short file behind.
             if path.exists():
                 raise FileExistsError(path)
             tmp = path.with_name(path.name + ".tmp")
-            with open(tmp, "wb") as f:
-                f.truncate(size)
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                allocate(fd, path, size)
+            except BaseException:
+                os.close(fd)
+                tmp.unlink(missing_ok=True)
+                raise
+            os.close(fd)
             os.replace(tmp, path)
         actual = path.stat().st_size
         if actual != size:
             raise StoreFileError(f"{path}: size {actual} does not match maxHashSlotNum/maxIndexNum ({size})")
         self._fd = os.open(path, os.O_RDWR)
-        self.mm = mmap.mmap(self._fd, size)
+        try:
+            allocate(self._fd, path, size)  # RocketMQ's own index files are sparse
+            self.mm = mmap.mmap(self._fd, size)
+        except BaseException:
+            os.close(self._fd)
+            raise
         self.header = units.decode_index_header(self.mm)
 
     @property

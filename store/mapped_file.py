@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import mmap
 import os
 import threading
@@ -11,6 +12,7 @@ from pathlib import Path
 from store.errors import MQLakeError
 from store.format import units
 
+log = logging.getLogger(__name__)
 _FILL_CHUNK = bytes(1 << 20)
 PAGE_SIZE = 4096
 
@@ -27,16 +29,36 @@ def preallocate(path: Path, size: int) -> None:
     must not wait on block allocation.  The temp-then-rename means a crash never leaves a short segment behind.
     """
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        left = size - _zeros_from_dev_zero(f.fileno(), size)
-        while left > 0:
-            n = min(left, len(_FILL_CHUNK))
-            f.write(_FILL_CHUNK[:n])
-            left -= n
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            left = size - _zeros_from_dev_zero(f.fileno(), size)
+            while left > 0:
+                n = min(left, len(_FILL_CHUNK))
+                f.write(_FILL_CHUNK[:n])
+                left -= n
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)  # a full disk must not keep the part written: it is the room others need
+        if isinstance(e, OSError):
+            raise OSError(e.errno, f"{path}: cannot create a file of {size} bytes: {e.strerror}") from None
+        raise
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def allocate(fd: int, path: Path, size: int) -> None:
+    """Give the first ``size`` bytes of an open file disk blocks (``posix_fallocate``), growing it if shorter.
+
+    Every store file is allocated before it is mapped: a store of pages with no blocks behind them (a sparse
+    file, as Java's ``RandomAccessFile.setLength`` makes) faults with SIGBUS when a write through the mapping
+    needs a block the full filesystem cannot give.  Here the full filesystem is an ``OSError`` (ENOSPC) naming
+    the file instead.  Blocks already allocated cost nothing, and the contents are never changed.
+    """
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        raise OSError(e.errno, f"{path}: cannot allocate {size} bytes before mapping it: {e.strerror}") from None
 
 
 def _zeros_from_dev_zero(fd: int, size: int) -> int:
@@ -83,7 +105,13 @@ class MappedFile:
         if actual != file_size:
             raise StoreFileError(f"{path}: size {actual} is not the configured segment size {file_size}")
         self._fd = os.open(path, os.O_RDWR)
-        self.mm = mmap.mmap(self._fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        try:
+            if not create:  # a file of ours is written whole; one of Java's, or an older one, may be sparse
+                allocate(self._fd, path, file_size)
+            self.mm = mmap.mmap(self._fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            self._close_fd()
+            raise
         self.view = memoryview(self.mm)
         self.wrote = 0
         self.flushed = 0
@@ -217,8 +245,11 @@ class MappedFileQueue:
             nxt = self.directory / units.offset_to_file_name(start_offset + self.file_size)
 
             def allocate_next() -> None:
-                if not nxt.exists():
-                    preallocate(nxt, self.file_size)
+                try:
+                    if not nxt.exists():
+                        preallocate(nxt, self.file_size)
+                except OSError as e:  # a full disk: the put that needs the segment creates it, or is refused
+                    log.warning("next CommitLog segment not preallocated: %s", e)
 
             # Like AllocateMappedFileService: the next segment is written while this one fills.
             self._prealloc_thread = threading.Thread(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -11,6 +12,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 
 from store import config_files as cf
 from store.checkpoint import StoreCheckpoint, StoreLock, abort_file
@@ -34,7 +36,7 @@ from store.dispatch import (
 from store.format import appender, delay, msgid, records, runs, units
 from store.index import IndexService
 from store.recovery import RecoveryReport, recover
-from store.retention import SegmentManifest, SegmentState, disk_used_ratio, is_deletion_hour
+from store.retention import SegmentManifest, SegmentState, disk_free_bytes, disk_used_ratio, is_deletion_hour
 from store.schedule import ParkRefused, ScheduleMessageService, TimerMessageService, may_park, park
 from store.segment_deletion import delete_leading_segments
 
@@ -162,7 +164,11 @@ class MessageStore:
         self._manual_delete = threading.Event()
         self._clean_lock = threading.Lock()
         self.disk_ratio = 0.0  # of the fuller of the CommitLog's and the store root's disks, last measured
+        self._disk_ratios = (0.0, 0.0, 0.0)  # CommitLog, ConsumeQueue, IndexFile disks, last measured
         self._disk_full = False
+        # An append found no room for a new segment: the disk counts as full, whatever its ratio, until a segment fits
+        self._no_room = False
+        self._disk_lock = threading.Lock()
         self._append_listeners: list[Callable[[int], None]] = []  # told the new end of the log after each put
         # A plain single put in one call (compiled where built); off until the store runs (_refresh_appender)
         self._appender = appender.Appender(
@@ -261,8 +267,12 @@ class MessageStore:
         if self._housekeeping is not None:
             self._housekeeping.shutdown()
         self.reput.shutdown()
-        while self.reput.do_reput() > 0:
-            pass
+        try:
+            while self.reput.do_reput() > 0:
+                pass
+        except OSError as e:  # a full disk: no room for a new ConsumeQueue or IndexFile
+            log.warning("dispatch stopped at CommitLog offset %d: %s; the abort marker stays, so the next start "
+                        "dispatches the rest", self.reput.reput_from, e)  # fmt: skip
         if self._flush_service is not None:
             self._flush_service.shutdown()
         self._on_commitlog_flushed(self.commitlog.flush()[1])
@@ -279,10 +289,14 @@ class MessageStore:
     def prepare_segment(self) -> None:
         """Create the active CommitLog segment now if there is none (blocking; call it off the event loop).
 
-        Otherwise the first put pre-fills a whole segment (1 GiB by default) inside the put lock.
+        Otherwise the first put pre-fills a whole segment (1 GiB by default) inside the put lock.  On a full disk
+        the store starts all the same, refusing puts until a segment fits.
         """
         if self.commitlog.queue.last() is None:
-            self.commitlog.queue.last_or_new(self.commitlog.max_offset)
+            try:
+                self.commitlog.queue.last_or_new(self.commitlog.max_offset)
+            except OSError as e:
+                self._append_failed(e)
 
     def _close_files(self) -> None:
         self.reput.close()  # the compiled dispatch loop's hold on the ConsumeQueue and IndexFile maps
@@ -348,10 +362,12 @@ class MessageStore:
                 error="message store is in slave mode, so putMessage is forbidden",
             )
         if self.disk_full:
-            return PutMessageResult(
+            cl, cq, index = self._disk_ratios
+            return PutMessageResult(  # RocketMQ's answer, word for word: clients and operators look for it
                 PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                error=f"the broker's disk is full [{self.disk_ratio:.2f}], over diskSpaceWarningLevelRatio "
-                f"{self.config.disk_space_warning_level_ratio}%: messages are refused until space is freed",
+                error="service not available now. It may be caused by one of the following reasons: the broker's "
+                f"disk is full [CL: {cl:5.2f} CQ: {cq:5.2f} INDEX: {index:5.2f}], messages are put to the slave, "
+                "message store has been shut down, etc.",
             )
         return None
 
@@ -433,9 +449,16 @@ class MessageStore:
             result.msg_ids = runs.offset_msg_ids(self.store_host, res.wrote_offset, run, count).split(",")
         return result, fut
 
-    @staticmethod
-    def _append_failed(e: OSError) -> PutMessageResult:
+    def _append_failed(self, e: OSError) -> PutMessageResult:
+        """A new segment could not be created: on a full disk the store is marked full at once (the disk check
+        runs now, not at the next clean pass) and the put refused as every put is until space is freed."""
         log.error("append failed: %s", e)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            self._no_room = True
+            self.check_disk_space()
+            refused = self._refusal()
+            if refused is not None:
+                return refused
         return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(e))
 
     def _appended(self, res: AppendResult, wait: bool) -> tuple[PutMessageResult, Future | None]:
@@ -745,6 +768,7 @@ class MessageStore:
             "consumeQueueCount": str(len(self.consume_queues)),
             "indexFileCount": str(len(self.index.files)),
             "commitLogDiskRatio": str(self.disk_ratio),
+            "consumeQueueDiskRatio": str(self._disk_ratios[1]),
             "earliestMessageTimeStamp": str(self.earliest_message_time()),
         }
         for level, offset in sorted(self.schedule.offset_table().items()):  # ScheduleMessageService.buildRunningStats
@@ -777,6 +801,7 @@ class MessageStore:
             self.checkpoint.flush()
 
     def _sync_manifest(self) -> None:
+        """Bring segments.json up to the files; on a full disk it stays as it was (the next sync catches up)."""
         stats = {}
         for base, s in list(self.reput.sealed_stats.items()):
             stats[base] = (s.count, s.first_store_time, s.last_store_time)
@@ -789,7 +814,11 @@ class MessageStore:
                 c = count_records(mf.mm, mf.file_size)
                 if c.complete:
                     stats[mf.file_from_offset] = (c.count, c.first_store_time, c.last_store_time)
-        self.manifest.sync_files(files, stats)
+        try:
+            self.manifest.sync_files(files, stats)
+        except OSError as e:
+            log.warning("segment manifest not updated: %s", e)
+            return
         for base in stats:
             self.reput.sealed_stats.pop(base, None)
 
@@ -805,22 +834,31 @@ class MessageStore:
 
     def check_disk_space(self) -> float:
         """``CleanCommitLogService.isSpaceToDelete``'s measurement: mark the disk full (puts refused) above
-        diskSpaceWarningLevelRatio and writable again below it; returns the used ratio (-1: unknown)."""
+        diskSpaceWarningLevelRatio and writable again below it; returns the used ratio (-1: unknown).
+
+        Unlike RocketMQ, a disk on which an append found no room for a new segment (filled between two checks,
+        or too small for the ratio to tell) stays full until a whole segment fits again."""
         cfg = self.config
-        ratios = [disk_used_ratio(p) for p in (cfg.commitlog_dir, self.root)]
-        ratio = -1.0 if min(ratios) < 0 else max(ratios)
-        full = ratio * 100 > cfg.disk_space_warning_level_ratio
-        if full and not self.disk_full:
-            log.error("disk maybe full soon (%.2f used), so mark disk full: puts are refused", ratio)
-        elif self.disk_full and not full:
-            log.info("disk space OK (%.2f used), so mark disk ok: puts are accepted again", ratio)
-        self.disk_ratio, self.disk_full = ratio, full
-        return ratio
+        with self._disk_lock:
+            ratios = [disk_used_ratio(p) for p in (cfg.commitlog_dir, self.root)]
+            ratio = -1.0 if min(ratios) < 0 else max(ratios)
+            full = ratio * 100 > cfg.disk_space_warning_level_ratio
+            if self._no_room:
+                free = disk_free_bytes(cfg.commitlog_dir)
+                self._no_room = 0 <= free < cfg.mapped_file_size_commit_log
+                full = full or self._no_room
+            if full and not self.disk_full:
+                log.error("disk maybe full soon (%.2f used), so mark disk full: puts are refused", ratio)
+            elif self.disk_full and not full:
+                log.info("disk space OK (%.2f used), so mark disk ok: puts are accepted again", ratio)
+            self._disk_ratios = (ratio, _used_ratio(cfg.consume_queue_dir), _used_ratio(cfg.index_dir))
+            self.disk_ratio, self.disk_full = ratio, full
+            return ratio
 
     def _clean_expired_files(self) -> list[int]:
         cfg = self.config
+        ratio = self.check_disk_space()  # first: a full disk is seen before anything below needs room on it
         self._sync_manifest()
-        ratio = self.check_disk_space()
         # RocketMQ: a pass runs outside the deletion hour when the disk is over diskMaxUsedSpaceRatio (or cannot
         # be measured); above the clean-forcibly level files go regardless of their age
         space_to_delete = ratio < 0 or ratio * 100 > cfg.disk_max_used_space_ratio
@@ -852,6 +890,13 @@ class MessageStore:
             self.commitlog, self.manifest, self.all_consume_queues(), self.index, deletable,
             dispatched_to=self.reput.reput_from, limit=10,
         )  # fmt: skip
+
+
+def _used_ratio(path: Path) -> float:
+    """``disk_used_ratio`` of the disk ``path`` is or will be on (a directory not made yet is on its parent's)."""
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return disk_used_ratio(path)
 
 
 def _mtime_ms(store: MessageStore, base: int) -> int:
@@ -886,13 +931,15 @@ class _Housekeeping(threading.Thread):
         while not self._stopped.wait(interval):
             now = time.monotonic()
             try:
+                if now - last_clean >= cfg.clean_resource_interval / 1000:
+                    last_clean = now
+                    self.store.clean_expired_files()  # the disk check first of all
                 thorough = now - last_thorough >= cfg.flush_consume_queue_thorough_interval / 1000
                 if thorough:
                     last_thorough = now
                 self.store._flush_consume_queues(thorough)
-                if now - last_clean >= cfg.clean_resource_interval / 1000:
-                    last_clean = now
-                    self.store.clean_expired_files()
+            except OSError as e:  # a full disk: already reported by the disk check
+                log.error("store housekeeping: %s", e)
             except Exception:
                 log.exception("store housekeeping failed")
 

@@ -33,8 +33,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from store.config_files import replace_file
 from store.errors import MQLakeError
-from store.mapped_file import fsync_dir
 
 MANIFEST_NAME = "segments.json"
 DEFAULT_CLAIM_LEASE_S = 3600.0
@@ -111,13 +111,7 @@ class SegmentManifest:
             "version": 1,
             "segments": {e.file_name: e.model_dump(mode="json") for _, e in sorted(entries.items())},
         }
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fsync_dir(self.root)
+        replace_file(self.path, json.dumps(data, indent=2).encode("utf-8"))
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[dict[int, SegmentEntry]]:
@@ -272,3 +266,12 @@ def disk_used_ratio(path: Path) -> float:
     if st.f_blocks == 0 or entire == 0:
         return -1.0
     return -(-used * 100 // entire) / 100
+
+
+def disk_free_bytes(path: Path) -> int:
+    """Bytes an unprivileged writer can still take on ``path``'s filesystem (df's Avail); -1 when unknown."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1
+    return st.f_bavail * st.f_frsize

@@ -185,7 +185,7 @@ class _Service:
         try:
             self.persist()
         except OSError as e:  # progress not saved: a restart delivers again from the last saved (at-least-once)
-            log.error("%s could not save its progress: %s", self.name, e)
+            log.warning("%s could not save its progress (the previous file is kept): %s", self.name, e)
 
     def _run(self) -> None:
         last_persist = time.monotonic()

@@ -107,8 +107,9 @@ def free_port() -> int:
 class MqlakeServer:
     """One ``mqlake up`` process; its ports and store survive ``restart``."""
 
-    def __init__(self, work_dir: Path, command: str = "up", **conf: str) -> None:
+    def __init__(self, work_dir: Path, command: str = "up", *, real_disk: bool = False, **conf: str) -> None:
         self.command = command  # "up" (NameServer + Broker), "broker" (namesrvAddr's NameServer) or "namesrv"
+        self.real_disk = real_disk  # the store reads its disk's real usage, not the suite's half-full figure
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.namesrv_port = free_port()
@@ -144,7 +145,8 @@ class MqlakeServer:
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._ended_by_test = False
         # -P: the work dir (the cwd) holds a "store" directory that must not shadow the store package
-        cmd = [sys.executable, "-P", "-c", host_disk.PIN + "from cli.main import main; main()", self.command]
+        pin = "" if self.real_disk else host_disk.PIN
+        cmd = [sys.executable, "-P", "-c", pin + "from cli.main import main; main()", self.command]
         if self.command == "namesrv":
             cmd += ["--port", str(self.namesrv_port)]
         else:

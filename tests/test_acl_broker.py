@@ -26,7 +26,7 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.loop import run
 from broker.remoting.signing import Credentials
 from broker.server.controller import BrokerController
-from store.format import properties
+from store.format import hashing, properties
 from tests.aio import async_test, poll
 from tests.helpers import wait_until
 from tests.live_broker import SMALL, running_broker
@@ -43,6 +43,9 @@ ACL = {
          "defaultGroupPerm": "SUB", "topicPerms": ["Denied=DENY", "ReadOnly=SUB"], "groupPerms": ["NoGroup=DENY"]},
     ],
 }  # fmt: skip
+# What a broker signs its registrations with (broker.conf's innerClientAuthenticationCredentials): with aclEnable
+# a NameServer takes them only from an admin account.
+BROKER_SIGNS = '{"accessKey":"admin-key","secretKey":"admin-secret"}'
 
 
 def write_acl(home: Path, data: dict | str) -> Path:
@@ -251,6 +254,33 @@ async def test_acl_admin_codes_write_the_yaml(tmp_path: Path) -> None:
         assert on_disk["globalWhiteRemoteAddresses"] == ["10.1.1.*", "192.168.0.{1,2}"]
 
 
+@async_test
+async def test_a_query_answers_only_its_topic_even_when_another_topics_key_shares_the_hash(tmp_path: Path) -> None:
+    """The IndexFile keeps a 32-bit hash of ``topic#key``, and "Aa" and "BB" hash alike in Java: "AaOpen#order-7"
+    and "BBOpen#order-7" share a slot. With SUB on AaOpen only, a query there must not return BBOpen's record."""
+    same = {hashing.index_key_hash(hashing.index_key(t, "order-7")) for t in ("AaOpen", "BBOpen")}
+    assert len(same) == 1
+    reader = Credentials("reader-key", "reader-secret")
+    accounts = [*ACL["accounts"], {"accessKey": "reader-key", "secretKey": "reader-secret",
+                                   "defaultTopicPerm": "DENY", "topicPerms": ["AaOpen=SUB"]}]  # fmt: skip
+    async with acl_broker(tmp_path, {**ACL, "accounts": accounts}) as broker:
+        keyed = send_cmd("BBOpen", b"not for the reader", code=RequestCode.SEND_MESSAGE)
+        keyed.ext_fields["properties"] = properties.encode_properties({"KEYS": "order-7"}).decode()
+        assert (await call(broker.addr, keyed, ADMIN)).code == ResponseCode.SUCCESS
+        await poll(lambda: broker.store.get_max_offset_in_queue("BBOpen", 0) == 1, what="the send to dispatch")
+
+        def query(topic: str) -> RemotingCommand:
+            return RemotingCommand.request(RequestCode.QUERY_MESSAGE, h.QueryMessageRequestHeader(
+                topic=topic, key="order-7", max_num=32, begin_timestamp=0, end_timestamp=2**62))  # fmt: skip
+
+        admin_view = await call(broker.addr, query("BBOpen"), ADMIN)
+        assert admin_view.code == ResponseCode.SUCCESS and b"not for the reader" in admin_view.body
+        collided = await call(broker.addr, query("AaOpen"), reader)
+        assert collided.code == ResponseCode.QUERY_NOT_FOUND and b"not for the reader" not in collided.body
+        refused = await call(broker.addr, query("BBOpen"), reader)
+        assert (refused.code, refused.remark) == (ResponseCode.NO_PERMISSION, "No default permission for topic:BBOpen")
+
+
 # --- the C++ client ---------------------------------------------------------------------------------------------
 
 
@@ -259,6 +289,8 @@ def test_cpp_client_session_credentials_sign_sends_and_consumption(mqlake_server
     reader = {"accessKey": "consumer-key", "secretKey": "consumer-secret", "defaultTopicPerm": "SUB",
               "defaultGroupPerm": "SUB"}  # fmt: skip
     write_acl(home, {**ACL, "accounts": [*ACL["accounts"], reader]})
+    # no innerClientAuthenticationCredentials: `mqlake up`'s broker registers with its own NameServer under an
+    # account made at start, so the C++ client finds its routes on an ACL NameServer
     server = mqlake_server_factory(aclEnable="true", rocketmqHome=str(home))
 
     def producer(secret: str) -> Producer:

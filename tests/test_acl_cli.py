@@ -17,6 +17,7 @@ from broker.remoting.signing import Credentials
 from cli.main import app
 from tests.aio import poll
 from tests.fixtures_broker import MqlakeServer, stop_servers
+from tests.test_acl_broker import BROKER_SIGNS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -27,6 +28,8 @@ ACL = {
         {"accessKey": "admin-key", "secretKey": "admin-secret", "admin": True},
         {"accessKey": "app-key-1", "secretKey": "app-secret-1", "defaultTopicPerm": "PUB|SUB",
          "defaultGroupPerm": "SUB", "topicPerms": ["Secret=DENY"]},
+        {"accessKey": "writer-key", "secretKey": "writer-secret", "defaultTopicPerm": "PUB",
+         "defaultGroupPerm": "SUB"},
     ],
 }  # fmt: skip
 
@@ -37,7 +40,8 @@ def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("rocketmq_home")
     (home / "conf").mkdir()
     (home / "conf" / "plain_acl.yml").write_text(yaml.safe_dump(ACL))
-    s = MqlakeServer(tmp_path_factory.mktemp("mqlake-acl"), aclEnable="true", rocketmqHome=str(home))
+    s = MqlakeServer(tmp_path_factory.mktemp("mqlake-acl"), aclEnable="true", rocketmqHome=str(home),
+                     innerClientAuthenticationCredentials=BROKER_SIGNS)  # fmt: skip
     s.acl_file = home / "conf" / "plain_acl.yml"
     yield s.start()
     stop_servers([s])
@@ -153,3 +157,49 @@ def test_operator_commands_sign_too(server) -> None:
     shown = admin(server, "getBrokerConfig", env=ADMIN_ENV)
     assert shown.exit_code == 0, shown.output
     assert "4194304" in shown.stdout
+
+
+def test_query_by_key_and_view_by_id_need_sub_on_the_topic(server) -> None:
+    writer, reader = Credentials("writer-key", "writer-secret"), Credentials("app-key-1", "app-secret-1")
+
+    async def go() -> None:
+        async with Producer("acl_query_pg", server.namesrv_addr, credentials=writer) as p:
+            sent = await p.send(Message("AclQueried", "only for readers", keys="order-42"))
+        async with Admin(server.namesrv_addr, credentials=reader) as allowed:
+            await poll(lambda: allowed.topic_route("AclQueried"), timeout=30, what="the route", interval=0.1)
+            found = await poll(lambda: allowed.query_msg_by_key("AclQueried", "order-42"), timeout=10,
+                               what="the key to be indexed", interval=0.05)  # fmt: skip
+            assert [m.body for m in found] == [b"only for readers"]
+            assert (await allowed.view_message(sent.offset_msg_id)).body == b"only for readers"
+        async with Admin(server.namesrv_addr, credentials=writer) as refused:  # PUB on the topic, no SUB
+            with pytest.raises(MQBrokerError) as by_key:
+                await refused.query_msg_by_key("AclQueried", "order-42")
+            with pytest.raises(MQBrokerError) as by_id:
+                await refused.view_message(sent.offset_msg_id)
+        for err in (by_key.value, by_id.value):
+            assert err.code == ResponseCode.NO_PERMISSION
+            assert "No default permission for topic:AclQueried" in str(err)
+            assert "only for readers" not in str(err) and "writer-secret" not in str(err)
+
+    run(go())
+
+
+def test_namesrv_write_commands_need_an_admin_signature(server) -> None:
+    """`mqlake up` with aclEnable: its NameServer takes write codes only from admin accounts (its broker signs
+    its registrations with innerClientAuthenticationCredentials, so every other test here finds its routes)."""
+
+    def on_namesrv(*args: str, env: dict[str, str]):
+        argv = ["admin", *args, "-b", "broker-a", "-n", server.namesrv_addr, "--json"]
+        return runner.invoke(app, argv, env={"MQLAKE_ACCESS_KEY": None, "MQLAKE_SECRET_KEY": None, **env})
+
+    for env, remark in [({}, "No accessKey is configured"),
+                        ({"MQLAKE_ACCESS_KEY": "app-key-1", "MQLAKE_SECRET_KEY": "app-secret-1"},
+                         "Need admin permission for request code=205, but accessKey=app-key-1 is not")]:  # fmt: skip
+        refused = on_namesrv("wipeWritePerm", env=env)
+        assert refused.exit_code == 1 and remark in refused.output
+    wiped = on_namesrv("wipeWritePerm", env=ADMIN_ENV)
+    assert wiped.exit_code == 0, wiped.output
+    assert json.loads(wiped.stdout)[server.namesrv_addr] > 0  # the broker's topics lost their write permission
+    added = on_namesrv("addWritePerm", env=ADMIN_ENV)
+    assert added.exit_code == 0, added.output
+    assert json.loads(added.stdout)[server.namesrv_addr] > 0

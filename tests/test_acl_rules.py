@@ -326,3 +326,80 @@ def test_unique_key_queries_pass_signed_either_way() -> None:
     rules.check(by_validator, "127.0.0.1")
     by_validator.ext_fields["topic"] = "topicB"
     assert _refusal(rules, by_validator).startswith("Check signature failed")
+
+
+# --- the broker's own signing account, and the NameServer's ACL settings ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("admin-key:admin-secret", "not JSON"), ('{"accessKey":"admin-key"}', "secretKey"),
+     ('{"accessKey":"admin-key","secretKey":"admin-secret","extra":1}', "extra")],
+)  # fmt: skip
+def test_bad_inner_credentials_stop_start_up_without_echoing_the_secret(value: str, problem: str) -> None:
+    with pytest.raises(BrokerConfigError, match=problem) as err:
+        build_configs({"innerClientAuthenticationCredentials": value}, "broker.conf")
+    assert "innerClientAuthenticationCredentials" in str(err.value) and "admin-secret" not in str(err.value)
+
+
+def test_inner_credentials_are_read_and_never_shown() -> None:
+    from broker.server.runtime_config import all_configs
+
+    broker, store = build_configs(
+        {"innerClientAuthenticationCredentials": '{"accessKey":"admin-key","secretKey":"admin-secret"}'}
+    )
+    creds = broker.inner_client_authentication_credentials
+    assert creds is not None and (creds.access_key, creds.secret_key) == ("admin-key", "admin-secret")
+    shown = all_configs(broker, store)  # what GET_BROKER_CONFIG answers
+    assert "innerClientAuthenticationCredentials" not in shown and "admin-secret" not in repr(broker)
+    assert "admin-secret" not in "".join(shown.values())
+
+
+def test_namesrv_conf_reads_the_acl_keys(tmp_path: Path) -> None:
+    from broker.config import load_namesrv_conf
+
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text(f"aclEnable=true\nrocketmqHome={tmp_path}\n", encoding="latin-1")
+    loaded = load_namesrv_conf(conf)
+    assert loaded.acl_enable and loaded.acl_file == tmp_path / "conf" / "plain_acl.yml"
+    assert not load_namesrv_conf(None).acl_enable
+    conf.write_text("aclEnable=true\nrocketmqHome=\n", encoding="latin-1")
+    with pytest.raises(BrokerConfigError, match="rocketmqHome"):
+        load_namesrv_conf(conf)
+
+
+def test_mqlake_namesrv_with_acl_refuses_to_start_without_its_file(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text(f"aclEnable=true\nrocketmqHome={tmp_path}\n", encoding="latin-1")
+    result = CliRunner().invoke(app, ["namesrv", "--port", "0", "-c", str(conf)])
+    assert result.exit_code == 1
+    assert f"{tmp_path}/conf/plain_acl.yml: cannot read the ACL file" in result.output
+
+
+def test_check_admin_and_checks_on_what_a_handler_read() -> None:
+    rules = Rules.compile(parse_acl(GOOD, "plain_acl.yml"))
+    signed = _cmd(RequestCode.PUT_KV_CONFIG, namespace="n", key="k", value="v")
+    Credentials("RocketMQ", "12345678").sign(signed)
+    with pytest.raises(RequestRefused, match="Need admin permission for request code=100, but accessKey=RocketMQ"):
+        rules.check_admin(signed, "127.0.0.1")
+    rules.check_admin(_cmd(RequestCode.PUT_KV_CONFIG), "10.10.103.7")  # a globally white-listed peer
+    view = _cmd(RequestCode.VIEW_MESSAGE_BY_ID, offset="0")
+    Credentials("RocketMQ", "12345678").sign(view)
+    rules.check(view, "127.0.0.1")  # the request alone names no topic
+    rules.check(view, "127.0.0.1", {"topicB": SUB})
+    with pytest.raises(RequestRefused, match="No default permission for topic:topicA"):
+        rules.check(view, "127.0.0.1", {"topicA": SUB})
+
+
+def test_credentials_recognise_their_own_signature_only() -> None:
+    mine, other = Credentials("inner-key", "inner-secret"), Credentials("inner-key", "other-secret")
+    cmd = _cmd(RequestCode.REGISTER_BROKER, b"body", brokerName="broker-a")
+    assert not mine.signed(cmd)
+    mine.sign(cmd)
+    assert mine.signed(cmd) and not other.signed(cmd)
+    cmd.ext_fields["brokerName"] = "broker-b"
+    assert not mine.signed(cmd)

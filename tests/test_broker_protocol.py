@@ -87,7 +87,7 @@ def test_a_full_disk_answers_sends_with_service_not_available(fresh_broker, monk
     wait_until(lambda: store.disk_full, 30, what="the clean pass to mark the disk full")
     resp = b.send("DiskFull", b"refused")
     assert resp.code == 14  # ResponseCode.SERVICE_NOT_AVAILABLE, as a Java broker answers on a full disk
-    assert "disk is full [0.93]" in resp.remark
+    assert "the broker's disk is full [CL:  0.93 CQ:  0.93 INDEX:  0.93]" in resp.remark
     pulled = b.pull("DiskFull", 0, 0)  # reads go on
     assert pulled.code == ResponseCode.SUCCESS and [r.body for r in records(pulled.body)] == [b"before"]
     used["ratio"] = 0.6

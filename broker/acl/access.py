@@ -10,7 +10,10 @@ whose remark reads like RocketMQ's ``AclException`` messages and never holds a s
 Deliberate differences from RocketMQ 4.9: the ACL admin codes (50-54) and the offset-reset, offset-clone and
 expired-CommitLog deletion codes need ``admin`` too (RocketMQ lets any
 account change the ACL); a send to a retry topic needs SUB on that retry topic's own group; QUERY_CONSUMER_OFFSET
-needs what UPDATE_CONSUMER_OFFSET needs; SEND_BATCH_MESSAGE needs PUB as RocketMQ 5 checks it.
+needs what UPDATE_CONSUMER_OFFSET needs; SEND_BATCH_MESSAGE needs PUB as RocketMQ 5 checks it; VIEW_MESSAGE_BY_ID
+needs SUB on the topic of the record it reads (the query processor checks it once it has read the record; RocketMQ
+checks only the signature). Beyond the broker, mqlake's NameServer with ``aclEnable`` takes its write codes only
+from ``admin`` accounts (``check_admin``).
 """
 
 from __future__ import annotations
@@ -122,6 +125,11 @@ def _describe(resource: str) -> str:
     return f"topic:{_show(resource)}"
 
 
+def _require_admin(cmd: RemotingCommand, owned: Owned) -> None:
+    if not owned.admin:
+        raise _refuse(f"Need admin permission for request code={cmd.code}, but accessKey={owned.access_key} is not")
+
+
 # --- compiled rules ------------------------------------------------------------------------------------------------
 
 
@@ -162,11 +170,12 @@ class Rules:
             )  # fmt: skip
         return cls(tuple(acl.white_patterns()), accounts)
 
-    def check(self, cmd: RemotingCommand, remote_ip: str) -> None:
-        """Pass, or raise RequestRefused(NO_PERMISSION) saying why (never with a secret)."""
+    def account(self, cmd: RemotingCommand, remote_ip: str) -> Owned | None:
+        """The account that signed ``cmd``, None for a white-listed peer (nothing more is checked for it); raise
+        RequestRefused(NO_PERMISSION) when the request is unsigned, of an unknown account or badly signed."""
         for pattern in self.white:
             if pattern.matches(remote_ip):
-                return
+                return None
         ext = cmd.ext_fields
         access_key = ext.get(ACCESS_KEY)
         if access_key is None:
@@ -177,14 +186,24 @@ class Rules:
         if owned is None:
             raise _refuse(f"No acl config for {_show(access_key)}")
         if owned.white.matches(remote_ip):
-            return
+            return None
         if not self._signed(cmd, owned):
             raise _refuse(f"Check signature failed for accessKey={access_key}")
-        needed = resources(cmd)
+        return owned
+
+    def check(self, cmd: RemotingCommand, remote_ip: str, needed: Mapping[str, int] | None = None) -> None:
+        """Pass, or raise RequestRefused(NO_PERMISSION) saying why (never with a secret). ``needed``: the
+        resources and permissions to check instead of what the request names (``resources``), for a handler
+        that learns its topic only from what it reads."""
+        owned = self.account(cmd, remote_ip)
+        if owned is None:
+            return
+        if needed is None:
+            needed = resources(cmd)
         if needed.get(TRACE_TOPIC) == PUB:
             return  # message traces are written whatever the account holds, as RocketMQ does
-        if cmd.code in ADMIN_CODES and not owned.admin:
-            raise _refuse(f"Need admin permission for request code={cmd.code}, but accessKey={access_key} is not")
+        if cmd.code in ADMIN_CODES:
+            _require_admin(cmd, owned)
         if not needed or (owned.admin and not owned.perms):
             return
         for resource, perm in needed.items():
@@ -194,6 +213,13 @@ class Rules:
                 held = owned.default_group_perm if is_group else owned.default_topic_perm
             if not check_permission(perm, held):
                 raise _refuse(f"No default permission for {_describe(resource)}")
+
+    def check_admin(self, cmd: RemotingCommand, remote_ip: str) -> None:
+        """Pass a request signed by an ``admin`` account (or from a white-listed peer), or raise
+        RequestRefused(NO_PERMISSION): how mqlake's NameServer guards its write codes."""
+        owned = self.account(cmd, remote_ip)
+        if owned is not None:
+            _require_admin(cmd, owned)
 
     @staticmethod
     def _signed(cmd: RemotingCommand, owned: Owned) -> bool:

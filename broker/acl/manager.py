@@ -13,6 +13,7 @@ import hashlib
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from broker.acl.access import Rules
@@ -22,6 +23,7 @@ from broker.remoting.command import RemotingCommand
 log = logging.getLogger(__name__)
 
 ACL_FILE = Path("conf") / "plain_acl.yml"
+WATCH_INTERVAL = 0.5  # seconds between checks of the file for changes (RocketMQ's FileWatchService too)
 
 
 def acl_path(rocketmq_home: str | Path) -> Path:
@@ -48,8 +50,13 @@ class PlainAclManager:
     def acl(self) -> AclFile:
         return self._acl
 
-    def check(self, cmd: RemotingCommand, remote_ip: str) -> None:
-        self.rules.check(cmd, remote_ip)
+    def check(self, cmd: RemotingCommand, remote_ip: str, needed: Mapping[str, int] | None = None) -> None:
+        """See ``Rules.check``."""
+        self.rules.check(cmd, remote_ip, needed)
+
+    def check_admin(self, cmd: RemotingCommand, remote_ip: str) -> None:
+        """See ``Rules.check_admin``."""
+        self.rules.check_admin(cmd, remote_ip)
 
     # --- reload -------------------------------------------------------------------------------------------------
 

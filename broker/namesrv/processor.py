@@ -24,6 +24,17 @@ log = logging.getLogger(__name__)
 
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # KV namespace returned to brokers on registration
 
+# The codes that change what the NameServer tells clients (routes, broker liveness and permissions, KV config):
+# with aclEnable each needs a signed admin account. Reads (routes, cluster info, topic lists, KV reads) stay open,
+# as every client needs them before it can sign anything. UPDATE_NAMESRV_CONFIG is not served yet; listed, it stays
+# guarded once it is.
+WRITE_CODES = frozenset({
+    RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.BROKER_HEARTBEAT,
+    RequestCode.QUERY_DATA_VERSION,  # an unchanged version renews the broker's liveness, as a heartbeat does
+    RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG, RequestCode.DELETE_TOPIC_IN_NAMESRV,
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER, RequestCode.UPDATE_NAMESRV_CONFIG,
+})  # fmt: skip
+
 
 def _standard(body: WireModel) -> bytes:
     return dumps_standard(body.to_json())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import hmac
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -78,3 +79,12 @@ class Credentials:
         if self.security_token is not None:
             ext[SECURITY_TOKEN] = self.security_token
         ext[SIGNATURE] = signature(signed_values(ext), self.secret_key, cmd.body)
+
+    def signed(self, cmd: RemotingCommand) -> bool:
+        """Whether ``cmd`` carries this account's ``AccessKey`` and a ``Signature`` made with its secret."""
+        ext = cmd.ext_fields
+        given = ext.get(SIGNATURE)
+        if ext.get(ACCESS_KEY) != self.access_key or given is None:
+            return False
+        expected = signature(signed_values(ext), self.secret_key, cmd.body)
+        return hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace"))

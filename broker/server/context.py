@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from broker.acl.manager import PlainAclManager
 from broker.config import BrokerConfig
 from broker.lake.reader import LakeReader
 from broker.remoting.connection import Handler
@@ -42,6 +43,7 @@ class BrokerContext(Protocol):
     lake: LakeReader | None  # the tier under lakePath; None: reads stay local
     recent_halves: RecentHalves  # half messages just stored by sends, for their END_TRANSACTION
     flush_acks: FlushAcks | None  # SYNC_FLUSH: sends answered a group commit at a time
+    acl: PlainAclManager | None  # aclEnable: for checks a handler can make only once it has read what it serves
 
     @property
     def store(self) -> MessageStore:

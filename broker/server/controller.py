@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker.acl.manager import PlainAclManager
+from broker.acl.manager import WATCH_INTERVAL, PlainAclManager
 from broker.config import BrokerConfig
 from broker.lake.reader import LakeReader
 from broker.remoting.client import RemotingClient
@@ -57,7 +58,6 @@ from store.message_store import MessageStore, PutMessageResult, PutMessageStatus
 log = logging.getLogger(__name__)
 
 CLIENT_SCAN_INTERVAL = 10.0
-ACL_WATCH_INTERVAL = 0.5  # how often plain_acl.yml is checked for changes (RocketMQ's FileWatchService too)
 STATS_TICK_INTERVAL = 1.0  # the store TPS samples once a second; the stats items every 10 s, 10 min, 1 h
 
 
@@ -140,7 +140,10 @@ class BrokerController:
 
     async def _start_replication(self) -> None:
         if self.is_slave:
-            self._ha_remoting = RemotingClient(language="JAVA")
+            # Signed as the registrations are: a master with aclEnable answers its slave's config copies (and the
+            # runtime info the HA client compares offsets with) only for a known account.
+            creds = self.registrar.credentials
+            self._ha_remoting = RemotingClient(language="JAVA", rpc_hook=creds.sign if creds is not None else None)
             self.ha_client = HAClient(self.store, self.store_config, self._ha_remoting)
             self.slave_sync = SlaveSynchronize(
                 self.config, self.topics, self.offsets, self.groups, self._ha_remoting, self.store.adopt_tiered
@@ -236,7 +239,7 @@ class BrokerController:
         if self.acl is not None:
             acl = self.acl
             self._timers.append(asyncio.create_task(
-                self._every(ACL_WATCH_INTERVAL, lambda: asyncio.to_thread(acl.reload_if_changed))
+                self._every(WATCH_INTERVAL, lambda: asyncio.to_thread(acl.reload_if_changed))
             ))  # fmt: skip
         log.info("broker %s (%s) serving on %s, store %s", self.config.broker_name, self.config.broker_cluster_name,
                  self.addr, self.store_config.store_path_root_dir)  # fmt: skip
@@ -274,10 +277,15 @@ class BrokerController:
             await asyncio.wait(list(self._tasks), timeout=10)
         if self._ready:
             snap = self.offsets.snapshot()
+            persists: list[tuple[str, Callable[[], None]]] = [
+                ("topics", self.topics.persist), ("subscription groups", self.groups.persist)]  # fmt: skip
             if snap is not None:
-                await asyncio.to_thread(self.offsets.write, snap)
-            await asyncio.to_thread(self.topics.persist)
-            await asyncio.to_thread(self.groups.persist)
+                persists.insert(0, ("consumer offsets", functools.partial(self.offsets.write, snap)))
+            for what, persist in persists:
+                try:
+                    await asyncio.to_thread(persist)
+                except OSError as e:  # a full disk: the stop goes on, the previous file stays as it was
+                    log.warning("%s not saved at shutdown: %s", what, e)
         self._ready = False
         if self._store is not None:
             await asyncio.to_thread(self._store.shutdown)
@@ -291,6 +299,8 @@ class BrokerController:
                 result = fn()
                 if asyncio.iscoroutine(result):
                     await result
+            except OSError as e:  # a full disk: the previous file stays as it was, the next round tries again
+                log.error("periodic %s failed: %s", getattr(fn, "__name__", fn), e)
             except Exception:
                 log.exception("periodic %s failed", getattr(fn, "__name__", fn))
 

@@ -186,6 +186,15 @@ class BrokerCollector(Collector):
             g = self._family(GaugeMetricFamily, name, doc, extra)
             g.add_metric(labels, value)
             yield g
+        disk: tuple[tuple[str, str, float], ...] = (
+            ("mqlake_disk_used_ratio", "Used share of the store's fuller disk at the last disk check "
+             "(commitLogDiskRatio; -1 when it cannot be measured).", store.disk_ratio),
+            ("mqlake_disk_full", "1 while puts are refused because the disk is full.", float(store.disk_full)),
+        )  # fmt: skip
+        for name, doc, ratio in disk:
+            g = self._family(GaugeMetricFamily, name, doc)
+            g.add_metric(base, ratio)
+            yield g
 
     def _segments(self, base: list[str]) -> Iterator[Any]:
         store = self.broker.store

@@ -1,15 +1,23 @@
-"""QUERY_MESSAGE (12) by key and time range, VIEW_MESSAGE_BY_ID (33) by CommitLog offset."""
+"""QUERY_MESSAGE (12) by key and time range, VIEW_MESSAGE_BY_ID (33) by CommitLog offset.
+
+With aclEnable, QUERY_MESSAGE's topic is checked (SUB) before it runs, and its answer holds only records of that
+topic: the IndexFile matches by a 32-bit hash of ``topic#key``, which other topics' keys can be made to share.
+VIEW_MESSAGE_BY_ID names no topic: the record is read first, and its body is returned only if the signing account
+holds SUB on the record's topic.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
+from broker.acl.rules import SUB
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
 from broker.remoting.headers import QueryMessageRequestHeader, QueryMessageResponseHeader, ViewMessageRequestHeader
 from broker.server import tier_reads
 from broker.server.context import BrokerContext
+from store.format.records import RecordError, read_topic
 
 DEFAULT_QUERY_MAX_NUM = 32  # what a unique-key query is limited to
 
@@ -35,6 +43,8 @@ class QueryProcessor:
         messages = await tier_reads.query_messages(
             self.broker, h.topic, h.key, max_num, h.begin_timestamp, h.end_timestamp, result.messages
         )
+        if self.broker.acl is not None:
+            messages = [m for m in messages if _topic_of(m) == h.topic]
         if not messages:
             return cmd.response(ResponseCode.QUERY_NOT_FOUND, "no message found for this key in the time range", header)
         return cmd.response(ResponseCode.SUCCESS, None, header, b"".join(messages))
@@ -45,4 +55,17 @@ class QueryProcessor:
         raw = await tier_reads.view_message(self.broker, h.offset, raw)
         if raw is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no message at CommitLog offset {h.offset}")
+        acl = self.broker.acl
+        if acl is not None:
+            topic = _topic_of(raw)
+            if topic is None:  # a record the ACL cannot place is served to nobody
+                return cmd.response(ResponseCode.SYSTEM_ERROR, f"unreadable record at CommitLog offset {h.offset}")
+            acl.check(cmd, conn.remote_host[0], {topic: SUB})  # RequestRefused answers NO_PERMISSION
         return cmd.response(ResponseCode.SUCCESS, None, body=raw)
+
+
+def _topic_of(raw: bytes) -> str | None:
+    try:
+        return read_topic(raw)
+    except RecordError:
+        return None

@@ -1,4 +1,7 @@
-"""Registering the broker with every configured NameServer: REGISTER_BROKER (103) and UNREGISTER_BROKER (104)."""
+"""Registering the broker with every configured NameServer: REGISTER_BROKER (103) and UNREGISTER_BROKER (104).
+
+Both are signed with ``innerClientAuthenticationCredentials`` when it is set (as RocketMQ 5's broker signs its
+outgoing requests): a NameServer with ``aclEnable=true`` takes them only from an admin account."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from broker.remoting.headers import (
     UnRegisterBrokerRequestHeader,
 )
 from broker.remoting.protocol.topic import PERM_READ, PERM_WRITE, RegisterBrokerBody, TopicConfigSerializeWrapper
+from broker.remoting.signing import Credentials
 from broker.server.topics import TableBody, TopicConfigManager
 from broker.tls_settings import tls_client_context
 from store.format import hashing
@@ -37,7 +41,10 @@ class NamesrvRegistrar:
         # Told each reply's haServerAddr and masterAddr (RegisterBrokerResult): how a slave finds its master.
         self.on_registered: Callable[[str | None, str | None], None] | None = None
         self._body = TableBody(topics, self._announced)
-        self.client = RemotingClient(language="JAVA", ssl_context=tls_client_context(config.tls))
+        creds = config.inner_client_authentication_credentials
+        self.credentials = Credentials(creds.access_key, creds.secret_key) if creds is not None else None
+        sign = self.credentials.sign if self.credentials is not None else None
+        self.client = RemotingClient(language="JAVA", ssl_context=tls_client_context(config.tls), rpc_hook=sign)
         self._lock = asyncio.Lock()  # one registration round at a time, so versions arrive in order
 
     def _announced(self, wrapper: TopicConfigSerializeWrapper) -> RegisterBrokerBody:
@@ -84,7 +91,8 @@ class NamesrvRegistrar:
             log.warning("register broker to name server %s failed: %s", addr, e)
             return False
         if resp.code != ResponseCode.SUCCESS:
-            log.warning("name server %s refused registration: code %d %s", addr, resp.code, resp.remark)
+            log.warning("name server %s refused registration: code %d %s%s", addr, resp.code, resp.remark,
+                        self._hint(resp))  # fmt: skip
             return False
         if self.on_registered is not None:
             try:
@@ -100,9 +108,18 @@ class NamesrvRegistrar:
         for addr in self.config.namesrv_addrs:
             cmd = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, header)
             try:
-                await self.client.invoke(addr, cmd, 3.0)
+                resp = await self.client.invoke(addr, cmd, 3.0)
             except RemotingError as e:
                 log.warning("unregister broker from name server %s failed: %s", addr, e)
+                continue
+            if resp.code != ResponseCode.SUCCESS:
+                log.warning("name server %s refused unregistration: code %d %s%s", addr, resp.code, resp.remark,
+                            self._hint(resp))  # fmt: skip
+
+    def _hint(self, resp: RemotingCommand) -> str:
+        if resp.code == ResponseCode.NO_PERMISSION and self.credentials is None:
+            return " (the NameServer checks ACL: set innerClientAuthenticationCredentials to an admin account)"
+        return ""
 
     async def close(self) -> None:
         await self.client.close()

@@ -130,7 +130,10 @@ class TopicConfigManager(VersionedTableManager[TopicConfig]):
             if tc.topic_name == AUTO_CREATE_TOPIC_KEY_TOPIC:
                 # Whether sends may auto-create follows today's autoCreateTopicEnable, not the persisted perm.
                 existing.perm = tc.perm
-        self.persist()
+        try:
+            self.persist()
+        except OSError as e:  # a full disk: the broker starts (refusing puts); the next change writes the file
+            log.warning("topics not saved at start: %s", e)
 
     # --- reads ---------------------------------------------------------------------------------------------
     def get(self, topic: str) -> TopicConfig | None:

@@ -709,6 +709,14 @@ def read_physical_offset(buf: ReadBuffer, pos: int) -> int:
     return _LONG.unpack_from(buf, pos + PHYSICAL_OFFSET_POS)[0]
 
 
+def read_topic(buf: ReadBuffer, pos: int = 0) -> str:
+    """The TOPIC of the record at ``pos`` from its length fields alone (decoded as ``decode_record`` does);
+    :class:`RecordError` when they overrun its TOTALSIZE."""
+    _, topic_field, props_start, _ = record_sections(buf, pos)
+    width = 2 if _SIZE_MAGIC.unpack_from(buf, pos)[1] == MESSAGE_MAGIC_V2 else 1
+    return bytes(buf[topic_field + width : props_start - 2]).decode("utf-8", "replace")
+
+
 _MAGIC_BYTES = (_INT.pack(MESSAGE_MAGIC_V1), _INT.pack(MESSAGE_MAGIC_V2))
 
 
