@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.clients4 import check_received, clients4, committed_offset, expected, run
-from tests.fixtures_broker import MqlakeServer, read_topic, stop_servers
+from tests.fixtures_broker import MqlakeServer, count_topic, read_topic, stop_servers
 
 pytestmark = pytest.mark.integration
 __all__ = ["clients4"]  # the fixture, used by name
@@ -191,6 +191,7 @@ def test_transaction_producer_commit_rollback_and_unknown_checked_back(server, c
     for m in got:
         assert m["topic"] == topic and m["msgId"] == sent[m["body"]]["msgId"]
         assert m["properties"]["TRAN_MSG"] == "true" and m["keys"] == expected(m["body"])["keys"]
+    assert count_topic(server.namesrv_addr, topic) == 2 * n  # the rolled-back ones never reached the topic
     # the committed messages are in the topic's queues one after the other
     assert sorted((m["queueId"], m["queueOffset"]) for m in got) == sorted(
         (q, o) for q, c in Counter(m["queueId"] for m in got).items() for o in range(c))
