@@ -38,6 +38,8 @@ def mqadmin(classes: Path, home: Path, *commands: list[str]) -> list[str]:
     (home / "conf" / "logback_tools.xml").write_text(_LOGBACK.format(log=home / "tools.log"))
     doc = java_json("clients4.Admin", "rocketmq-4", json.dumps([list(c) for c in commands]), classes=classes,
                     home=home)  # fmt: skip
+    failed = [(r["command"][0], r["errors"]) for r in doc["runs"] if r["errors"]]
+    assert not failed, failed  # a command that fails prints its exception on stderr
     return [r["output"] for r in doc["runs"]]
 
 

@@ -29,6 +29,7 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  * <li>broadcast: two consumers of one group (instances "a" and "b"), MessageModel.BROADCASTING;</li>
  * <li>retry: the listener answers RECONSUME_LATER every time, {@code maxReconsumeTimes} retries, then the DLQ;</li>
  * <li>sql: a SQL92 selector {@code sql}; every message carries the properties {@code a} (= i) and {@code color}.</li>
+ * <li>any other name: as concurrent, the name only naming the messages (their bodies are {@code <mode>-<i>}).</li>
  * </ul>
  * It stops once {@code expect} deliveries arrived and each consumer's offsets reached the end of every queue it
  * owns (retry topic included), so a late duplicate or a lost offset commit shows. Prints {"sent": [...],
