@@ -225,4 +225,6 @@ def recover(
     else:
         dispatch_from = min(files[start].file_from_offset if files else 0, redispatch_from)
     dispatch_from = max(dispatch_from, cl.min_offset)
-    return RecoveryReport(not last_exit_ok, process, dispatch_from, truncated, qpath, dropped, index_dropped, queue_ends)
+    return RecoveryReport(
+        not last_exit_ok, process, dispatch_from, truncated, qpath, dropped, index_dropped, queue_ends
+    )
