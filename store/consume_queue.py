@@ -262,5 +262,5 @@ class ConsumeQueueTable:
             if not topic_dir.is_dir():
                 continue
             for qdir in sorted(topic_dir.iterdir()):
-                if qdir.is_dir() and qdir.name.isdigit():
+                if qdir.is_dir() and qdir.name.isascii() and qdir.name.isdigit():
                     self.find(topic_dir.name, int(qdir.name)).load()
