@@ -30,9 +30,16 @@ class ConsumeQueue:
         self.file_size = file_size
         self.max_physic_offset = -1  # end (offset+size) of the last dispatched record
         self.min_logic_offset = 0  # bytes; raised when the CommitLog below is deleted
+        self.damage: str | None = None  # why load() deleted files of this queue, which must be rebuilt
 
     def load(self) -> None:
-        self.queue.load()
+        """Map the queue's files; a damaged one (wrong size, after a gap) is deleted with those after it and
+        ``damage`` says why, for recovery to rebuild the queue from the CommitLog."""
+        self.damage = self.queue.load(derived=True)
+        if self.damage is None and not self.queue.files and self.queue.directory.is_dir():
+            self.damage = f"{self.queue.directory} holds no file"
+        if self.damage is not None:
+            log.warning("ConsumeQueue %s-%d: %s", self.topic, self.queue_id, self.damage)
 
     # --- recovery --------------------------------------------------------------------------------------
     def recover(self) -> None:
@@ -255,5 +262,5 @@ class ConsumeQueueTable:
             if not topic_dir.is_dir():
                 continue
             for qdir in sorted(topic_dir.iterdir()):
-                if qdir.is_dir() and qdir.name.isdigit():
+                if qdir.is_dir() and qdir.name.isascii() and qdir.name.isdigit():
                     self.find(topic_dir.name, int(qdir.name)).load()
