@@ -785,6 +785,13 @@ class MessageStore:
             return -1
         return self._unit_store_time(cq, cq.min_offset_in_queue)
 
+    def earliest_message_time(self) -> int:
+        """``getEarliestMessageTime``: the store time of the CommitLog's first record, -1 when it holds none."""
+        if self.commitlog.min_offset >= self.commitlog.max_offset:
+            return -1
+        first = self.commitlog.read_record_at(self.commitlog.min_offset)
+        return records.read_store_timestamp(first, 0) if first else -1
+
     def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
         cq = self.find_consume_queue(topic, queue_id, create=False)
         return -1 if cq is None else self._unit_store_time(cq, offset)
@@ -807,6 +814,7 @@ class MessageStore:
             "indexFileCount": str(len(self.index.files)),
             "commitLogDiskRatio": str(self.disk_ratio),
             "consumeQueueDiskRatio": str(self._disk_ratios[1]),
+            "earliestMessageTimeStamp": str(self.earliest_message_time()),
         }
         for level, offset in sorted(self.schedule.offset_table().items()):  # ScheduleMessageService.buildRunningStats
             end = self.get_max_offset_in_queue(delay.SCHEDULE_TOPIC, level - 1)

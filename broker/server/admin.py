@@ -94,6 +94,13 @@ class AdminProcessor:
                 "consumerGroups": str(len(b.consumers.groups)),
                 "producerGroups": str(len(b.producers.groups)),
                 "topicCount": str(len(b.topics.table)),
+                # mqadmin clusterList prints these beside the TPS: mqlake serves requests on its event loop, with
+                # no thread pool queue and no page-cache lock to wait for, so nothing is ever queued or held
+                "sendThreadPoolQueueSize": "0",
+                "sendThreadPoolQueueHeadWaitTimeMills": "0",
+                "pullThreadPoolQueueSize": "0",
+                "pullThreadPoolQueueHeadWaitTimeMills": "0",
+                "pageCacheLockTimeMills": "0",
             }
         )
         return info

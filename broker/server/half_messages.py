@@ -39,7 +39,7 @@ PROPERTY_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 
 def _append(props: bytes, values: dict[str, str]) -> bytes:
     # Appended after the client's own: decoding keeps the last value of a name, as Java's map put would.
-    return props + properties.encode_properties(values)
+    return properties.append_properties(props, values)
 
 
 def to_half(rec: records.MessageRecord) -> records.MessageRecord:
