@@ -1,0 +1,136 @@
+"""Names that come from the wire: the one place that says which topic and group names are acceptable, which topics
+belong to the broker, and that a name used as a file name keeps the path inside the store.
+
+The rules are RocketMQ's (``TopicValidator``, the client's ``Validators``): a topic or group is made of
+``[%|a-zA-Z0-9_-]``, a topic is at most 127 characters, a group at most 255.  Every path a request reaches checks a
+name here once, before it is stored or becomes a directory (sends, CONSUMER_SEND_MSG_BACK, gRPC, END_TRANSACTION,
+delay and timer delivery, the admin codes, configs copied from an HA master).  The store checks again, with
+:func:`path_under`, wherever a name becomes a path, so a record written before these checks existed (or by another
+program) cannot make it leave the store dir.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from store.errors import MQLakeError
+from store.format.delay import SCHEDULE_TOPIC, TIMER_TOPIC
+from store.format.transaction import HALF_TOPIC
+
+TOPIC_MAX_LENGTH = 127  # TopicValidator.TOPIC_MAX_LENGTH
+GROUP_MAX_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
+FILE_NAME_MAX_BYTES = 255  # NAME_MAX of the file systems the store lives on: one path component
+LEGAL_CHARS = "^[%|a-zA-Z0-9_-]+$"  # as RocketMQ's remarks spell it
+_LEGAL = frozenset("%|-_0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+SYSTEM_TOPICS = frozenset({
+    AUTO_CREATE_TOPIC_KEY_TOPIC, SCHEDULE_TOPIC, "BenchmarkTest", HALF_TOPIC, "RMQ_SYS_TRACE_TOPIC", OP_HALF_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT, "CHECKPOINT_TOPIC", TIMER_TOPIC,
+})  # fmt: skip
+# TopicValidator's NOT_ALLOWED_SEND_TOPIC_SET, and TBW102: a client routes by it but never stores into it.
+NOT_ALLOWED_SEND_TOPICS = frozenset({
+    SCHEDULE_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT,
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+})  # fmt: skip
+
+
+class IllegalName(MQLakeError, ValueError):
+    """A name that cannot be stored or used as a file name in the store."""
+
+
+def _illegal_chars(name: str) -> bool:
+    """``TopicValidator.isTopicOrGroupIllegal``."""
+    return not _LEGAL.issuperset(name)
+
+
+def topic_error(topic: str | None) -> str | None:
+    """Why a topic from a client is refused (``TopicValidator.validateTopic``, its checks in its order and its
+    remarks), or None."""
+    if not topic or not topic.strip():
+        return "The specified topic is blank."
+    if _illegal_chars(topic):
+        return f"The specified topic[{topic!r}] contains illegal characters, allowing only {LEGAL_CHARS}"
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}."
+    return None
+
+
+def group_error(group: str | None) -> str | None:
+    """Why a consumer or producer group is refused (``Validators.checkGroup``), or None.  A group whose
+    ``%RETRY%``/``%DLQ%`` topic could not be a directory name is refused too: RocketMQ takes such a group (249 to 255
+    characters) and then cannot create its retry queue."""
+    if not group or not group.strip():
+        return "The specified group is blank."
+    if _illegal_chars(group):
+        return f"The specified group[{group!r}] contains illegal characters, allowing only {LEGAL_CHARS}"
+    if len(group) > GROUP_MAX_LENGTH:
+        return f"The specified group is longer than group max length {GROUP_MAX_LENGTH}."
+    longest = RETRY_GROUP_TOPIC_PREFIX + group
+    if len(longest) > FILE_NAME_MAX_BYTES:
+        return (f"The specified group is longer than {FILE_NAME_MAX_BYTES - len(RETRY_GROUP_TOPIC_PREFIX)} "
+                f"characters: its retry topic {longest[:20]}... could not be stored")  # fmt: skip
+    return None
+
+
+def stored_topic_error(topic: str | None) -> str | None:
+    """Why a topic cannot be stored (a REAL_TOPIC about to be delivered, a topic copied from a master), or None: the
+    client's rule, except that ``%RETRY%``/``%DLQ%`` topics of long groups may pass 127 characters (RocketMQ 5
+    stores them with 2-byte topic lengths), never :data:`FILE_NAME_MAX_BYTES`."""
+    bad = topic_error(topic)
+    if bad is None or topic is None or not topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
+        return bad
+    if _illegal_chars(topic):
+        return bad
+    if len(topic) > FILE_NAME_MAX_BYTES:
+        return f"The topic {topic[:20]}... is longer than {FILE_NAME_MAX_BYTES} characters"
+    return None
+
+
+def is_system_topic(topic: str) -> bool:
+    """``TopicValidator.isSystemTopic``: a topic the broker keeps for itself; clients may not create or delete one."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def send_forbidden(topic: str) -> bool:
+    """Whether a client may not send to ``topic``: RocketMQ's not-allowed set, TBW102, and every ``rmq_sys_`` topic
+    (the timer's among them: a message sent there would be delivered to the REAL_TOPIC the client wrote)."""
+    return topic in NOT_ALLOWED_SEND_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def forbidden_send_remark(topic: str) -> str:
+    return f"Sending message to topic[{topic}] is forbidden."
+
+
+def file_name_error(name: str) -> str | None:
+    """Why ``name`` cannot be one component of a path in the store, or None."""
+    if not name or name in (".", ".."):
+        return f"{name!r} is not a file name"
+    if "/" in name or "\\" in name or "\0" in name:
+        return f"{name!r} holds a path separator or a NUL"
+    if len(name.encode("utf-8", "surrogatepass")) > FILE_NAME_MAX_BYTES:
+        return f"{name[:20]!r}... is longer than {FILE_NAME_MAX_BYTES} bytes"
+    return None
+
+
+def path_under(root: Path, *names: str) -> Path:
+    """``root``/``names[0]``/... after checking that each name is one plain component and the result stays under
+    ``root`` (symbolic links included); raises :class:`IllegalName` otherwise.  Every path the store builds from a
+    topic goes through here: ConsumeQueue directories, their creation, deleteTopic."""
+    path = root
+    for name in names:
+        bad = file_name_error(name)
+        if bad is not None:
+            raise IllegalName(f"{root}: {bad}")
+        path = path / name
+    resolved_root = root.resolve()
+    if not path.resolve().is_relative_to(resolved_root):
+        raise IllegalName(f"{path} leads outside {root}")
+    return path
