@@ -81,16 +81,14 @@ def group_error(group: str | None) -> str | None:
 
 
 def stored_topic_error(topic: str | None) -> str | None:
-    """Why a topic cannot be stored (a REAL_TOPIC about to be delivered, a topic copied from a master), or None: the
-    client's rule, except that ``%RETRY%``/``%DLQ%`` topics of long groups may pass 127 characters (RocketMQ 5
-    stores them with 2-byte topic lengths), never :data:`FILE_NAME_MAX_BYTES`."""
+    """Why a topic cannot be stored (a REAL_TOPIC about to be delivered, a topic copied from a master or named by
+    deleteTopic), or None: the client's rule, but up to :data:`FILE_NAME_MAX_BYTES` characters rather than 127, as
+    RocketMQ 5 stores longer topics (the ``%RETRY%``/``%DLQ%`` topics of long groups) with 2-byte topic lengths."""
     bad = topic_error(topic)
-    if bad is None or topic is None or not topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
-        return bad
-    if _illegal_chars(topic):
+    if bad is None or topic is None or not topic.strip() or _illegal_chars(topic):
         return bad
     if len(topic) > FILE_NAME_MAX_BYTES:
-        return f"The topic {topic[:20]}... is longer than {FILE_NAME_MAX_BYTES} characters"
+        return f"The topic {topic[:20]}... is longer than {FILE_NAME_MAX_BYTES} characters."
     return None
 
 

@@ -209,10 +209,12 @@ def test_topic_and_group_rules_are_rocketmqs():
     assert "could not be stored" in names.group_error("g" * 249)
     assert "max length 255" in names.group_error("g" * 256)
     assert "illegal characters" in names.group_error("g\x00")
-    # retry and DLQ topics of long groups are stored (RocketMQ 5's 2-byte topic length), never past a file name
+    # topics past 127 (retry and DLQ topics of long groups) are stored (RocketMQ 5's 2-byte topic length), never
+    # past a file name
     assert names.stored_topic_error("%RETRY%" + "g" * 248) is None
     assert names.stored_topic_error("%DLQ%" + "g" * 251) is not None
-    assert names.stored_topic_error("x" * 200) is not None
+    assert names.stored_topic_error("x" * 200) is None and names.stored_topic_error("x" * 256) is not None
+    assert names.stored_topic_error("../x") is not None
     for topic in ("rmq_sys_anything", "rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
                   "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "TBW102"):  # fmt: skip
         assert names.is_system_topic(topic) and names.send_forbidden(topic), topic
