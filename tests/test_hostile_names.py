@@ -260,3 +260,26 @@ def test_verify_index_leaves_out_queues_whose_topic_cannot_name_a_directory():
     }  # fmt: skip
     rebuilt = cq_rebuild.rebuild_queues(pa.table(rows))
     assert list(rebuilt) == [("Good", 0)] and list(rebuilt[("Good", 0)].queue_offsets) == [0, 1]
+
+
+@pytest.mark.unit
+def test_a_queue_directory_leading_out_of_the_store_is_left_out_at_start(tmp_path, caplog):
+    cfg = make_config(tmp_path)
+    outside = tmp_path / "outside"
+    (outside / "0").mkdir(parents=True)
+    store = MessageStore(cfg).start()
+    try:
+        assert store.put_message(make_message("Good", 0, "before")).ok
+        wait_dispatched(store)
+    finally:
+        store.shutdown()
+    (cfg.store_path_root_dir / "consumequeue" / "Linked").symlink_to(outside)
+    with caplog.at_level(logging.ERROR, logger="store.consume_queue"):
+        again = MessageStore(cfg).start()
+    try:
+        assert [r.body for _, r in read_queue(again, "Good", 0)] == [b"before"]
+        assert again.find_consume_queue("Linked", 0, create=False) is None
+        assert "leads outside" in caplog.text
+    finally:
+        again.shutdown()
+    assert list((outside / "0").iterdir()) == []
