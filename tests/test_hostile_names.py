@@ -18,6 +18,7 @@ from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.protocol.body import SubscriptionGroupConfig
 from broker.remoting.protocol.topic import TopicConfig
+from broker.server import half_messages
 from broker.server.slave_sync import SlaveSynchronize
 from pipelines.index_rebuild import consume_queue as cq_rebuild
 from store import names, schedule
@@ -283,3 +284,15 @@ def test_a_queue_directory_leading_out_of_the_store_is_left_out_at_start(tmp_pat
     finally:
         again.shutdown()
     assert list((outside / "0").iterdir()) == []
+
+
+@pytest.mark.unit
+def test_a_half_message_naming_a_bad_real_topic_is_never_committed_there():
+    def half(real_topic: str) -> records.MessageRecord:
+        raw = records.encode_record(make_message(half_messages.HALF_TOPIC, 0, b"x", REAL_TOPIC=real_topic,
+                                                 REAL_QID="2"))  # fmt: skip
+        return records.decode_record(raw)
+
+    assert half_messages.real_target(half("Orders")) == ("Orders", 2)
+    for bad in ("../../../../tx_escape", "a\x00b", "x" * 300):
+        assert half_messages.real_target(half(bad)) is None, bad
