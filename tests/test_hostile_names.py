@@ -185,10 +185,14 @@ def test_configs_copied_from_a_master_leave_out_names_a_client_could_not_use(fre
     master, slave = fresh_broker(), fresh_broker()
     mc = master.controller
     bad_topic, bad_group = "../../../../ha_escape", "grp\x00nul"
-    mc.topics.update(TopicConfig(topic_name=bad_topic, read_queue_nums=1, write_queue_nums=1))
-    mc.topics.update(TopicConfig(topic_name="FromMaster", read_queue_nums=1, write_queue_nums=1))
-    mc.groups.update(SubscriptionGroupConfig(group_name=bad_group))
-    mc.groups.update(SubscriptionGroupConfig(group_name="GroupFromMaster"))
+
+    async def tamper() -> None:  # on the master's loop: a change schedules its write there
+        for topic in (bad_topic, "FromMaster"):
+            mc.topics.update(TopicConfig(topic_name=topic, read_queue_nums=1, write_queue_nums=1))
+        for group in (bad_group, "GroupFromMaster"):
+            mc.groups.update(SubscriptionGroupConfig(group_name=group))
+
+    master.run(tamper())
     sc = slave.controller
     sync = SlaveSynchronize(sc.config, sc.topics, sc.offsets, sc.groups, slave.client, lambda segments: [])
     sync.master_addr = master.addr
