@@ -4,6 +4,7 @@ system topics; and a record already in the CommitLog whose topic cannot name a d
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -20,7 +21,9 @@ from broker.remoting.protocol.body import SubscriptionGroupConfig
 from broker.remoting.protocol.topic import TopicConfig
 from broker.server import half_messages
 from broker.server.slave_sync import SlaveSynchronize
+from pipelines.index_rebuild import adopt
 from pipelines.index_rebuild import consume_queue as cq_rebuild
+from pipelines.index_rebuild.job import REPAIR_MANIFEST
 from store import names, schedule
 from store.format import delay, records
 from store.message_store import MessageStore
@@ -300,3 +303,16 @@ def test_a_half_message_naming_a_bad_real_topic_is_never_committed_there():
     assert half_messages.real_target(half("Orders")) == ("Orders", 2)
     for bad in ("../../../../tx_escape", "a\x00b", "x" * 300):
         assert half_messages.real_target(half(bad)) is None, bad
+
+
+@pytest.mark.unit
+def test_adopting_rebuilt_files_refuses_a_manifest_naming_a_path(tmp_path):
+    store_dir, out = tmp_path / "store", tmp_path / "out"
+    (store_dir / "commitlog").mkdir(parents=True)
+    out.mkdir()
+    manifest = {"consume_queues": [{"topic": "../../../adopt_escape", "queue_id": 0, "files": []}], "index_files": [],
+                "commitlog_min_offset": 0, "commitlog_end_offset": 0}  # fmt: skip
+    (out / REPAIR_MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(adopt.AdoptError, match="nothing adopted"):
+        adopt.adopt_index(store_dir, out)
+    assert sorted(p.name for p in store_dir.iterdir()) == ["commitlog"]
