@@ -316,3 +316,21 @@ def test_adopting_rebuilt_files_refuses_a_manifest_naming_a_path(tmp_path):
     with pytest.raises(adopt.AdoptError, match="nothing adopted"):
         adopt.adopt_index(store_dir, out)
     assert sorted(p.name for p in store_dir.iterdir()) == ["commitlog"]
+
+
+@pytest.mark.integration
+def test_offsets_are_kept_only_for_names_a_client_could_create(fresh_broker):
+    """UPDATE_CONSUMER_OFFSET's names become a key of consumerOffset.json (``topic@group``)."""
+    b = fresh_broker()
+
+    def commit(topic: str, group: str):
+        hdr = h.UpdateConsumerOffsetRequestHeader(consumer_group=group, topic=topic, queue_id=0, commit_offset=7)
+        return b.call(RequestCode.UPDATE_CONSUMER_OFFSET, hdr)
+
+    assert commit("a@b", "g").code == ResponseCode.TOPIC_NOT_EXIST
+    assert commit("../t", "g").code == ResponseCode.TOPIC_NOT_EXIST
+    assert commit("T", "g\x00").code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    assert commit("T", "x" * 300).code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    assert commit("T", "g").code == ResponseCode.SUCCESS
+    assert commit("%RETRY%" + "g" * 200, "g" * 200).code == ResponseCode.SUCCESS  # a long group's retry topic
+    assert set(b.controller.offsets.encode()) == {"T@g", f"%RETRY%{'g' * 200}@{'g' * 200}"}
