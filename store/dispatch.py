@@ -279,7 +279,7 @@ class ReputService(threading.Thread):
                     for dispatch in dispatchers:
                         dispatch(req)
                 except names.IllegalName as e:
-                    self._quarantine(req.commitlog_offset, req, e)
+                    self._quarantine(req, e)
                 else:
                     if req.consumable:
                         for listener in self._listeners:  # read per record: additions and removals count at once
@@ -305,12 +305,12 @@ class ReputService(threading.Thread):
             log.error("%s: unreadable record at position %d during dispatch: %s", mf.path, pos, walk.reason)
             return end, done - start_done, False
 
-    def _quarantine(self, offset: int, req: records.DispatchRequest, error: names.IllegalName) -> None:
+    def _quarantine(self, req: records.DispatchRequest, error: names.IllegalName) -> None:
         """A record whose topic cannot name a queue directory: left out of every queue and index, logged, counted;
         dispatch goes on with the next record, so one bad record never holds back the ones after it."""
         self.quarantined += 1
-        log.error("record at CommitLog offset %d (topic %r, queue %d) quarantined, not dispatched: %s", offset,
-                  req.topic, req.queue_id, error)  # fmt: skip
+        log.error("record at CommitLog offset %d (topic %r, queue %d) quarantined, not dispatched: %s",
+                  req.commitlog_offset, req.topic, req.queue_id, error)  # fmt: skip
 
     def _stats_for(self, base: int, pos: int) -> SegmentStats:
         if self._current is None or self._current[0] != base:
