@@ -1,8 +1,8 @@
 """Names that come from the wire: the one place that says which topic and group names are acceptable, which topics
 belong to the broker, and that a name used as a file name keeps the path inside the store.
 
-The rules are RocketMQ's (``TopicValidator``, the client's ``Validators``): a topic or group is made of
-``[%|a-zA-Z0-9_-]``, a topic is at most 127 characters, a group at most 255.  Every path a request reaches checks a
+The rules are RocketMQ 5's (``TopicValidator``): a topic or group is made of ``[%|a-zA-Z0-9_-]``, a topic is at
+most 127 characters, a group at most 120.  Every path a request reaches checks a
 name here once, before it is stored or becomes a directory (sends, CONSUMER_SEND_MSG_BACK, gRPC, END_TRANSACTION,
 delay and timer delivery, the admin codes, configs copied from an HA master).  The store checks again, with
 :func:`path_under`, wherever a name becomes a path, so a record written before these checks existed (or by another
@@ -19,7 +19,7 @@ from store.format.delay import SCHEDULE_TOPIC, TIMER_TOPIC
 from store.format.transaction import HALF_TOPIC
 
 TOPIC_MAX_LENGTH = 127  # TopicValidator.TOPIC_MAX_LENGTH
-GROUP_MAX_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
+GROUP_MAX_LENGTH = 120  # TopicValidator 5.x: "%RETRY%" + the group stays within TOPIC_MAX_LENGTH
 FILE_NAME_MAX_BYTES = 255  # NAME_MAX of the file systems the store lives on: one path component
 LEGAL_CHARS = "^[%|a-zA-Z0-9_-]+$"  # as RocketMQ's remarks spell it
 _LEGAL = re.compile(r"[%|a-zA-Z0-9_-]*")
@@ -32,14 +32,17 @@ SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
 OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+# RocketMQ 5's half and op topics of its RocksDB transaction store: mqlake has none, but no client may use the names
+ROCKSDB_HALF_TOPICS = ("RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC", "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC")
 SYSTEM_TOPICS = frozenset({
     AUTO_CREATE_TOPIC_KEY_TOPIC, SCHEDULE_TOPIC, "BenchmarkTest", HALF_TOPIC, "RMQ_SYS_TRACE_TOPIC", OP_HALF_TOPIC,
-    TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT, "CHECKPOINT_TOPIC", TIMER_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT, "CHECKPOINT_TOPIC", *ROCKSDB_HALF_TOPICS,
+    TIMER_TOPIC,
 })  # fmt: skip
 # TopicValidator's NOT_ALLOWED_SEND_TOPIC_SET, and TBW102: a client routes by it but never stores into it.
 NOT_ALLOWED_SEND_TOPICS = frozenset({
     SCHEDULE_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT,
-    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    *ROCKSDB_HALF_TOPICS, AUTO_CREATE_TOPIC_KEY_TOPIC,
 })  # fmt: skip
 
 
@@ -52,47 +55,41 @@ def _illegal_chars(name: str) -> bool:
     return _LEGAL.fullmatch(name) is None
 
 
-def topic_error(topic: str | None) -> str | None:
-    """Why a topic from a client is refused (``TopicValidator.validateTopic``, its checks in its order and its
-    remarks), or None."""
-    if topic and len(topic) <= TOPIC_MAX_LENGTH and _LEGAL.fullmatch(topic) is not None:
+def _name_error(kind: str, name: str | None, max_length: int) -> str | None:
+    """``TopicValidator.validateTopic`` / ``validateGroup`` (RocketMQ 5): its checks in its order, its remarks."""
+    if name and len(name) <= max_length and _LEGAL.fullmatch(name) is not None:
         return None  # the common case, in one test: this runs on every send the fast path does not take
-    if not topic or (_illegal_chars(topic) and not topic.strip()):
-        return "The specified topic is blank."
-    if _illegal_chars(topic):
-        return f"The specified topic[{topic!r}] contains illegal characters, allowing only {LEGAL_CHARS}"
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}."
-    return None
+    if not name or not name.strip():
+        return f"The specified {kind} is blank."
+    if _illegal_chars(name):
+        return f"The specified {kind}: {name}, contains illegal characters, allowing only {LEGAL_CHARS}"
+    return f"The specified {kind}: {name}, is longer than {kind} max length: {max_length}"
+
+
+def topic_error(topic: str | None) -> str | None:
+    """Why a topic from a client is refused, or None."""
+    return _name_error("topic", topic, TOPIC_MAX_LENGTH)
 
 
 def group_error(group: str | None) -> str | None:
-    """Why a consumer or producer group is refused (``Validators.checkGroup``), or None.  A group whose
-    ``%RETRY%``/``%DLQ%`` topic could not be a directory name is refused too: RocketMQ takes such a group (249 to 255
-    characters) and then cannot create its retry queue."""
-    if not group or (_illegal_chars(group) and not group.strip()):
-        return "The specified group is blank."
-    if _illegal_chars(group):
-        return f"The specified group[{group!r}] contains illegal characters, allowing only {LEGAL_CHARS}"
-    if len(group) > GROUP_MAX_LENGTH:
-        return f"The specified group is longer than group max length {GROUP_MAX_LENGTH}."
-    longest = RETRY_GROUP_TOPIC_PREFIX + group
-    if len(longest) > FILE_NAME_MAX_BYTES:
-        return (f"The specified group is longer than {FILE_NAME_MAX_BYTES - len(RETRY_GROUP_TOPIC_PREFIX)} "
-                f"characters: its retry topic {longest[:20]}... could not be stored")  # fmt: skip
-    return None
+    """Why a consumer or producer group from a client is refused, or None.  Its ``%RETRY%`` and ``%DLQ%`` topics
+    are then legal topics too."""
+    return _name_error("group", group, GROUP_MAX_LENGTH)
+
+
+def stored_group_error(group: str | None) -> str | None:
+    """Why a group cannot be kept (one copied from a master, named by an offset commit), or None: the client's rule,
+    but as long as a group created before RocketMQ 5's 120-character limit may be while its ``%RETRY%`` topic is
+    still a file name."""
+    return _name_error("group", group, FILE_NAME_MAX_BYTES - len(RETRY_GROUP_TOPIC_PREFIX))
 
 
 def stored_topic_error(topic: str | None) -> str | None:
     """Why a topic cannot be stored (a REAL_TOPIC about to be delivered, a topic copied from a master or named by
-    deleteTopic), or None: the client's rule, but up to :data:`FILE_NAME_MAX_BYTES` characters rather than 127, as
-    RocketMQ 5 stores longer topics (the ``%RETRY%``/``%DLQ%`` topics of long groups) with 2-byte topic lengths."""
-    bad = topic_error(topic)
-    if bad is None or topic is None or not topic.strip() or _illegal_chars(topic):
-        return bad
-    if len(topic) > FILE_NAME_MAX_BYTES:
-        return f"The topic {topic[:20]}... is longer than {FILE_NAME_MAX_BYTES} characters."
-    return None
+    deleteTopic or an offset commit), or None: the client's rule, but up to :data:`FILE_NAME_MAX_BYTES` characters
+    rather than 127, as RocketMQ 5 stores longer topics (the retry topics of groups created before 5.x limited
+    groups to 120 characters) with 2-byte topic lengths."""
+    return _name_error("topic", topic, FILE_NAME_MAX_BYTES)
 
 
 def is_system_topic(topic: str) -> bool:

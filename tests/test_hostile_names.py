@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -58,7 +59,7 @@ def test_send_back_with_a_nul_or_overlong_or_path_group_is_refused_and_dispatch_
     offset = store.commitlog.max_offset
     assert b.send("Victim", b"failed once").code == ResponseCode.SUCCESS
     escape = f"escaped_dlq_{uuid.uuid4().hex}"
-    for group in ("g\x00x", "g" * 300, f"../../../../{escape}", "../../" + "x" * 250):
+    for group in ("g\x00x", "g" * 300, "g" * 121, f"../../../../{escape}", "../../" + "x" * 250):
         r = _send_back(b, offset, group)
         assert r.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, (group[:20], r.code, r.remark)
         assert group not in b.controller.groups.table
@@ -210,15 +211,18 @@ def test_configs_copied_from_a_master_leave_out_names_a_client_could_not_use(fre
 def test_topic_and_group_rules_are_rocketmqs():
     assert names.topic_error("Good_topic-1|%") is None
     assert names.topic_error("") == names.topic_error("  ") == "The specified topic is blank."
-    assert "illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$" in names.topic_error("a.b")
+    assert names.topic_error("a.b") == (
+        "The specified topic: a.b, contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$")
     assert "illegal characters" in names.topic_error("x" * 200 + "/")  # characters first, as TopicValidator
-    assert names.topic_error("x" * 127) is None and "max length 127" in names.topic_error("x" * 128)
-    assert names.group_error("g" * 248) is None  # %RETRY% + 248 = 255 bytes: still one file name
-    assert "could not be stored" in names.group_error("g" * 249)
-    assert "max length 255" in names.group_error("g" * 256)
+    assert "illegal characters" in names.topic_error("abc\n")  # a full match, not a line's
+    assert names.topic_error("x" * 127) is None
+    assert names.topic_error("x" * 128) == f"The specified topic: {'x' * 128}, is longer than topic max length: 127"
+    assert names.group_error("g" * 120) is None  # its %RETRY% topic is 127 characters: a legal topic
+    assert names.group_error("g" * 121) == f"The specified group: {'g' * 121}, is longer than group max length: 120"
     assert "illegal characters" in names.group_error("g\x00")
-    # topics past 127 (retry and DLQ topics of long groups) are stored (RocketMQ 5's 2-byte topic length), never
-    # past a file name
+    assert names.stored_group_error("g" * 248) is None and names.stored_group_error("g" * 249) is not None
+    # topics past 127 (retry topics of groups older than 5.x's 120-character limit) are stored (RocketMQ 5's
+    # 2-byte topic length), never past a file name
     assert names.stored_topic_error("%RETRY%" + "g" * 248) is None
     assert names.stored_topic_error("%DLQ%" + "g" * 251) is not None
     assert names.stored_topic_error("x" * 200) is None and names.stored_topic_error("x" * 256) is not None
@@ -331,6 +335,69 @@ def test_offsets_are_kept_only_for_names_a_client_could_create(fresh_broker):
     assert commit("../t", "g").code == ResponseCode.TOPIC_NOT_EXIST
     assert commit("T", "g\x00").code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
     assert commit("T", "x" * 300).code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    assert commit("T", "x" * 249).code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
     assert commit("T", "g").code == ResponseCode.SUCCESS
-    assert commit("%RETRY%" + "g" * 200, "g" * 200).code == ResponseCode.SUCCESS  # a long group's retry topic
-    assert set(b.controller.offsets.encode()) == {"T@g", f"%RETRY%{'g' * 200}@{'g' * 200}"}
+    old = "g" * 200  # a group created before RocketMQ 5 limited groups to 120 characters, and its retry topic
+    assert commit(f"%RETRY%{old}", old).code == ResponseCode.SUCCESS
+    assert set(b.controller.offsets.encode()) == {"T@g", f"%RETRY%{old}@{old}"}
+
+
+ROCKETMQ_5_LIB = Path(__file__).parent.parent / ".peers" / "rocketmq-5" / "lib"
+_ORACLE = """
+import java.io.*;
+import java.nio.charset.StandardCharsets;
+import org.apache.rocketmq.common.topic.TopicValidator;
+
+public class NameOracle {
+    public static void main(String[] args) throws IOException {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        for (String hex; (hex = in.readLine()) != null; ) {
+            String name = new String(java.util.HexFormat.of().parseHex(hex), StandardCharsets.UTF_8);
+            TopicValidator.ValidateResult t = TopicValidator.validateTopic(name);
+            TopicValidator.ValidateResult g = TopicValidator.validateGroup(name);
+            System.out.println(hex(t.isValid() ? "" : t.getRemark()) + " " + hex(g.isValid() ? "" : g.getRemark()) + " "
+                + TopicValidator.isSystemTopic(name) + " " + TopicValidator.isNotAllowedSendTopic(name));
+        }
+    }
+
+    static String hex(String s) {
+        return s.isEmpty() ? "-" : java.util.HexFormat.of().formatHex(s.getBytes(StandardCharsets.UTF_8));
+    }
+}
+"""
+
+
+@pytest.mark.integration
+def test_the_rules_are_apache_rocketmqs_own(tmp_path):
+    """RocketMQ 5.4.0's TopicValidator (its jar, run by the JDK) judges the same names: the same verdicts and remarks
+    for topics and groups, the same system topics; sends are refused for its not-allowed topics and, beyond it, for
+    TBW102 and every rmq_sys_ topic (docs/names.md)."""
+    jars = sorted(ROCKETMQ_5_LIB.glob("*.jar"))
+    if not jars or not shutil.which("javac"):
+        pytest.skip("no JDK or no RocketMQ 5 jars (make peers)")
+    cp = os.pathsep.join(map(str, jars))
+    (tmp_path / "NameOracle.java").write_text(_ORACLE)
+    subprocess.run(["javac", "-cp", cp, "-d", str(tmp_path), str(tmp_path / "NameOracle.java")], check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    samples = ["Orders", "", "  ", "a.b", "a b", "a\x00b", "abc\n", "caf\u00e9", "../../x", "%RETRY%g", "%DLQ%g",
+               "x" * 120, "x" * 121, "x" * 127, "x" * 128, "g" * 300, "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest",
+               "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+               "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "RMQ_SYS_TRACE_TOPIC", "CHECKPOINT_TOPIC",
+               "RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC", "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC", "rmq_sys_wheel_timer",
+               "rmq_sys_anything", "Rmq_sys_x"]  # fmt: skip
+    stdin = "".join(n.encode().hex() + "\n" for n in samples)
+    out = subprocess.run(["java", "-Xms32m", "-Xmx128m", "-cp", f"{cp}{os.pathsep}{tmp_path}", "NameOracle"],
+                         input=stdin, check=True, capture_output=True, text=True, timeout=300).stdout  # fmt: skip
+
+    def remark(field: str) -> str | None:
+        return None if field == "-" else bytes.fromhex(field).decode()
+
+    lines = out.splitlines()
+    assert len(lines) == len(samples)
+    for name, line in zip(samples, lines, strict=True):
+        topic, group, system, not_allowed = line.split(" ")
+        assert names.topic_error(name) == remark(topic), name
+        assert names.group_error(name) == remark(group), name
+        assert names.is_system_topic(name) == (system == "true"), name
+        ours = names.send_forbidden(name)
+        assert ours == (not_allowed == "true" or name == "TBW102" or name.startswith("rmq_sys_")), name

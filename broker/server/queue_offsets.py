@@ -82,7 +82,7 @@ class OffsetProcessor:
         bad_topic = names.stored_topic_error(h.topic)
         if bad_topic is not None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, bad_topic)
-        bad_group = names.group_error(h.consumer_group)
+        bad_group = names.stored_group_error(h.consumer_group)
         if bad_group is not None:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, bad_group)
         self.broker.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)

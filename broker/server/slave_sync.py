@@ -160,6 +160,7 @@ class SlaveSynchronize:
         version = wrapper.data_version.to_json()
         if version == self.groups.data_version:
             return
-        self.groups.table = _legal(dict(wrapper.subscription_group_table), names.group_error, "subscription group")
+        groups = dict(wrapper.subscription_group_table)
+        self.groups.table = _legal(groups, names.stored_group_error, "subscription group")
         self.groups.data_version = version
         await asyncio.to_thread(self.groups.persist)
