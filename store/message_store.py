@@ -15,6 +15,7 @@ from enum import Enum
 from pathlib import Path
 
 from store import config_files as cf
+from store import names
 from store.checkpoint import StoreCheckpoint, StoreLock, abort_file
 from store.commitlog import (
     AppendResult,
@@ -626,8 +627,12 @@ class MessageStore:
             queues = self.consume_queues.remove_topic(topic)
             for cq in queues:
                 cq.destroy()  # unlinks; a pull reading one of its files right now finishes from the mapping
-            topic_dir = self.consume_queues.root / topic
-            for qdir in [cq.queue.directory for cq in queues] + [topic_dir]:
+            try:
+                topic_dirs = [names.path_under(self.consume_queues.root, topic)]
+            except names.IllegalName as e:  # no directory of the store has such a name: nothing to remove
+                log.warning("topic %r deleted; no directory looked for: %s", topic, e)
+                topic_dirs = []
+            for qdir in [cq.queue.directory for cq in queues] + topic_dirs:
                 try:
                     qdir.rmdir()  # only if empty, as RocketMQ: a file the store does not know of stays
                 except FileNotFoundError:

@@ -8,6 +8,7 @@ are expected to be gone, not errors.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +17,11 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.index_rebuild.live import cq_files, queue_dirs, read_units
+from store import names as store_names
 from store.dump import Problem
 from store.format import records, units
+
+log = logging.getLogger(__name__)
 
 UNIT = units.CQ_UNIT_SIZE
 MAX_PROBLEMS = 20  # listed per queue; the counts are always complete
@@ -40,7 +44,8 @@ class RebuiltQueue:
 
 
 def rebuild_queues(table: pa.Table) -> dict[tuple[str, int], RebuiltQueue]:
-    """Group the consumable records per (topic, queue) and sort them by queue offset."""
+    """Group the consumable records per (topic, queue) and sort them by queue offset; a topic that cannot name a
+    directory (``store.names.file_name_error``) is left out, as the broker's dispatch leaves it out."""
     sys_flag = table.column("sys_flag").to_numpy()
     tx = sys_flag & records.TRANSACTION_ROLLBACK_TYPE
     # records.is_consumable, over the whole column
@@ -64,6 +69,10 @@ def rebuild_queues(table: pa.Table) -> dict[tuple[str, int], RebuiltQueue]:
     out = {}
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
         key = (names[codes[a]], int(qid[a]))
+        bad = store_names.file_name_error(key[0])
+        if bad is not None:  # the broker's dispatch quarantines these records: no queue of theirs exists or is made
+            log.warning("%d record(s) of topic %r queue %d left out: %s", b - a, key[0], key[1], bad)
+            continue
         out[key] = RebuiltQueue(key[0], key[1], qo[a:b], rows[a:b])
     return out
 
