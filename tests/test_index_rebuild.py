@@ -561,7 +561,7 @@ def test_a_topic_no_directory_can_hold_and_odd_entries_are_reported_not_a_traceb
     assert (p["kind"], p["file"], p["position"], p["commitlog_offset"]) == (
         "topic_name", str(seg), end - int(seg.name), end
     )
-    assert "300 bytes long" in p["detail"]
+    assert "longer than 255 bytes" in p["detail"]
     assert f"topic_name {seg}" in res.output and f"commitlog_offset={end}" in res.output
     assert sorted(rep["skipped"]) == sorted(f"{d}: not a queue directory (name must be a queue id)" for d in odd)
     assert all(f"skipped {d}" in res.output for d in odd)

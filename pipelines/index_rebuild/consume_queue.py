@@ -8,7 +8,6 @@ are expected to be gone, not errors.
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +19,6 @@ from pipelines.index_rebuild.live import cq_files, queue_dirs, read_units
 from store import names as store_names
 from store.dump import Problem
 from store.format import records, units
-
-log = logging.getLogger(__name__)
 
 UNIT = units.CQ_UNIT_SIZE
 MAX_PROBLEMS = 20  # listed per queue; the counts are always complete
@@ -44,8 +41,9 @@ class RebuiltQueue:
 
 
 def rebuild_queues(table: pa.Table) -> dict[tuple[str, int], RebuiltQueue]:
-    """Group the consumable records per (topic, queue) and sort them by queue offset; a topic that cannot name a
-    directory (``store.names.file_name_error``) is left out, as the broker's dispatch leaves it out."""
+    """Group the consumable records per (topic, queue) and sort them by queue offset.  A topic that cannot name a
+    directory is kept here: :func:`compare_all` reports it (the broker's dispatch quarantines its records) and a
+    repair leaves it out."""
     sys_flag = table.column("sys_flag").to_numpy()
     tx = sys_flag & records.TRANSACTION_ROLLBACK_TYPE
     # records.is_consumable, over the whole column
@@ -69,10 +67,6 @@ def rebuild_queues(table: pa.Table) -> dict[tuple[str, int], RebuiltQueue]:
     out = {}
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
         key = (names[codes[a]], int(qid[a]))
-        bad = store_names.file_name_error(key[0])
-        if bad is not None:  # the broker's dispatch quarantines these records: no queue of theirs exists or is made
-            log.warning("%d record(s) of topic %r queue %d left out: %s", b - a, key[0], key[1], bad)
-            continue
         out[key] = RebuiltQueue(key[0], key[1], qo[a:b], rows[a:b])
     return out
 
@@ -194,15 +188,9 @@ def compare_queue(
     return res
 
 
-NAME_MAX = 255  # bytes in one file name (Linux, and most file systems)
-
-
 def unnamable(topic: str) -> str | None:
     """Why ``topic`` cannot name a ConsumeQueue directory (``consumequeue/{topic}/``), or None when it can."""
-    if topic in ("", ".", "..") or "/" in topic or "\0" in topic:
-        return "it is not a single directory name"
-    size = len(os.fsencode(topic))
-    return f"it is {size} bytes long, a directory name at most {NAME_MAX}" if size > NAME_MAX else None
+    return store_names.file_name_error(topic)
 
 
 def _unnamable_result(store_dir: Path, rebuilt: RebuiltQueue, topic: str, queue_id: int, why: str) -> QueueResult:
