@@ -27,13 +27,15 @@ def dump(
     topic: Annotated[str | None, typer.Option(help="Only this topic.")] = None,
     limit: Annotated[int | None, typer.Option(help="Print at most this many rows.")] = None,
 ) -> None:
-    """Print a store's records (like kafka-dump-log); --verify exits 1 naming each bad file and position."""
-    from store.dump import iter_cq_units, iter_index_headers, iter_records, verify_store
+    """Print a store's records (like kafka-dump-log); --verify exits 1 naming each bad file and position.
 
-    if not store_dir.exists():
-        print_error(f"no such store directory: {store_dir}")
-        raise typer.Exit(2)
+    Entries of the store dir that are not store files are skipped and reported (on stderr when listing); a file
+    that cannot be read ends the command with one error line naming it (exit 2).
+    """
+    from store.dump import Problem, iter_cq_units, iter_index_headers, iter_records, verify_store
+
     out = console()
+    odd: list[Problem] = []
 
     def emit(rows: Iterable[dict], title: str, columns: list[str]) -> None:
         shown = rows if limit is None else itertools.islice(rows, limit)
@@ -46,23 +48,34 @@ def dump(
             t.add_row(*(str(r.get(c, "")) for c in columns))
         out.print(t)
 
-    if verify:
-        checked, problems = verify_store(store_dir)
-        for p in problems:
-            print(json.dumps(asdict(p)) if json_lines else str(p))
-        if not json_lines:
-            out.print(f"{checked} records checked, {len(problems)} problem(s)")
-        raise typer.Exit(1 if problems else 0)
+    try:
+        if not store_dir.exists():
+            print_error(f"no such store directory: {store_dir}")
+            raise typer.Exit(2)
+        if verify:
+            checked, problems = verify_store(store_dir)
+            for p in problems:
+                print(json.dumps(asdict(p)) if json_lines else str(p))
+            if not json_lines:
+                out.print(f"{checked} records checked, {len(problems)} problem(s)")
+            raise typer.Exit(1 if problems else 0)
 
-    if consume_queue:
-        units = (u for u in iter_cq_units(store_dir) if topic is None or u["topic"] == topic)
-        emit(units, "ConsumeQueue", ["topic", "queue_id", "queue_offset", "commitlog_offset", "size", "tags_code"])
-    if index:
-        cols = ["file", "begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset"]
-        emit(iter_index_headers(store_dir), "IndexFile headers", cols + ["hash_slot_count", "index_count"])
-    if not consume_queue and not index:
-        records = (r for r in iter_records(store_dir) if isinstance(r, dict) and (topic is None or r["topic"] == topic))
-        emit(records, "CommitLog", ["offset", "topic", "queue_id", "queue_offset", "keys", "tags", "size", "crc_ok"])
+        if consume_queue:
+            units = (u for u in iter_cq_units(store_dir, odd) if topic is None or u["topic"] == topic)
+            emit(units, "ConsumeQueue", ["topic", "queue_id", "queue_offset", "commitlog_offset", "size", "tags_code"])
+        if index:
+            cols = ["file", "begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset"]
+            emit(iter_index_headers(store_dir, odd), "IndexFile headers", cols + ["hash_slot_count", "index_count"])
+        if not consume_queue and not index:
+            records = (r for r in iter_records(store_dir, odd=odd)
+                       if isinstance(r, dict) and (topic is None or r["topic"] == topic))  # fmt: skip
+            emit(records, "CommitLog", ["offset", "topic", "queue_id", "queue_offset", "keys", "tags", "size",
+                                        "crc_ok"])  # fmt: skip
+    except OSError as e:  # unreadable (permissions), vanished, a name the file system refuses
+        print_error(f"{e.filename or store_dir}: cannot read: {e.strerror or e}")
+        raise typer.Exit(2) from None
+    for p in odd:
+        print_error(f"skipped {p}")
 
 
 # The repair's install step lives with verify-index (pipelines/index_rebuild/), which writes what it installs.

@@ -28,6 +28,7 @@ CONSUMER_OFFSET = "consumerOffset.json"
 SUBSCRIPTION_GROUP = "subscriptionGroup.json"
 DELAY_OFFSET = "delayOffset.json"
 DELETED_TOPICS = "deletedTopics.json"  # mqlake's own: RocketMQ keeps no record of a deletion
+QUEUE_ENDS = "consumeQueueEnds.json"  # mqlake's own: where each ConsumeQueue ended, to notice one gone missing
 
 
 class ConfigFileError(MQLakeError, ValueError):
@@ -214,6 +215,24 @@ def load_deleted_topics(config_dir: Path) -> dict[str, int]:
 def save_deleted_topics(config_dir: Path, table: Mapping[str, int]) -> None:
     """Write ``deletedTopics.json``."""
     write_config(Path(config_dir) / DELETED_TOPICS, {"deletedTopics": {k: int(v) for k, v in sorted(table.items())}})
+
+
+def load_queue_ends(config_dir: Path) -> dict[tuple[str, int], int]:
+    """``consumeQueueEnds.json``: ``{topic: {queueId: next queue offset}}`` as the store last recorded it."""
+    path = Path(config_dir) / QUEUE_ENDS
+    table = (read_config(path) or {}).get("queueEnds") or {}
+    if not isinstance(table, dict):
+        raise ConfigFileError(path, "bad queueEnds: not an object")
+    return {(str(topic), q): end for topic, queues in table.items()
+            for q, end in _int_map(path, queues, f"queueEnds[{topic!r}]").items()}  # fmt: skip
+
+
+def save_queue_ends(config_dir: Path, ends: Mapping[tuple[str, int], int]) -> None:
+    """Write ``consumeQueueEnds.json``."""
+    table: dict[str, dict[str, int]] = {}
+    for (topic, q), end in sorted(ends.items()):
+        table.setdefault(topic, {})[str(q)] = int(end)
+    write_config(Path(config_dir) / QUEUE_ENDS, {"queueEnds": table})
 
 
 def next_data_version(previous: Mapping[str, Any] | None = None) -> dict[str, Any]:

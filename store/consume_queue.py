@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal, overload
 
+from store import names
 from store.errors import MQLakeError
 from store.format import units
 from store.mapped_file import MappedFile, MappedFileQueue, zero_stale_tail
@@ -26,13 +27,21 @@ class ConsumeQueue:
             raise ConsumeQueueSizeError(f"mappedFileSizeConsumeQueue {file_size} is not a multiple of {UNIT}")
         self.topic = topic
         self.queue_id = queue_id
-        self.queue = MappedFileQueue(root / topic / str(queue_id), file_size)
+        # IllegalName for a topic that is no plain directory name: nothing is created then
+        self.queue = MappedFileQueue(names.path_under(root, topic, str(queue_id)), file_size)
         self.file_size = file_size
         self.max_physic_offset = -1  # end (offset+size) of the last dispatched record
         self.min_logic_offset = 0  # bytes; raised when the CommitLog below is deleted
+        self.damage: str | None = None  # why load() deleted files of this queue, which must be rebuilt
 
     def load(self) -> None:
-        self.queue.load()
+        """Map the queue's files; a damaged one (wrong size, after a gap) is deleted with those after it and
+        ``damage`` says why, for recovery to rebuild the queue from the CommitLog."""
+        self.damage = self.queue.load(derived=True)
+        if self.damage is None and not self.queue.files and self.queue.directory.is_dir():
+            self.damage = f"{self.queue.directory} holds no file"
+        if self.damage is not None:
+            log.warning("ConsumeQueue %s-%d: %s", self.topic, self.queue_id, self.damage)
 
     # --- recovery --------------------------------------------------------------------------------------
     def recover(self) -> None:
@@ -255,5 +264,8 @@ class ConsumeQueueTable:
             if not topic_dir.is_dir():
                 continue
             for qdir in sorted(topic_dir.iterdir()):
-                if qdir.is_dir() and qdir.name.isdigit():
-                    self.find(topic_dir.name, int(qdir.name)).load()
+                if qdir.is_dir() and qdir.name.isascii() and qdir.name.isdigit():
+                    try:
+                        self.find(topic_dir.name, int(qdir.name)).load()
+                    except names.IllegalName as e:  # a link leading out of the store: never opened, never written
+                        log.error("%s left out: %s", qdir, e)

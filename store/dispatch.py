@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
+from store import names
 from store.commitlog import CommitLog
 from store.consume_queue import ConsumeQueueTable
 from store.dispatch_loop import CompiledDispatch, available, built
@@ -133,6 +134,7 @@ class ReputService(threading.Thread):
         self._appended = threading.Event()
         self._reput_lock = threading.Lock()
         self._pause_wanted = threading.Event()  # a pass stops at the next segment boundary and lets it in
+        self.quarantined = 0  # records left undispatched because of their name (_quarantine)
         self.sealed_stats: dict[int, SegmentStats] = {}  # base offset -> stats of finished segments
         self._current: tuple[int, SegmentStats] | None = None
         # Runs of records by the compiled loop (store/format/_dispatch.pyx), the rest by the per-record reference
@@ -273,11 +275,16 @@ class ReputService(threading.Thread):
                     # RocketMQ stops here too; recovery deals with it at the next start
                     log.error("%s: unreadable record at position %d during dispatch: %s", mf.path, pos, res.reason)
                     return end, done - start_done, False
-                for dispatch in dispatchers:
-                    dispatch(req)
-                if req.consumable:
-                    for listener in self._listeners:  # read per record: an addition or removal counts at once
-                        listener(req.topic, req.queue_id, req.queue_offset + 1, (req.tags_code,), req.store_timestamp)
+                try:
+                    for dispatch in dispatchers:
+                        dispatch(req)
+                except names.IllegalName as e:
+                    self._quarantine(req, e)
+                else:
+                    if req.consumable:
+                        for listener in self._listeners:  # read per record: additions and removals count at once
+                            listener(req.topic, req.queue_id, req.queue_offset + 1, (req.tags_code,),
+                                     req.store_timestamp)  # fmt: skip
                 stats.count += 1
                 if stats.first_store_time is None:
                     stats.first_store_time = req.store_timestamp
@@ -297,6 +304,13 @@ class ReputService(threading.Thread):
                 return pos, done - start_done, True  # the rest of a replicated record is still on its way
             log.error("%s: unreadable record at position %d during dispatch: %s", mf.path, pos, walk.reason)
             return end, done - start_done, False
+
+    def _quarantine(self, req: records.DispatchRequest, error: names.IllegalName) -> None:
+        """A record whose topic cannot name a queue directory: left out of every queue and index, logged, counted;
+        dispatch goes on with the next record, so one bad record never holds back the ones after it."""
+        self.quarantined += 1
+        log.error("record at CommitLog offset %d (topic %r, queue %d) quarantined, not dispatched: %s",
+                  req.commitlog_offset, req.topic, req.queue_id, error)  # fmt: skip
 
     def _stats_for(self, base: int, pos: int) -> SegmentStats:
         if self._current is None or self._current[0] != base:

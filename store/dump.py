@@ -1,5 +1,6 @@
 """What ``mqlake store dump`` prints (cli/store.py), as data: a store's records, ConsumeQueue units and IndexFile
-headers, and the problems ``--verify`` finds, each naming file and position.
+headers, and the problems ``--verify`` finds, each naming file and position.  An entry of the store dir that is not
+what its place holds (a badly named file or directory) is skipped and reported, never a crash.
 
 Safe on the store of a running broker: files are mapped read-only and no lock is taken.
 """
@@ -23,13 +24,27 @@ class Problem:
     detail: str
 
     def __str__(self) -> str:
+        if self.kind == "name":  # a whole entry: no position in it
+            return f"{self.file}: {self.detail}"
         return f"{self.file} @ {self.position} (offset {self.offset}): {self.kind}: {self.detail}"
 
 
-def _segments(directory: Path) -> list[Path]:
+def _odd(path: Path, detail: str) -> Problem:
+    """An entry of the store dir that is not what its place holds: skipped, and reported."""
+    return Problem(str(path), 0, 0, "name", detail)
+
+
+def _segments(directory: Path, odd: list[Problem] | None = None) -> list[Path]:
+    """The segment files of ``directory`` by name; anything else there is appended to ``odd``."""
     if not directory.is_dir():
         return []
-    return sorted(p for p in directory.iterdir() if p.is_file() and units.is_offset_file_name(p.name))
+    out = []
+    for p in directory.iterdir():
+        if p.is_file() and units.is_offset_file_name(p.name):
+            out.append(p)
+        elif odd is not None and not p.name.endswith(".tmp"):  # a .tmp is an interrupted preallocation
+            odd.append(_odd(p, "not a segment (name must be a 20-digit start offset)"))
+    return sorted(out)
 
 
 def _map(path: Path) -> mmap.mmap | None:
@@ -43,9 +58,10 @@ def commitlog_dir(store_dir: Path) -> Path:
     return store_dir / "commitlog" if (store_dir / "commitlog").is_dir() else store_dir
 
 
-def iter_records(store_dir: Path, check_crc: bool = True) -> Iterator[dict | Problem]:
-    """Every record of every CommitLog segment as a dict, and every problem found on the way."""
-    for path in _segments(commitlog_dir(store_dir)):
+def iter_records(store_dir: Path, check_crc: bool = True, odd: list[Problem] | None = None) -> Iterator[dict | Problem]:
+    """Every record of every CommitLog segment as a dict, and every problem found on the way; entries of the
+    commitlog directory that are not segments are appended to ``odd``."""
+    for path in _segments(commitlog_dir(store_dir), odd):
         base = int(path.name)
         mm = _map(path)
         if mm is None:
@@ -101,44 +117,75 @@ def _iter_segment(path: Path, base: int, mm: mmap.mmap, check_crc: bool) -> Iter
         yield Problem(str(path), pos, base + pos, "record", walk.reason)
 
 
-def iter_cq_units(store_dir: Path) -> Iterator[dict]:
-    root = store_dir / "consumequeue"
+def queue_dirs(root: Path, odd: list[Problem] | None = None) -> Iterator[tuple[Path, Path]]:
+    """(topic dir, queue dir) of every ``consumequeue/{topic}/{queueId}``, by topic and queue id; any other entry
+    is appended to ``odd``."""
     if not root.is_dir():
         return
-    for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        for qdir in sorted((p for p in topic_dir.iterdir() if p.is_dir()), key=lambda p: int(p.name)):
-            for path in _segments(qdir):
-                mm = _map(path)
-                if mm is None:
-                    continue
-                with mm:
-                    base = int(path.name) // units.CQ_UNIT_SIZE
-                    whole = len(mm) - len(mm) % units.CQ_UNIT_SIZE
-                    for i, (phy, size, tags) in enumerate(units.iter_cq_units(mm[:whole])):
-                        if size <= 0 and phy == 0:
-                            break
-                        yield {
-                            "topic": topic_dir.name,
-                            "queue_id": int(qdir.name),
-                            "queue_offset": base + i,
-                            "commitlog_offset": phy,
-                            "size": size,
-                            "tags_code": tags,
-                            "file": str(path),
-                        }
+    for topic_dir in sorted(root.iterdir()):
+        if not topic_dir.is_dir():
+            if odd is not None:
+                odd.append(_odd(topic_dir, "not a topic directory"))
+            continue
+        qdirs = []
+        for p in topic_dir.iterdir():
+            if p.is_dir() and p.name.isascii() and p.name.isdigit():
+                qdirs.append(p)
+            elif odd is not None:
+                odd.append(_odd(p, "not a queue directory (name must be a queue id)"))
+        for qdir in sorted(qdirs, key=lambda p: int(p.name)):
+            yield topic_dir, qdir
 
 
-def iter_index_headers(store_dir: Path) -> Iterator[dict]:
+def iter_cq_units(store_dir: Path, odd: list[Problem] | None = None) -> Iterator[dict]:
+    """Every unit of every ConsumeQueue; entries of ``consumequeue/`` that are not queues or segments are skipped
+    and appended to ``odd``."""
+    for topic_dir, qdir in queue_dirs(store_dir / "consumequeue", odd):
+        for path in _segments(qdir, odd):
+            mm = _map(path)
+            if mm is None:
+                continue
+            with mm:
+                base = int(path.name) // units.CQ_UNIT_SIZE
+                whole = len(mm) - len(mm) % units.CQ_UNIT_SIZE
+                for i, (phy, size, tags) in enumerate(units.iter_cq_units(mm[:whole])):
+                    if size <= 0 and phy == 0:
+                        break
+                    yield {
+                        "topic": topic_dir.name,
+                        "queue_id": int(qdir.name),
+                        "queue_offset": base + i,
+                        "commitlog_offset": phy,
+                        "size": size,
+                        "tags_code": tags,
+                        "file": str(path),
+                    }
+
+
+def iter_index_headers(store_dir: Path, odd: list[Problem] | None = None) -> Iterator[dict]:
+    """The header of every IndexFile; other entries of ``index/``, and files too short for a header, are skipped
+    and appended to ``odd``."""
     root = store_dir / "index"
     if not root.is_dir():
         return
     for path in sorted(root.iterdir()):
+        if not (path.is_file() and units.is_index_file_name(path.name)):
+            if odd is not None and not path.name.endswith(".tmp"):
+                odd.append(_odd(path, "not an IndexFile (name must be its creation time, yyyyMMddHHmmssSSS)"))
+            continue
         with open(path, "rb") as f:
-            h = units.decode_index_header(f.read(units.INDEX_HEADER_SIZE))
+            head = f.read(units.INDEX_HEADER_SIZE)
+        if len(head) < units.INDEX_HEADER_SIZE:
+            if odd is not None:
+                odd.append(Problem(str(path), len(head), 0, "index", f"{len(head)} bytes, shorter than its header"))
+            continue
+        h = units.decode_index_header(head)
         yield {"file": path.name, "size": path.stat().st_size, **{k: getattr(h, k) for k in h.__slots__}}
 
 
-def verify_consume_queues(store_dir: Path, by_offset: dict[int, dict], unreadable: list[Problem]) -> Iterator[Problem]:
+def verify_consume_queues(
+    store_dir: Path, by_offset: dict[int, dict], unreadable: list[Problem], odd: list[Problem] | None = None
+) -> Iterator[Problem]:
     """Each unit must point at a record of its topic and queue, with its queue offset and size.
 
     Units pointing past a CommitLog problem (where the scan had to stop) are counted per queue rather
@@ -149,7 +196,7 @@ def verify_consume_queues(store_dir: Path, by_offset: dict[int, dict], unreadabl
     for p in unreadable:
         seg[int(Path(p.file).name)] = p.offset
     blind: dict[tuple[str, int], list] = {}
-    for u in iter_cq_units(store_dir):
+    for u in iter_cq_units(store_dir, odd):
         phy = u["commitlog_offset"]
         if u["size"] == units.CQ_FILL_SIZE or phy < lowest:
             continue  # filler, or data deleted by retention
@@ -180,11 +227,14 @@ def verify_store(store_dir: Path) -> tuple[int, list[Problem]]:
     """``--verify``: every CommitLog problem (CRC, offset, length, torn tail) and every ConsumeQueue unit that
     does not point at its record; returns (records checked, problems)."""
     problems: list[Problem] = []
+    odd: list[Problem] = []
     by_offset: dict[int, dict] = {}
-    for item in iter_records(store_dir):
+    for item in iter_records(store_dir, odd=odd):
         if isinstance(item, Problem):
             problems.append(item)
         else:
             by_offset[item["offset"]] = item
-    problems.extend(verify_consume_queues(store_dir, by_offset, list(problems)))
-    return len(by_offset), problems
+    problems.extend(verify_consume_queues(store_dir, by_offset, list(problems), odd))
+    for _ in iter_index_headers(store_dir, odd):
+        pass
+    return len(by_offset), problems + odd

@@ -106,6 +106,43 @@ class IndexFile:
                 break
             nxt = prev
 
+    def truncate(self, phy_offset: int, store_time: Callable[[int], int | None]) -> int:
+        """Drop every entry pointing at or past CommitLog offset ``phy_offset``; returns how many were dropped.
+
+        Entries are appended in CommitLog order, so the dropped ones are the newest.  Each is undone newest
+        first: its slot gets back the entry it chained to (what the slot held before it was written), which
+        leaves the slots and header exactly as they were before the first dropped entry was added.
+        ``store_time`` gives the store timestamp of the record at an offset (None if unreadable), for the
+        header's new end.
+        """
+        h = self.header
+        keep = h.index_count
+        while keep > 1 and units.read_index_entry(self.mm, self.hash_slot_num, keep - 1)[1] >= phy_offset:
+            keep -= 1
+        if keep == h.index_count:
+            return 0
+        empty_entry = bytes(units.INDEX_ENTRY_SIZE)
+        for n in range(h.index_count - 1, keep - 1, -1):
+            key_hash, _phy, _tdiff, prev = units.read_index_entry(self.mm, self.hash_slot_num, n)
+            slot = key_hash % self.hash_slot_num
+            if units.read_index_slot(self.mm, slot) == n:
+                units.write_index_slot(self.mm, slot, max(prev, 0))  # a dropped one is undone next
+            if prev <= 0:
+                h.hash_slot_count = max(0, h.hash_slot_count - 1)
+            pos = units.index_entry_position(self.hash_slot_num, n)
+            self.mm[pos : pos + units.INDEX_ENTRY_SIZE] = empty_entry
+        dropped = h.index_count - keep
+        h.index_count = keep
+        if keep > 1:
+            _hash, phy, tdiff, _prev = units.read_index_entry(self.mm, self.hash_slot_num, keep - 1)
+            h.end_phy_offset = phy
+            ts = store_time(phy)
+            # the entry keeps its time in whole seconds from the file's begin: the record's own time is exact
+            h.end_timestamp = ts if ts is not None and ts > 0 else h.begin_timestamp + tdiff * 1000
+        self.write_header()
+        self.flush()
+        return dropped
+
     def flush(self) -> None:
         os.fdatasync(self._fd)
 
@@ -219,6 +256,29 @@ class IndexService:
                 if f.header.begin_timestamp < begin or len(out) >= max_num:
                     break
             return out, last.end_timestamp, last.end_phy_offset
+
+    def truncate(self, phy_offset: int, store_time: Callable[[int], int | None]) -> int:
+        """Drop every entry pointing at or past ``phy_offset`` (the CommitLog was cut there); returns how many.
+
+        A last file left without an entry whose header ends past the cut is deleted (a file created empty
+        copies its predecessor's end into its header).  Afterwards the index ends before ``phy_offset``, so records
+        written there from now on are indexed (``build_index`` skips what lies below the index's end).
+        """
+        dropped = 0
+        with self.lock:
+            while self.files:
+                f = self.files[-1]
+                n = f.truncate(phy_offset, store_time)
+                dropped += n
+                if f.header.index_count > 1 or f.header.end_phy_offset < phy_offset:
+                    if n:
+                        log.warning("index file %s: %d entries at or past CommitLog offset %d dropped; it now "
+                                    "ends at offset %d", f.path, n, phy_offset, f.header.end_phy_offset)  # fmt: skip
+                    break
+                log.warning("index file %s: every entry lies at or past CommitLog offset %d; deleted", f.path,
+                            phy_offset)  # fmt: skip
+                self.files.pop().destroy()
+        return dropped
 
     def delete_expired(self, commitlog_min_offset: int) -> int:
         """Delete index files whose every entry lies below the CommitLog minimum (never the last)."""

@@ -177,27 +177,41 @@ class MappedFileQueue:
         self.lock = threading.RLock()  # guards the list, not the bytes
 
     # --- loading ---------------------------------------------------------------------------------------
-    def load(self) -> None:
-        """``doLoad``: every segment must be exactly the configured size; names must be offsets."""
+    def load(self, *, derived: bool = False) -> str | None:
+        """``doLoad``: every segment must be exactly the configured size, contiguous; names must be offsets.
+
+        A log that is ``derived`` from another (a ConsumeQueue, rebuilt from the CommitLog) is not refused for a
+        segment of the wrong size or one after a gap: that segment and every later one are deleted, and the
+        reason is returned for the caller to rebuild from.  Otherwise such a segment raises StoreFileError.
+        """
         if not self.directory.exists():
-            return
+            return None
         for tmp in self.directory.glob("*.tmp"):
             tmp.unlink()  # an interrupted preallocation
         names = sorted(p for p in self.directory.iterdir() if p.is_file())
-        for p in names:
+        for i, p in enumerate(names):
             if not units.is_offset_file_name(p.name):
                 raise StoreFileError(f"{p}: not a segment (name must be a 20-digit start offset)")
-            if p.stat().st_size == 0 and p == names[-1]:
+            size = p.stat().st_size
+            if size == 0 and p == names[-1]:
                 p.unlink()  # 5.x: a zero-length last file is an interrupted creation
                 continue
+            expected = self.files[-1].end_offset if self.files else int(p.name)
+            problem = None
+            if size != self.file_size:
+                problem = f"{p}: size {size} is not the configured segment size {self.file_size}"
+            elif int(p.name) != expected:
+                problem = f"{p}: starts at {int(p.name)}, expected {expected}"
+            if problem is not None:
+                if not derived:
+                    raise StoreFileError(problem)
+                for q in names[i:]:
+                    q.unlink()
+                return f"{problem}; deleted it and the {len(names) - i - 1} file(s) after it"
             mf = MappedFile(p, self.file_size)
             mf.wrote = mf.flushed = self.file_size  # recovery sets the real positions
             self.files.append(mf)
-        for a, b in zip(self.files, self.files[1:], strict=False):
-            if b.file_from_offset != a.file_from_offset + self.file_size:
-                raise StoreFileError(
-                    f"{b.path}: starts at {b.file_from_offset}, expected {a.file_from_offset + self.file_size}"
-                )
+        return None
 
     # --- positions ---------------------------------------------------------------------------------------
     @property

@@ -15,6 +15,7 @@ from enum import Enum
 from pathlib import Path
 
 from store import config_files as cf
+from store import names
 from store.checkpoint import StoreCheckpoint, StoreLock, abort_file
 from store.commitlog import (
     AppendResult,
@@ -232,18 +233,61 @@ class MessageStore:
         # Deleted topics' older records are never dispatched again, even by the re-dispatch after a crash; an entry
         # is dropped once the CommitLog no longer holds records below it.
         cl_min = self.commitlog.min_offset
-        self._deleted_topics = {t: end for t, end in cf.load_deleted_topics(self.config.config_dir).items()
-                                if end > cl_min}  # fmt: skip
+        deleted = cf.load_deleted_topics(self.config.config_dir)
+        self._deleted_topics = {t: end for t, end in deleted.items() if end > cl_min}
         for topic, end in self._deleted_topics.items():
             self._build_cq.forget_topic(topic, end)
-        self.reput.set_reput_from(self.recovery_report.dispatch_from)
+        rebuilds = self._queues_to_rebuild(set(deleted))
+        dispatch_from = min([self.recovery_report.dispatch_from, *(start for _, _, start in rebuilds)])
+        self.reput.set_reput_from(dispatch_from)
         # Dispatch everything already in the log before queue offsets are handed out again.
         while self.reput.do_reput() > 0:
             pass
+        for cq, was, _ in rebuilds:
+            log.info("ConsumeQueue %s-%d rebuilt from the CommitLog: queue offsets %d to %d", cq.topic, cq.queue_id,
+                     was, cq.max_offset_in_queue)  # fmt: skip
         self._recover_topic_queue_table()
+        self._save_queue_ends()
         self._sync_manifest()
         self.schedule.load()
         self.timers.load()
+
+    def _queues_to_rebuild(self, deleted_topics: set[str]) -> list[tuple[ConsumeQueue, int, int]]:
+        """The ConsumeQueues to rebuild from the CommitLog, logged, each as (queue, its end now, the CommitLog offset
+        its missing units lie at or after): those ``load`` found damaged, and those ending below where the store
+        last recorded them (a file or a queue's directory deleted while the broker was stopped). RocketMQ
+        re-dispatches only from the highest offset any queue reached, and never notices either."""
+        if not self.commitlog.queue.files:
+            return []
+        try:
+            recorded = cf.load_queue_ends(self.config.config_dir)
+        except cf.ConfigFileError as e:
+            log.warning("%s; ConsumeQueues are checked without it", e)
+            recorded = {}
+        why = {(cq.topic, cq.queue_id): cq.damage for cq in self.consume_queues.all() if cq.damage is not None}
+        # compared as loaded, before recovery cut the queues to a truncated CommitLog: those units are gone for good
+        loaded = self.recovery_report.queue_ends if self.recovery_report is not None else {}
+        for key, end in recorded.items():
+            if key not in why and key[0] not in deleted_topics and loaded.get(key, 0) < end:
+                why[key] = f"ends at queue offset {loaded.get(key, 0)}, it last ended at {end}"
+        cl_min = self.commitlog.min_offset
+        out = []
+        for (topic, queue_id), reason in sorted(why.items()):
+            cq = self.consume_queues.find(topic, queue_id)
+            start = max(cq.max_physic_offset, cl_min)  # the end of its last unit's record, -1 when it has none
+            log.warning("ConsumeQueue %s-%d: %s; rebuilding it from queue offset %d, CommitLog offset %d",
+                        topic, queue_id, reason, cq.max_offset_in_queue, start)  # fmt: skip
+            out.append((cq, cq.max_offset_in_queue, start))
+        return out
+
+    def _save_queue_ends(self) -> None:
+        """Record where each ConsumeQueue ends, for the next start to notice one that lost files meanwhile."""
+        ends = {(cq.topic, cq.queue_id): cq.max_offset_in_queue for cq in self.consume_queues.all()
+                if cq.max_offset_in_queue > 0}  # fmt: skip
+        try:
+            cf.save_queue_ends(self.config.config_dir, ends)
+        except OSError as e:  # a hint for the next start, not worth failing this start or stop for
+            log.warning("cannot record the ConsumeQueue ends: %s", e)
 
     def _recover_topic_queue_table(self) -> None:
         table = {}
@@ -279,6 +323,8 @@ class MessageStore:
         self._flush_consume_queues(thorough=True)
         self.index.flush()
         fully_dispatched = self.reput.behind_bytes <= 0
+        if fully_dispatched:
+            self._save_queue_ends()
         self._sync_manifest()
         self._close_files()
         if fully_dispatched:
@@ -581,8 +627,12 @@ class MessageStore:
             queues = self.consume_queues.remove_topic(topic)
             for cq in queues:
                 cq.destroy()  # unlinks; a pull reading one of its files right now finishes from the mapping
-            topic_dir = self.consume_queues.root / topic
-            for qdir in [cq.queue.directory for cq in queues] + [topic_dir]:
+            try:
+                topic_dirs = [names.path_under(self.consume_queues.root, topic)]
+            except names.IllegalName as e:  # no directory of the store has such a name: nothing to remove
+                log.warning("topic %r deleted; no directory looked for: %s", topic, e)
+                topic_dirs = []
+            for qdir in [cq.queue.directory for cq in queues] + topic_dirs:
                 try:
                     qdir.rmdir()  # only if empty, as RocketMQ: a file the store does not know of stays
                 except FileNotFoundError:
@@ -740,6 +790,13 @@ class MessageStore:
             return -1
         return self._unit_store_time(cq, cq.min_offset_in_queue)
 
+    def earliest_message_time(self) -> int:
+        """``getEarliestMessageTime``: the store time of the CommitLog's first record, -1 when it holds none."""
+        if self.commitlog.min_offset >= self.commitlog.max_offset:
+            return -1
+        first = self.commitlog.read_record_at(self.commitlog.min_offset)
+        return records.read_store_timestamp(first, 0) if first else -1
+
     def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
         cq = self.find_consume_queue(topic, queue_id, create=False)
         return -1 if cq is None else self._unit_store_time(cq, offset)
@@ -762,6 +819,7 @@ class MessageStore:
             "indexFileCount": str(len(self.index.files)),
             "commitLogDiskRatio": str(self.disk_ratio),
             "consumeQueueDiskRatio": str(self._disk_ratios[1]),
+            "earliestMessageTimeStamp": str(self.earliest_message_time()),
         }
         for level, offset in sorted(self.schedule.offset_table().items()):  # ScheduleMessageService.buildRunningStats
             end = self.get_max_offset_in_queue(delay.SCHEDULE_TOPIC, level - 1)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from store.checkpoint import StoreCheckpoint
@@ -42,6 +42,14 @@ class RecoveryReport:
     truncated_bytes: int = 0
     quarantined_to: str | None = None
     cq_units_dropped: int = 0
+    index_entries_dropped: int = 0
+    # each loaded ConsumeQueue's end (next queue offset) as found on disk, before anything was cut
+    queue_ends: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+def _store_time_at(cl: CommitLog, phy: int) -> int | None:
+    data = cl.read_record_at(phy)
+    return records.read_store_timestamp(data, 0) if data else None
 
 
 def _scan_commitlog(commitlog: CommitLog, start_index: int, config: MessageStoreConfig) -> int:
@@ -184,11 +192,13 @@ def recover(
     """Bring the loaded CommitLog and ConsumeQueues to a consistent end; say where dispatch must restart.
 
     The CommitLog is scanned (from the 3rd-last segment after a clean exit, else from where the
-    checkpoint says) and cut at the end of its valid data; ConsumeQueue units past it or not matching it
-    are dropped.  IndexFiles newer than the checkpoint were already discarded by ``IndexService.load``.
+    checkpoint says) and cut at the end of its valid data; ConsumeQueue units and IndexFile entries past it,
+    and units not matching it, are dropped.  IndexFiles newer than the checkpoint were already discarded by
+    ``IndexService.load``.
     """
     for cq in cqs:
         cq.recover()
+    queue_ends = {(cq.topic, cq.queue_id): cq.max_offset_in_queue for cq in cqs}
     max_cq_phy = max((cq.max_physic_offset for cq in cqs), default=-1)
     files = cl.queue.files
     if not files:
@@ -196,12 +206,15 @@ def recover(
         for cq in cqs:
             cq.destroy()
         index.destroy()
-        return RecoveryReport(not last_exit_ok, 0, 0)
+        return RecoveryReport(not last_exit_ok, 0, 0, queue_ends=queue_ends)
 
     start = max(0, len(files) - 3) if last_exit_ok else _abnormal_start_index(cl, checkpoint, config)
     process = _scan_commitlog(cl, start, config)
     truncated, qpath = _quarantine_tail(cl, process, config.quarantine_dir)
     cl.queue.truncate_dirty_files(process)
+    # RocketMQ leaves its IndexFiles alone here (only files newer than the checkpoint go, at load): entries past the
+    # cut then answer queries with whatever is written there next, and hide the keys written there next.
+    index_dropped = index.truncate(process, lambda phy: _store_time_at(cl, phy))
     if max_cq_phy >= process or not last_exit_ok:
         for cq in cqs:
             cq.truncate_dirty_logic_files(process)
@@ -212,4 +225,6 @@ def recover(
     else:
         dispatch_from = min(files[start].file_from_offset if files else 0, redispatch_from)
     dispatch_from = max(dispatch_from, cl.min_offset)
-    return RecoveryReport(not last_exit_ok, process, dispatch_from, truncated, qpath, dropped)
+    return RecoveryReport(
+        not last_exit_ok, process, dispatch_from, truncated, qpath, dropped, index_dropped, queue_ends
+    )

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from store import config_files as cf
+from store import names
 from store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from store.errors import MQLakeError
 from store.format import properties as P
@@ -143,6 +144,9 @@ def _delivered_copy(raw: bytes, extra: dict[str, str] | None = None) -> Copy:
     qid = P.property_value(props, P.PROPERTY_REAL_QUEUE_ID) or ""
     if not topic or not qid.isascii() or not qid.isdigit():
         raise records.RecordError(0, "a parked message without REAL_TOPIC/REAL_QID")
+    bad = names.stored_topic_error(topic)
+    if bad is not None:  # a client's own REAL_TOPIC: delivering it would create a queue under that name
+        raise records.RecordError(0, f"REAL_TOPIC: {bad}")
     extra_props = P.encode_properties(extra) if extra else b""
     return topic, int(qid), records.retarget_record(raw, topic, int(qid), extra_props, sections)
 

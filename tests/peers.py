@@ -76,12 +76,13 @@ def compile_java(sources: list[Path], peer: str, out_root: Path) -> Path:
 
 def java(main: str, peer: str, *args: str, classes: Path | None = None, home: Path, timeout: float = 300.0,
          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``main`` on ``peer``'s jars (and ``classes``), ``home`` as user.home (where RocketMQ's clients log)."""
+    """Run ``main`` on ``peer``'s jars (and ``classes``), ``home`` as user.home (where RocketMQ's clients log) and
+    ROCKETMQ_HOME (where mqadmin reads ``conf/logback_tools.xml``)."""
     home.mkdir(parents=True, exist_ok=True)
     cmd = ["java", *JVM_OPTS, f"-Duser.home={home}",
            "-cp", classpath(peer, extra=(classes,) if classes else ()), main, *args]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=home,
-                          env={**os.environ, **(env or {})})  # fmt: skip
+                          env={**os.environ, "ROCKETMQ_HOME": str(home), **(env or {})})  # fmt: skip
 
 
 _LOGBACK = """<configuration>
@@ -223,3 +224,13 @@ class JavaCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def java_json(main: str, peer: str, *args: str, classes: Path, home: Path, timeout: float = 300.0) -> dict:
+    """Run a program of tests/java that prints one JSON document on a line of its own (the clients log around it)
+    and return that document; a failed run or a missing document fails with the program's output."""
+    proc = java(main, peer, *args, classes=classes, home=home, timeout=timeout)
+    docs = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and len(docs) == 1, (
+        f"{main} {' '.join(args)} exited with {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(docs[0])

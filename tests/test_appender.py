@@ -225,6 +225,7 @@ def test_put_send_writes_the_encode_message_record(tmp_path, flush):
             (b"", b"", 0, BORN),  # no properties: CLUSTER alone
             (b"has its own cluster", b"CLUSTER\x01theirs\x02TAGS\x01b\x02", 0, BORN),  # kept as it came
             (b"empty cluster value", b"CLUSTER\x01\x02", 0, BORN),  # counts as absent: the broker's is added
+            (b"java 4.9.8", b"TAGS\x01a\x02KEYS\x01k1", 0, BORN),  # no last separator: one goes before CLUSTER
             (b"ipv6 born" * 100, b"UNIQ_KEY\x01AC11\x02", 0, ("fe80::1", 4000)),
             (b"committed, multi tags", b"TAGS\x01a||b\x02", records.TRANSACTION_COMMIT_TYPE | 0x80, BORN),
             (bytes(range(256)) * 20, b"KEYS\x01x y\x02", 0, BORN),  # over the fast CRC's threshold

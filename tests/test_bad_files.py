@@ -170,15 +170,42 @@ def test_index_file_of_wrong_size(tmp_path):
     assert start_fails(cfg, StoreFileError) == msg
 
 
-def test_consume_queue_file_of_wrong_size(tmp_path):
+@pytest.mark.parametrize("damage", ["short", "gap", "missing-last", "missing-dir", "empty-dir"])
+@pytest.mark.parametrize("crashed", [False, True], ids=["clean-exit", "abort-file"])
+def test_damaged_consume_queue_is_rebuilt_and_logged(tmp_path, caplog, damage, crashed):
+    """ConsumeQueue files are derived data: a short file, a gap, a last file or a whole queue directory gone while
+    the store was stopped are rebuilt from the CommitLog at the next start, whether or not that stop was clean,
+    and the rebuild is logged naming the queue and its offsets."""
     cfg = make_config(tmp_path)
-    populate(cfg, 70)  # two ConsumeQueue files of 50 units
+    sent = populate(cfg, 240, queues=2)  # 120 per queue: three ConsumeQueue files of 50 units each
     qdir = cfg.consume_queue_dir / "Bad" / "0"
-    bad = qdir / f"{1000:020d}"
-    with open(bad, "r+b") as f:
-        f.truncate(999)
-    msg = start_fails(cfg, StoreFileError)
-    assert str(bad) in msg
+    files = sorted(qdir.iterdir())
+    assert len(files) == 3
+    if damage == "short":
+        with open(files[1], "r+b") as f:
+            f.truncate(999)
+    elif damage == "gap":
+        files[1].unlink()
+    elif damage == "missing-last":
+        files[2].unlink()
+    else:
+        for f in files:
+            f.unlink()
+        if damage == "missing-dir":
+            qdir.rmdir()
+    if crashed:
+        crash_marker(cfg)
+    caplog.set_level("INFO", logger="store")
+    with MessageStore(cfg) as store:
+        assert_serves(store, sent)
+    rebuilt = [r.getMessage() for r in caplog.records if "ConsumeQueue Bad-0 rebuilt" in r.getMessage()]
+    first = {"short": 50, "gap": 50, "missing-last": 100, "missing-dir": 0, "empty-dir": 0}[damage]
+    assert rebuilt == [f"ConsumeQueue Bad-0 rebuilt from the CommitLog: queue offsets {first} to 120"]
+    assert not [r for r in caplog.records if "ConsumeQueue Bad-1" in r.getMessage()]
+    caplog.clear()
+    with MessageStore(cfg) as store:  # a sound store rebuilds nothing
+        assert_serves(store, sent)
+    assert not [r for r in caplog.records if "rebuil" in r.getMessage()]
 
 
 # =====================================================================================================

@@ -137,3 +137,46 @@ def test_piped_table_prints_long_topics_keys_and_paths_whole_on_one_line(tmp_pat
     assert verify.returncode == 1
     assert f"{seg} @ 0 (offset 0): record: " in verify.stdout.splitlines()[0]
     assert any(line.startswith(str(root / "consumequeue" / topic)) for line in verify.stdout.splitlines())
+
+
+def test_odd_entries_are_skipped_and_reported_never_a_traceback(store_dir: Path) -> None:
+    """Badly named files and directories in a store (as a hostile name or an operator's leftover leaves them):
+    --verify reports each on one line naming it and exits 1; a listing skips them and says so on stderr."""
+    cq = store_dir / "consumequeue"
+    odd = {
+        cq / "DumpTopic" / "notanumber": "not a queue directory",
+        cq / "DumpTopic" / "²": "not a queue directory",  # a digit to str.isdigit, not to int()
+        cq / "stray.txt": "not a topic directory",
+        store_dir / "commitlog" / "notes.txt": "not a segment",
+        store_dir / "index" / "subdir": "not an IndexFile",
+    }
+    for path in odd:
+        if path.suffix == ".txt":
+            path.write_text("x")
+        else:
+            path.mkdir()
+    short_index = store_dir / "index" / "20000101000000000"
+    short_index.write_bytes(b"\1" * 10)
+
+    out = _dump(str(store_dir), "--verify")
+    assert out.returncode == 1 and "Traceback" not in out.stderr + out.stdout, out.stderr
+    lines = out.stdout.splitlines()
+    for path, what in odd.items():
+        assert any(line.startswith(f"{path}: {what}") for line in lines), lines
+    assert f"{short_index} @ 10 (offset 0): index: 10 bytes, shorter than its header" in lines
+    assert f"{N} records checked, {len(odd) + 1} problem(s)" in out.stdout
+
+    units = _dump(str(store_dir), "--consume-queue", "--json")
+    assert units.returncode == 0 and "Traceback" not in units.stderr, units.stderr
+    assert len(units.stdout.splitlines()) == N
+    assert f"skipped {cq / 'DumpTopic' / 'notanumber'}: not a queue directory" in units.stderr
+    headers = _dump(str(store_dir), "--index", "--json")
+    assert headers.returncode == 0 and f"skipped {short_index}" in headers.stderr, headers.stderr
+
+
+def test_a_name_too_long_for_the_file_system_is_one_error_line(tmp_path: Path) -> None:
+    too_long = tmp_path / ("x" * 300)
+    out = _dump(str(too_long), "--verify")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().startswith(f"error: {too_long}: cannot read: File name too long")
+    assert len(out.stderr.strip().splitlines()) <= 3  # one line, wrapped at most by the console width

@@ -569,3 +569,22 @@ def test_a_pull_consumer_pulls_and_keeps_its_offsets(proxied) -> None:
     assert p.stub.UpdateOffset(update, metadata=META).status.code == pb.ILLEGAL_OFFSET
     assert p.stub.GetOffset(svc.GetOffsetRequest(group=pb.Resource(name="NoSuchGroup"), message_queue=mq),
                             metadata=META).status.code == pb.CONSUMER_GROUP_NOT_FOUND  # fmt: skip
+
+
+def test_system_topics_and_illegal_groups_are_refused(proxied) -> None:
+    """A gRPC send to a broker-owned topic is refused as a remoting one is (FORBIDDEN, nothing stored); a group no
+    client could create (a NUL, too long, a path) is an illegal group, never auto-created."""
+    for topic in ("rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX"):  # topics the broker holds from its start
+        before = proxied.store.commitlog.max_offset
+        sent = proxied.send(topic, b"smuggled", REAL_TOPIC="../../../../grpc_escape", REAL_QID="0")
+        assert sent.entries[0].status.code in (pb.FORBIDDEN, pb.ILLEGAL_MESSAGE_PROPERTY_KEY), (topic, sent)
+        assert proxied.store.commitlog.max_offset == before
+        sent = proxied.send(topic, b"plain")
+        assert sent.entries[0].status.code == pb.FORBIDDEN and "is forbidden" in sent.entries[0].status.message
+        assert proxied.store.commitlog.max_offset == before
+    topic = proxied.topic()
+    proxied.on_loop(setattr, proxied.broker.controller.groups, "auto_create", True)
+    for bad in ("bad\x00group", "g" * 300, "../../escape"):
+        status, _ = proxied.receive(topic, bad)
+        assert status.code == pb.ILLEGAL_CONSUMER_GROUP, (bad[:20], status)
+        assert bad not in proxied.broker.controller.groups.table

@@ -519,3 +519,54 @@ def test_verify_index_piped_to_a_file_names_the_broken_topic_and_queue_in_full(s
     assert as_json.exit_code == 1, as_json.output
     [q] = bad_queues(json.loads(as_json.stdout))
     assert (q["topic"], q["queue_id"], q["files_missing"]) == (LONG_TOPIC, 3, [victim.name])
+
+
+@pytest.mark.spark
+def test_a_topic_no_directory_can_hold_and_odd_entries_are_reported_not_a_traceback(spark, base_store, tmp_path):
+    """A record whose topic is too long for a directory name (as an unchecked name can leave in a CommitLog), and
+    badly named entries under consumequeue/: verify-index reports each (the record by file and offset) and exits
+    1; its repair leaves that queue out."""
+    import dataclasses
+    import time
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    store_dir = copy_store(base_store, tmp_path)
+    last = [r for r in iter_records(store_dir) if isinstance(r, dict)][-1]
+    end = last["offset"] + last["size"]
+    seg = store_dir / "commitlog" / last["file"]
+    topic = "L" * 300
+    rec = dataclasses.replace(make_message(topic, 0, "unnamable", keys="kl"), physical_offset=end,
+                              store_timestamp=int(time.time() * 1000))  # fmt: skip
+    data = records.encode_record(rec)
+    assert end - int(seg.name) + len(data) < seg.stat().st_size
+    with open(seg, "r+b") as f:
+        f.seek(end - int(seg.name))
+        f.write(data)
+    odd = [store_dir / "consumequeue" / "Orders" / "notanumber", store_dir / "consumequeue" / "Orders" / "²"]
+    for d in odd:
+        d.mkdir()
+
+    report = tmp_path / "report.json"
+    res = CliRunner().invoke(app, ["verify-index", "--store-dir", str(store_dir), "--report", str(report),
+                                   "--repair", "--out", str(tmp_path / "out")])  # fmt: skip
+    assert res.exit_code == 1, res.output
+    assert not isinstance(res.exception, Exception) or isinstance(res.exception, SystemExit), res.exception
+    rep = json.loads(report.read_text())
+    [q] = bad_queues(rep)
+    assert (q["topic"], q["queue_id"], q["status"]) == (topic, 0, "bad_topic_name")
+    [p] = q["problems"]
+    assert (p["kind"], p["file"], p["position"], p["commitlog_offset"]) == (
+        "topic_name", str(seg), end - int(seg.name), end
+    )
+    assert "longer than 255 bytes" in p["detail"]
+    assert f"topic_name {seg}" in res.output and f"commitlog_offset={end}" in res.output
+    assert sorted(rep["skipped"]) == sorted(f"{d}: not a queue directory (name must be a queue id)" for d in odd)
+    assert all(f"skipped {d}" in res.output for d in odd)
+    # every other queue still verifies, and the repair holds every queue but that one
+    assert all(x["status"] == "ok" for x in rep["consume_queues"] if x["topic"] != topic)
+    manifest = json.loads((tmp_path / "out" / "repair.json").read_text())
+    assert {x["topic"] for x in manifest["consume_queues"]} == {x["topic"] for x in rep["consume_queues"]} - {topic}
+    assert not (tmp_path / "out" / "consumequeue" / "L").exists()

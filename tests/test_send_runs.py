@@ -57,6 +57,8 @@ def test_encode_message_is_the_record_with_the_brokers_cluster():
         (b"CLUSTER\x01\x02", b"CLUSTER\x01\x02" + CLUSTER_PROP),  # an empty value is no value (Java drops it)
         (b"", CLUSTER_PROP),
         (b"XCLUSTER\x01a\x02", b"XCLUSTER\x01a\x02" + CLUSTER_PROP),  # only a whole name counts
+        # Java 4.9.8's clients leave the last separator off: it is closed before CLUSTER, so KEYS stays "k"
+        (b"TAGS\x01TagA\x02KEYS\x01k", b"TAGS\x01TagA\x02KEYS\x01k\x02" + CLUSTER_PROP),
     ],
 )
 def test_encode_message_adds_cluster_only_when_absent(props: bytes, stored: bytes):
@@ -79,12 +81,14 @@ def _item(flag: int, body: bytes, props: bytes) -> bytes:
 
 
 def test_encode_batch_turns_each_item_into_its_record():
-    body = _item(1, b"123456789", b"KEYS\x01k1\x02") + _item(2, b"123456789", b"CLUSTER\x01own\x02")
+    body = (_item(1, b"123456789", b"KEYS\x01k1\x02") + _item(2, b"123456789", b"CLUSTER\x01own\x02")
+            + _item(3, b"123456789", b"KEYS\x01k3"))  # Java 4.9.8's items end without a separator
     run, count = runs.encode_batch(body, "BatchTopic", 5, 0, 42, BORN, STORE, 0, "DefaultCluster", 1024)
-    assert count == 2
+    assert count == 3
     assert run == (
         expected_record(b"BatchTopic", 5, b"123456789", b"KEYS\x01k1\x02" + CLUSTER_PROP, 1, 0, 42, CRC_123456789)
         + expected_record(b"BatchTopic", 5, b"123456789", b"CLUSTER\x01own\x02", 2, 0, 42, CRC_123456789)
+        + expected_record(b"BatchTopic", 5, b"123456789", b"KEYS\x01k3\x02" + CLUSTER_PROP, 3, 0, 42, CRC_123456789)
     )
 
 

@@ -417,6 +417,36 @@ def test_offset_too_small_after_head_segments_are_deleted(tmp_path):
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("cut", [0, 37, 120, 10_000], ids=["all", "most", "few", "none"])
+def test_index_truncate_equals_a_file_never_given_the_dropped_entries(tmp_path, cut):
+    """Recovery cuts an IndexFile back to a truncated CommitLog: the result is byte for byte the file that only
+    ever received the kept entries (slots, chains, header), with 4 slots so that every chain interleaves."""
+    from store.index import IndexFile
+
+    def build(path: Path, n: int) -> IndexFile:
+        f = IndexFile(path, 4, 400, create=True)
+        for i in range(n):
+            for key in (f"k{i}", f"k{i % 7}-shared"):
+                assert f.put_key(f"T#{key}", 100 + 10 * i, 1_000_000 + 1500 * i)
+        return f
+
+    n = 150
+    whole = build(tmp_path / "whole", n)
+    keep = min(n, cut)
+    dropped = whole.truncate(100 + 10 * keep, lambda phy: 1_000_000 + 1500 * ((phy - 100) // 10))
+    assert dropped == 2 * (n - keep)
+    assert whole.header.index_count == 1 + 2 * keep
+    if keep >= 1:
+        fresh = build(tmp_path / "fresh", keep)
+        assert bytes(whole.mm) == bytes(fresh.mm)
+        fresh.close()
+    out: list[int] = []
+    whole.select_phy_offsets("T#k1-shared", 64, 0, 2**62, out)
+    assert out == [100 + 10 * i for i in reversed(range(keep)) if i % 7 == 1]
+    whole.close()
+
+
+@pytest.mark.unit
 def test_query_by_key_across_index_files(tmp_path):
     cfg = make_config(tmp_path)
     n = 400

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import re
 import ssl
 import time
 from collections.abc import Sequence
@@ -24,12 +23,12 @@ from broker.remoting.client import RemotingError
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.signing import Credentials
-from store.format import hashing, msgid, properties, records
+from store import names
+from store.format import hashing, msgid, properties
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # DefaultMQProducer.maxMessageSize
-_TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 # Keyed by the frame's int code: ResponseCode is an IntEnum, whose members hash and compare as their values.
 _STATUS: dict[int, SendStatus] = {
@@ -50,8 +49,9 @@ RETRY_CODES = frozenset(
 
 def check_topic(topic: str) -> None:
     """``Validators.checkTopic``: fail before the wire for names the broker would refuse anyway."""
-    if not topic or len(topic) > records.MAX_TOPIC_LENGTH_V1 or not _TOPIC_CHARS.match(topic):
-        raise MQClientError(f"invalid topic {topic!r}: 1-127 characters of [%|a-zA-Z0-9_-]")
+    bad = names.topic_error(topic)
+    if bad is not None:
+        raise MQClientError(f"invalid topic {topic!r}: {bad}")
 
 
 class Producer:

@@ -8,14 +8,11 @@ carries the namespace, stay as they are.  Outgoing messages name their topic wit
 from __future__ import annotations
 
 from broker.proxy.v2 import definition_pb2 as pb
-from broker.server import topics as tp
+from store import names
 
 SEPARATOR = "%"
-_PREFIXES = (tp.RETRY_GROUP_TOPIC_PREFIX, tp.DLQ_GROUP_TOPIC_PREFIX)
-
-
-def _system(name: str) -> bool:
-    return name in tp.SYSTEM_TOPICS or name.startswith(tp.SYSTEM_TOPIC_PREFIX)
+_PREFIXES = (names.RETRY_GROUP_TOPIC_PREFIX, names.DLQ_GROUP_TOPIC_PREFIX)
+_system = names.is_system_topic
 
 
 def wrap(resource: pb.Resource) -> str:

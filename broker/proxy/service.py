@@ -42,6 +42,7 @@ from broker.server import topics as tp
 from broker.server.clients import ClientChannel
 from broker.server.filters import property_selector
 from broker.server.send import SendProcessor
+from store import names
 from store.format import delay, hashing, msgid, records
 from store.format import properties as P
 
@@ -172,7 +173,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # --- checks shared by the RPCs --------------------------------------------------------------------------
     def _topic(self, resource: pb.Resource) -> tp.TopicConfig:
         name = namespaces.wrap(resource)
-        bad = tp.topic_name_error(name)
+        bad = names.topic_error(name)
         if bad is not None:
             raise ProxyError(Code.ILLEGAL_TOPIC, bad)
         tc = self.broker.topics.get(name)
@@ -182,9 +183,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     def _group(self, resource: pb.Resource) -> str:
         name = namespaces.wrap(resource)
-        bad = tp.topic_name_error(name)
+        bad = names.group_error(name)
         if bad is not None:
-            raise ProxyError(Code.ILLEGAL_CONSUMER_GROUP, f"consumer group {name!r}: {bad.replace('topic', 'name')}")
+            raise ProxyError(Code.ILLEGAL_CONSUMER_GROUP, bad)
         if self.broker.groups.find(name) is None:  # created here when autoCreateSubscriptionGroup is on
             raise ProxyError(Code.CONSUMER_GROUP_NOT_FOUND, f"consumer group {name} does not exist")
         return name

@@ -33,6 +33,7 @@ from broker.server import attributes as attr
 from broker.server import topics as tp
 from broker.server.clients import ClientChannel
 from broker.server.context import BrokerContext
+from store import names
 
 _FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
 BROKER_VERSION_DESC = "V4_9_8"  # MQVersion's name of CURRENT_VERSION
@@ -65,9 +66,11 @@ class AdminProcessor:
     async def update_and_create_topic(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         b = self.broker
         h = cmd.read_header(CreateTopicRequestHeader)
-        bad = tp.topic_name_error(h.topic)
+        bad = names.topic_error(h.topic)
         if bad is None and h.topic == b.config.broker_cluster_name:
             bad = f"topic {h.topic} is the cluster's name"
+        if bad is None and names.is_system_topic(h.topic):  # validateSystemTopicWhenUpdateTopic, on by default
+            bad = f"The topic[{h.topic}] is conflict with system topic."
         if bad is None and not (1 <= h.read_queue_nums <= 1024 and 1 <= h.write_queue_nums <= 1024):
             bad = f"queue numbers must be 1..1024, got read {h.read_queue_nums} write {h.write_queue_nums}"
         if bad is None and h.topic_filter_type not in _FILTER_TYPES:
@@ -113,6 +116,13 @@ class AdminProcessor:
                 "consumerGroups": str(len(b.consumers.groups)),
                 "producerGroups": str(len(b.producers.groups)),
                 "topicCount": str(len(b.topics.table)),
+                # mqadmin clusterList prints these beside the TPS: mqlake serves requests on its event loop, with
+                # no thread pool queue and no page-cache lock to wait for, so nothing is ever queued or held
+                "sendThreadPoolQueueSize": "0",
+                "sendThreadPoolQueueHeadWaitTimeMills": "0",
+                "pullThreadPoolQueueSize": "0",
+                "pullThreadPoolQueueHeadWaitTimeMills": "0",
+                "pageCacheLockTimeMills": "0",
             }
         )
         return info

@@ -9,6 +9,7 @@ from broker.remoting.protocol.body import SubscriptionGroupConfig, SubscriptionG
 from broker.remoting.protocol.topic import DataVersion
 from broker.server.config_manager import VersionedTableManager
 from store import config_files as cf
+from store import names
 
 # Groups a RocketMQ broker pre-creates for its own tools.
 SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_RMQ_SYS_TRANS")
@@ -50,9 +51,10 @@ class SubscriptionGroupManager(VersionedTableManager[SubscriptionGroupConfig]):
         )
 
     def find(self, group: str, create: bool = True) -> SubscriptionGroupConfig | None:
-        """The group's config; created with RocketMQ's defaults when allowed (``autoCreateSubscriptionGroup``)."""
+        """The group's config; created with RocketMQ's defaults when allowed (``autoCreateSubscriptionGroup``) and
+        the name is legal (``names.group_error``), else None, as ``findSubscriptionGroupConfig``."""
         cfg = self.table.get(group)
-        if cfg is None and create and self.auto_create:
+        if cfg is None and create and self.auto_create and names.group_error(group) is None:
             cfg = self.table[group] = SubscriptionGroupConfig(group_name=group)
             self.changed()
         return cfg

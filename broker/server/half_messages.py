@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 
+from store import names
 from store.format import properties, records
 from store.format import transaction as tx_format
 from store.format.transaction import HALF_QUEUE_ID, HALF_TOPIC, PROPERTY_TRANSACTION_ID
@@ -25,8 +26,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["HALF_QUEUE_ID", "HALF_TOPIC", "PROPERTY_TRANSACTION_ID"]  # re-exported: the broker's names for them
 
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+OP_TOPIC = names.OP_HALF_TOPIC
+CHECK_MAX_TIME_TOPIC = names.TRANS_CHECK_MAX_TIME_TOPIC
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # the consumer group whose offset is the check service's progress
 REMOVE_TAG = "d"
 OFFSET_SEPARATOR = ","
@@ -39,7 +40,7 @@ PROPERTY_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 
 def _append(props: bytes, values: dict[str, str]) -> bytes:
     # Appended after the client's own: decoding keeps the last value of a name, as Java's map put would.
-    return props + properties.encode_properties(values)
+    return properties.append_properties(props, values)
 
 
 def to_half(rec: records.MessageRecord) -> records.MessageRecord:
@@ -122,9 +123,9 @@ def check_times(half: records.MessageRecord) -> int:
 
 
 def real_target(half: _Half) -> tuple[str, int] | None:
-    """(REAL_TOPIC, REAL_QID), or None when the half message lacks them."""
+    """(REAL_TOPIC, REAL_QID), or None when the half message lacks them or names a topic the store cannot keep."""
     topic, qid = prop(half, properties.PROPERTY_REAL_TOPIC), prop(half, properties.PROPERTY_REAL_QUEUE_ID)
-    if not topic or qid is None:
+    if not topic or qid is None or names.stored_topic_error(topic) is not None:
         return None
     try:
         return topic, int(qid)

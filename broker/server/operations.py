@@ -45,10 +45,10 @@ from broker.remoting.protocol.ops_body import (
 )
 from broker.remoting.protocol.wire import BodyError
 from broker.server import runtime_config as rc
-from broker.server import topics as tp
 from broker.server.context import BrokerContext
 from broker.server.stats import StatsSnapshot
 from store import config_files as cf
+from store import names
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +84,9 @@ class OperationsProcessor:
         b = self.broker
         topic = cmd.read_header(DeleteTopicRequestHeader).topic
         log.info("delete topic %s, requested by %s", topic, conn.remote_addr)
-        if not topic.strip():
-            return cmd.response(ResponseCode.INVALID_PARAMETER, "The specified topic is blank.")
+        bad = names.stored_topic_error(topic)  # a retry or DLQ topic may be longer than a client's topic
+        if bad is not None:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, bad)
         if b.topics.is_system_topic(topic):
             return cmd.response(ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic.")
         b.topics.delete(topic)
@@ -98,9 +99,9 @@ class OperationsProcessor:
 
     async def update_subscription_group(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         cfg = SubscriptionGroupConfig.decode(cmd.body, "subscription group config")  # BodyError: SYSTEM_ERROR
-        bad = tp.topic_name_error(cfg.group_name)
+        bad = names.group_error(cfg.group_name)
         if bad is not None:
-            return cmd.response(ResponseCode.INVALID_PARAMETER, bad.replace("topic", "group"))
+            return cmd.response(ResponseCode.INVALID_PARAMETER, bad)
         log.info("update subscription group %s, requested by %s", cfg.group_name, conn.remote_addr)
         self.broker.groups.update(cfg)
         return cmd.response(ResponseCode.SUCCESS)
@@ -108,6 +109,9 @@ class OperationsProcessor:
     async def delete_subscription_group(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
         b = self.broker
         h = cmd.read_header(DeleteSubscriptionGroupRequestHeader)
+        bad = names.group_error(h.group_name)
+        if bad is not None and h.group_name not in b.groups.table:  # a group kept from before may still go
+            return cmd.response(ResponseCode.INVALID_PARAMETER, bad)
         log.info("delete subscription group %s (clean offsets: %s), requested by %s", h.group_name, h.clean_offset,
                  conn.remote_addr)  # fmt: skip
         b.groups.delete(h.group_name)

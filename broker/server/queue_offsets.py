@@ -23,6 +23,7 @@ from broker.remoting.headers import (
 )
 from broker.server import tier_reads
 from broker.server.context import BrokerContext
+from store import names
 
 ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 40  # percent of RAM behind the log's end still counted as hot
 
@@ -77,6 +78,13 @@ class OffsetProcessor:
 
     async def update_consumer_offset(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(UpdateConsumerOffsetRequestHeader)
+        # The names become a key of consumerOffset.json ("topic@group"): none a client could not create is kept
+        bad_topic = names.stored_topic_error(h.topic)
+        if bad_topic is not None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, bad_topic)
+        bad_group = names.stored_group_error(h.consumer_group)
+        if bad_group is not None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, bad_group)
         self.broker.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         return cmd.response(ResponseCode.SUCCESS)
 

@@ -32,6 +32,7 @@ from broker.remoting.protocol.topic import FLAG_UNIT
 from broker.server import attributes, half_messages
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
+from store import names
 from store.config import BrokerRole, FlushDiskType
 from store.format import properties, records, runs
 from store.format import transaction as tx_format
@@ -44,7 +45,6 @@ _NO_WAIT = b"WAIT\x01false\x02"  # isWaitStoreMsgOK false: answered at once, as 
 _NO_WAIT_STR = _NO_WAIT.decode()
 
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
-_NOT_SENDABLE = {tp.AUTO_CREATE_TOPIC_KEY_TOPIC, tp.SCHEDULE_TOPIC}
 
 _STATUS_CODES = {
     PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -109,11 +109,11 @@ class SendProcessor:
         b = self.broker
         if not tp.is_writeable(b.config.broker_permission):
             raise RequestRefused(ResponseCode.NO_PERMISSION, f"broker {b.config.broker_name} is not writable")
-        bad = tp.topic_name_error(h.topic)
+        bad = names.topic_error(h.topic)
         if bad is not None:
-            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, bad)
-        if h.topic in _NOT_SENDABLE:
-            raise RequestRefused(ResponseCode.NO_PERMISSION, f"topic {h.topic} is reserved for the broker")
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, bad)  # as msgCheck answers it
+        if names.send_forbidden(h.topic):
+            raise RequestRefused(ResponseCode.NO_PERMISSION, names.forbidden_send_remark(h.topic))
         tc = b.topics.get(h.topic)
         if tc is None:
             sys_flag = FLAG_UNIT if h.unit_mode else 0
@@ -343,7 +343,7 @@ class SendProcessor:
         ok = self._plain_names.get(topic)
         if ok is None:
             ok = (
-                tp.topic_name_error(topic) is None and topic not in _NOT_SENDABLE
+                names.topic_error(topic) is None and not names.send_forbidden(topic)
                 and not topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX)
             )  # fmt: skip
             if len(self._plain_names) >= _NAMES_CACHED:
@@ -533,9 +533,10 @@ class SendProcessor:
         (or the level the consumer asks for), or put it in ``%DLQ%<group>`` at the limit (``consumerSendMsgBack``)."""
         b = self.broker
         h = cmd.read_header(ConsumerSendMsgBackRequestHeader)
-        cfg = b.groups.find(h.group)
+        cfg = b.groups.find(h.group)  # None for an illegal name: it would become the retry and DLQ topics' name
         if cfg is None:
-            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"no subscription group {h.group}")
+            bad = names.group_error(h.group)
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, bad or f"no subscription group {h.group}")
         if not tp.is_writeable(b.config.broker_permission):
             return cmd.response(ResponseCode.NO_PERMISSION, f"broker {b.config.broker_name} is not writable")
         if cfg.retry_queue_nums <= 0:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import TypeVar
 
 from broker.config import BrokerConfig
 from broker.remoting.client import RemotingClient
@@ -29,10 +30,25 @@ from broker.server.groups import SubscriptionGroupManager
 from broker.server.offsets import TOPIC_GROUP_SEPARATOR, ConsumerOffsetManager, OffsetTable
 from broker.server.topics import TopicConfigManager
 from store import config_files as cf
+from store import names
 
 log = logging.getLogger(__name__)
 
 TIMEOUT = 5.0
+_V = TypeVar("_V")
+
+
+def _legal(table: dict[str, _V], error: Callable[[str], str | None], what: str) -> dict[str, _V]:
+    """The master's entries whose names this broker accepts from a client too; the others are left out, logged:
+    a name a master (another program, or a tampered one) sends must not become a path here."""
+    kept = {}
+    for name, value in table.items():
+        bad = error(name)
+        if bad is None:
+            kept[name] = value
+        else:
+            log.error("slave sync: the master's %s %r left out: %s", what, name, bad)
+    return kept
 
 
 class SlaveSynchronize:
@@ -81,7 +97,7 @@ class SlaveSynchronize:
         version = wrapper.data_version.to_json()
         if version == self.topics.data_version:
             return
-        self.topics.table = wrapper.topics()
+        self.topics.table = _legal(wrapper.topics(), names.stored_topic_error, "topic")
         self.topics.data_version = version
         await asyncio.to_thread(self.topics.persist)
 
@@ -144,6 +160,7 @@ class SlaveSynchronize:
         version = wrapper.data_version.to_json()
         if version == self.groups.data_version:
             return
-        self.groups.table = dict(wrapper.subscription_group_table)
+        groups = dict(wrapper.subscription_group_table)
+        self.groups.table = _legal(groups, names.stored_group_error, "subscription group")
         self.groups.data_version = version
         await asyncio.to_thread(self.groups.persist)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,24 +23,19 @@ from broker.remoting.protocol.topic import (
 from broker.remoting.protocol.wire import WireModel
 from broker.server.config_manager import VersionedTableManager
 from store import config_files as cf
+from store import names
 from store.format.delay import SCHEDULE_TOPIC, TIMER_TOPIC
+from store.names import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    DLQ_GROUP_TOPIC_PREFIX,
+    OFFSET_MOVED_EVENT,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SELF_TEST_TOPIC,
+)
 
 log = logging.getLogger(__name__)
 
-AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 DLQ_NUMS_PER_GROUP = 1
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
-SYSTEM_TOPICS = frozenset({
-    AUTO_CREATE_TOPIC_KEY_TOPIC, SCHEDULE_TOPIC, "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", SELF_TEST_TOPIC, OFFSET_MOVED_EVENT,
-    "CHECKPOINT_TOPIC",
-})  # fmt: skip
-TOPIC_MAX_LENGTH = 127
-_TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 
 def is_readable(perm: int) -> bool:
@@ -58,17 +52,6 @@ def retry_topic(group: str) -> str:
 
 def dlq_topic(group: str) -> str:
     return DLQ_GROUP_TOPIC_PREFIX + group
-
-
-def topic_name_error(topic: str | None) -> str | None:
-    """Why a topic name is unacceptable (``Validators.checkTopic`` / ``TopicValidator``), or None."""
-    if not topic:
-        return "the specified topic is blank"
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return f"the specified topic is longer than topic max length {TOPIC_MAX_LENGTH}"
-    if not _TOPIC_CHARS.match(topic):
-        return f"the specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-    return None
 
 
 class TopicConfigManager(VersionedTableManager[TopicConfig]):
@@ -172,8 +155,7 @@ class TopicConfigManager(VersionedTableManager[TopicConfig]):
 
     def is_system_topic(self, topic: str) -> bool:
         """``TopicValidator.isSystemTopic``, plus the cluster and broker topics the broker adds to that set."""
-        return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX) or any(
-            topic == tc.topic_name for tc in self._system)  # fmt: skip
+        return names.is_system_topic(topic) or any(topic == tc.topic_name for tc in self._system)
 
     def create_in_send(
         self, topic: str, default_topic: str | None, queue_nums: int, sys_flag: int
@@ -196,10 +178,15 @@ class TopicConfigManager(VersionedTableManager[TopicConfig]):
         return tc
 
     def create_system_topic(self, topic: str, queue_nums: int, perm: int, sys_flag: int = 0) -> TopicConfig:
-        """Retry and DLQ topics (``createTopicInSendMessageBackMethod``): created on first use."""
+        """Retry and DLQ topics (``createTopicInSendMessageBackMethod``): created on first use.  Raises
+        :class:`store.names.IllegalName` for a name the store could not keep (a group checked by
+        ``names.group_error`` never gives one)."""
         existing = self.table.get(topic)
         if existing is not None:
             return existing
+        bad = names.stored_topic_error(topic)
+        if bad is not None:
+            raise names.IllegalName(bad)
         tc = TopicConfig(topic_name=topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm,
                          topic_sys_flag=sys_flag)  # fmt: skip
         self.update(tc)

@@ -152,7 +152,7 @@ class TransactionProcessor:
         if kind == records.TRANSACTION_COMMIT_TYPE:
             target = hm.real_target(half)
             if target is None:
-                return _answer(cmd, ResponseCode.SYSTEM_ERROR, "the half message has no REAL_TOPIC/REAL_QID")
+                return _answer(cmd, ResponseCode.SYSTEM_ERROR, "the half message has no usable REAL_TOPIC/REAL_QID")
             try:
                 final = (*target, tx_format.commit_record(half.raw, *target, half.physical_offset))
             except (records.RecordError, records.RecordEncodeError) as e:  # a REAL_TOPIC no record can hold

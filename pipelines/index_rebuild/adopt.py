@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pipelines.index_rebuild.job import REPAIR_MANIFEST
 from pipelines.segments import segment_files
+from store import names
 from store.checkpoint import StoreLock
 from store.errors import MQLakeError
 from store.mapped_file import fsync_dir
@@ -52,6 +53,10 @@ def adopt_index(store_dir: Path, from_dir: Path) -> AdoptResult:
     manifest = json.loads(manifest_path.read_text())
     if not (store_dir / "commitlog").is_dir():
         raise AdoptError(f"{store_dir} has no commitlog directory")
+    for q in manifest["consume_queues"]:  # every name before any file moves: nothing half adopted
+        bad = names.file_name_error(str(q["topic"])) or names.file_name_error(str(q["queue_id"]))
+        if bad is not None:
+            raise AdoptError(f"{manifest_path}: a consume queue's name {bad}; nothing adopted")
     lock = StoreLock(store_dir)
     try:
         segments = segment_files(store_dir)

@@ -70,6 +70,9 @@ def verify_index_command(
     except MQLakeError as e:  # VerifyError, or the store's own (a file of a size it cannot open, ...)
         print_error(e)
         raise typer.Exit(2) from None
+    except OSError as e:  # unreadable (permissions), vanished, a name the file system refuses
+        print_error(f"{e.filename or store_dir}: cannot read: {e.strerror or e}")
+        raise typer.Exit(2) from None
     if json_out:
         print(json.dumps(result, default=str))
     else:

@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.index_rebuild.live import cq_files, queue_dirs, read_units
+from store import names as store_names
+from store.dump import Problem
 from store.format import records, units
 
 UNIT = units.CQ_UNIT_SIZE
@@ -39,7 +41,9 @@ class RebuiltQueue:
 
 
 def rebuild_queues(table: pa.Table) -> dict[tuple[str, int], RebuiltQueue]:
-    """Group the consumable records per (topic, queue) and sort them by queue offset."""
+    """Group the consumable records per (topic, queue) and sort them by queue offset.  A topic that cannot name a
+    directory is kept here: :func:`compare_all` reports it (the broker's dispatch quarantines its records) and a
+    repair leaves it out."""
     sys_flag = table.column("sys_flag").to_numpy()
     tx = sys_flag & records.TRANSACTION_ROLLBACK_TYPE
     # records.is_consumable, over the whole column
@@ -184,13 +188,39 @@ def compare_queue(
     return res
 
 
+def unnamable(topic: str) -> str | None:
+    """Why ``topic`` cannot name a ConsumeQueue directory (``consumequeue/{topic}/``), or None when it can."""
+    return store_names.file_name_error(topic)
+
+
+def _unnamable_result(store_dir: Path, rebuilt: RebuiltQueue, topic: str, queue_id: int, why: str) -> QueueResult:
+    """A queue of records whose topic cannot be a directory: nothing to compare, one problem naming where its
+    first record lies."""
+    from pipelines.segments import segment_files
+
+    phy = int(rebuilt.units["phy"][0])
+    seg = next((p for p in reversed(segment_files(store_dir)) if int(p.name) <= phy), None)
+    detail = (f"the topic cannot name a ConsumeQueue directory ({why}): {len(rebuilt.queue_offsets)} record(s) of "
+              f"queue {queue_id} from CommitLog offset {phy} cannot be dispatched")  # fmt: skip
+    problem = {"kind": "topic_name", "topic": topic, "queue_id": queue_id, "commitlog_offset": phy,
+               "file": str(seg) if seg is not None else "", "position": phy - int(seg.name) if seg else phy,
+               "detail": detail}  # fmt: skip
+    return QueueResult(topic, queue_id, status="bad_topic_name", problems=[problem])
+
+
 def compare_all(
-    store_dir: Path, rebuilt: dict[tuple[str, int], RebuiltQueue], *, file_size: int, cl_min: int, bound: int | None
+    store_dir: Path, rebuilt: dict[tuple[str, int], RebuiltQueue], *, file_size: int, cl_min: int, bound: int | None,
+    odd: list[Problem] | None = None,
 ) -> list[QueueResult]:
-    live = queue_dirs(store_dir)
+    """Every queue, live or rebuilt, judged; entries of ``consumequeue/`` that are no queue go to ``odd``."""
+    live = queue_dirs(store_dir, odd)
     cq_root = Path(store_dir) / "consumequeue"
     out = []
     for topic, qid in sorted(set(live) | set(rebuilt)):
+        why = unnamable(topic) if (topic, qid) not in live else None
+        if why is not None:
+            out.append(_unnamable_result(store_dir, rebuilt[(topic, qid)], topic, qid, why))
+            continue
         qdir = live.get((topic, qid), cq_root / topic / str(qid))
         out.append(compare_queue(qdir, rebuilt.get((topic, qid)), topic, qid, file_size=file_size, cl_min=cl_min,
                                  bound=bound))  # fmt: skip

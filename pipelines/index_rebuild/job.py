@@ -26,6 +26,7 @@ from pipelines.index_rebuild import consume_queue as cqmod
 from pipelines.index_rebuild import index_file as idxmod
 from pipelines.index_rebuild.live import LiveIndexFile, broker_running, dispatched_bound, index_files, indexed_bound
 from store.config import MessageStoreConfig
+from store.dump import Problem
 from store.errors import MQLakeError
 from store.format import delay, units
 
@@ -119,7 +120,8 @@ def verify_index(
 
     cq_size = cfg.mapped_file_size_consume_queue
     rebuilt_q = cqmod.rebuild_queues(scan.table)
-    queues = cqmod.compare_all(store_dir, rebuilt_q, file_size=cq_size, cl_min=cl_min, bound=bound)
+    odd: list[Problem] = []  # entries of consumequeue/ that are no queue: skipped, and reported
+    queues = cqmod.compare_all(store_dir, rebuilt_q, file_size=cq_size, cl_min=cl_min, bound=bound, odd=odd)
     t_cq = time.perf_counter()
 
     slots, index_num = cfg.max_hash_slot_num, cfg.max_index_num
@@ -169,6 +171,7 @@ def verify_index(
         # records a restart indexed again (the store's and RocketMQ's re-dispatch does that), offset -> times
         "reindexed_records": {str(k): v for k, v in sorted(reindexed.items())},
         "consume_queues": [asdict(q) for q in queues],
+        "skipped": [str(p) for p in odd],
         "index_files": [asdict(r) for r in indexes],
         "repair": repair,
     }  # fmt: skip
@@ -193,6 +196,8 @@ def _write_repair(out: Path, store_dir: Path, rebuilt_q, rebuilt_idx, pairs, nam
     out.mkdir(parents=True, exist_ok=True)
     queues = []
     for q in rebuilt_q.values():
+        if cqmod.unnamable(q.topic) is not None:
+            continue  # no directory can hold it (the report names its records); the store never dispatches them
         files = cqmod.write_queue(out, q, cfg.mapped_file_size_consume_queue)
         queues.append({"topic": q.topic, "queue_id": q.queue_id, "files": [p.name for p in files]})
     index_dir = out / "index"

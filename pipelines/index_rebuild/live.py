@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from store import dump
+from store.dump import Problem
 from store.format import records, units
 
 
@@ -32,18 +34,9 @@ def broker_running(store_dir: Path) -> bool:
     return False
 
 
-def queue_dirs(store_dir: Path) -> dict[tuple[str, int], Path]:
-    """(topic, queueId) -> its ConsumeQueue directory."""
-    root = Path(store_dir) / "consumequeue"
-    out: dict[tuple[str, int], Path] = {}
-    if not root.is_dir():
-        return out
-    for topic_dir in root.iterdir():
-        if topic_dir.is_dir():
-            for qdir in topic_dir.iterdir():
-                if qdir.is_dir() and qdir.name.isdigit():
-                    out[(topic_dir.name, int(qdir.name))] = qdir
-    return out
+def queue_dirs(store_dir: Path, odd: list[Problem] | None = None) -> dict[tuple[str, int], Path]:
+    """(topic, queueId) -> its ConsumeQueue directory; other entries of ``consumequeue/`` are appended to ``odd``."""
+    return {(t.name, int(q.name)): q for t, q in dump.queue_dirs(Path(store_dir) / "consumequeue", odd)}
 
 
 def cq_files(qdir: Path) -> list[Path]:

@@ -121,6 +121,8 @@ def print_summary(report: dict, console=None) -> None:
         hidden = max(0, len(bad_q) - MAX_ROWS_SHOWN) + max(0, len(bad_i) - MAX_ROWS_SHOWN)
         if hidden:
             console.print(f"... and {hidden} more; the JSON report (--report) lists them all")
+    for entry in report.get("skipped", []):
+        console.print(f"skipped {entry}", highlight=False)
     c = report["commitlog"]
     t = report["timings"]
     mb = c["scanned_bytes"] / 1e6

@@ -17,7 +17,7 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp, memcpy
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 from store.format._crc cimport FAST_CRC_FROM
-from store.format._record_writer cimport Fields, _has_cluster, _read_values, _write_after_head, _write_head
+from store.format._record_writer cimport Fields, _has_cluster, _read_values, _unclosed, _write_after_head, _write_head
 
 from store.format import native
 from store.format.delay import PARK_MARKERS
@@ -211,14 +211,16 @@ cdef class Appender:
             and type(born_host[1]) is int and type(reconsume_times) is int and type(cluster) is str
         ):
             return None
-        cdef bint add = not _has_cluster(<const uint8_t*>PyBytes_AS_STRING(props), PyBytes_GET_SIZE(props))
+        cdef const uint8_t* pp = <const uint8_t*>PyBytes_AS_STRING(props)
+        cdef Py_ssize_t props_len = PyBytes_GET_SIZE(props)
+        cdef bint add = not _has_cluster(pp, props_len)
         if add and cluster is not self._cluster and cluster != self._cluster:
-            try:
-                extra = ("CLUSTER\x01" + <str>cluster + "\x02").encode("utf-8")  # properties.encode_properties'
+            try:  # properties.append_properties', with its leading separator (written after unclosed properties)
+                extra = ("\x02CLUSTER\x01" + <str>cluster + "\x02").encode("utf-8")
             except ValueError:
                 return None
             self._cluster, self._extra, self._extra_parks = cluster, extra, _may_park(extra)
-        cdef Py_ssize_t extra_len = PyBytes_GET_SIZE(self._extra) if add else 0
+        cdef Py_ssize_t extra_len = PyBytes_GET_SIZE(self._extra) - 1 + _unclosed(pp, props_len) if add else 0
         if not topic or len(body) > self._config.max_message_size:
             return None
         if PyBytes_GET_SIZE(props) + extra_len > MAX_PROPERTIES_LENGTH:
@@ -240,7 +242,7 @@ cdef class Appender:
             return None
         if keep is None:
             return None
-        f.extra = <const uint8_t*>PyBytes_AS_STRING(self._extra)
+        f.extra = <const uint8_t*>PyBytes_AS_STRING(self._extra) + PyBytes_GET_SIZE(self._extra) - extra_len
         f.extra_len = extra_len
         f.total += extra_len
         if not self._write(key, &f):

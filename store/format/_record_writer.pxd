@@ -32,6 +32,21 @@ cdef inline bint _has_cluster(const uint8_t* p, Py_ssize_t n) noexcept nogil:
     return found
 
 
+cdef inline Py_ssize_t _unclosed(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    """1 when properties ``p`` end without a 0x02 (Java 4.9.8's clients leave the last one off), else 0: the
+    separator ``properties.append_properties`` puts before what it appends."""
+    return 1 if n and p[n - 1] != 2 else 0
+
+
+cdef inline Py_ssize_t _cluster_len(const uint8_t* p, Py_ssize_t n, Py_ssize_t extra_len) noexcept nogil:
+    """How much of a send's extra (``0x02 CLUSTER 0x01 name 0x02``, of ``extra_len`` bytes) follows properties
+    ``p``: none when they hold a CLUSTER, else its tail, with the leading separator when :func:`_unclosed`. The
+    extra's last ``_cluster_len`` bytes are the ones written."""
+    if _has_cluster(p, n):
+        return 0
+    return extra_len - 1 + _unclosed(p, n)
+
+
 cdef struct Fields:
     # a record to encode, as read from a MessageRecord; the pointers are into objects the reader's caller keeps
     int32_t magic, crc, queue_id, flag, sys_flag, born_port, store_port, reconsume

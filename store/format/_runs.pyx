@@ -13,7 +13,9 @@ from store.format._crc cimport _body_crc
 from store.format._bigendian cimport _fits32, _fits64, _put64, _u32
 from libc.string cimport memcpy
 from store.format._layout cimport BORN_V6, MAGIC_V1, MIN_RECORD, STORE_V6
-from store.format._record_writer cimport Fields, _has_cluster, _write_after_head, _write_head
+from store.format._record_writer cimport (
+    Fields, _cluster_len, _has_cluster, _unclosed, _write_after_head, _write_head,
+)
 
 from store.format import native
 from store.format.msgid import create_offset_msg_id, pack_ip
@@ -45,7 +47,7 @@ cdef struct Fixed:
     Py_ssize_t store_len
     int32_t store_port
     int32_t reconsume
-    const uint8_t* extra  # CLUSTER 0x01 name 0x02, appended to properties that lack CLUSTER
+    const uint8_t* extra  # 0x02 CLUSTER 0x01 name 0x02: its tail (_cluster_len) follows properties lacking CLUSTER
     Py_ssize_t extra_len
 
 
@@ -55,7 +57,8 @@ cdef inline Py_ssize_t _length(const Fixed* f, Py_ssize_t body_len, Py_ssize_t p
 
 
 cdef Py_ssize_t _encode_into(uint8_t* p, const Fixed* f, int32_t flag, const uint8_t* body, Py_ssize_t body_len,
-                             const uint8_t* props, Py_ssize_t props_len, bint extra, uint32_t crc) noexcept nogil:
+                             const uint8_t* props, Py_ssize_t props_len, Py_ssize_t extra_len,
+                             uint32_t crc) noexcept nogil:
     """records.encode_record of a fresh V1 record (offsets and store time 0, to be back-filled); its size."""
     cdef Fields r
     r.magic, r.crc, r.queue_id, r.flag, r.sys_flag = MAGIC_V1, <int32_t>crc, f.queue_id, flag, f.sys_flag
@@ -64,7 +67,7 @@ cdef Py_ssize_t _encode_into(uint8_t* p, const Fixed* f, int32_t flag, const uin
     r.topic, r.topic_len = f.topic, f.topic_len
     r.born_ip, r.born_len, r.store_ip, r.store_len = f.born_ip, f.born_len, f.store_ip, f.store_len
     r.body, r.body_len, r.props, r.props_len = body, body_len, props, props_len
-    r.extra, r.extra_len = f.extra, (f.extra_len if extra else 0)
+    r.extra, r.extra_len = f.extra + f.extra_len - extra_len, extra_len
     r.total = _length(f, body_len, props_len + r.extra_len)
     _write_after_head(p, &r)  # the shared record writer (_record_writer.pxd)
     _write_head(p, &r)
@@ -117,20 +120,21 @@ def encode_message(topic, queue_id, body, props, flag, sys_flag, born_timestamp,
                                             store_host, reconsume_times, cluster)
     cdef const uint8_t* pp = <const uint8_t*>PyBytes_AS_STRING(props)
     cdef Py_ssize_t props_len = len(props)
-    cdef bint extra = not _has_cluster(pp, props_len)
-    cdef bytes extra_b = ("CLUSTER\x01" + cluster + "\x02").encode("utf-8") if extra else b""
+    cdef bint add = not _has_cluster(pp, props_len)
+    cdef bytes extra_b = ("\x02CLUSTER\x01" + cluster + "\x02").encode("utf-8") if add else b""
+    cdef Py_ssize_t extra_len = len(extra_b) - 1 + _unclosed(pp, props_len) if add else 0
     cdef bytes topic_b = topic.encode("utf-8")
     # the reference's order: the topic and properties checks before the addresses are parsed
-    if len(topic_b) > 127 or props_len + len(extra_b) > MAX_PROPS or not _fixed(
+    if len(topic_b) > 127 or props_len + extra_len > MAX_PROPS or not _fixed(
         &f, topic_b, queue_id, sys_flag, born_timestamp, born_host, store_host, reconsume_times,
         pack_ip(born_host[0]), pack_ip(store_host[0]), extra_b,
     ):
         return _reference["encode_message"](topic, queue_id, body, props, flag, sys_flag, born_timestamp, born_host,
                                             store_host, reconsume_times, cluster)
     cdef Py_ssize_t body_len = len(body)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, _length(&f, body_len, props_len + f.extra_len))
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, _length(&f, body_len, props_len + extra_len))
     cdef const uint8_t* bp = <const uint8_t*>PyBytes_AS_STRING(body)
-    _encode_into(<uint8_t*>PyBytes_AS_STRING(out), &f, <int32_t>flag, bp, body_len, pp, props_len, extra,
+    _encode_into(<uint8_t*>PyBytes_AS_STRING(out), &f, <int32_t>flag, bp, body_len, pp, props_len, extra_len,
                  _body_crc(_fast_crc32, bp, body_len))
     return out
 
@@ -148,7 +152,7 @@ def encode_batch(body, topic, queue_id, sys_flag, born_timestamp, born_host, sto
                                           reconsume_times, cluster, max_body)
     cdef bytes extra_b, topic_b, born_ip, store_ip
     try:  # the reference reads the body first: its errors come before these
-        extra_b = ("CLUSTER\x01" + cluster + "\x02").encode("utf-8")
+        extra_b = ("\x02CLUSTER\x01" + cluster + "\x02").encode("utf-8")
         topic_b = topic.encode("utf-8")
         born_ip, store_ip = pack_ip(born_host[0]), pack_ip(store_host[0])
     except ValueError:
@@ -178,7 +182,7 @@ def encode_batch(body, topic, queue_id, sys_flag, born_timestamp, born_host, sto
         p += 2
         if props_len < 0 or p + props_len > end or item_total != p + props_len - pos:
             break
-        props_total = props_len if _has_cluster(b + p, props_len) else props_len + f.extra_len
+        props_total = props_len + _cluster_len(b + p, props_len, f.extra_len)
         if props_total > MAX_PROPS:
             break
         total += _length(&f, body_len, props_total)
@@ -198,7 +202,7 @@ def encode_batch(body, topic, queue_id, sys_flag, born_timestamp, born_host, sto
         p = pos + ITEM_HEAD + body_len
         props_len = <int16_t>((b[p] << 8) | b[p + 1])
         o += _encode_into(o, &f, flag, b + pos + ITEM_HEAD, body_len, b + p + 2, props_len,
-                          not _has_cluster(b + p + 2, props_len),
+                          _cluster_len(b + p + 2, props_len, f.extra_len),
                           _body_crc(_fast_crc32, b + pos + ITEM_HEAD, body_len))
         pos = p + 2 + props_len
     return out, count

@@ -10,6 +10,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from store.format._bigendian cimport _fits32, _fits64, _i16, _i32, _put32, _put64
+from store.format._record_writer cimport _unclosed
 from store.format._segments cimport _last_value
 from store.format._layout cimport BORN_V6, COMMIT_TYPE, MAGIC_V1, MAGIC_V2, MIN_RECORD, STORE_V6, TRANSACTION_BITS
 
@@ -20,6 +21,11 @@ _reference = native.TWINS["store.format.transaction"].python
 
 cdef bytes HALF_TOPIC = b"RMQ_SYS_TRANS_HALF_TOPIC"
 _HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+
+
+cdef inline bytes _closed(bytes props):
+    # properties.append_properties' separator before what is appended
+    return props + b"\x02" if _unclosed(<const uint8_t*>PyBytes_AS_STRING(props), PyBytes_GET_SIZE(props)) else props
 
 
 def encode_half(topic, queue_id, body, props, flag, sys_flag, born_timestamp, born_host, store_host,
@@ -35,7 +41,7 @@ def encode_half(topic, queue_id, body, props, flag, sys_flag, born_timestamp, bo
     cdef bytes sent = props
     if _last_value(<const uint8_t*>PyBytes_AS_STRING(sent), PyBytes_GET_SIZE(sent), b"CLUSTER\x01", 8,
                    &value_len) < 0:
-        sent = sent + b"CLUSTER\x01" + cluster.encode("utf-8") + b"\x02"
+        sent = _closed(sent) + b"CLUSTER\x01" + cluster.encode("utf-8") + b"\x02"
     cdef Py_ssize_t at = _last_value(<const uint8_t*>PyBytes_AS_STRING(sent), PyBytes_GET_SIZE(sent), b"UNIQ_KEY\x01",
                                      9, &value_len)
     uniq = None
@@ -44,7 +50,7 @@ def encode_half(topic, queue_id, body, props, flag, sys_flag, born_timestamp, bo
         uniq = PyBytes_FromStringAndSize(PyBytes_AS_STRING(sent) + at, value_len).decode("utf-8", "replace")
         extra = b"__transactionId__\x01" + uniq.encode("utf-8") + b"\x02"
     extra = extra + b"REAL_TOPIC\x01" + topic.encode("utf-8") + b"\x02REAL_QID\x01" + str(queue_id).encode() + b"\x02"
-    cdef bytes half_props = sent + extra
+    cdef bytes half_props = _closed(sent) + extra
     run = _encode_message(_HALF_TOPIC, 0, body, half_props, flag, sys_flag & ~TRANSACTION_BITS, born_timestamp,
                           born_host, store_host, reconsume_times, cluster)
     return run, uniq, half_props

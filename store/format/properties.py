@@ -40,6 +40,16 @@ def encode_properties(props: Mapping[str, str | None]) -> bytes:
     ).encode("utf-8")
 
 
+def append_properties(props: bytes, values: Mapping[str, str | None]) -> bytes:
+    """``props`` (a client's bytes, kept as they came) followed by ``values`` encoded, with a 0x02 between them
+    when ``props`` does not end with one: Java 4.9.8's ``messageProperties2String`` leaves the last separator off,
+    and without it the client's last value would run into the first appended name."""
+    extra = encode_properties(values)
+    if props and extra and not props.endswith(b"\x02"):
+        return props + b"\x02" + extra
+    return props + extra
+
+
 def iter_properties(raw: bytes) -> Iterator[tuple[bytes, bytes]]:
     """(name, value) byte pairs of a properties string, with ``string2messageProperties``'s quirks:
     a segment without 0x01, with an empty name or with an empty value is dropped."""

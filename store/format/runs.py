@@ -28,7 +28,7 @@ def with_property(props: bytes, name: str, value: str) -> bytes:
     came (the broker's CLUSTER on a send)."""
     if properties.property_value(props, name) is not None:
         return props
-    return props + properties.encode_properties({name: value})
+    return properties.append_properties(props, {name: value})
 
 
 def encode_message(

@@ -36,7 +36,7 @@ def half_properties(props: bytes, topic: str, queue_id: int) -> bytes:
     (the UNIQ_KEY, when there is one), REAL_TOPIC and REAL_QID. Appended after the client's: decoding keeps the
     last value of a name, as Java's map put would."""
     uniq = properties.property_value(props, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-    return props + properties.encode_properties({
+    return properties.append_properties(props, {
         PROPERTY_TRANSACTION_ID: uniq, properties.PROPERTY_REAL_TOPIC: topic,
         properties.PROPERTY_REAL_QUEUE_ID: str(queue_id),
     })  # fmt: skip
