@@ -71,15 +71,18 @@ async def serve(
     schedule: asyncio.Task | None = None
     proxy: GrpcProxy | None = None
     try:
-        await broker.start()
-        log.info("Broker ready at %s (store %s)", broker.addr, store_config.store_path_root_dir)
         if broker_config.enable_proxy:  # the RocketMQ 5 gRPC endpoint (docs/grpc.md); grpcio loaded only then
             from broker.proxy.server import GrpcProxy
 
             starting = GrpcProxy(broker)
-            await starting.start()  # a taken grpcServerPort stops here: the broker shuts down, the CLI names it
+            starting.check()  # its role and TLS files, before anything opens
+            # its port opens before the broker registers: a taken grpcServerPort stops the start unseen
+            await broker.start(before_register=starting.start)
             proxy = starting
             log.info("gRPC proxy ready at %s:%d", proxy.host, proxy.port)
+        else:
+            await broker.start()
+        log.info("Broker ready at %s (store %s)", broker.addr, store_config.store_path_root_dir)
         tiering = TierSchedule(store_config, broker.store.manifest.entries, broker_config.lake_path, tier_command)
         schedule = asyncio.create_task(tiering.run())
         await wait_for_signal()

@@ -165,23 +165,30 @@ def update_topic(
     write_queue_nums: Annotated[int, typer.Option("-w", "--writeQueueNums", min=1)] = 8,
     perm: Annotated[int, typer.Option("-p", "--perm", help="2 write, 4 read, 6 read+write.")] = 6,
     order: Annotated[bool, typer.Option("-o", "--order")] = False,
+    attributes: Annotated[str | None, typer.Option(
+        "-a", "--attributes", help="RocketMQ 5 topic attributes: +message.type=NORMAL|FIFO|DELAY|TRANSACTION, "
+                                   "-key deletes one (docs/grpc.md).")] = None,
     as_json: AsJson = False,
 ) -> None:
     """Create or update a topic on a broker (-b) or on every broker of a cluster (-c)."""
     one_target(cluster, broker_addr)
+    change = attributes.strip() if attributes else None
     addrs = _call(namesrv, lambda a: a.create_topic(
         topic, cluster=cluster, broker_addr=broker_addr, read_queue_nums=read_queue_nums,
-        write_queue_nums=write_queue_nums, perm=perm, order=order,
+        write_queue_nums=write_queue_nums, perm=perm, order=order, attributes=change,
     ))  # fmt: skip
     result = {"topic": topic, "readQueueNums": read_queue_nums, "writeQueueNums": write_queue_nums, "perm": perm,
               "brokers": addrs}  # fmt: skip
+    if change:
+        result["attributes"] = change
     if as_json:
         _print_json(result)
     else:
         for addr in addrs:
             console().print(f"create topic to {addr} success.")
+        shown = f", attributes={change}" if change else ""
         console().print(f"TopicConfig [topicName={topic}, readQueueNums={read_queue_nums}, "
-                      f"writeQueueNums={write_queue_nums}, perm={perm}]")  # fmt: skip
+                        f"writeQueueNums={write_queue_nums}, perm={perm}{shown}]")  # fmt: skip
 
 
 @admin_app.command("topicList")

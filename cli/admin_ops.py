@@ -75,6 +75,8 @@ def update_sub_group(
     broker_id: Annotated[int, typer.Option("-i", "--brokerId")] = 0,
     slowly_broker_id: Annotated[int, typer.Option("-w", "--whichBrokerWhenConsumeSlowly")] = 1,
     notify: Annotated[str, typer.Option("-a", "--notifyConsumerIdsChanged")] = "true",
+    orderly: Annotated[str, typer.Option(
+        "-o", "--consumeMessageOrderly", help="true: a FIFO group (5.x clients get its messages in order)")] = "false",
     as_json: AsJson = False,
 ) -> None:
     """Create or update a subscription group on a broker (-b) or every master of a cluster (-c)."""
@@ -87,6 +89,8 @@ def update_sub_group(
         consume_broadcast_enable=_java_bool(consume_broadcast_enable), retry_queue_nums=retry_queue_nums,
         retry_max_times=retry_max_times, broker_id=broker_id, which_broker_when_consume_slowly=slowly_broker_id,
         notify_consumer_ids_changed_enable=_java_bool(notify),
+        # RocketMQ 5's field: kept as the extra key 4.9's model lacks (the pop service reads it)
+        consumeMessageOrderly=_java_bool(orderly),
     )  # fmt: skip
     addrs = _ops(namesrv, lambda a: a.update_sub_group(cfg, cluster=cluster, broker_addr=broker_addr))
     done(as_json, {"config": cfg.to_json(), "brokers": addrs},

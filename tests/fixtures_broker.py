@@ -49,6 +49,7 @@ from broker.remoting.client import RemotingClient
 from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import Header
 from broker.remoting.loop import run
+from broker.remoting.signing import Credentials
 from tests import host_disk
 from tests.helpers import wait_until
 
@@ -73,12 +74,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def remoting_call(addr: str, code: int, header: Header | None = None, body: bytes = b"",
-                  ssl_context=None) -> RemotingCommand:  # fmt: skip
+                  ssl_context=None, credentials: Credentials | None = None) -> RemotingCommand:  # fmt: skip
     """One request over mqlake's own remoting client, to observe a server's state from outside a test (over TLS
-    with ``ssl_context``)."""
+    with ``ssl_context``; signed with ``credentials`` for a broker with aclEnable)."""
 
     async def call() -> RemotingCommand:
-        client = RemotingClient(ssl_context=ssl_context)
+        client = RemotingClient(ssl_context=ssl_context, rpc_hook=credentials.sign if credentials else None)
         try:
             return await client.invoke(addr, RemotingCommand.request(code, header, body), 10)
         finally:

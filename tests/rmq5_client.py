@@ -8,6 +8,9 @@ package ``rocketmq`` is also the 4.x C++ client's.  Prints one JSON document on 
     receive  --endpoint E --topic T --group G --expect N [--invisible S] [--ack] [--deadline S] [--filter TAG]
     receive_renew  as receive, then ChangeInvisibleDuration on each message before acking it
     push     --endpoint E --topic T --group G --expect N [--fail-first] [--deadline S]  (a PushConsumer)
+
+Every command takes --ak/--sk (the client signs its calls), --namespace and --report-error (a failure is printed as
+``{"error": ...}``, with the client's logged errors, rather than failing the command).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import sys
 import threading
 import time
+from pathlib import Path
 
 from rocketmq import (
     ClientConfiguration,
@@ -48,10 +52,12 @@ class _Checker(TransactionChecker):
 
 
 TLS = False  # --tls: the channel is TLS (the client trusts the roots in GRPC_DEFAULT_SSL_ROOTS_FILE_PATH)
+CREDENTIALS = Credentials()  # --ak/--sk: the client signs its calls (its credentials provider); none by default
+NAMESPACE = ""  # --namespace: the client's topics and groups are of this namespace
 
 
 def _config(endpoint: str) -> ClientConfiguration:
-    return ClientConfiguration(endpoint, Credentials(), request_timeout=5)
+    return ClientConfiguration(endpoint, CREDENTIALS, namespace=NAMESPACE, request_timeout=5)
 
 
 def produce(a: argparse.Namespace) -> dict:
@@ -111,6 +117,7 @@ def receive(a: argparse.Namespace) -> dict:
         while len(got) < a.expect and time.monotonic() < end:
             for m in consumer.receive(min(32, a.expect - len(got)), a.invisible) or []:
                 item = {"body": m.body.decode(), "message_id": m.message_id, "tag": m.tag, "topic": m.topic,
+                        "namespace": m.namespace,
                         "keys": sorted(m.keys), "attempt": m.delivery_attempt, "group": m.message_group,
                         "properties": dict(m.properties), "receipt_handle": m.receipt_handle,
                         "delivery_timestamp": m.delivery_timestamp, "received_at": time.time()}
@@ -188,11 +195,27 @@ def main() -> int:
     p.add_argument("--fail-first", action="store_true", help="push: fail each message's first delivery")
     p.add_argument("--consume-group", help="produce --tx check-*: then receive in this group before stopping")
     p.add_argument("--tls", action="store_true")
+    p.add_argument("--ak", default="", help="access key the client signs with")
+    p.add_argument("--sk", default="", help="its secret key")
+    p.add_argument("--namespace", default="", help="the client's namespace")
+    p.add_argument("--report-error", action="store_true",
+                   help="a failure is the result: {'error': {'type', 'code', 'message', 'logged'}}, exit 0")
     a = p.parse_args()
-    global TLS
+    global TLS, CREDENTIALS, NAMESPACE
     TLS = a.tls
+    CREDENTIALS = Credentials(a.ak, a.sk)
+    NAMESPACE = a.namespace
     a.mode = "renew" if a.command == "receive_renew" else "plain"
-    out = produce(a) if a.command == "produce" else push(a) if a.command == "push" else receive(a)
+    try:
+        out = produce(a) if a.command == "produce" else push(a) if a.command == "push" else receive(a)
+    except Exception as e:
+        if not a.report_error:
+            raise
+        # a refused route lookup reaches the caller as a plain Exception: the status is in the client's log
+        logged = [line for f in sorted(Path.home().glob("logs/**/*.log"))
+                  for line in f.read_text(errors="replace").splitlines() if "[ERROR]" in line]  # fmt: skip
+        out = {"error": {"type": type(e).__name__, "code": getattr(e, "code", None), "message": str(e),
+                         "logged": logged}}  # fmt: skip
     json.dump(out, sys.stdout)
     sys.stdout.flush()
     return 0

@@ -36,11 +36,12 @@ PROXY_CONF = {"enableProxy": "true", "minInvisibleTimeMillsForRecv": "1000", "tr
 
 
 class ProxyServer:
-    def __init__(self, server: MqlakeServer, port: int, home, ssl_context=None) -> None:
+    def __init__(self, server: MqlakeServer, port: int, home, ssl_context=None, credentials=None) -> None:
         self.server = server
         self.endpoint = f"127.0.0.1:{port}"
         self.home = home
         self.ssl_context = ssl_context  # the broker's remoting port speaks TLS
+        self.credentials = credentials  # an admin account the topics and groups are made with (aclEnable)
 
     def wait_proxy(self) -> None:
         wait_until(lambda: "gRPC proxy ready at" in self.server.run_log(), 30, what="the gRPC proxy to serve")
@@ -48,28 +49,28 @@ class ProxyServer:
     def client(self, command: str, *args: str, trust=None) -> dict:
         return rmq5.client(command, self.endpoint, self.home, *args, trust=trust)
 
-    def create_topic(self, queues: int = 4) -> str:
-        topic = unique("T5")
+    def create_topic(self, queues: int = 4, name: str | None = None) -> str:
+        topic = name or unique("T5")
         hdr = h.CreateTopicRequestHeader(topic=topic, default_topic="TBW102", read_queue_nums=queues,
                                          write_queue_nums=queues, perm=6, topic_filter_type="SINGLE_TAG")  # fmt: skip
         r = remoting_call(self.server.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, hdr,
-                          ssl_context=self.ssl_context)  # fmt: skip
+                          ssl_context=self.ssl_context, credentials=self.credentials)  # fmt: skip
         assert r.code == ResponseCode.SUCCESS, r.remark
         return topic
 
-    def create_group(self, **fields: object) -> str:
-        group = unique("G5")
+    def create_group(self, name: str | None = None, **fields: object) -> str:
+        group = name or unique("G5")
         body = SubscriptionGroupConfig(group_name=group, **fields).encode()
         r = remoting_call(self.server.broker_addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, body,
-                          ssl_context=self.ssl_context)  # fmt: skip
+                          ssl_context=self.ssl_context, credentials=self.credentials)  # fmt: skip
         assert r.code == ResponseCode.SUCCESS, r.remark
         return group
 
 
-def _start(tmp_path, name: str, ssl_context=None, **conf: str) -> ProxyServer:
+def _start(tmp_path, name: str, ssl_context=None, credentials=None, **conf: str) -> ProxyServer:
     port = free_port()
     server = MqlakeServer(tmp_path / name, **PROXY_CONF, grpcServerPort=str(port), **conf)
-    proxy = ProxyServer(server, port, tmp_path / f"{name}-home", ssl_context)
+    proxy = ProxyServer(server, port, tmp_path / f"{name}-home", ssl_context, credentials)
     server.start()
     proxy.wait_proxy()
     return proxy
@@ -103,6 +104,27 @@ def test_5x_producer_to_5x_simple_consumer_with_tags_keys_properties_and_ack(pro
     # acked: nothing comes back after the invisible time (1 s) has passed
     later = proxy.client("receive", "--topic", topic, "--group", group, "--expect", "1", "--deadline", "3")
     assert later["received"] == []
+
+
+def test_a_namespace_maps_topics_and_groups_as_rocketmq_5s_proxy_does(proxy) -> None:
+    topic, group = unique("T5"), unique("G5")
+    proxy.create_topic(queues=1, name=f"ns1%{topic}")  # the broker's names carry the namespace
+    proxy.create_group(name=f"ns1%{group}")
+    sent = proxy.client("produce", "--namespace", "ns1", "--topic", topic, "--count", "2")["sent"]
+    assert len(sent) == 2
+
+    def stored() -> str:
+        r = remoting_call(proxy.server.broker_addr, RequestCode.GET_MAX_OFFSET,
+                          h.GetMaxOffsetRequestHeader(topic=f"ns1%{topic}", queue_id=0))  # fmt: skip
+        return r.ext_fields["offset"]
+
+    wait_until(lambda: stored() == "2", what="both messages in the broker's topic ns1%<topic>")
+    got = proxy.client("receive", "--namespace", "ns1", "--topic", topic, "--group", group, "--expect", "2", "--ack")
+    assert sorted(bodies(got)) == ["m-0", "m-1"]
+    assert {(m["topic"], m["namespace"]) for m in got["received"]} == {(topic, "ns1")}
+    # without the namespace the topic is not the client's (another namespace's names do not leak)
+    other = proxy.client("produce", "--topic", topic, "--report-error")
+    assert "sent" not in other
 
 
 def test_unacked_message_is_redelivered_after_its_invisible_time_and_renew_keeps_it(proxy) -> None:
@@ -247,14 +269,18 @@ def test_a_taken_grpc_port_stops_mqlake_up_with_one_clear_line(tmp_path) -> None
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         values = {**TEST_CONF, "storePathRootDir": str(tmp_path / "store"), "listenPort": str(free_port()),
+                  "haListenPort": str(free_port()),  # listenPort + 1 may be taken on a busy host
                   "enableProxy": "true", "grpcServerPort": str(busy.getsockname()[1])}  # fmt: skip
         conf = tmp_path / "broker.conf"
         conf.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
         out = subprocess.run([sys.executable, "-P", "-c", "from cli.main import main; main()", "up", "-c", str(conf),
-                              "--namesrv-port", str(free_port())], capture_output=True, text=True, timeout=120,
-                             cwd=tmp_path)  # fmt: skip
-    assert out.returncode == 1 and "grpcServerPort" in out.stderr, out.stdout + out.stderr
-    assert "Traceback" not in out.stdout + out.stderr
+                              "--namesrv-port", str(free_port()), "--log-level", "INFO"], capture_output=True,
+                             text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    text = out.stdout + out.stderr
+    assert out.returncode == 1 and "grpcServerPort" in out.stderr, text
+    assert "Traceback" not in text
+    # the gRPC port is opened before the broker registers: a start it stops never reached the NameServer
+    assert "NameServer started" in text and "registered broker" not in text and "Broker ready" not in text, text
 
 
 def test_the_5x_client_over_tls_when_the_broker_enforces_it(tmp_path) -> None:

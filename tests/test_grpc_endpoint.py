@@ -5,7 +5,8 @@ closed mid-wait or parked when the proxy stops."""
 
 from __future__ import annotations
 
-import asyncio
+import hashlib
+import hmac
 import itertools
 import json
 import threading
@@ -222,8 +223,8 @@ def test_receive_cancelled_while_waiting_loses_nothing(proxied) -> None:
 
 
 def test_unserved_rpcs_answer_unsupported(proxied) -> None:
-    r = proxied.stub.GetOffset(svc.GetOffsetRequest(), metadata=META)
-    assert r.status.code == pb.UNSUPPORTED and "GetOffset" in r.status.message
+    r = proxied.stub.RecallMessage(svc.RecallMessageRequest(), metadata=META)
+    assert r.status.code == pb.UNSUPPORTED and "RecallMessage" in r.status.message
 
 
 
@@ -338,17 +339,236 @@ def test_a_slave_refuses_to_serve_the_endpoint(tmp_path) -> None:
         slave.close()
 
 
-def test_an_acl_broker_refuses_to_serve_the_endpoint_unchecked(tmp_path) -> None:
-    from broker.config import build_configs
-    from broker.server.controller import BrokerController
+def _signed(access_key: str, secret_key: str, date_time: str = "20261129T003000Z") -> tuple[tuple[str, str], ...]:
+    """The metadata a 5.x client's credentials provider adds: the hex HmacSHA1 of x-mq-date-time."""
+    sig = hmac.new(secret_key.encode(), date_time.encode(), hashlib.sha1).hexdigest()
+    auth = f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders=x-mq-date-time, Signature={sig}"
+    return (*META, ("x-mq-date-time", date_time), ("authorization", auth))
 
-    async def start() -> None:
-        conf = {**SMALL, "listenPort": "0", "storePathRootDir": str(tmp_path / "s"), "aclEnable": "true",
-                "rocketmqHome": str(tmp_path)}  # fmt: skip
-        await GrpcProxy(BrokerController(*build_configs(conf)), host="127.0.0.1").start()
 
-    with pytest.raises(ProxyRoleError, match="aclEnable"):
-        asyncio.run(start())
+@pytest.fixture
+def acl_proxied(tmp_path):
+    from tests.test_acl_broker import ACL, write_acl
+
+    write_acl(tmp_path / "home", ACL)
+    conf = {"grpcServerPort": "0", "aclEnable": "true", "rocketmqHome": str(tmp_path / "home")}
+    p = Proxied(LiveBroker(tmp_path / "store", **conf).start())
+    yield p
+    p.close()
+
+
+def test_acl_checks_signatures_and_permissions_of_every_call(acl_proxied) -> None:
+    p = acl_proxied
+    topic, denied, read_only = p.topic(), "Denied", "ReadOnly"
+    for name in (denied, read_only):
+        p.on_loop(p.broker.controller.topics.update, TopicConfig(topic_name=name, read_queue_nums=1,
+                                                                 write_queue_nums=1))  # fmt: skip
+    route = svc.QueryRouteRequest(topic=pb.Resource(name=topic))
+    producer = _signed("producer-key", "producer-secret")
+    assert p.stub.QueryRoute(route, metadata=producer).status.code == pb.OK
+    msg = pb.Message(topic=pb.Resource(name=topic), body=b"signed")
+    msg.system_properties.message_id = "01000000000000000000000000AC1"
+    msg.system_properties.message_type = pb.NORMAL
+    sent = p.stub.SendMessage(svc.SendMessageRequest(messages=[msg]), metadata=producer)
+    assert sent.status.code == pb.OK
+    wait_until(lambda: p.store.get_max_offset_in_queue(topic, 0) == 1, what="the signed send dispatched")
+
+    committed = p.store.max_phy_offset
+    refusals = {
+        "wrong secret": (_signed("producer-key", "not-the-secret"), pb.UNAUTHORIZED, "Check signature failed"),
+        "unknown key": (_signed("stranger-key", "whatever-secret"), pb.UNAUTHORIZED, "No acl config for stranger"),
+        "unsigned (a client without credentials)": (_signed("", ""), pb.UNAUTHORIZED, "No accessKey"),
+        "no authorization at all": (META, pb.UNAUTHORIZED, "No accessKey"),
+    }
+    for what, (metadata, code, text) in refusals.items():
+        r = p.stub.QueryRoute(route, metadata=metadata)
+        assert (r.status.code, text in r.status.message) == (code, True), (what, r.status)
+        r = p.stub.SendMessage(svc.SendMessageRequest(messages=[msg]), metadata=metadata)
+        assert r.status.code == code, (what, r.status)
+        assert "producer-secret" not in r.status.message
+    bad = (*META, ("authorization", "MQv2-HMAC-SHA1 Credential=producer-key, Signature=not-hex"))
+    assert p.stub.QueryRoute(route, metadata=bad).status.code == pb.UNAUTHORIZED
+    assert p.store.max_phy_offset == committed  # nothing refused was stored
+
+    # signed, but without the permission: FORBIDDEN naming the resource
+    r = p.stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name=denied)), metadata=producer)
+    assert r.status.code == pb.FORBIDDEN and "topic:Denied" in r.status.message
+    msg.topic.name = read_only
+    r = p.stub.SendMessage(svc.SendMessageRequest(messages=[msg]), metadata=producer)
+    assert r.status.code == pb.FORBIDDEN and "topic:ReadOnly" in r.status.message
+    assert p.store.max_phy_offset == committed
+    req = svc.ReceiveMessageRequest(group=pb.Resource(name="NoGroup"), batch_size=1,
+                                    message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)))  # fmt: skip
+    statuses = [r.status for r in p.stub.ReceiveMessage(req, metadata=producer, timeout=10)]
+    assert [s.code for s in statuses] == [pb.FORBIDDEN] and "group:NoGroup" in statuses[0].message
+    pull = svc.PullMessageRequest(group=pb.Resource(name="NoGroup"), offset=0, batch_size=1,
+                                  message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)))  # fmt: skip
+    replies = list(p.stub.PullMessage(pull, metadata=producer, timeout=10))
+    assert [r.status.code for r in replies] == [pb.FORBIDDEN] and "group:NoGroup" in replies[0].status.message
+    # a namespace's names are what the rules name: ns1%Denied is another topic than Denied
+    route = svc.QueryRouteRequest(topic=pb.Resource(name=denied, resource_namespace="ns1"))
+    assert p.stub.QueryRoute(route, metadata=producer).status.code == pb.TOPIC_NOT_FOUND  # allowed, and absent
+    # an admin account holds everything: its receive reaches the RPC, which reads the signed message
+    replies = list(p.stub.ReceiveMessage(req, metadata=_signed("admin-key", "admin-secret"), timeout=10))
+    assert replies[0].status.code == pb.OK and [r.message.body for r in replies if r.HasField("message")] == [b"signed"]
+
+    # Telemetry: the stream's signature first, then each settings command's topics and group
+    settings = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=denied)]))
+    replies = list(p.stub.Telemetry(iter([svc.TelemetryCommand(settings=settings)]), metadata=META, timeout=10))
+    assert [r.status.code for r in replies] == [pb.UNAUTHORIZED]
+    replies = list(p.stub.Telemetry(iter([svc.TelemetryCommand(settings=settings)]), metadata=producer, timeout=10))
+    assert [r.status.code for r in replies] == [pb.FORBIDDEN] and not replies[0].HasField("settings")
+    settings.publishing.topics[0].name = topic
+    replies = list(p.stub.Telemetry(iter([svc.TelemetryCommand(settings=settings)]), metadata=producer, timeout=10))
+    assert [r.status.code for r in replies] == [pb.OK] and replies[0].settings.publishing.topics[0].name == topic
+
+
+def test_acl_white_listed_peer_needs_no_signature(tmp_path) -> None:
+    from tests.test_acl_broker import ACL, write_acl
+
+    write_acl(tmp_path / "home", {**ACL, "globalWhiteRemoteAddresses": ["127.0.0.1"]})
+    p = Proxied(LiveBroker(tmp_path / "store", grpcServerPort="0", aclEnable="true",
+                           rocketmqHome=str(tmp_path / "home")).start())  # fmt: skip
+    try:
+        topic = p.topic()
+        assert p.send(topic).status.code == pb.OK  # META: no authorization
+    finally:
+        p.close()
+
+
+def _create_typed_topic(p: Proxied, name: str, change: str):
+    from broker.remoting import headers as h
+
+    hdr = h.CreateTopicRequestHeader(topic=name, default_topic="TBW102", read_queue_nums=1, write_queue_nums=1,
+                                     perm=6, topic_filter_type="SINGLE_TAG", attributes=change)  # fmt: skip
+    return p.broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, hdr)
+
+
+def test_message_types_are_checked_on_remoting_and_grpc_sends(tmp_path) -> None:
+    from broker.remoting.codes import ResponseCode
+
+    p = Proxied(LiveBroker(tmp_path / "store", grpcServerPort="0", enableTopicMessageTypeCheck="true").start())
+    try:
+        assert _create_typed_topic(p, "Fifo", "+message.type=FIFO").code == ResponseCode.SUCCESS
+        assert p.broker.controller.topics.get("Fifo").attributes == {"message.type": "FIFO"}
+        assert _create_typed_topic(p, "Fifo", "").code == ResponseCode.SUCCESS  # an update without -a keeps it
+        assert p.broker.controller.topics.get("Fifo").attributes == {"message.type": "FIFO"}
+        bad = _create_typed_topic(p, "Other", "+message.type=BATCH")
+        assert bad.code == ResponseCode.SYSTEM_ERROR and "value is not in set" in bad.remark
+        mixed = _create_typed_topic(p, "Other", "+message.type=MIXED")
+        assert (mixed.code, mixed.remark) == (ResponseCode.INVALID_PARAMETER, "MIXED message type is not supported.")
+        assert p.broker.controller.topics.get("Other") is None
+        plain = p.topic()  # no attributes: NORMAL
+
+        # the route names the topic's type; the settings tell the client to validate its sends against it
+        route = p.stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name="Fifo")), metadata=META)
+        assert list(route.message_queues[0].accept_message_types) == [pb.FIFO]
+        settings = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="Fifo")]))
+        reply = next(iter(p.stub.Telemetry(iter([svc.TelemetryCommand(settings=settings)]), metadata=META)))
+        assert reply.settings.publishing.validate_message_type
+
+        # gRPC: a normal message to a FIFO topic is refused, a message of its group is taken
+        sent = p.send("Fifo")
+        assert sent.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+        assert "the expected type is FIFO, but actual type is NORMAL" in sent.entries[0].status.message
+        msg = pb.Message(topic=pb.Resource(name="Fifo"), body=b"ordered")
+        msg.system_properties.message_id = "01000000000000000000000000F1F0"
+        msg.system_properties.message_group = "g1"
+        msg.system_properties.message_type = pb.FIFO
+        assert p.stub.SendMessage(svc.SendMessageRequest(messages=[msg]), metadata=META).status.code == pb.OK
+        assert p.send(plain).status.code == pb.OK
+
+        # remoting: MESSAGE_ILLEGAL, as RocketMQ 5's proxy answers a remoting client
+        refused = p.broker.send("Fifo", b"normal")
+        assert refused.code == ResponseCode.MESSAGE_ILLEGAL and "expected type is FIFO" in refused.remark
+        assert p.broker.send("Fifo", b"ordered", __SHARDINGKEY="g1").code == ResponseCode.SUCCESS
+        delayed = p.broker.send(plain, b"later", v2=False, DELAY="2")
+        assert delayed.code == ResponseCode.MESSAGE_ILLEGAL and "actual type is DELAY" in delayed.remark
+        assert p.broker.send("NoSuchTopic", b"x").code == ResponseCode.MESSAGE_ILLEGAL  # no topic, no type
+        wait_until(lambda: p.store.get_max_offset_in_queue("Fifo", 0) == 2, what="the two ordered sends stored")
+    finally:
+        p.close()
+
+
+def test_without_the_check_every_type_goes_to_every_topic(proxied) -> None:
+    from broker.remoting.codes import ResponseCode
+
+    assert _create_typed_topic(proxied, "FifoToo", "+message.type=FIFO").code == ResponseCode.SUCCESS
+    route = proxied.stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name="FifoToo")), metadata=META)
+    assert set(route.message_queues[0].accept_message_types) == {pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION}
+    assert proxied.send("FifoToo").status.code == pb.OK
+    assert proxied.broker.send("FifoToo", b"normal").code == ResponseCode.SUCCESS
+    settings = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="FifoToo")]))
+    reply = next(iter(proxied.stub.Telemetry(iter([svc.TelemetryCommand(settings=settings)]), metadata=META)))
+    assert not reply.settings.publishing.validate_message_type
+
+
+def test_a_pull_consumer_pulls_and_keeps_its_offsets(proxied) -> None:
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    from broker.remoting import headers as h
+
+    p, topic = proxied, proxied.topic()
+    g = group(p)
+    for i, tag in enumerate(("a", "b", "a")):
+        assert p.send(topic, f"m{i}".encode(), tag=tag).status.code == pb.OK
+    wait_until(lambda: p.store.get_max_offset_in_queue(topic, 0) == 3, what="three messages dispatched")
+    mq = pb.MessageQueue(topic=pb.Resource(name=topic), id=0)
+
+    def query(policy: int, ms: int | None = None) -> int:
+        req = svc.QueryOffsetRequest(message_queue=mq, query_offset_policy=policy)
+        if ms is not None:
+            req.timestamp.CopyFrom(Timestamp(seconds=ms // 1000))
+        r = p.stub.QueryOffset(req, metadata=META)
+        assert r.status.code == pb.OK, r.status
+        return r.offset
+
+    # a time after the last message: SEARCH_OFFSET_BY_TIMESTAMP's answer, the last message's offset
+    assert (query(pb.BEGINNING), query(pb.END), query(pb.TIMESTAMP, 0), query(pb.TIMESTAMP, 2**41)) == (0, 3, 0, 2)
+
+    def pull(offset: int, batch: int = 32, expression: str = "*", wait_ms: int = 0, queue: int = 0):
+        req = svc.PullMessageRequest(group=pb.Resource(name=g), message_queue=pb.MessageQueue(
+            topic=pb.Resource(name=topic), id=queue), offset=offset, batch_size=batch,
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression=expression))  # fmt: skip
+        req.long_polling_timeout.FromMilliseconds(wait_ms)
+        replies = list(p.stub.PullMessage(req, metadata=META, timeout=30))
+        assert replies[0].HasField("status"), replies
+        bodies = [r.message.body.decode() for r in replies if r.HasField("message")]
+        nexts = [r.next_offset for r in replies if r.WhichOneof("content") == "next_offset"]
+        return replies[0].status, bodies, nexts[-1] if nexts else None
+
+    status, bodies, nxt = pull(0, batch=2)
+    assert (status.code, bodies, nxt) == (pb.OK, ["m0", "m1"], 2)
+    assert pull(0, expression="a")[1:] == (["m0", "m2"], 3)  # a tag filter, as a remoting pull's
+    status, bodies, nxt = pull(3)
+    assert (status.code, bodies, nxt) == (pb.MESSAGE_NOT_FOUND, [], 3)
+    status, _, nxt = pull(100)
+    assert (status.code, nxt) == (pb.ILLEGAL_OFFSET, 3)  # the nearest offset to go on from
+    assert pull(-1)[0].code == pb.ILLEGAL_OFFSET and pull(0, queue=5)[0].code == pb.BAD_REQUEST
+
+    # long polling: a pull at the end waits for the next message (parked as a remoting pull is)
+    got: dict = {}
+    waiter = threading.Thread(target=lambda: got.update(r=pull(3, wait_ms=20_000)))
+    waiter.start()
+    wait_until(lambda: p.broker.controller.hold.parked_count == 1, what="the pull parked")
+    assert p.send(topic, b"m3").status.code == pb.OK
+    waiter.join(30)
+    assert got["r"][0].code == pb.OK and got["r"][1:] == (["m3"], 4)
+
+    # offsets: the group's consumer offsets, which remoting consumers of the group share
+    get = svc.GetOffsetRequest(group=pb.Resource(name=g), message_queue=mq)
+    assert p.stub.GetOffset(get, metadata=META).status.code == pb.OFFSET_NOT_FOUND
+    update = svc.UpdateOffsetRequest(group=pb.Resource(name=g), message_queue=mq, offset=2)
+    assert p.stub.UpdateOffset(update, metadata=META).status.code == pb.OK
+    r = p.stub.GetOffset(get, metadata=META)
+    assert (r.status.code, r.offset) == (pb.OK, 2)
+    q = p.broker.call(RequestCode.QUERY_CONSUMER_OFFSET, h.QueryConsumerOffsetRequestHeader(
+        consumer_group=g, topic=topic, queue_id=0))  # fmt: skip
+    assert q.ext_fields["offset"] == "2"
+    update.offset = -5
+    assert p.stub.UpdateOffset(update, metadata=META).status.code == pb.ILLEGAL_OFFSET
+    assert p.stub.GetOffset(svc.GetOffsetRequest(group=pb.Resource(name="NoSuchGroup"), message_queue=mq),
+                            metadata=META).status.code == pb.CONSUMER_GROUP_NOT_FOUND  # fmt: skip
 
 
 def test_system_topics_and_illegal_groups_are_refused(proxied) -> None:

@@ -107,3 +107,18 @@ def test_generated_stubs_keep_the_protocols_names() -> None:
             "ForwardMessageToDeadLetterQueue", "EndTransaction", "Telemetry", "NotifyClientTermination",
             "ChangeInvisibleDuration"} <= {m.name for m in service.methods}  # fmt: skip
     assert pb.Code.Value("INVALID_RECEIPT_HANDLE") == 40013 and pb.Code.Value("MESSAGE_NOT_FOUND") == 40401
+
+
+def test_namespaces_map_names_as_rocketmq_5s_namespace_util() -> None:
+    from broker.proxy import namespaces
+
+    def wrap(name: str, ns: str = "ns1") -> str:
+        return namespaces.wrap(pb.Resource(name=name, resource_namespace=ns))
+
+    assert [wrap("T"), wrap("T", ""), wrap("ns1%T"), wrap("%RETRY%G"), wrap("%DLQ%G"), wrap("%RETRY%ns1%G")] == [
+        "ns1%T", "T", "ns1%T", "%RETRY%ns1%G", "%DLQ%ns1%G", "%RETRY%ns1%G"]  # fmt: skip
+    assert wrap("rmq_sys_REVIVE_LOG_c") == "rmq_sys_REVIVE_LOG_c" and wrap("TBW102") == "TBW102"  # system: as is
+    assert namespaces.resource("ns1%T") == pb.Resource(name="T", resource_namespace="ns1")
+    assert namespaces.resource("%RETRY%ns1%G") == pb.Resource(name="%RETRY%G", resource_namespace="ns1")
+    assert namespaces.resource("T") == pb.Resource(name="T")
+    assert namespaces.resource("%RETRY%G") == pb.Resource(name="%RETRY%G")

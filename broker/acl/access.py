@@ -19,7 +19,7 @@ from ``admin`` accounts (``check_admin``).
 from __future__ import annotations
 
 import hmac
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from broker.acl.addresses import AddressPattern, compile_pattern
@@ -57,6 +57,14 @@ def check_permission(needed: int, owned: int) -> bool:
     if needed & ANY:
         return bool(owned & (PUB | SUB))
     return bool(needed & owned)
+
+
+class Unauthenticated(RequestRefused):
+    """The request's account is not established: unsigned, an unknown access key or a wrong signature. Remoting
+    answers it NO_PERMISSION as every refusal; the gRPC endpoint tells it apart (UNAUTHORIZED, not FORBIDDEN)."""
+
+    def __init__(self, remark: str) -> None:
+        super().__init__(ResponseCode.NO_PERMISSION, remark)
 
 
 def _refuse(remark: str) -> RequestRefused:
@@ -125,11 +133,6 @@ def _describe(resource: str) -> str:
     return f"topic:{_show(resource)}"
 
 
-def _require_admin(cmd: RemotingCommand, owned: Owned) -> None:
-    if not owned.admin:
-        raise _refuse(f"Need admin permission for request code={cmd.code}, but accessKey={owned.access_key} is not")
-
-
 # --- compiled rules ------------------------------------------------------------------------------------------------
 
 
@@ -172,23 +175,27 @@ class Rules:
 
     def account(self, cmd: RemotingCommand, remote_ip: str) -> Owned | None:
         """The account that signed ``cmd``, None for a white-listed peer (nothing more is checked for it); raise
-        RequestRefused(NO_PERMISSION) when the request is unsigned, of an unknown account or badly signed."""
+        Unauthenticated when the request is unsigned, of an unknown account or badly signed."""
+        return self.authenticate(cmd.ext_fields.get(ACCESS_KEY), remote_ip, lambda owned: self._signed(cmd, owned))
+
+    def authenticate(self, access_key: str | None, remote_ip: str, signed: Callable[[Owned], bool]) -> Owned | None:
+        """The account of ``access_key`` once ``signed(account)`` confirmed the request's signature, None for a
+        white-listed peer; raise Unauthenticated otherwise. Remoting and gRPC requests sign different content;
+        each passes its own ``signed``, built on ``signed_by``."""
         for pattern in self.white:
             if pattern.matches(remote_ip):
                 return None
-        ext = cmd.ext_fields
-        access_key = ext.get(ACCESS_KEY)
-        if access_key is None:
-            raise _refuse("No accessKey is configured")
+        if not access_key:
+            raise Unauthenticated("No accessKey is configured")
         if len(access_key) > MAX_ACCESS_KEY_LENGTH:
-            raise _refuse(f"AccessKey of {len(access_key)} characters is longer than {MAX_ACCESS_KEY_LENGTH}")
+            raise Unauthenticated(f"AccessKey of {len(access_key)} characters is longer than {MAX_ACCESS_KEY_LENGTH}")
         owned = self.accounts.get(access_key)
         if owned is None:
-            raise _refuse(f"No acl config for {_show(access_key)}")
+            raise Unauthenticated(f"No acl config for {_show(access_key)}")
         if owned.white.matches(remote_ip):
             return None
-        if not self._signed(cmd, owned):
-            raise _refuse(f"Check signature failed for accessKey={access_key}")
+        if not signed(owned):
+            raise Unauthenticated(f"Check signature failed for accessKey={access_key}")
         return owned
 
     def check(self, cmd: RemotingCommand, remote_ip: str, needed: Mapping[str, int] | None = None) -> None:
@@ -198,28 +205,14 @@ class Rules:
         owned = self.account(cmd, remote_ip)
         if owned is None:
             return
-        if needed is None:
-            needed = resources(cmd)
-        if needed.get(TRACE_TOPIC) == PUB:
-            return  # message traces are written whatever the account holds, as RocketMQ does
-        if cmd.code in ADMIN_CODES:
-            _require_admin(cmd, owned)
-        if not needed or (owned.admin and not owned.perms):
-            return
-        for resource, perm in needed.items():
-            is_group = resource.startswith(RETRY_PREFIX)
-            held = owned.perms.get(resource)
-            if held is None:
-                held = owned.default_group_perm if is_group else owned.default_topic_perm
-            if not check_permission(perm, held):
-                raise _refuse(f"No default permission for {_describe(resource)}")
+        authorize(owned, resources(cmd) if needed is None else needed, cmd.code if cmd.code in ADMIN_CODES else None)
 
     def check_admin(self, cmd: RemotingCommand, remote_ip: str) -> None:
         """Pass a request signed by an ``admin`` account (or from a white-listed peer), or raise
         RequestRefused(NO_PERMISSION): how mqlake's NameServer guards its write codes."""
         owned = self.account(cmd, remote_ip)
         if owned is not None:
-            _require_admin(cmd, owned)
+            authorize(owned, {}, cmd.code)
 
     @staticmethod
     def _signed(cmd: RemotingCommand, owned: Owned) -> bool:
@@ -228,10 +221,30 @@ class Rules:
             return False
         # The broker leaves _UNIQUE_KEY_QUERY out of the content (RocketMQ's validator does) while a client's
         # hook signs it: either form is accepted, both under the account's secret.
-        expected = signature(signed_values(cmd.ext_fields, _NOT_SIGNED_BY_BROKER), owned.secret_key, cmd.body)
-        if hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace")):
+        if signed_by(owned, signed_values(cmd.ext_fields, _NOT_SIGNED_BY_BROKER), given, cmd.body):
             return True
-        if UNIQUE_KEY_QUERY in cmd.ext_fields:
-            expected = signature(signed_values(cmd.ext_fields), owned.secret_key, cmd.body)
-            return hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace"))
-        return False
+        return UNIQUE_KEY_QUERY in cmd.ext_fields and signed_by(owned, signed_values(cmd.ext_fields), given, cmd.body)
+
+
+def signed_by(owned: Owned, content: bytes, given: str, body: bytes = b"") -> bool:
+    """Whether ``given`` (base64) is the account's signature of ``content`` + ``body`` (``signing.signature``)."""
+    expected = signature(content, owned.secret_key, body)
+    return hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace"))
+
+
+def authorize(owned: Owned, needed: Mapping[str, int], admin_code: int | None = None) -> None:
+    """Pass when ``owned`` holds every permission of ``needed`` (and is ``admin`` when ``admin_code``, the code of
+    an admin request, is given); raise RequestRefused(NO_PERMISSION) naming the first resource it lacks."""
+    if needed.get(TRACE_TOPIC) == PUB:
+        return  # message traces are written whatever the account holds, as RocketMQ does
+    if admin_code is not None and not owned.admin:
+        raise _refuse(f"Need admin permission for request code={admin_code}, but accessKey={owned.access_key} is not")
+    if not needed or (owned.admin and not owned.perms):
+        return
+    for resource, perm in needed.items():
+        is_group = resource.startswith(RETRY_PREFIX)
+        held = owned.perms.get(resource)
+        if held is None:
+            held = owned.default_group_perm if is_group else owned.default_topic_perm
+        if not check_permission(perm, held):
+            raise _refuse(f"No default permission for {_describe(resource)}")

@@ -158,14 +158,17 @@ class Admin:
         write_queue_nums: int = 8,
         perm: int = PERM_READ | PERM_WRITE,
         order: bool = False,
+        attributes: str | None = None,
     ) -> list[str]:
-        """UPDATE_AND_CREATE_TOPIC on one broker or on every master of a cluster; returns the addresses done."""
+        """UPDATE_AND_CREATE_TOPIC on one broker or on every master of a cluster; returns the addresses done.
+        ``attributes``: RocketMQ 5's change to the topic's attributes, ``+message.type=FIFO,-key`` (the broker
+        checks it)."""
         check_topic(topic)
         addrs = await self.target_brokers(cluster, broker_addr)
         header = h.CreateTopicRequestHeader(
             topic=topic, default_topic=AUTO_CREATE_TOPIC, read_queue_nums=read_queue_nums,
             write_queue_nums=write_queue_nums, perm=perm, topic_filter_type="SINGLE_TAG", topic_sys_flag=0,
-            order=order,
+            order=order, attributes=attributes or None,
         )  # fmt: skip
         for addr in addrs:
             resp = await self._invoke(addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header))

@@ -20,7 +20,7 @@ from broker.server import topics as tp
 from store.format import msgid, records
 from store.format import properties as P
 
-PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # MessageConst.PROPERTY_SHARDING_KEY: the FIFO message group
+PROPERTY_SHARDING_KEY = P.PROPERTY_SHARDING_KEY  # the FIFO message group
 PROPERTY_PRODUCER_GROUP = "PGROUP"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 # The names a user property may not take (MessageConst's system property names that steer the broker).

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.message import DecodeError
 
+from broker.proxy.access import GrpcAccess
 from broker.proxy.pop import PopService
-from broker.proxy.service import Malformed, MessagingService
-from broker.proxy.status import Code, status
+from broker.proxy.service import Malformed, MessagingService, Refused, peer_ip
+from broker.proxy.status import Code, ProxyError, status
+from broker.proxy.v2 import definition_pb2 as pb
 from broker.proxy.v2 import service_pb2 as svc
 from broker.tls_config import TlsConfig
 from store.errors import MQLakeError
@@ -71,11 +73,15 @@ def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials | None:
 
 
 class ProxyRoleError(MQLakeError, ValueError):
-    """enableProxy on a broker that cannot serve it: a slave (pop state and sends are written to the CommitLog), or
-    one with ACL on (the gRPC endpoint does not check it yet)."""
+    """enableProxy on a broker that cannot serve it: a slave (pop state and sends are written to the CommitLog)."""
 
 
 class GrpcProxy:
+    """The endpoint of one broker.  ``check`` (the role, the TLS files) runs before the broker opens anything;
+    ``start`` (the port, served at once) runs once the store is open and before the broker registers
+    (``BrokerController.start(before_register=...)``), so a refused start never appears to the cluster.  With
+    ``aclEnable`` every call is checked against the broker's plain ACL (``access``)."""
+
     def __init__(self, broker: BrokerController, host: str | None = None) -> None:
         self.broker = broker
         self.host = host or broker.host
@@ -84,24 +90,30 @@ class GrpcProxy:
         limit = broker.store_config.max_message_size + ENVELOPE_ROOM
         self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                                ("grpc.so_reuseport", 0)])  # fmt: skip
-        self.server.add_generic_rpc_handlers((handlers(self.service),))
         self.port = 0
+        self._credentials: grpc.ServerCredentials | None = None
+        self._checked = False
 
-    async def start(self) -> None:
+    def check(self) -> None:
+        """Raise ProxyRoleError or ProxyTlsError when the endpoint cannot serve; nothing is opened."""
         if self.broker.is_slave:
             raise ProxyRoleError("enableProxy=true on a SLAVE: the gRPC endpoint writes sends and pop checkpoints "
                                  "to the CommitLog, which only the master does; enable it on the master")  # fmt: skip
-        if self.broker.config.acl_enable:  # never serve open by accident
-            raise ProxyRoleError("enableProxy=true with aclEnable=true: the gRPC endpoint does not check ACL "
-                                 "signatures yet, so it would serve every client unchecked; turn one of them off")
-        credentials = server_credentials(self.broker.config.tls)
+        self._credentials = server_credentials(self.broker.config.tls)
+        self._checked = True
+
+    async def start(self) -> None:
+        if not self._checked:
+            self.check()
+        acl = self.broker.acl  # loaded by the broker's start: the rules remoting requests are checked against
+        self.server.add_generic_rpc_handlers((handlers(self.service, GrpcAccess(acl) if acl is not None else None),))
         await self.pop.start()
         port = self.broker.config.grpc_server_port
         try:
-            if credentials is None:
+            if self._credentials is None:
                 self.port = self.server.add_insecure_port(f"{self.host}:{port}")
             else:
-                self.port = self.server.add_secure_port(f"{self.host}:{port}", credentials)
+                self.port = self.server.add_secure_port(f"{self.host}:{port}", self._credentials)
         except RuntimeError as e:  # grpcio's "Failed to bind": the port is taken
             self.port = 0
             log.error("gRPC proxy: %s", e)
@@ -137,15 +149,30 @@ def _failed(method: str, response: Any) -> Any:
     return response(status=status(Code.INTERNAL_SERVER_ERROR, f"{method} failed inside the broker: see its log"))
 
 
-def _refusing(fn: Callable[..., Any], response: Any, streaming: bool) -> Callable[..., Any]:
-    """``fn``, except that a Malformed request is answered with ``response(status=BAD_REQUEST)`` and an unexpected
-    exception with INTERNAL_SERVER_ERROR (never an UNKNOWN gRPC error without a v2 status)."""
+def _refusal(request: Any, context: Any, access: GrpcAccess | None) -> pb.Status | None:
+    """The status a request is refused with before its RPC runs: its signature or permissions (with the ACL on),
+    then its bytes; None when it goes on."""
+    try:
+        owned = access.authenticate(context.invocation_metadata() or (), peer_ip(context)) if access else None
+        if isinstance(request, Malformed):
+            return status(Code.BAD_REQUEST, request.reason)
+        if access is not None:
+            access.authorize(owned, request)
+    except ProxyError as e:
+        return status(e.code, e.message)
+    return None
+
+
+def _refusing(fn: Callable[..., Any], response: Any, streaming: bool, access: GrpcAccess | None) -> Callable[..., Any]:
+    """``fn``, except that a request refused by the ACL or Malformed is answered with ``response(status=...)``
+    and an unexpected exception with INTERNAL_SERVER_ERROR (never an UNKNOWN gRPC error without a v2 status)."""
     if streaming:
 
         @functools.wraps(fn)
         async def stream(request: Any, context: Any) -> Any:
-            if isinstance(request, Malformed):
-                yield response(status=status(Code.BAD_REQUEST, request.reason))
+            refused = _refusal(request, context, access)
+            if refused is not None:
+                yield response(status=refused)
                 return
             started = False
             try:
@@ -161,8 +188,9 @@ def _refusing(fn: Callable[..., Any], response: Any, streaming: bool) -> Callabl
 
     @functools.wraps(fn)
     async def unary(request: Any, context: Any) -> Any:
-        if isinstance(request, Malformed):
-            return response(status=status(Code.BAD_REQUEST, request.reason))
+        refused = _refusal(request, context, access)
+        if refused is not None:
+            return response(status=refused)
         try:
             return await fn(request, context)
         except Exception:
@@ -171,9 +199,37 @@ def _refusing(fn: Callable[..., Any], response: Any, streaming: bool) -> Callabl
     return unary
 
 
-def handlers(service: MessagingService) -> grpc.GenericRpcHandler:
+def _checked_telemetry(fn: Callable[..., Any], access: GrpcAccess) -> Callable[..., Any]:
+    """The Telemetry stream with the ACL on: its signature checked when it opens (a refusal is its one command),
+    each command's permissions as it arrives (a refused one is answered with its status, and not acted on)."""
+
+    @functools.wraps(fn)
+    async def telemetry(request_iterator: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        try:
+            owned = access.authenticate(context.invocation_metadata() or (), peer_ip(context))
+        except ProxyError as e:
+            yield svc.TelemetryCommand(status=status(e.code, e.message))
+            return
+
+        async def checked() -> AsyncIterator[Any]:
+            async for cmd in request_iterator:
+                if not isinstance(cmd, Malformed):
+                    try:
+                        access.authorize(owned, cmd)
+                    except ProxyError as e:
+                        cmd = Refused(e.code, e.message)
+                yield cmd
+
+        async for reply in fn(checked(), context):
+            yield reply
+
+    return telemetry
+
+
+def handlers(service: MessagingService, access: GrpcAccess | None = None) -> grpc.GenericRpcHandler:
     """Every MessagingService method of the protocol, with the servicer's method and a lenient decoder (the
-    generated ``add_..._to_server`` would let a decode error out as an UNKNOWN gRPC error)."""
+    generated ``add_..._to_server`` would let a decode error out as an UNKNOWN gRPC error); ``access``: the ACL
+    check every call passes first (``aclEnable``)."""
     desc = svc.DESCRIPTOR.services_by_name["MessagingService"]
     table = {}
     for m in desc.methods:
@@ -181,9 +237,10 @@ def handlers(service: MessagingService) -> grpc.GenericRpcHandler:
         fn = getattr(service, m.name)
         kwargs = {"request_deserializer": _lenient(request), "response_serializer": response.SerializeToString}
         if m.client_streaming:  # Telemetry: each command decoded alone, a malformed one answered in the stream
-            table[m.name] = grpc.stream_stream_rpc_method_handler(fn, **kwargs)
+            table[m.name] = grpc.stream_stream_rpc_method_handler(
+                fn if access is None else _checked_telemetry(fn, access), **kwargs)
         elif m.server_streaming:
-            table[m.name] = grpc.unary_stream_rpc_method_handler(_refusing(fn, response, True), **kwargs)
+            table[m.name] = grpc.unary_stream_rpc_method_handler(_refusing(fn, response, True, access), **kwargs)
         else:
-            table[m.name] = grpc.unary_unary_rpc_method_handler(_refusing(fn, response, False), **kwargs)
+            table[m.name] = grpc.unary_unary_rpc_method_handler(_refusing(fn, response, False, access), **kwargs)
     return grpc.method_handlers_generic_handler(desc.full_name, table)

@@ -2,9 +2,9 @@
 
 Sends go through the broker's own send path (``SendProcessor``, as a SEND_MESSAGE built from the v2 message) and
 END_TRANSACTION through its transaction processor, so topic checks, auto-created retry/DLQ topics, half messages,
-timers and flushing are the remoting clients' to the byte.  Receives and acks are ``pop``'s.  Every refusal is a
-v2 ``Status`` with a message naming what was wrong; the RPCs a 5.x client may call that are not served
-(PullMessage, UpdateOffset, GetOffset, QueryOffset, RecallMessage, SyncLiteSubscription) answer UNSUPPORTED.
+timers and flushing are the remoting clients' to the byte.  Receives and acks are ``pop``'s; a PullConsumer's pulls
+and offsets are ``pulling``'s.  Every refusal is a v2 ``Status`` with a message naming what was wrong; the RPCs a
+5.x client may call that are not served (RecallMessage, SyncLiteSubscription) answer UNSUPPORTED.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 
-from broker.proxy import convert, receipt
+from broker.proxy import convert, namespaces, receipt
 from broker.proxy.pop import Popped, PopService
+from broker.proxy.pulling import PullService
 from broker.proxy.status import Code, ProxyError, from_remoting, status
 from broker.proxy.v2 import definition_pb2 as pb
 from broker.proxy.v2 import service_pb2 as svc
@@ -35,6 +36,7 @@ from broker.remoting.headers import (
     SendMessageRequestHeader,
 )
 from broker.remoting.protocol.heartbeat import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG, SubscriptionData
+from broker.server import attributes
 from broker.server import half_messages as hm
 from broker.server import topics as tp
 from broker.server.clients import ClientChannel
@@ -61,6 +63,19 @@ class Malformed:
     """A request whose bytes did not decode (``server``'s decoder gives it to the RPC instead of failing)."""
 
     reason: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A Telemetry command the ACL refused (``server`` puts it in the stream in place of the command)."""
+
+    code: int
+    reason: str
+
+
+def peer_ip(context: grpc.aio.ServicerContext) -> str:
+    """The client's IP address, as the ACL's white lists match it."""
+    return _Peer.of(context).remote_addr.rpartition(":")[0]
 
 
 @dataclass
@@ -122,6 +137,22 @@ def _client_id(context: grpc.aio.ServicerContext) -> str:
     raise ProxyError(Code.CLIENT_ID_REQUIRED, "the x-mq-client-id header is missing")
 
 
+_ACCEPTED: dict[str, list[pb.MessageType]] = {
+    attributes.NORMAL: [pb.NORMAL], attributes.FIFO: [pb.FIFO], attributes.DELAY: [pb.DELAY],
+    attributes.TRANSACTION: [pb.TRANSACTION], attributes.MIXED: [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION],
+}
+
+
+def accepted(tc: tp.TopicConfig, checked: bool) -> list[pb.MessageType]:
+    """The message types a route says a topic's queues take: with ``enableTopicMessageTypeCheck`` (``checked``)
+    its ``message.type`` (the proxy's ``parseTopicMessageType``), without it all four, as the broker then takes
+    them.  A client validates its sends against them (the official ones do so even before their first settings
+    sync, so a route must not name a type the broker would not refuse)."""
+    if not checked:
+        return _ACCEPTED[attributes.MIXED]
+    return _ACCEPTED.get(attributes.topic_type(tc.attributes), [pb.MESSAGE_TYPE_UNSPECIFIED])
+
+
 def _overall(statuses: list[pb.Status]) -> pb.Status:
     if len(statuses) == 1:
         return statuses[0]
@@ -135,12 +166,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.broker = broker
         self.pop = pop
         self.sender = SendProcessor(broker)
+        self.pulls = PullService(broker)
         self.clients: dict[str, ClientInfo] = {}
         self._round_robin = itertools.count()
 
     # --- checks shared by the RPCs --------------------------------------------------------------------------
     def _topic(self, resource: pb.Resource) -> tp.TopicConfig:
-        name = resource.name
+        name = namespaces.wrap(resource)
         bad = names.topic_error(name)
         if bad is not None:
             raise ProxyError(Code.ILLEGAL_TOPIC, bad)
@@ -150,7 +182,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return tc
 
     def _group(self, resource: pb.Resource) -> str:
-        name = resource.name
+        name = namespaces.wrap(resource)
         bad = names.group_error(name)
         if bad is not None:
             raise ProxyError(Code.ILLEGAL_CONSUMER_GROUP, bad)
@@ -184,13 +216,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except ProxyError as e:
             return svc.QueryRouteResponse(status=status(e.code, e.message))
         broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(request.endpoints))
+        types = accepted(tc, self.broker.config.enable_topic_message_type_check)
         queues = []
         for qid in range(max(tc.read_queue_nums, tc.write_queue_nums)):
             read = qid < tc.read_queue_nums and tp.is_readable(tc.perm)
             write = qid < tc.write_queue_nums and tp.is_writeable(tc.perm)
             perm = pb.READ_WRITE if read and write else pb.READ if read else pb.WRITE if write else pb.NONE
-            queues.append(pb.MessageQueue(topic=pb.Resource(name=tc.topic_name), id=qid, permission=perm, broker=broker,
-                                          accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]))
+            queues.append(pb.MessageQueue(topic=request.topic, id=qid, permission=perm, broker=broker,
+                                          accept_message_types=types))
         return svc.QueryRouteResponse(status=status(), message_queues=queues)
 
     def _client(self, context: Any) -> ClientInfo:
@@ -239,7 +272,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         settings = info.settings
         if info.telemetry is None or settings is None or not settings.HasField("subscription") or not info.group:
             return
-        subs = [SubscriptionData(topic=e.topic.name, sub_string=e.expression.expression or "*",
+        subs = [SubscriptionData(topic=namespaces.wrap(e.topic), sub_string=e.expression.expression or "*",
                                  expression_type=EXPRESSION_TYPE_SQL92 if e.expression.type == pb.SQL
                                  else EXPRESSION_TYPE_TAG)
                 for e in settings.subscription.subscriptions]  # fmt: skip
@@ -270,9 +303,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             backoff.multiplier = 2.0
             out.publishing.topics.extend(asked.publishing.topics)
             out.publishing.max_body_size = self.broker.store_config.max_message_size
-            out.publishing.validate_message_type = True
+            out.publishing.validate_message_type = self.broker.config.enable_topic_message_type_check
         elif asked.HasField("subscription"):
-            group = asked.subscription.group.name
+            group = namespaces.wrap(asked.subscription.group)
             out.backoff_policy.max_attempts = self.pop.max_attempts(group)
             out.backoff_policy.customized_backoff.next.extend(convert.duration(ms) for ms in self._backoff_ms())
             sub = out.subscription
@@ -312,13 +345,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 async for cmd in request_iterator:
                     if isinstance(cmd, Malformed):
                         commands.put_nowait(svc.TelemetryCommand(status=status(Code.BAD_REQUEST, cmd.reason)))
+                    elif isinstance(cmd, Refused):
+                        commands.put_nowait(svc.TelemetryCommand(status=status(cmd.code, cmd.reason)))
                     elif cmd.HasField("settings"):
                         info.settings = cmd.settings
                         info.client_type = cmd.settings.client_type
                         if cmd.settings.HasField("subscription"):
-                            info.group = cmd.settings.subscription.group.name
+                            info.group = namespaces.wrap(cmd.settings.subscription.group)
                         for topic in cmd.settings.publishing.topics:
-                            self._register_producer(info, topic.name)
+                            self._register_producer(info, namespaces.wrap(topic))
                         self._register_consumer(info)
                         commands.put_nowait(svc.TelemetryCommand(status=status(), settings=self.settings(cmd.settings)))
             finally:
@@ -347,7 +382,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 entries.append(await self._send_one(msg, peer))
                 if msg.system_properties.message_type == pb.TRANSACTION:
                     with contextlib.suppress(ProxyError):  # no client id: no check-back, the send stands
-                        self._register_producer(self._client(context), msg.topic.name)
+                        self._register_producer(self._client(context), namespaces.wrap(msg.topic))
             except ProxyError as e:
                 entries.append(svc.SendResultEntry(status=status(e.code, e.message),
                                                    message_id=msg.system_properties.message_id))  # fmt: skip
@@ -356,6 +391,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def _send_one(self, msg: pb.Message, peer: _Peer) -> svc.SendResultEntry:
         tc = self._topic(msg.topic)
         props, sys_flag = convert.send_properties(msg, self.broker.store_config.max_message_size)
+        if self.broker.config.enable_topic_message_type_check:
+            why = attributes.send_refusal(tc.topic_name, tc, props)
+            if why is not None:
+                raise ProxyError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, why)
         queues = max(tc.write_queue_nums, 1)
         group = props.get(convert.PROPERTY_SHARDING_KEY)
         # A message group always goes to the same queue (the proxy's SendMessageQueueSelector hashes it)
@@ -412,7 +451,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             producer_group=half.property_map.get(convert.PROPERTY_PRODUCER_GROUP, ""),
             tran_state_table_offset=half.queue_offset, commit_log_offset=offset, commit_or_rollback=kind,
             from_transaction_check=request.source == pb.SOURCE_SERVER_CHECK, msg_id=request.transaction_id,
-            transaction_id=request.message_id, topic=request.topic.name,
+            transaction_id=request.message_id, topic=namespaces.wrap(request.topic),
         )  # fmt: skip
         cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, header)
         answer = self.broker.transactions.end_transaction(cmd, cast(Channel, peer))
@@ -432,8 +471,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except ProxyError as e:
             return svc.QueryAssignmentResponse(status=status(e.code, e.message))
         broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(request.endpoints))
-        queue = pb.MessageQueue(topic=pb.Resource(name=tc.topic_name), id=-1, permission=pb.READ_WRITE, broker=broker,
-                                accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION])  # fmt: skip
+        types = accepted(tc, self.broker.config.enable_topic_message_type_check)
+        queue = pb.MessageQueue(topic=request.topic, id=-1, permission=pb.READ_WRITE, broker=broker,
+                                accept_message_types=types)  # fmt: skip
         return svc.QueryAssignmentResponse(status=status(), assignments=[pb.Assignment(message_queue=queue)])
 
     def _filter(self, expr: pb.FilterExpression) -> Any:
@@ -485,6 +525,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     @staticmethod
     def _message(p: Popped) -> pb.Message:
         m = convert.to_message(p.record, p.handle.encode(), p.handle.invisible_ms)
+        m.topic.CopyFrom(namespaces.resource(m.topic.name))
         m.system_properties.delivery_attempt = p.attempt
         return m
 
@@ -537,17 +578,43 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def _unsupported(what: str) -> pb.Status:
         return status(Code.UNSUPPORTED, f"{what} is not served by this broker (see docs/grpc.md)")
 
-    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[svc.PullMessageResponse]:
-        yield svc.PullMessageResponse(status=self._unsupported("PullMessage"))
+    async def PullMessage(self, request: svc.PullMessageRequest,
+                          context: Any) -> AsyncIterator[svc.PullMessageResponse]:  # fmt: skip
+        try:
+            group = self._group(request.group)
+            tc = self._topic(request.message_queue.topic)
+            wait = convert.duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
+            if wait < 0:
+                raise ProxyError(Code.ILLEGAL_POLLING_TIME, f"long polling time of {wait} ms is negative")
+            left = context.time_remaining()
+            if left is not None:  # answer (empty) before the client's deadline, not after it
+                wait = max(0, min(wait, int(left * 1000) - 1000))
+            async for reply in self.pulls.pull(group, tc, request, wait, _Peer.of(context)):
+                yield reply
+        except ProxyError as e:
+            yield svc.PullMessageResponse(status=status(e.code, e.message))
 
-    async def UpdateOffset(self, request: Any, context: Any) -> svc.UpdateOffsetResponse:
-        return svc.UpdateOffsetResponse(status=self._unsupported("UpdateOffset"))
+    async def UpdateOffset(self, request: svc.UpdateOffsetRequest, context: Any) -> svc.UpdateOffsetResponse:
+        try:
+            self.pulls.update_offset(self._group(request.group), self._topic(request.message_queue.topic), request)
+        except ProxyError as e:
+            return svc.UpdateOffsetResponse(status=status(e.code, e.message))
+        return svc.UpdateOffsetResponse(status=status())
 
-    async def GetOffset(self, request: Any, context: Any) -> svc.GetOffsetResponse:
-        return svc.GetOffsetResponse(status=self._unsupported("GetOffset"))
+    async def GetOffset(self, request: svc.GetOffsetRequest, context: Any) -> svc.GetOffsetResponse:
+        try:
+            offset = self.pulls.get_offset(self._group(request.group), self._topic(request.message_queue.topic),
+                                           request)  # fmt: skip
+        except ProxyError as e:
+            return svc.GetOffsetResponse(status=status(e.code, e.message))
+        return svc.GetOffsetResponse(status=status(), offset=offset)
 
-    async def QueryOffset(self, request: Any, context: Any) -> svc.QueryOffsetResponse:
-        return svc.QueryOffsetResponse(status=self._unsupported("QueryOffset"))
+    async def QueryOffset(self, request: svc.QueryOffsetRequest, context: Any) -> svc.QueryOffsetResponse:
+        try:
+            offset = await self.pulls.query_offset(self._topic(request.message_queue.topic), request)
+        except ProxyError as e:
+            return svc.QueryOffsetResponse(status=status(e.code, e.message))
+        return svc.QueryOffsetResponse(status=status(), offset=offset)
 
     async def RecallMessage(self, request: Any, context: Any) -> svc.RecallMessageResponse:
         return svc.RecallMessageResponse(status=self._unsupported("RecallMessage"))

@@ -1,6 +1,7 @@
 """Admin calls mqadmin makes: UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21), GET_BROKER_RUNTIME_INFO (28),
 GET_ALL_CONSUMER_OFFSET (43), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_TOPIC_STATS_INFO (202),
-GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204), GET_CONSUME_STATS (208)."""
+GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204), GET_CONSUME_STATS (208),
+GET_SYSTEM_TOPIC_LIST_FROM_BROKER (305)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,12 @@ from broker.remoting.protocol.body import (
     MessageQueue,
     OffsetWrapper,
     ProducerConnection,
+    TopicList,
     TopicOffset,
     TopicStatsTable,
 )
 from broker.remoting.protocol.topic import TopicConfig
+from broker.server import attributes as attr
 from broker.server import topics as tp
 from broker.server.clients import ClientChannel
 from broker.server.context import BrokerContext
@@ -55,6 +58,7 @@ class AdminProcessor:
             RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group_config,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.get_system_topic_list,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
             RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
         }
@@ -73,9 +77,18 @@ class AdminProcessor:
             bad = f"topicFilterType must be one of {', '.join(_FILTER_TYPES)}, got {h.topic_filter_type!r}"
         if bad is not None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, bad)
+        current = b.topics.get(h.topic)
+        try:
+            change = attr.parse(h.attributes)
+            if change.get("+" + attr.MESSAGE_TYPE) == attr.MIXED:  # RocketMQ 5's enableMixedMessageType is off
+                return cmd.response(ResponseCode.INVALID_PARAMETER, "MIXED message type is not supported.")
+            attributes = attr.alter(current is None, current.attributes or {} if current else {}, change)
+        except attr.AttributeError_ as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"topic {h.topic}: {e}")
         tc = TopicConfig(
             topic_name=h.topic, read_queue_nums=h.read_queue_nums, write_queue_nums=h.write_queue_nums, perm=h.perm,
             topic_filter_type=h.topic_filter_type, topic_sys_flag=h.topic_sys_flag or 0, order=h.order,
+            attributes=attributes,
         )  # fmt: skip
         b.topics.update(tc)
         await b.topics_persisted()  # durable (and announced) before the admin hears "done"
@@ -83,6 +96,12 @@ class AdminProcessor:
 
     async def get_all_topic_config(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         return cmd.response(ResponseCode.SUCCESS, body=await self._all_topics.encode())
+
+    async def get_system_topic_list(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
+        """The broker's own topics (what mqadmin 5's exportMetadata leaves out of a user's topics)."""
+        topics = self.broker.topics
+        names = sorted(t for t in topics.table if topics.is_system_topic(t))
+        return cmd.response(ResponseCode.SUCCESS, body=TopicList(topic_list=names).encode())
 
     def runtime_info(self) -> dict[str, str]:
         b = self.broker

@@ -108,6 +108,7 @@ class BrokerController:
         self.acl: PlainAclManager | None = None
         self.stopping = False
         self._ready = False
+        self._registered = False  # with the NameServers: a start stopped before it unregisters nothing
         self._tasks: set[asyncio.Task] = set()
         self._timers: list[asyncio.Task] = []
         self._topics_task: asyncio.Future | None = None
@@ -184,7 +185,9 @@ class BrokerController:
             raise RuntimeError(f"broker {self.config.broker_name} is not started: it has no store yet")
         return self._store
 
-    async def start(self) -> None:
+    async def start(self, before_register: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Open the store and serve; ``before_register``: run once the broker serves and before it registers with
+        the NameServers (the gRPC endpoint opens there), so a start it stops never appears to the cluster."""
         if self.config.acl_enable:  # a missing or bad file stops start-up: never serve open by accident
             self.acl = await asyncio.to_thread(PlainAclManager, self.config.acl_file)
             log.info("ACL enabled: %s, %d accounts", self.acl.path, len(self.acl.acl.accounts))
@@ -222,6 +225,9 @@ class BrokerController:
         self._ready = True
         if not self.is_slave:  # as RocketMQ, only a master checks back on half messages
             self.transactions.start()
+        if before_register is not None:
+            await before_register()
+        self._registered = True
         await self.registrar.register_all()
         if self.slave_sync is not None:
             self._timers.append(
@@ -263,7 +269,7 @@ class BrokerController:
         for t in self._timers:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        if self._ready:
+        if self._registered:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(5):
                     await self.registrar.unregister_all()
@@ -342,7 +348,8 @@ class BrokerController:
 
     async def _after_topics_changed(self, persisted: asyncio.Future) -> None:
         # Registration does not wait for the write: clients can route a new topic only once the NameServers know it.
-        if self._ready and not self.stopping:
+        # Before the broker's first registration (topics made while it starts) the first one carries them.
+        if self._registered and not self.stopping:
             await self.registrar.register_all()
         await persisted
 

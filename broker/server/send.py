@@ -29,7 +29,7 @@ from broker.remoting.headers import (
     SendMessageRequestHeaderV2,
 )
 from broker.remoting.protocol.topic import FLAG_UNIT
-from broker.server import half_messages
+from broker.server import attributes, half_messages
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
 from store import names
@@ -193,6 +193,10 @@ class SendProcessor:
         the header's ``batch`` flag picks the batch path: the C++ client sends its batches as SEND_MESSAGE with
         ``batch=1``.  The fast paths answer with the reply frame already encoded (``bytes``)."""
         frame: bytes | asyncio.Future[RemotingCommand | bytes] | _Held | None
+        if self.broker.config.enable_topic_message_type_check:
+            refused = self._type_refused(cmd)
+            if refused is not None:
+                return refused
         if cmd.code == RequestCode.SEND_MESSAGE_V2 and self._fast_store():
             if _TRAN_MSG in cmd.ext_fields.get("i", ""):  # a half message: _send_fast would refuse it
                 frame = self._half_fast(cmd, conn) if self.broker.flush_acks is None else None
@@ -222,6 +226,18 @@ class SendProcessor:
         if unsaved and (h.topic in unsaved or msgs[0].topic in unsaved):
             return self._put_when_topic_saved(cmd, msgs, h, rec)  # created by this send or one just before
         return self._put(cmd, msgs, h, rec)
+
+    def _type_refused(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """enableTopicMessageTypeCheck: MESSAGE_ILLEGAL for a message whose type (by its properties; a batch's by
+        its header's) is not its topic's ``message.type``, as RocketMQ 5's proxy answers it; None when it passes
+        (a header that does not read is the general path's to answer)."""
+        try:
+            h = read_send_header(cmd)
+        except HeaderError:
+            return None
+        props = properties.decode_properties(h.properties or "")
+        why = attributes.send_refusal(h.topic, self.broker.topics.get(h.topic), props)
+        return None if why is None else cmd.response(ResponseCode.MESSAGE_ILLEGAL, why)
 
     def _put(
         self, cmd: RemotingCommand, msgs: list[records.MessageRecord], h: SendMessageRequestHeader,

@@ -21,6 +21,8 @@ PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE_ID = "REAL_QID"
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # 5.x: a FIFO message's message group
+PROPERTY_TRANSFER_FLAG = "TRANSFER_FLAG"  # 5.x: a message a proxy forwards on
 # 5.x timer messages: what the client asks for, and what the broker adds when it parks and delivers one
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"

@@ -42,7 +42,8 @@ class DataVersion(WireModel):
 
 
 class TopicConfig(WireModel):
-    """RocketMQ's ``TopicConfig`` (4.x fields; 5.x's attributes are not kept)."""
+    """RocketMQ's ``TopicConfig``: the 4.x fields and 5.x's ``attributes`` (``message.type``, ...: see
+    ``broker.server.attributes``), written only when a topic has some, as a 4.x broker reads the file too."""
 
     topic_name: str
     read_queue_nums: int = 16
@@ -51,6 +52,12 @@ class TopicConfig(WireModel):
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    attributes: dict[str, str] | None = None
+
+    @field_validator("attributes")
+    @classmethod
+    def _none_when_empty(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        return v or None
 
     def encode_line(self) -> str:
         """``TopicConfig.encode``: the space-separated line a compressed registration body carries."""
