@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from store.format import hashing, msgid, properties, records, units
+from store.format import delay, hashing, msgid, properties, records, units
+from tests.helpers import local_zone
 from tests.peers import JAVA_SOURCES, compile_java, java
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("twin")]
@@ -82,6 +83,19 @@ def test_uniq_ids_of_message_client_id_setter(rmq):
     assert counters == [(counters[0] + n) & 0xFFFF for n in range(len(ids))]
 
 
+def test_uniq_key_time_field_and_index_file_name_in_local_time(rmq):
+    """Per time zone: the UNIQ_KEY time field counts from the month start MessageClientIDSetter computes (all 32
+    bits of ``(int)(now - start)``), and an IndexFile is named as
+    UtilAll.timeMillisToHumanString names it."""
+    assert {v["tz"] for v in rmq["local_time"]} >= {"UTC", "America/Havana", "Asia/Amman", "Australia/Lord_Howe"}
+    for v in rmq["local_time"]:
+        with local_zone(v["tz"]):
+            generator = msgid.UniqKeyGenerator(ip=b"\x0a\x00\x00\x01", pid=1, salt=2)
+            field = int(generator.next(v["now_ms"])[-12:-4], 16)
+            assert field == (v["now_ms"] - v["month_start_ms"]) & 0xFFFFFFFF, v
+            assert units.index_file_name(v["now_ms"]) == v["human"], v
+
+
 def test_commitlog_records_are_the_java_store_bytes(rmq):
     assert {r["name"] for r in rmq["records"]} >= {"ipv4", "ipv6_born", "ipv6_both"}
     for r in rmq["records"]:
@@ -101,12 +115,25 @@ def test_commitlog_records_are_the_java_store_bytes(rmq):
         assert got.total_size == r["size"] == len(raw)
 
 
-def test_consume_queue_unit_is_the_java_dispatch(rmq):
-    [first] = [r for r in rmq["records"] if (r["topic"], r["queue_id"]) == ("TopicTest", 0)]
-    cq = rmq["consume_queue"]
-    assert units.encode_cq_unit(first["physical_offset"], first["size"], first["tags_code"]).hex() == cq["hex"]
-    assert units.decode_cq_unit(bytes.fromhex(cq["hex"])) == (first["physical_offset"], first["size"],
-                                                             first["tags_code"])  # fmt: skip
+def test_consume_queue_units_are_the_java_dispatch(rmq):
+    assert any(r["tags_code"] < 0 for r in rmq["records"])  # a negative tags code is stored sign-extended
+    for r in rmq["records"]:
+        unit = (r["physical_offset"], r["size"], r["tags_code"])
+        assert units.encode_cq_unit(*unit).hex() == r["cq_unit"], r["name"]
+        assert units.decode_cq_unit(bytes.fromhex(r["cq_unit"])) == unit
+
+
+def test_blank_record_ends_a_segment_as_the_java_store_ends_it(rmq):
+    v = rmq["blank"]
+    assert records.encode_blank(rmq["commitlog_segment"] - v["position"]).hex() == v["hex"]
+
+
+def test_delay_level_deliver_time_is_schedule_message_service(rmq):
+    v = rmq["delay_levels"]
+    millis = delay.parse_delay_levels(v["levels"])
+    assert len(millis) == len(v["deliver"]) == 18
+    for d in v["deliver"]:
+        assert delay.delay_deliver_timestamp(d["level"], d["store_timestamp"], millis) == d["deliver_timestamp"], d
 
 
 def test_index_file_is_what_rocketmq_index_file_wrote(rmq):

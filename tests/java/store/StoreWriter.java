@@ -57,6 +57,7 @@ public class StoreWriter {
         producer.setNamesrvAddr(namesrv);
         producer.setInstanceName("peer_store_writer_" + System.nanoTime());
         producer.setDefaultTopicQueueNums(4);
+        producer.setSendMsgTimeout(60_000);  // a broker's first send creates the topic: slow on a busy test machine
         producer.start();
         try {
             List<MessageQueue> queues = new ArrayList<>();

@@ -1,6 +1,8 @@
 import com.alibaba.fastjson.JSON;
 import java.io.File;
 import java.io.PrintStream;
+import java.lang.reflect.Field;
+import java.lang.reflect.Method;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -10,6 +12,7 @@ import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.TimeZone;
 import org.apache.rocketmq.common.BrokerConfig;
 import org.apache.rocketmq.common.UtilAll;
 import org.apache.rocketmq.common.message.MessageClientIDSetter;
@@ -54,7 +57,50 @@ public class StoreVectors {
     static final String[] STRINGS = {
         "", "a", "TopicTest", "TopicTest#key-1", "polygenelubricants", "GydZG_", "DESIGN_DOC#KEY",
         "\u00e9t\u00e9", "\u4e2d\u6587\u952e", "\ud83d\ude00 emoji", "tag-0", "||", "a b c",
+        "k".repeat(300), "\u00e9\u4e2d".repeat(150),  // longer than 256 UTF-16 units, ASCII and not
     };
+
+    /** Per time zone (Calendar.getInstance() takes the default one): the month MessageClientIDSetter counts the
+     * UNIQ_KEY time field from (its own setStartTime, called by reflection with a chosen instant), and the
+     * IndexFile name UtilAll.timeMillisToHumanString gives that instant. */
+    static List<Object> localTime() throws Exception {
+        Object[][] cases = {
+            {"UTC", 1795320580000L},                 // 2026-11-22T04:09:40Z
+            {"UTC", 1795867200000L},                 // 2026-11-28T12:00:00Z, > 2^31 ms after the month start
+            {"UTC", 1798761599999L},                 // the last ms of a 31-day month
+            {"UTC", 1769904000000L},                 // 2026-02-01T00:00:00.000Z, exactly the month start
+            {"Asia/Shanghai", 1796054400000L},       // Dec 1 00:00 local
+            {"Asia/Shanghai", 1796054399999L},       // one ms earlier: still November local
+            // daylight saving time at dates whose rules no later tz database revises
+            {"America/New_York", 1679270400000L},    // month started in EST, now EDT
+            {"America/New_York", 1698714000000L},    // Oct 30 21:00 EDT
+            {"Australia/Lord_Howe", 1680307200000L}, // half-hour DST zone
+            {"Asia/Kolkata", 1767225600000L},
+            {"Asia/Amman", 1460678400000L},          // local midnight of Apr 1 2016 did not exist
+            {"America/Havana", 1605398400000L},      // local midnight of Nov 1 2020 happened twice
+        };
+        Method set = MessageClientIDSetter.class.getDeclaredMethod("setStartTime", long.class);
+        Field start = MessageClientIDSetter.class.getDeclaredField("startTime");
+        Field next = MessageClientIDSetter.class.getDeclaredField("nextStartTime");
+        set.setAccessible(true);
+        start.setAccessible(true);
+        next.setAccessible(true);
+        TimeZone saved = TimeZone.getDefault();
+        List<Object> out = new ArrayList<>();
+        try {
+            for (Object[] c : cases) {
+                TimeZone.setDefault(TimeZone.getTimeZone((String) c[0]));
+                long now = (Long) c[1];
+                set.invoke(null, now);
+                out.add(map("tz", c[0], "now_ms", now, "month_start_ms", start.getLong(null),
+                            "next_month_start_ms", next.getLong(null), "human", UtilAll.timeMillisToHumanString(now)));
+            }
+        } finally {
+            TimeZone.setDefault(saved);
+            set.invoke(null, System.currentTimeMillis());
+        }
+        return out;
+    }
 
     public static void main(String[] args) throws Exception {
         PrintStream result = System.out;
@@ -109,6 +155,7 @@ public class StoreVectors {
                          "time_ms", MessageClientIDSetter.getNearlyTimeFromID(id).getTime()));
         }
         out.put("uniq_ids", uniq);
+        out.put("local_time", localTime());
 
         // -- IndexFile and StoreCheckpoint, by their own classes ---------------------------------------------------
         Path indexPath = root.resolve("00000000000000000002");  // MappedFile reads a number off the name
@@ -156,7 +203,7 @@ public class StoreVectors {
         Object[][] cases = {
             // name, topic, queue, body, tags, keys, born host, store host, flag, reconsume
             {"ipv4", "TopicTest", 3, "hello, store", "tagA", "k1 k2", "10.0.0.1", "10.0.0.2", 7, 0},
-            {"ipv6_born", "TopicTest", 0, "\u4e2d\u6587 body", null, "k3", "::1", "10.0.0.2", 0, 2},
+            {"ipv6_born", "TopicTest", 0, "\u4e2d\u6587 body", "TopicTest", "k3", "::1", "10.0.0.2", 0, 2},
             {"ipv6_both", "T6", 1, "x", "t", null, "fe80::1:2", "::1", 0, 0},
             {"no_properties", "Bare", 0, "", null, null, "127.0.0.1", "127.0.0.1", 0, 0},
         };
@@ -192,6 +239,27 @@ public class StoreVectors {
                             "physical_offset", r.getAppendMessageResult().getWroteOffset(),
                             "size", r.getAppendMessageResult().getWroteBytes()));
         }
+        // a message that does not fit in what is left of the first segment: the store ends it with a BLANK record
+        long blankAt = 0;
+        for (Object o : records) {
+            @SuppressWarnings("unchecked") Map<String, Object> r = (Map<String, Object>) o;
+            blankAt = Math.max(blankAt, (Long) r.get("physical_offset") + (Integer) r.get("size"));
+        }
+        MessageExtBrokerInner big = new MessageExtBrokerInner();
+        big.setTopic("Big");
+        big.setBody(new byte[SEGMENT - (int) blankAt]);
+        big.setPropertiesString("");
+        big.setBornHost(new InetSocketAddress("127.0.0.1", 1));
+        big.setStoreHost(new InetSocketAddress("127.0.0.1", 10911));
+        if (store.putMessage(big).getPutMessageStatus() != PutMessageStatus.PUT_OK) {
+            throw new IllegalStateException("the message past the first segment");
+        }
+        List<Object> delays = new ArrayList<>();
+        for (int level = 1; level <= 18; level++) {
+            delays.add(map("level", level, "store_timestamp", begin, "deliver_timestamp",
+                           store.getScheduleMessageService().computeDeliverTimestamp(level, begin)));
+        }
+        out.put("delay_levels", map("levels", cfg.getMessageDelayLevel(), "deliver", delays));
         while (store.dispatchBehindBytes() > 0) {
             Thread.onSpinWait();  // the ConsumeQueue is written by the store's reput thread
         }
@@ -203,9 +271,14 @@ public class StoreVectors {
             r.put("hex", hex(Arrays.copyOfRange(log, at, at + (Integer) r.get("size"))));
         }
         out.put("records", records);
-        byte[] cq = Files.readAllBytes(storeRoot.resolve("consumequeue").resolve("TopicTest").resolve("0")
-                                                .resolve(UtilAll.offset2FileName(0)));
-        out.put("consume_queue", map("topic", "TopicTest", "queue_id", 0, "hex", hex(Arrays.copyOf(cq, 20))));
+        out.put("blank", map("position", blankAt, "hex", hex(Arrays.copyOfRange(log, (int) blankAt, (int) blankAt + 8))));
+        for (Object o : records) {  // each record's ConsumeQueue unit, as the store's dispatch wrote it
+            @SuppressWarnings("unchecked") Map<String, Object> r = (Map<String, Object>) o;
+            byte[] cq = Files.readAllBytes(storeRoot.resolve("consumequeue").resolve((String) r.get("topic"))
+                .resolve(String.valueOf(r.get("queue_id"))).resolve(UtilAll.offset2FileName(0)));
+            int at = 20 * (int) (long) (Long) r.get("queue_offset");
+            r.put("cq_unit", hex(Arrays.copyOfRange(cq, at, at + 20)));
+        }
         out.put("commitlog_segment", SEGMENT);
         result.println(JSON.toJSONString(out));
         result.flush();
