@@ -1,8 +1,9 @@
 """store/format/ against Apache RocketMQ's own classes: tests/java/vectors/StoreVectors.java runs the 4.9.7 store
 and common jars (a real DefaultMessageStore writing CommitLog records and ConsumeQueue units, an IndexFile, a
-StoreCheckpoint, UtilAll, MessageDecoder, MessageClientIDSetter, MessageExtBrokerInner) once per session, and
-every test here compares mqlake's codec with what those classes produced. Nothing between RocketMQ and the check
-is written by hand."""
+StoreCheckpoint, UtilAll, MessageDecoder, MessageClientIDSetter, MessageExtBrokerInner, ScheduleMessageService)
+once per session, tests/java/vectors5/StoreVectors5.java runs the 5.4.0 store for the records 4.x cannot write
+(V2, long topics), and every test here compares mqlake's codec with what those classes produced. Nothing between
+RocketMQ and the check is written by hand."""
 
 from __future__ import annotations
 
@@ -16,16 +17,24 @@ from tests.peers import JAVA_SOURCES, compile_java, java
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("twin")]
 
-PEER = "rocketmq-4-broker"  # the store's classes: 4.9.7, the newest 4.x store Maven Central serves
+def run_vectors(tmp_path_factory, folder: str, main: str, peer: str) -> dict:
+    work = tmp_path_factory.mktemp(folder)
+    classes = compile_java(sorted((JAVA_SOURCES / folder).glob("*.java")), peer, work / "classes")
+    proc = java(main, peer, str(work / "scratch"), classes=classes, home=work / "home")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout)
 
 
 @pytest.fixture(scope="session")
 def rmq(tmp_path_factory) -> dict:
-    work = tmp_path_factory.mktemp("rocketmq-vectors")
-    classes = compile_java(sorted((JAVA_SOURCES / "vectors").glob("*.java")), PEER, work / "classes")
-    proc = java("StoreVectors", PEER, str(work / "scratch"), classes=classes, home=work / "home")
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout)
+    """What the 4.9.7 classes (the newest 4.x store Maven Central serves) computed."""
+    return run_vectors(tmp_path_factory, "vectors", "StoreVectors", "rocketmq-4-broker")
+
+
+@pytest.fixture(scope="session")
+def stored(rmq, tmp_path_factory) -> list[dict]:
+    """Records the 4.9.7 store wrote, and those the 5.4.0 store wrote (V2 records for long topics among them)."""
+    return rmq["records"] + run_vectors(tmp_path_factory, "vectors5", "StoreVectors5", "rocketmq-5")["records"]
 
 
 def test_string_hash_index_key_hash_and_tags_code(rmq):
@@ -96,9 +105,12 @@ def test_uniq_key_time_field_and_index_file_name_in_local_time(rmq):
             assert units.index_file_name(v["now_ms"]) == v["human"], v
 
 
-def test_commitlog_records_are_the_java_store_bytes(rmq):
-    assert {r["name"] for r in rmq["records"]} >= {"ipv4", "ipv6_born", "ipv6_both"}
-    for r in rmq["records"]:
+def test_commitlog_records_are_the_java_store_bytes(stored):
+    assert {r["name"] for r in stored} >= {"ipv4", "ipv6_born", "ipv6_both", "v2_long_topic", "v1_short_topic"}
+    assert {int.from_bytes(bytes.fromhex(r["hex"][8:16]), "big", signed=True) for r in stored} == {
+        records.MESSAGE_MAGIC_V1, records.MESSAGE_MAGIC_V2,
+    }  # fmt: skip
+    for r in stored:
         raw = bytes.fromhex(r["hex"])
         rec = records.MessageRecord(
             topic=r["topic"], queue_id=r["queue_id"], body=r["body"].encode(), properties=r["properties"].encode(),
@@ -115,9 +127,9 @@ def test_commitlog_records_are_the_java_store_bytes(rmq):
         assert got.total_size == r["size"] == len(raw)
 
 
-def test_consume_queue_units_are_the_java_dispatch(rmq):
-    assert any(r["tags_code"] < 0 for r in rmq["records"])  # a negative tags code is stored sign-extended
-    for r in rmq["records"]:
+def test_consume_queue_units_are_the_java_dispatch(stored):
+    assert any(r["tags_code"] < 0 for r in stored)  # a negative tags code is stored sign-extended
+    for r in stored:
         unit = (r["physical_offset"], r["size"], r["tags_code"])
         assert units.encode_cq_unit(*unit).hex() == r["cq_unit"], r["name"]
         assert units.decode_cq_unit(bytes.fromhex(r["cq_unit"])) == unit

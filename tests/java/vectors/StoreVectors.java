@@ -102,7 +102,17 @@ public class StoreVectors {
         return out;
     }
 
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] args) {
+        try {
+            run(args);
+        } catch (Throwable t) {
+            t.printStackTrace();
+            System.exit(1);  // a failure must end the JVM too, whose store threads would keep it alive
+        }
+        System.exit(0);
+    }
+
+    static void run(String[] args) throws Exception {
         PrintStream result = System.out;
         System.setOut(System.err);  // the store's own logging goes to the console: stdout carries only the JSON
         Path root = Path.of(args[0]);
@@ -282,6 +292,5 @@ public class StoreVectors {
         out.put("commitlog_segment", SEGMENT);
         result.println(JSON.toJSONString(out));
         result.flush();
-        System.exit(0);  // the stats manager's scheduler threads would keep the JVM alive
     }
 }
