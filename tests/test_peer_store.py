@@ -19,6 +19,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from typer.testing import CliRunner
@@ -26,8 +27,9 @@ from typer.testing import CliRunner
 from broker.client import Admin, Message, Producer, PullConsumer
 from broker.remoting.loop import run
 from cli.main import app
+from expectations import rules
 from pipelines.compaction import tables
-from store.format import properties
+from store.format import properties, records
 from tests.fixtures_broker import TEST_CONF, MqlakeServer, count_topic, read_queue, stop_servers
 from tests.helpers import wait_until
 from tests.peers import JAVA_SOURCES, JavaCluster, compile_java, java
@@ -254,3 +256,22 @@ def test_java_written_store_verifies_and_tiers(java_written, spark, tmp_path):
     assert {r["msgId"]: {k: v for k, v in r.items() if k != "msgId"} for r in read} == {
         s["msgId"]: want[s["msgId"]] for s in in_sealed
     }
+
+
+@pytest.mark.unit
+def test_size_rule_takes_properties_with_or_without_the_last_separator():
+    """The tier's size rule accepts a record whose properties end without the separator after the last entry
+    (Apache RocketMQ 4.9.x's broker writes them so) and still flags any other size."""
+    props = {"KEYS": "k1", "TAGS": "t"}
+    terminated = properties.encode_properties(props)
+    size = records.record_length(0, 4, len(TOPIC), len(terminated))
+    sizes = [size, size - 1, size - 2, size + 1, records.record_length(0, 4, len(TOPIC), 0) - 1]
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "msg_size": pa.array(sizes, pa.int32()), "sys_flag": pa.array([0] * 5, pa.int32()),
+            "magic": pa.array([records.MESSAGE_MAGIC_V1] * 5, pa.int32()), "body_len": pa.array([4] * 5, pa.int32()),
+            "topic": [TOPIC] * 5,
+            "properties": pa.array([list(props.items())] * 4 + [[]], pa.map_(pa.string(), pa.string())),
+        }
+    )  # fmt: skip
+    assert rules.size_mismatch(batch).to_pylist() == [False, False, True, True, True]
