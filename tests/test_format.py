@@ -15,6 +15,9 @@ vectors with the JDK and checks they equal the committed JSON.  The local-time v
 from the pinned ``tzdata`` package, not the host's tz database.
 
 Other expectations are built here with ``struct``/``zlib``/``time`` by hand, never through store/format.
+
+These vectors keep the unit run free of a JVM; tests/test_rocketmq_vectors.py checks the same codecs against
+Apache RocketMQ's own classes (its store, IndexFile, checkpoint, UtilAll, MessageDecoder, MessageClientIDSetter).
 """
 
 from __future__ import annotations
