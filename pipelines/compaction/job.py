@@ -169,11 +169,13 @@ def _older_sealed(entries: list[SegmentEntry], file_reserved_time: float) -> lis
 
 
 def _list_closed_segments(store_dir: Path, manifest: SegmentManifest) -> None:
-    """Record the CommitLog files of a store no broker holds in its segment manifest, as a broker's start does.
+    """Record the CommitLog files of a store that has no segment manifest and no broker holding it, as a broker's
+    start does: a store Apache RocketMQ's broker wrote, whose sealed segments are tiered like any other.
 
-    A store that Apache RocketMQ's broker wrote has no manifest (nor one that knows the segments it added after
-    mqlake last ran on it); its sealed segments are tiered like any other. A store a broker holds is left to that
-    broker, which keeps its manifest current itself."""
+    A store with a manifest is left to it: mqlake's broker keeps it current, and only the broker knows which file
+    is its active segment (the one after it may be preallocated already)."""
+    if manifest.entries():
+        return
     files = sorted(p for p in (store_dir / "commitlog").iterdir() if units.is_offset_file_name(p.name))
     if not files:
         return
@@ -182,10 +184,9 @@ def _list_closed_segments(store_dir: Path, manifest: SegmentManifest) -> None:
     except StoreLockedError:
         return
     try:
-        counted = {e.base_offset for e in manifest.entries() if e.message_count is not None}
         stats = {}
-        for path in files[:-1]:  # sealed: counted once, as the broker counts a segment it sealed
-            if int(path.name) in counted or path.stat().st_size == 0:
+        for path in files[:-1]:  # sealed: counted, as the broker counts a segment it sealed
+            if path.stat().st_size == 0:
                 continue
             with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 c = count_records(mm, len(mm))
