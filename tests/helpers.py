@@ -6,6 +6,7 @@ Import from here (``from tests.helpers import make_config, make_message, wait_un
 from __future__ import annotations
 
 import contextlib
+import importlib.resources
 import itertools
 import os
 import signal
@@ -196,3 +197,24 @@ def kill_process_tree(pid: int) -> None:
     for p in tree:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def local_zone(name: str):
+    """Run with the process-local time zone set to ``name`` (what Java's Calendar.getInstance() uses).
+
+    The zone's rules come from the pinned ``tzdata`` package (a dev dependency), not from the host's tz
+    database, which a slim container may lack: TZ=":<path>" makes the C library read that TZif file."""
+    zone_file = importlib.resources.files("tzdata.zoneinfo").joinpath(*name.split("/"))
+    assert zone_file.is_file(), f"time zone {name} is not in the tzdata package"  # glibc would fall back to UTC
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = f":{zone_file}"
+    time.tzset()
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = old
+        time.tzset()

@@ -23,6 +23,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from broker.client import Admin
+from broker.remoting.loop import run
 from tests.fixtures_broker import _die_with_parent, free_port
 from tests.helpers import wait_until
 
@@ -207,10 +209,22 @@ class JavaCluster:
         self.namesrv.start()
         try:
             self.broker.start()
+            # 5.x logs "boot success" before its first registration with the NameServer has landed: a client
+            # started then finds no route to the broker
+            wait_until(self._registered, START_TIMEOUT, what=f"{self.broker_addr} registered with {self.namesrv_addr}")
         except BaseException:
+            self.broker.kill()
             self.namesrv.kill()
             raise
         return self
+
+    def _registered(self) -> bool:
+        async def addrs() -> set[str]:
+            async with Admin(self.namesrv_addr) as admin:
+                info = await admin.cluster_info()
+            return {a for b in info.broker_addr_table.values() for a in b.broker_addrs.values()}
+
+        return self.broker_addr in run(addrs())
 
     def stop(self) -> None:
         try:

@@ -15,15 +15,15 @@ vectors with the JDK and checks they equal the committed JSON.  The local-time v
 from the pinned ``tzdata`` package, not the host's tz database.
 
 Other expectations are built here with ``struct``/``zlib``/``time`` by hand, never through store/format.
+
+These vectors keep the unit run free of a JVM; tests/test_rocketmq_vectors.py checks the same codecs against
+Apache RocketMQ's own classes (its store, IndexFile, checkpoint, UtilAll, MessageDecoder, MessageClientIDSetter).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import importlib.resources
 import json
-import os
 import random
 import struct
 import time
@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from store.format import delay, hashing, msgid, properties, records, units
+from tests.helpers import local_zone
 
 # Every codec test runs on both twins (store.format.native): the pure-Python reference and the compiled one.
 pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("twin")]
@@ -63,27 +64,6 @@ def _record_from_vector(r: dict, **overrides) -> records.MessageRecord:
     )
     kw.update(overrides)
     return records.MessageRecord(**kw)
-
-
-@contextlib.contextmanager
-def local_zone(name: str):
-    """Run with the process-local time zone set to ``name`` (what Java's Calendar.getInstance() uses).
-
-    The zone's rules come from the pinned ``tzdata`` package (a dev dependency), not from the host's tz
-    database, which a slim container may lack: TZ=":<path>" makes the C library read that TZif file."""
-    zone_file = importlib.resources.files("tzdata.zoneinfo").joinpath(*name.split("/"))
-    assert zone_file.is_file(), f"time zone {name} is not in the tzdata package"  # glibc would fall back to UTC
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = f":{zone_file}"
-    time.tzset()
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["TZ"]
-        else:
-            os.environ["TZ"] = old
-        time.tzset()
 
 
 # =====================================================================================================

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import mmap
 import os
 import shutil
 import signal
@@ -60,7 +61,10 @@ from pipelines.compaction import broker_names, checks, staging, tables
 from pipelines.compaction.checks import QueueRange, RowsDigest, TieredSegment
 from pipelines.compaction.deletion import delete_tiered
 from pipelines.segments import SegmentFacts
+from store.checkpoint import StoreLock, StoreLockedError
 from store.config import MessageStoreConfig
+from store.dispatch import count_records
+from store.format import units
 from store.retention import SegmentEntry, SegmentManifest, SegmentState, claimer_id
 
 log = logging.getLogger(__name__)
@@ -162,6 +166,35 @@ def _older_sealed(entries: list[SegmentEntry], file_reserved_time: float) -> lis
         for e in entries
         if e.state == SegmentState.SEALED and e.last_store_time is not None and e.last_store_time <= cutoff_ms
     ]
+
+
+def _list_closed_segments(store_dir: Path, manifest: SegmentManifest) -> None:
+    """Record the CommitLog files of a store that has no segment manifest and no broker holding it, as a broker's
+    start does: a store Apache RocketMQ's broker wrote, whose sealed segments are tiered like any other.
+
+    A store with a manifest is left to it: mqlake's broker keeps it current, and only the broker knows which file
+    is its active segment (the one after it may be preallocated already)."""
+    if manifest.entries():
+        return
+    files = sorted(p for p in (store_dir / "commitlog").iterdir() if units.is_offset_file_name(p.name))
+    if not files:
+        return
+    try:
+        lock = StoreLock(store_dir)
+    except StoreLockedError:
+        return
+    try:
+        stats = {}
+        for path in files[:-1]:  # sealed: counted, as the broker counts a segment it sealed
+            if path.stat().st_size == 0:
+                continue
+            with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                c = count_records(mm, len(mm))
+            if c.complete:
+                stats[int(path.name)] = (c.count, c.first_store_time, c.last_store_time)
+        manifest.sync_files([(int(p.name), p.stat().st_size) for p in files], stats)
+    finally:
+        lock.release()
 
 
 def _claim(manifest: SegmentManifest, owner: str, file_reserved_time: float | None, limit: int | None):
@@ -298,6 +331,7 @@ class TierJob:
         if not self.remote:
             Path(self.lake).mkdir(parents=True, exist_ok=True)
         with phase("claim"):
+            _list_closed_segments(self.store_dir, self.manifest)
             claimed = _claim(self.manifest, self.owner, self.file_reserved_time, self.max_segments)
         job_progress.set_total(sum(e.size for e in claimed), "bytes")
         entries = {e.base_offset: e for e in claimed}
