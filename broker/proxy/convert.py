@@ -4,10 +4,15 @@ tag -> ``TAGS``, keys -> ``KEYS`` (space-separated), message id -> ``UNIQ_KEY``,
 delivery timestamp -> ``TIMER_DELIVER_MS``, transactional -> ``TRAN_MSG=true`` with the topic as producer group
 (``PGROUP``: a 5.x producer has no group).  User properties are kept as they are; a user property named like a
 system one is refused.  A consumer is shown the message type the properties imply.
+
+Body digests: a consumer is sent MD5 as upper-case hex, as RocketMQ's proxy sends it (``BinaryUtil.generateMd5``),
+the one form every official client verifies alike.  A producer's digest, when it sends one, is checked before the
+message is stored and a mismatch refused with ``MESSAGE_CORRUPTED`` (RocketMQ's proxy does not check it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 import zlib
 
@@ -53,6 +58,38 @@ def duration(ms: int) -> Duration:
     return Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+def body_digest(body: bytes) -> pb.Digest:
+    """The digest a consumer is sent with ``body``: MD5, upper-case hex."""
+    return pb.Digest(type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper())
+
+
+def check_digest(msg: pb.Message) -> None:
+    """ProxyError(MESSAGE_CORRUPTED) unless the body matches the digest the producer sent (if it sent one).
+
+    Official clients write CRC32 in different forms (zero-padded hex, hex without leading zeros, decimal), so a
+    CRC32 checksum matches in any of them; MD5 and SHA1 are hex in either case."""
+    if not msg.system_properties.HasField("body_digest"):
+        return
+    digest = msg.system_properties.body_digest
+    sent = digest.checksum.strip()
+    if digest.type == pb.CRC32:
+        crc = zlib.crc32(msg.body) & 0xFFFFFFFF
+        ok = _hex_value(sent) == crc or (sent.isdigit() and int(sent) == crc)
+    elif digest.type in (pb.MD5, pb.SHA1):
+        algo = hashlib.md5 if digest.type == pb.MD5 else hashlib.sha1
+        ok = sent.upper() == algo(msg.body).hexdigest().upper()
+    else:
+        return  # no algorithm named: nothing to check against
+    if not ok:
+        raise ProxyError(Code.MESSAGE_CORRUPTED, f"body digest {pb.DigestType.Name(digest.type)} {sent!r} does not "
+                                                 f"match the {len(msg.body)}-byte body")  # fmt: skip
+
+
+def _hex_value(text: str) -> int | None:
+    """``text`` as plain hex digits (``int`` alone would also take a ``0x`` prefix, ``_`` and spaces)."""
+    return int(text, 16) if text and all(c in "0123456789abcdefABCDEF" for c in text) else None
+
+
 def send_properties(msg: pb.Message, max_body: int) -> tuple[dict[str, str], int]:
     """The record properties and sysFlag of a message a 5.x producer sends; ProxyError names what is wrong."""
     sp = msg.system_properties
@@ -61,6 +98,7 @@ def send_properties(msg: pb.Message, max_body: int) -> tuple[dict[str, str], int
     if len(msg.body) > max_body:
         raise ProxyError(Code.MESSAGE_BODY_TOO_LARGE,
                          f"body of {len(msg.body)} bytes exceeds maxMessageSize {max_body}")  # fmt: skip
+    check_digest(msg)
     if not sp.message_id:
         raise ProxyError(Code.ILLEGAL_MESSAGE_ID, "message id is empty")
     props: dict[str, str] = {}
@@ -122,7 +160,7 @@ def to_message(rec: records.MessageRecord, receipt: str, invisible_ms: int) -> p
         topic = props.get(PROPERTY_RETRY_TOPIC, topic)
     sp = pb.SystemProperties(
         message_id=rec.uniq_key or rec.offset_msg_id,
-        body_digest=pb.Digest(type=pb.CRC32, checksum=format(zlib.crc32(rec.body) & 0xFFFFFFFF, "08X")),
+        body_digest=body_digest(rec.body),
         body_encoding=pb.IDENTITY,
         message_type=message_type(props),  # type: ignore[arg-type]
         born_timestamp=_timestamp(rec.born_timestamp),
