@@ -96,7 +96,8 @@ def test_a_retried_record_is_shown_under_its_topic_with_body_digest_and_attempt(
                                 reconsume_times=2, born_timestamp=1700000000123, store_timestamp=1700000000456)
     m = convert.to_message(rec, "handle", 30_000)
     sp = m.system_properties
-    assert m.topic.name == "Orders" and dict(m.user_properties) == {"color": "red"}
+    # every property but RocketMQ's system ones is a user property, the message group too, as its proxy shows them
+    assert m.topic.name == "Orders" and dict(m.user_properties) == {"color": "red", "__SHARDINGKEY": "g1"}
     assert (sp.tag, list(sp.keys), sp.message_id, sp.message_group) == ("TagA", ["k1", "k2"], "01AABBCC", "g1")
     assert sp.message_type == pb.FIFO and sp.delivery_attempt == 3 and sp.receipt_handle == "handle"
     md5_hello = "5D41402ABC4B2A76B9719D911017C592"

@@ -3,7 +3,8 @@
 tag -> ``TAGS``, keys -> ``KEYS`` (space-separated), message id -> ``UNIQ_KEY``, message group -> ``__SHARDINGKEY``,
 delivery timestamp -> ``TIMER_DELIVER_MS``, transactional -> ``TRAN_MSG=true`` with the topic as producer group
 (``PGROUP``: a 5.x producer has no group).  User properties are kept as they are; a user property named like a
-system one is refused.  A consumer is shown the message type the properties imply.
+system one is refused.  A consumer is shown the message type the properties imply, and as user properties every
+property that is not a system one (the message group and ``__transactionId__`` too, as RocketMQ's proxy shows them).
 
 Body digests: a consumer is sent MD5 as upper-case hex, as RocketMQ's proxy sends it (``BinaryUtil.generateMd5``),
 the one form every official client verifies alike.  A producer's digest, when it sends one, is checked before the
@@ -28,17 +29,24 @@ from store.format import properties as P
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # MessageConst.PROPERTY_SHARDING_KEY: the FIFO message group
 PROPERTY_PRODUCER_GROUP = "PGROUP"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
-# The names a user property may not take (MessageConst's system property names that steer the broker).
-RESERVED_KEYS = frozenset({
-    P.PROPERTY_TAGS, P.PROPERTY_KEYS, P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, P.PROPERTY_WAIT_STORE_MSG_OK,
-    P.PROPERTY_DELAY_TIME_LEVEL, P.PROPERTY_CLUSTER, P.PROPERTY_REAL_TOPIC, P.PROPERTY_REAL_QUEUE_ID,
-    P.PROPERTY_TRANSACTION_PREPARED, P.PROPERTY_ORIGIN_MESSAGE_ID, P.PROPERTY_TIMER_DELIVER_MS,
-    P.PROPERTY_TIMER_DELAY_SEC, P.PROPERTY_TIMER_DELAY_MS, P.PROPERTY_TIMER_OUT_MS, P.PROPERTY_TIMER_DEL_UNIQKEY,
-    P.PROPERTY_TIMER_ENQUEUE_MS, P.PROPERTY_TIMER_DEQUEUE_MS, PROPERTY_SHARDING_KEY, PROPERTY_PRODUCER_GROUP,
-    PROPERTY_RETRY_TOPIC, "MIN_OFFSET", "MAX_OFFSET", "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "TRACE_ON",
-    "MSG_REGION", "CHECK_IMMUNITY_TIME_IN_SECONDS", "TRANSACTION_CHECK_TIMES", "INSTANCE_ID", "CORRELATION_ID",
-    "REPLY_TO_CLIENT", "TTL", "CONSUME_START_TIME",
+# RocketMQ's system property names (5.4.0's ``MessageConst.STRING_HASH_SET``): its proxy refuses them as user
+# properties on a send and shows a consumer every property but these.
+SYSTEM_KEYS = frozenset({
+    "TRACE_ON", "MSG_REGION", P.PROPERTY_KEYS, P.PROPERTY_TAGS, P.PROPERTY_WAIT_STORE_MSG_OK,
+    P.PROPERTY_DELAY_TIME_LEVEL, PROPERTY_RETRY_TOPIC, "ORIGIN_GROUP", P.PROPERTY_REAL_TOPIC,
+    P.PROPERTY_REAL_QUEUE_ID, P.PROPERTY_TRANSACTION_PREPARED, PROPERTY_PRODUCER_GROUP, "MIN_OFFSET", "MAX_OFFSET",
+    "BUYER_ID", P.PROPERTY_ORIGIN_MESSAGE_ID, "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME",
+    P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK",
+    "POP_CK_OFFSET", "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO", "INSTANCE_ID",
+    "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", P.PROPERTY_CLUSTER, "MSG_TYPE",
+    "INNER_MULTI_QUEUE_OFFSET", P.PROPERTY_TIMER_DELAY_MS, P.PROPERTY_TIMER_DELAY_SEC, P.PROPERTY_TIMER_DELIVER_MS,
+    P.PROPERTY_TIMER_ENQUEUE_MS, P.PROPERTY_TIMER_DEQUEUE_MS, "TIMER_ROLL_TIMES", P.PROPERTY_TIMER_OUT_MS,
+    P.PROPERTY_TIMER_DEL_UNIQKEY, "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC",
+    "DLQ_ORIGIN_MESSAGE_ID", "__CRC32#", "_SYS_MSG_PRIORITY_",
 })  # fmt: skip
+# The names a user property may not take: the system ones, and the message group, which makes a message FIFO here
+# (RocketMQ's proxy would store a user-set one as it came).
+RESERVED_KEYS = SYSTEM_KEYS | {PROPERTY_SHARDING_KEY}
 _TIMER_KEYS = (P.PROPERTY_TIMER_DELIVER_MS, P.PROPERTY_TIMER_DELAY_SEC, P.PROPERTY_TIMER_DELAY_MS)
 
 
@@ -181,7 +189,7 @@ def to_message(rec: records.MessageRecord, receipt: str, invisible_ms: int) -> p
         sp.message_group = props[PROPERTY_SHARDING_KEY]
     if P.PROPERTY_TIMER_DELIVER_MS in props and props[P.PROPERTY_TIMER_DELIVER_MS].isdigit():
         sp.delivery_timestamp.CopyFrom(_timestamp(int(props[P.PROPERTY_TIMER_DELIVER_MS])))
-    user = {k: v for k, v in props.items() if k not in RESERVED_KEYS}
+    user = {k: v for k, v in props.items() if k not in SYSTEM_KEYS}
     return pb.Message(topic=pb.Resource(name=topic), user_properties=user, system_properties=sp, body=rec.body)
 
 
