@@ -143,6 +143,20 @@ def test_the_consumers_digest_is_md5_upper_hex_for_every_body() -> None:
         assert (d.type, d.checksum) == (pb.MD5, hashlib.md5(body).hexdigest().upper())
 
 
+# Guava 32's Hashing.consistentHash(key.hashCode(), n) (RocketMQ 5.4.0's proxy), for n in 1, 2, 3, 4, 8, 16, 100
+GUAVA_CONSISTENT_HASH = {
+    "order-1": [0, 0, 0, 3, 3, 3, 3], "g1": [0, 0, 0, 0, 6, 9, 41], "": [0, 0, 0, 0, 0, 0, 0],
+    "a": [0, 0, 0, 0, 0, 0, 29], "message-group-with-a-long-name": [0, 1, 2, 2, 7, 7, 92],
+    "\u4e2d\u6587": [0, 0, 0, 3, 3, 3, 80], "x": [0, 1, 1, 1, 4, 12, 36],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("group", sorted(GUAVA_CONSISTENT_HASH))
+def test_a_message_group_goes_to_the_queue_rocketmqs_proxy_picks(group: str) -> None:
+    got = [convert.message_group_queue(group, n) for n in (1, 2, 3, 4, 8, 16, 100)]
+    assert got == GUAVA_CONSISTENT_HASH[group]
+
+
 def test_generated_stubs_keep_the_protocols_names() -> None:
     service = svc.DESCRIPTOR.services_by_name["MessagingService"]
     assert service.full_name == "apache.rocketmq.v2.MessagingService"

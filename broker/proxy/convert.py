@@ -23,7 +23,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from broker.proxy.status import Code, ProxyError
 from broker.proxy.v2 import definition_pb2 as pb
 from broker.server import topics as tp
-from store.format import msgid, records
+from store.format import hashing, msgid, records
 from store.format import properties as P
 
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # MessageConst.PROPERTY_SHARDING_KEY: the FIFO message group
@@ -48,6 +48,19 @@ SYSTEM_KEYS = frozenset({
 # (RocketMQ's proxy would store a user-set one as it came).
 RESERVED_KEYS = SYSTEM_KEYS | {PROPERTY_SHARDING_KEY}
 _TIMER_KEYS = (P.PROPERTY_TIMER_DELIVER_MS, P.PROPERTY_TIMER_DELAY_SEC, P.PROPERTY_TIMER_DELAY_MS)
+
+
+def message_group_queue(group: str, queues: int) -> int:
+    """The queue (of ``queues`` writable ones) a FIFO message group goes to, as RocketMQ's proxy picks it: Guava's
+    ``Hashing.consistentHash(group.hashCode(), queues)``, a jump through a 64-bit linear congruential sequence."""
+    state = hashing.java_string_hash(group) & 0xFFFFFFFFFFFFFFFF  # the int widened to a long
+    candidate = 0
+    while True:
+        state = (2862933555777941757 * state + 1) & 0xFFFFFFFFFFFFFFFF
+        nxt = int((candidate + 1) / (((state >> 33) + 1) / 2**31))
+        if not 0 <= nxt < queues:
+            return candidate
+        candidate = nxt
 
 
 def _millis(ts: Timestamp) -> int:
