@@ -340,7 +340,8 @@ async def async_phase(t: MqlakeTarget | JavaTarget, grpc_port: int) -> dict:
     await _rate_row(t, out, "single_8", singles, 8, WINDOW_8, _n(SINGLE_COUNT))
     await _rate_row(t, out, "batch_8", batches, 8, BATCH_WINDOW, _n(BATCH_COUNT) // BATCH, BATCH)
     # every acknowledged message dispatched (a row that failed part-way stored some too: all stored are read)
-    rows = (("single_1", _n(SINGLE_COUNT)), ("single_8", _n(SINGLE_COUNT)), ("batch_8", _n(BATCH_COUNT) // BATCH * BATCH))
+    batched = _n(BATCH_COUNT) // BATCH * BATCH
+    rows = (("single_1", _n(SINGLE_COUNT)), ("single_8", _n(SINGLE_COUNT)), ("batch_8", batched))
     acked = warm[0] + warm[1] * BATCH + sum(n for k, n in rows if "error" not in out[k])
     out["dispatch_catch_up_s"] = await wait_dispatched(t.namesrv_addr, acked)
     async with PullConsumer(PULL_GROUP, t.namesrv_addr) as consumer:
