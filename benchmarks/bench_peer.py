@@ -68,7 +68,6 @@ from benchmarks.bench_broker import (
 )
 from benchmarks.bench_grpc import _pull_all
 from benchmarks.bench_store import machine
-from benchmarks.bench_tx_sql92 import _create
 from benchmarks.report import emit
 from broker.client import Admin, PullConsumer
 from broker.proxy.v2 import definition_pb2 as pb
@@ -94,6 +93,7 @@ IDLE_SECONDS = 5.0
 GRPC_TOPIC = "BenchGrpc"
 GRPC_WINDOW = 64
 GRPC_COUNT = 6_000
+ADMIN_TIMEOUT = 30.0
 GRPC_WARMUP = 2_000
 WARMUP_SINGLES = 20_000
 WARMUP_BATCHES = 1_000  # of BATCH
@@ -158,10 +158,23 @@ class JavaTarget(BrokerProcess):
         self.cluster.stop()
 
 
+async def _create(t: MqlakeTarget | JavaTarget, topic: str, queues: int) -> None:
+    """The topic, and its route with every queue; a JVM just started on a busy machine may take seconds to answer."""
+    async with Admin(t.namesrv_addr, timeout=ADMIN_TIMEOUT) as admin:
+        await admin.create_topic(topic, broker_addr=t.broker_addr, read_queue_nums=queues, write_queue_nums=queues)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            route = await admin.topic_route(topic)
+            if route is not None and len(route.subscribe_queues(topic)) == queues:
+                return
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"no route for {topic} with {queues} queues")
+
+
 async def _create_groups(t: MqlakeTarget | JavaTarget, *groups: str) -> None:
     """The consumer groups, made beforehand: RocketMQ 5 refuses to store an offset of a group it does not know
     (SUBSCRIPTION_GROUP_NOT_EXIST), and the latency rows start their group at the end of every queue."""
-    async with Admin(t.namesrv_addr) as admin:
+    async with Admin(t.namesrv_addr, timeout=ADMIN_TIMEOUT) as admin:
         for group in groups:
             cmd = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None,
                                           SubscriptionGroupConfig(group_name=group).encode())  # fmt: skip
@@ -450,6 +463,9 @@ def print_report(r: dict) -> None:
         print(f"{label:<46}{a:>12{fmt}}{b:>12{fmt}}{(a / b if b else float('nan')):>17.2f}{bg:>13}")
     for kind in ("mqlake", "rocketmq"):
         for phase in ("async", "sync"):
+            if "failed" in r[kind][phase]:
+                print(f"  {kind} {phase}: {r[kind][phase]['failed']}")
+                continue
             for row, d in r[kind][phase].items():
                 if isinstance(d, dict) and "error" in d:
                     print(f"  {kind} {row}: {d['error']}")
@@ -469,7 +485,11 @@ def main() -> dict:
             results[kind] = {}
             for phase, flush in (("async", "ASYNC_FLUSH"), ("sync", "SYNC_FLUSH")):
                 print(f"  [{kind}, {flush}]", flush=True)
-                results[kind][phase] = _run_target(kind, tmp / f"{kind}-{phase}", flush)
+                try:
+                    results[kind][phase] = _run_target(kind, tmp / f"{kind}-{phase}", flush)
+                except Exception as e:  # noqa: BLE001 - the run goes on; the report names what failed
+                    results[kind][phase] = {"failed": f"{type(e).__name__}: {e}"}
+                    print(f"  [{kind}, {flush} failed: {e}]", flush=True)
         if len(kinds) == 2:
             results["targets"] = _targets(results)
         else:
