@@ -33,7 +33,7 @@ import org.apache.rocketmq.client.java.message.MessageViewImpl;
 /**
  * Apache RocketMQ's 5.x Java client (rocketmq-client-java) against one gRPC endpoint, every message path in one JVM:
  * a Producer (normal bodies of every length 0..64 bytes and one of 4 MiB; FIFO; delay; transactional commit,
- * rollback and an open one its checker commits), SimpleConsumers (one group per path) and a PushConsumer.
+ * rollback and an open one its checker commits, the checker answering as the producer decided), SimpleConsumers (one group per path) and a PushConsumer.
  * The client's body-digest check is on (it always is): a message it finds corrupted is marked (SimpleConsumer) or
  * never reaches the listener (PushConsumer).
  *
@@ -60,9 +60,10 @@ public final class Client5Messages {
         String normal = a.get("normal"), fifo = a.get("fifo"), delay = a.get("delay"), tx = a.get("tx");
         Producer producer = PROVIDER.newProducerBuilder().setClientConfiguration(config)
             .setTopics(normal, fifo, delay, tx)
-            .setTransactionChecker(view -> {
+            .setTransactionChecker(view -> {  // as an application's checker: what its own transaction decided
                 checked.add(view.getMessageId().toString());
-                return TransactionResolution.COMMIT;
+                return "rollback".equals(view.getProperties().get("how")) ? TransactionResolution.ROLLBACK
+                    : TransactionResolution.COMMIT;
             }).build();
         try {
             // normal: bodies of every length 0..64 and one of 4 MiB; an empty body is refused by the endpoint
@@ -115,8 +116,9 @@ public final class Client5Messages {
                 txSent.put(how, receipt(r, body.length));
             }
             out.put("tx_sent", txSent);
-            // the committed and the checked one; waits past the check-back for a third that must not come
-            out.put("tx", receive(config, a.get("tgroup"), tx, 3, 8));
+            // the committed and the checked one; then a while longer for a third, which must not come
+            out.put("tx", receive(config, a.get("tgroup"), tx, 2, 60));
+            out.put("tx_after", receive(config, a.get("tgroup"), tx, 1, 4));
             out.put("tx_checked", new ArrayList<>(checked));
         } finally {
             producer.close();
