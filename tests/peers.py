@@ -110,8 +110,8 @@ class JavaServer:
         "proxy": "org.apache.rocketmq.proxy.ProxyStartup",
     }
 
-    def __init__(self, kind: str, peer: str, home: Path, *args: str) -> None:
-        self.kind, self.peer, self.home, self.args = kind, peer, Path(home), args
+    def __init__(self, kind: str, peer: str, home: Path, *args: str, jvm_opts: tuple[str, ...] = JVM_OPTS) -> None:
+        self.kind, self.peer, self.home, self.args, self.jvm_opts = kind, peer, Path(home), args, jvm_opts
         self.home.mkdir(parents=True, exist_ok=True)
         conf = self.home / "conf"
         conf.mkdir(exist_ok=True)
@@ -121,7 +121,7 @@ class JavaServer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> JavaServer:
-        cmd = ["java", *JVM_OPTS, f"-Duser.home={self.home}", f"-Drocketmq.home.dir={self.home}",
+        cmd = ["java", *self.jvm_opts, f"-Duser.home={self.home}", f"-Drocketmq.home.dir={self.home}",
                "-cp", classpath(self.peer), self.MAIN[self.kind], *self.args]  # fmt: skip
         env = {**os.environ, "ROCKETMQ_HOME": str(self.home)}
         with open(self.out_path, "ab") as out:
@@ -177,9 +177,11 @@ class JavaCluster:
     on ``store`` (a store mqlake wrote, or a fresh one). With ``proxy=True`` (5.x only) the broker runs inside
     RocketMQ's proxy in local mode and ``grpc_endpoint`` is its gRPC port.
 
-    ``broker_conf`` adds or overrides broker.conf keys (RocketMQ's names)."""
+    ``broker_conf`` adds or overrides broker.conf keys (RocketMQ's names); ``jvm_opts`` replaces both JVMs' options.
+    """
 
-    def __init__(self, peer: str, home: Path, store: Path, proxy: bool = False, **broker_conf: object) -> None:
+    def __init__(self, peer: str, home: Path, store: Path, proxy: bool = False,
+                 jvm_opts: tuple[str, ...] = JVM_OPTS, **broker_conf: object) -> None:  # fmt: skip
         self.peer, self.home, self.store = peer, Path(home), Path(store)
         self.namesrv_port, self.broker_port = free_port(), free_port()
         self.namesrv_addr = f"127.0.0.1:{self.namesrv_port}"
@@ -195,15 +197,15 @@ class JavaCluster:
             **broker_conf,
         }  # fmt: skip
         broker_path = write_conf(self.home / "broker.conf", conf)
-        self.namesrv = JavaServer("namesrv", peer, self.home / "namesrv", "-c", str(ns_conf))
+        self.namesrv = JavaServer("namesrv", peer, self.home / "namesrv", "-c", str(ns_conf), jvm_opts=jvm_opts)
         if proxy:
             proxy_json = self.home / "rmq-proxy.json"
             proxy_json.write_text(json.dumps({"rocketMQClusterName": "DefaultCluster", "namesrvAddr": self.namesrv_addr,
                                               "grpcServerPort": self.grpc_port, "remotingListenPort": free_port()}))
             self.broker = JavaServer("proxy", peer, self.home / "proxy", "-pm", "local", "-bc", str(broker_path),
-                                     "-pc", str(proxy_json))  # fmt: skip
+                                     "-pc", str(proxy_json), jvm_opts=jvm_opts)  # fmt: skip
         else:
-            self.broker = JavaServer("broker", peer, self.home / "broker", "-c", str(broker_path))
+            self.broker = JavaServer("broker", peer, self.home / "broker", "-c", str(broker_path), jvm_opts=jvm_opts)
 
     def start(self) -> JavaCluster:
         self.namesrv.start()

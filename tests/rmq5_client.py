@@ -16,6 +16,7 @@ Every command takes --ak/--sk (the client signs its calls), --namespace and --re
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import threading
@@ -116,11 +117,15 @@ def receive(a: argparse.Namespace) -> dict:
     try:
         while len(got) < a.expect and time.monotonic() < end:
             for m in consumer.receive(min(32, a.expect - len(got)), a.invisible) or []:
-                item = {"body": m.body.decode(), "message_id": m.message_id, "tag": m.tag, "topic": m.topic,
-                        "namespace": m.namespace,
-                        "keys": sorted(m.keys), "attempt": m.delivery_attempt, "group": m.message_group,
-                        "properties": dict(m.properties), "receipt_handle": m.receipt_handle,
-                        "delivery_timestamp": m.delivery_timestamp, "received_at": time.time()}
+                item = {"body": m.body.decode(errors="replace"), "message_id": m.message_id, "tag": m.tag,
+                        "topic": m.topic, "namespace": m.namespace, "keys": sorted(m.keys),
+                        "attempt": m.delivery_attempt,
+                        "group": m.message_group, "properties": dict(m.properties),
+                        "receipt_handle": m.receipt_handle, "delivery_timestamp": m.delivery_timestamp,
+                        "received_at": time.time(), "len": len(m.body), "md5": hashlib.md5(m.body).hexdigest(),
+                        "corrupted": m.corrupted}  # fmt: skip
+                if len(m.body) <= 64:
+                    item["hex"] = m.body.hex()
                 if a.mode == "renew":
                     consumer.change_invisible_duration(m, a.invisible)
                     item["renewed_handle"] = m.receipt_handle

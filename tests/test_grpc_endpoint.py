@@ -157,6 +157,26 @@ def test_malformed_and_oversized_messages_are_refused_and_nothing_is_stored(prox
     wait_until(lambda: proxied.store.get_max_offset_in_queue(topic, 0) == 1, what="the good message stored")
 
 
+def test_a_body_digest_mismatch_is_refused_as_corrupted_and_a_matching_one_is_stored(proxied) -> None:
+    topic = proxied.topic()
+
+    def send(checksum: str) -> svc.SendMessageResponse:
+        msg = pb.Message(topic=pb.Resource(name=topic), body=b"hello")
+        msg.system_properties.message_id = f"0100000000000000000000000{next(_ids):09d}"
+        msg.system_properties.message_type = pb.NORMAL
+        msg.system_properties.body_digest.CopyFrom(pb.Digest(type=pb.MD5, checksum=checksum))
+        return proxied.stub.SendMessage(svc.SendMessageRequest(messages=[msg]), metadata=META, timeout=10)
+
+    bad = send("00000000000000000000000000000000")
+    assert bad.status.code == pb.MESSAGE_CORRUPTED and bad.entries[0].status.code == pb.MESSAGE_CORRUPTED
+    assert send("5d41402abc4b2a76b9719d911017c592").status.code == pb.OK
+    wait_until(lambda: proxied.store.get_max_offset_in_queue(topic, 0) == 1, what="the good message stored")
+    g = group(proxied)
+    status, msgs = proxied.receive(topic, g)
+    assert status.code == pb.OK and [m.body for m in msgs] == [b"hello"]  # only the matching one was stored
+    assert msgs[0].system_properties.body_digest == pb.Digest(type=pb.MD5, checksum="5D41402ABC4B2A76B9719D911017C592")
+
+
 def test_bad_receipt_handles_and_invisible_times(proxied) -> None:
     topic, g = proxied.topic(), group(proxied)
     assert proxied.send(topic).status.code == pb.OK

@@ -3,6 +3,9 @@ stubs generated at install time (names on the wire as the 5.x clients call them)
 
 from __future__ import annotations
 
+import hashlib
+import zlib
+
 import pytest
 
 from broker.proxy import convert, receipt
@@ -93,11 +96,65 @@ def test_a_retried_record_is_shown_under_its_topic_with_body_digest_and_attempt(
                                 reconsume_times=2, born_timestamp=1700000000123, store_timestamp=1700000000456)
     m = convert.to_message(rec, "handle", 30_000)
     sp = m.system_properties
-    assert m.topic.name == "Orders" and dict(m.user_properties) == {"color": "red"}
+    # every property but RocketMQ's system ones is a user property, the message group too, as its proxy shows them
+    assert m.topic.name == "Orders" and dict(m.user_properties) == {"color": "red", "__SHARDINGKEY": "g1"}
     assert (sp.tag, list(sp.keys), sp.message_id, sp.message_group) == ("TagA", ["k1", "k2"], "01AABBCC", "g1")
     assert sp.message_type == pb.FIFO and sp.delivery_attempt == 3 and sp.receipt_handle == "handle"
-    assert (sp.body_digest.type, sp.body_digest.checksum) == (pb.CRC32, "3610A686")  # CRC32("hello")
+    md5_hello = "5D41402ABC4B2A76B9719D911017C592"
+    assert (sp.body_digest.type, sp.body_digest.checksum) == (pb.MD5, md5_hello)
     assert sp.born_timestamp.ToMilliseconds() == 1700000000123 and sp.invisible_duration.seconds == 30
+
+
+def _digested(kind: int, checksum: str, body: bytes = b"hello") -> pb.Message:
+    m = _message(body=body)
+    m.system_properties.body_digest.CopyFrom(pb.Digest(type=kind, checksum=checksum))  # type: ignore[arg-type]
+    return m
+
+
+@pytest.mark.parametrize(("kind", "checksum"), [
+    (pb.CRC32, "3610A686"), (pb.CRC32, "3610a686"), (pb.CRC32, "907060870"),  # hex either case, decimal
+    (pb.MD5, "5D41402ABC4B2A76B9719D911017C592"), (pb.MD5, "5d41402abc4b2a76b9719d911017c592"),
+    (pb.SHA1, "AAF4C61DDCC5E8A2DABEDE0F3B482CD9AEA9434D"), (pb.DIGEST_TYPE_UNSPECIFIED, ""),
+])  # fmt: skip
+def test_a_producers_body_digest_of_each_type_and_form_is_accepted(kind: int, checksum: str) -> None:
+    assert convert.send_properties(_digested(kind, checksum), 1024)[0]["UNIQ_KEY"] == "01AABBCC"
+
+
+def test_a_crc32_without_leading_zeros_is_accepted_as_the_java_client_writes_it() -> None:
+    body = next(bytes([i]) * 3 for i in range(256) if zlib.crc32(bytes([i]) * 3) < 0x10000000)
+    short = format(zlib.crc32(body), "X")
+    assert len(short) < 8
+    convert.send_properties(_digested(pb.CRC32, short, body), 1024)
+
+
+@pytest.mark.parametrize(("kind", "checksum"), [
+    (pb.CRC32, "3610A687"), (pb.CRC32, "0x3610A686"), (pb.CRC32, ""), (pb.MD5, "5D41402ABC4B2A76B9719D911017C593"),
+    (pb.SHA1, "5D41402ABC4B2A76B9719D911017C592"), (pb.MD5, "not hex"),
+])  # fmt: skip
+def test_a_body_digest_mismatch_is_refused_as_corrupted(kind: int, checksum: str) -> None:
+    with pytest.raises(ProxyError) as e:
+        convert.send_properties(_digested(kind, checksum), 1024)
+    assert e.value.code == pb.MESSAGE_CORRUPTED and "5-byte body" in e.value.message
+
+
+def test_the_consumers_digest_is_md5_upper_hex_for_every_body() -> None:
+    for body in (b"", b"\x00" * 64, bytes(range(256)) * 4):
+        d = convert.body_digest(body)
+        assert (d.type, d.checksum) == (pb.MD5, hashlib.md5(body).hexdigest().upper())
+
+
+# Guava 32's Hashing.consistentHash(key.hashCode(), n) (RocketMQ 5.4.0's proxy), for n in 1, 2, 3, 4, 8, 16, 100
+GUAVA_CONSISTENT_HASH = {
+    "order-1": [0, 0, 0, 3, 3, 3, 3], "g1": [0, 0, 0, 0, 6, 9, 41], "": [0, 0, 0, 0, 0, 0, 0],
+    "a": [0, 0, 0, 0, 0, 0, 29], "message-group-with-a-long-name": [0, 1, 2, 2, 7, 7, 92],
+    "\u4e2d\u6587": [0, 0, 0, 3, 3, 3, 80], "x": [0, 1, 1, 1, 4, 12, 36],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("group", sorted(GUAVA_CONSISTENT_HASH))
+def test_a_message_group_goes_to_the_queue_rocketmqs_proxy_picks(group: str) -> None:
+    got = [convert.message_group_queue(group, n) for n in (1, 2, 3, 4, 8, 16, 100)]
+    assert got == GUAVA_CONSISTENT_HASH[group]
 
 
 def test_generated_stubs_keep_the_protocols_names() -> None:

@@ -3,11 +3,17 @@
 tag -> ``TAGS``, keys -> ``KEYS`` (space-separated), message id -> ``UNIQ_KEY``, message group -> ``__SHARDINGKEY``,
 delivery timestamp -> ``TIMER_DELIVER_MS``, transactional -> ``TRAN_MSG=true`` with the topic as producer group
 (``PGROUP``: a 5.x producer has no group).  User properties are kept as they are; a user property named like a
-system one is refused.  A consumer is shown the message type the properties imply.
+system one is refused.  A consumer is shown the message type the properties imply, and as user properties every
+property that is not a system one (the message group and ``__transactionId__`` too, as RocketMQ's proxy shows them).
+
+Body digests: a consumer is sent MD5 as upper-case hex, as RocketMQ's proxy sends it (``BinaryUtil.generateMd5``),
+the one form every official client verifies alike.  A producer's digest, when it sends one, is checked before the
+message is stored and a mismatch refused with ``MESSAGE_CORRUPTED`` (RocketMQ's proxy does not check it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 import zlib
 
@@ -17,24 +23,44 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from broker.proxy.status import Code, ProxyError
 from broker.proxy.v2 import definition_pb2 as pb
 from broker.server import topics as tp
-from store.format import msgid, records
+from store.format import hashing, msgid, records
 from store.format import properties as P
 
 PROPERTY_SHARDING_KEY = P.PROPERTY_SHARDING_KEY  # the FIFO message group
 PROPERTY_PRODUCER_GROUP = "PGROUP"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
-# The names a user property may not take (MessageConst's system property names that steer the broker).
-RESERVED_KEYS = frozenset({
-    P.PROPERTY_TAGS, P.PROPERTY_KEYS, P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, P.PROPERTY_WAIT_STORE_MSG_OK,
-    P.PROPERTY_DELAY_TIME_LEVEL, P.PROPERTY_CLUSTER, P.PROPERTY_REAL_TOPIC, P.PROPERTY_REAL_QUEUE_ID,
-    P.PROPERTY_TRANSACTION_PREPARED, P.PROPERTY_ORIGIN_MESSAGE_ID, P.PROPERTY_TIMER_DELIVER_MS,
-    P.PROPERTY_TIMER_DELAY_SEC, P.PROPERTY_TIMER_DELAY_MS, P.PROPERTY_TIMER_OUT_MS, P.PROPERTY_TIMER_DEL_UNIQKEY,
-    P.PROPERTY_TIMER_ENQUEUE_MS, P.PROPERTY_TIMER_DEQUEUE_MS, PROPERTY_SHARDING_KEY, PROPERTY_PRODUCER_GROUP,
-    PROPERTY_RETRY_TOPIC, "MIN_OFFSET", "MAX_OFFSET", "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "TRACE_ON",
-    "MSG_REGION", "CHECK_IMMUNITY_TIME_IN_SECONDS", "TRANSACTION_CHECK_TIMES", "INSTANCE_ID", "CORRELATION_ID",
-    "REPLY_TO_CLIENT", "TTL", "CONSUME_START_TIME",
+# RocketMQ's system property names (5.4.0's ``MessageConst.STRING_HASH_SET``): its proxy refuses them as user
+# properties on a send and shows a consumer every property but these.
+SYSTEM_KEYS = frozenset({
+    "TRACE_ON", "MSG_REGION", P.PROPERTY_KEYS, P.PROPERTY_TAGS, P.PROPERTY_WAIT_STORE_MSG_OK,
+    P.PROPERTY_DELAY_TIME_LEVEL, PROPERTY_RETRY_TOPIC, "ORIGIN_GROUP", P.PROPERTY_REAL_TOPIC,
+    P.PROPERTY_REAL_QUEUE_ID, P.PROPERTY_TRANSACTION_PREPARED, PROPERTY_PRODUCER_GROUP, "MIN_OFFSET", "MAX_OFFSET",
+    "BUYER_ID", P.PROPERTY_ORIGIN_MESSAGE_ID, "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME",
+    P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK",
+    "POP_CK_OFFSET", "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO", "INSTANCE_ID",
+    "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", P.PROPERTY_CLUSTER, "MSG_TYPE",
+    "INNER_MULTI_QUEUE_OFFSET", P.PROPERTY_TIMER_DELAY_MS, P.PROPERTY_TIMER_DELAY_SEC, P.PROPERTY_TIMER_DELIVER_MS,
+    P.PROPERTY_TIMER_ENQUEUE_MS, P.PROPERTY_TIMER_DEQUEUE_MS, "TIMER_ROLL_TIMES", P.PROPERTY_TIMER_OUT_MS,
+    P.PROPERTY_TIMER_DEL_UNIQKEY, "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC",
+    "DLQ_ORIGIN_MESSAGE_ID", "__CRC32#", "_SYS_MSG_PRIORITY_",
 })  # fmt: skip
+# The names a user property may not take: the system ones, and the message group, which makes a message FIFO here
+# (RocketMQ's proxy would store a user-set one as it came).
+RESERVED_KEYS = SYSTEM_KEYS | {PROPERTY_SHARDING_KEY}
 _TIMER_KEYS = (P.PROPERTY_TIMER_DELIVER_MS, P.PROPERTY_TIMER_DELAY_SEC, P.PROPERTY_TIMER_DELAY_MS)
+
+
+def message_group_queue(group: str, queues: int) -> int:
+    """The queue (of ``queues`` writable ones) a FIFO message group goes to, as RocketMQ's proxy picks it: Guava's
+    ``Hashing.consistentHash(group.hashCode(), queues)``, a jump through a 64-bit linear congruential sequence."""
+    state = hashing.java_string_hash(group) & 0xFFFFFFFFFFFFFFFF  # the int widened to a long
+    candidate = 0
+    while True:
+        state = (2862933555777941757 * state + 1) & 0xFFFFFFFFFFFFFFFF
+        nxt = int((candidate + 1) / (((state >> 33) + 1) / 2**31))
+        if not 0 <= nxt < queues:
+            return candidate
+        candidate = nxt
 
 
 def _millis(ts: Timestamp) -> int:
@@ -53,6 +79,38 @@ def duration(ms: int) -> Duration:
     return Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+def body_digest(body: bytes) -> pb.Digest:
+    """The digest a consumer is sent with ``body``: MD5, upper-case hex."""
+    return pb.Digest(type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper())
+
+
+def check_digest(msg: pb.Message) -> None:
+    """ProxyError(MESSAGE_CORRUPTED) unless the body matches the digest the producer sent (if it sent one).
+
+    Official clients write CRC32 in different forms (zero-padded hex, hex without leading zeros, decimal), so a
+    CRC32 checksum matches in any of them; MD5 and SHA1 are hex in either case."""
+    if not msg.system_properties.HasField("body_digest"):
+        return
+    digest = msg.system_properties.body_digest
+    sent = digest.checksum.strip()
+    if digest.type == pb.CRC32:
+        crc = zlib.crc32(msg.body) & 0xFFFFFFFF
+        ok = _hex_value(sent) == crc or (sent.isdigit() and int(sent) == crc)
+    elif digest.type in (pb.MD5, pb.SHA1):
+        algo = hashlib.md5 if digest.type == pb.MD5 else hashlib.sha1
+        ok = sent.upper() == algo(msg.body).hexdigest().upper()
+    else:
+        return  # no algorithm named: nothing to check against
+    if not ok:
+        raise ProxyError(Code.MESSAGE_CORRUPTED, f"body digest {pb.DigestType.Name(digest.type)} {sent!r} does not "
+                                                 f"match the {len(msg.body)}-byte body")  # fmt: skip
+
+
+def _hex_value(text: str) -> int | None:
+    """``text`` as plain hex digits (``int`` alone would also take a ``0x`` prefix, ``_`` and spaces)."""
+    return int(text, 16) if text and all(c in "0123456789abcdefABCDEF" for c in text) else None
+
+
 def send_properties(msg: pb.Message, max_body: int) -> tuple[dict[str, str], int]:
     """The record properties and sysFlag of a message a 5.x producer sends; ProxyError names what is wrong."""
     sp = msg.system_properties
@@ -61,6 +119,7 @@ def send_properties(msg: pb.Message, max_body: int) -> tuple[dict[str, str], int
     if len(msg.body) > max_body:
         raise ProxyError(Code.MESSAGE_BODY_TOO_LARGE,
                          f"body of {len(msg.body)} bytes exceeds maxMessageSize {max_body}")  # fmt: skip
+    check_digest(msg)
     if not sp.message_id:
         raise ProxyError(Code.ILLEGAL_MESSAGE_ID, "message id is empty")
     props: dict[str, str] = {}
@@ -122,7 +181,7 @@ def to_message(rec: records.MessageRecord, receipt: str, invisible_ms: int) -> p
         topic = props.get(PROPERTY_RETRY_TOPIC, topic)
     sp = pb.SystemProperties(
         message_id=rec.uniq_key or rec.offset_msg_id,
-        body_digest=pb.Digest(type=pb.CRC32, checksum=format(zlib.crc32(rec.body) & 0xFFFFFFFF, "08X")),
+        body_digest=body_digest(rec.body),
         body_encoding=pb.IDENTITY,
         message_type=message_type(props),  # type: ignore[arg-type]
         born_timestamp=_timestamp(rec.born_timestamp),
@@ -143,7 +202,7 @@ def to_message(rec: records.MessageRecord, receipt: str, invisible_ms: int) -> p
         sp.message_group = props[PROPERTY_SHARDING_KEY]
     if P.PROPERTY_TIMER_DELIVER_MS in props and props[P.PROPERTY_TIMER_DELIVER_MS].isdigit():
         sp.delivery_timestamp.CopyFrom(_timestamp(int(props[P.PROPERTY_TIMER_DELIVER_MS])))
-    user = {k: v for k, v in props.items() if k not in RESERVED_KEYS}
+    user = {k: v for k, v in props.items() if k not in SYSTEM_KEYS}
     return pb.Message(topic=pb.Resource(name=topic), user_properties=user, system_properties=sp, body=rec.body)
 
 

@@ -43,7 +43,7 @@ from broker.server.clients import ClientChannel
 from broker.server.filters import property_selector
 from broker.server.send import SendProcessor
 from store import names
-from store.format import delay, hashing, msgid, records
+from store.format import delay, msgid, records
 from store.format import properties as P
 
 if TYPE_CHECKING:
@@ -398,7 +398,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         queues = max(tc.write_queue_nums, 1)
         group = props.get(convert.PROPERTY_SHARDING_KEY)
         # A message group always goes to the same queue (the proxy's SendMessageQueueSelector hashes it)
-        qid = abs(hashing.java_string_hash(group)) % queues if group is not None else next(self._round_robin) % queues
+        qid = convert.message_group_queue(group, queues) if group is not None else next(self._round_robin) % queues
         born = msg.system_properties.born_timestamp
         header = SendMessageRequestHeader(
             producer_group=props.get(convert.PROPERTY_PRODUCER_GROUP, "PROXY_SEND"), topic=tc.topic_name,
