@@ -240,6 +240,9 @@ def test_each_row_is_in_the_lake_once_under_its_own_broker(cluster) -> None:
     commits = lk.open_table(tables.table_uri(cluster.lake, tables.MESSAGES)).history()
     stores = {c["mqlake.tier.broker"]: c["mqlake.tier.store"] for c in commits if "mqlake.tier.segments" in c}
     assert set(stores) == set(BROKERS) and len(set(stores.values())) == 2
+    # the names came from the stores (no run was given one)
+    assert {(r.broker_name, r.broker_cluster_name) for b in BROKERS for r in cluster.reports[b]} == {
+        ("broker-a", "DefaultCluster"), ("broker-b", "DefaultCluster")}  # fmt: skip
 
 
 def test_a_second_store_under_a_brokers_name_is_refused_before_its_commit(cluster, tmp_path) -> None:

@@ -105,6 +105,7 @@ class TierReport:
     quality: QualityReport | None = None
     report_path: str | None = None
     broker_name: str = ""
+    broker_cluster_name: str | None = None  # as the store's mqlake.json names it (None: it names none)
     leftovers_removed: int = 0  # staged files never committed, of this run and of dead ones, deleted
 
     def by_state(self, state: str) -> list[SegmentOutcome]:
@@ -115,6 +116,7 @@ class TierReport:
             "run_id": self.run_id,
             "store_id": self.store_id,
             "broker_name": self.broker_name,
+            "broker_cluster_name": self.broker_cluster_name,
             "started_at": self.started_at.isoformat(),
             "messages_version": self.messages_version,
             "segments": [vars(s) for s in self.segments],
@@ -282,7 +284,8 @@ class TierJob:
 
     # =================================================================================================
     def run(self) -> TierReport:
-        report = TierReport(self.run_id, self.store_id, datetime.now(UTC), broker_name=self.broker_name)
+        report = TierReport(self.run_id, self.store_id, datetime.now(UTC), broker_name=self.broker_name,
+                            broker_cluster_name=self.identity.broker_cluster_name)  # fmt: skip
         phase = _phase_timer(report.phases)
         if not self.remote:
             Path(self.lake).mkdir(parents=True, exist_ok=True)

@@ -6,16 +6,17 @@ out of it) leaves the rest there, outside the Delta log, for nothing to read.
 
 The lease says which runs are alive: the run holds an exclusive ``flock`` on ``tier-<run id>/.mqlake-run.lease``
 from before its first staged file until it ends, and the kernel drops it when the process dies, however it
-dies.  The directory is made under a temporary name with its lease already locked and then renamed, so no
-``tier-*`` directory is ever seen without a held lease while its run lives.  Once its dead run's leftovers are
-gone, a directory that still holds committed files is marked done (``.mqlake-run.done`` in place of the lease)
-and never looked into again.  ``flock`` locks conflict between
+dies.  The directory is made under a temporary name (``.making-...``) with its lease already locked and then
+renamed, so no ``tier-*`` directory is ever seen without a held lease while its run lives (a run killed before
+the rename leaves an empty ``.making-...`` directory, which is left alone).  ``flock`` locks conflict between
 any two opens of the file, in one process or two, so runs in threads of one process see each other too; they
-reach other machines only as far as the lake's file system carries ``flock`` (NFS v4 does).
+reach other machines only as far as the lake's file system carries ``flock`` (NFS v4 does).  Once a dead run's
+leftovers are gone, a directory that still holds committed files is marked done (``.mqlake-run.done`` in place
+of the lease) and never looked into again.
 
 :func:`remove_dead_runs_files` deletes, in the directories of runs whose lease nobody holds, the files Delta's
-own vacuum calls untracked (listed by a full vacuum but never by the plain one: in no version of the log, as
-opposed to files removed from the table, which time travel may still read).
+own vacuum calls untracked: listed by a full vacuum but not by the plain one, so named by no add or remove
+action of the log (a file removed from the table, which time travel may still read, stays for vacuum).
 """
 
 from __future__ import annotations
