@@ -80,7 +80,7 @@ def test_verify_index_reports_progress_in_its_log(spark, spark_store, tmp_path, 
     # its report lands beside the tier and replay reports, where the broker's metrics find the last run
     from broker.server.metrics import last_job_runs
 
-    assert last_job_runs(lake)["verify"][1] is True
+    assert last_job_runs(lake / "_reports")["verify"][1] is True
 
 
 @pytest.mark.spark
