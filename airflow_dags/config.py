@@ -199,14 +199,13 @@ class Settings:
     spark_conf: list[str] = field(default_factory=list)
     broker_name: str | None = None  # the store's broker (MQLAKE_BROKER_STORES), None: from broker_conf
 
-    def report(self, name: str) -> str:
-        """Where a job writes its JSON report for the task after it: ``LAKE/_reports/airflow-NAME.json`` (for a
-        lake on S3, ``_reports`` of the local staging directory: reports stay on local disk)."""
-        from broker.lake.objectstore import is_remote, reports_dir
+    def report(self, job: str, key: str) -> str:
+        """Where ``job`` writes its JSON report for the task after it: ``LAKE/_reports/JOB-airflow-KEY.json`` (for
+        a lake on S3, ``_reports`` of the local staging directory: reports stay on local disk), named as every
+        run's report is, so the broker's metrics count the DAGs' runs too."""
+        from broker.lake.reports import report_path
 
-        if not is_remote(self.lake):
-            return f"{self.lake}/_reports/airflow-{name}.json"
-        return str(reports_dir(self.lake) / f"airflow-{name}.json")
+        return str(report_path(self.lake, job, f"airflow-{key}"))
 
     def common_argv(self) -> list[str]:
         """Options every job CLI takes the same way."""

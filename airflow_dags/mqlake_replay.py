@@ -99,7 +99,7 @@ with DAG(
         if p["preserve_timestamps"]:
             argv.append("--preserve-timestamps")
         key = config.run_key(run_id)
-        dry_report, report = s.report(f"replay-{key}-dry-run"), s.report(f"replay-{key}")
+        dry_report, report = s.report("replay", f"{key}-dry-run"), s.report("replay", key)
         return {
             "dry_argv": [*argv, "--dry-run", "--report", dry_report], "argv": [*argv, "--report", report],
             "dry_report": dry_report, "report": report, "replay_id": replay_id,

@@ -69,7 +69,7 @@ with DAG(
     def tier_args(store: dict | None = None, params: dict | None = None, run_id: str | None = None) -> dict:
         s = config.settings(need_store=True, store=config.store_arg(store))
         name = f"{run_id}-{s.broker_name}" if s.broker_name else run_id
-        report = s.report(f"tier-{config.run_key(name)}")
+        report = s.report("tier", config.run_key(name))
         argv = ["--store-dir", s.store_dir, *s.common_argv(), "--report", report, "--exit-zero"]
         if s.broker_conf:
             argv += ["--broker-conf", s.broker_conf]

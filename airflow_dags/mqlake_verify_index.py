@@ -40,7 +40,7 @@ with DAG(
     def verify_args(store: dict | None = None, run_id: str | None = None) -> dict:
         s = config.settings(need_store=True, store=config.store_arg(store))
         key = config.run_key(f"{run_id}-{s.broker_name}" if s.broker_name else run_id)
-        report = s.report(f"verify-index-{key}")
+        report = s.report("verify", f"index-{key}")
         argv = ["--store-dir", s.store_dir, *s.common_argv(), "--report", report, "--run-id", key, "--exit-zero"]
         if s.broker_conf:
             argv += ["--broker-conf", s.broker_conf]

@@ -75,7 +75,7 @@ def run_all(tmp: Path) -> dict:
             secs.append(_timed(cmd, run_env, tmp / f"{name}-{i}.log"))
         r["runs"][name] = {"seconds": min(secs), "all_seconds": secs}
     # every DAG run must have verified the store (a failed run makes `airflow dags test` exit 0 too)
-    reports = sorted((tmp / "lake" / "_reports").glob("airflow-verify-index-*.json"))
+    reports = sorted((tmp / "lake" / "_reports").glob("verify-airflow-index-*.json"))
     if len(reports) != 2 * RUNS or not all(json.loads(p.read_text())["summary"]["ok"] for p in reports):
         raise RuntimeError(f"expected {2 * RUNS} passing verification reports, found {[p.name for p in reports]}")
     return r

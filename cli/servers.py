@@ -62,11 +62,10 @@ def _tier_command(broker_cfg, store_cfg, config: Path | None) -> list[str] | Non
     if broker_cfg.lake_path is None:
         return None
     store_dir = Path(store_cfg.store_path_root_dir).absolute()
-    # -P: the broker's working directory may hold a "store" directory that must not shadow the package;
-    # --broker-name: the rows' broker, the one whose fall-through reads serve them
+    # -P: the broker's working directory may hold a "store" directory that must not shadow the package; the
+    # rows' broker name is the one the broker recorded in its store at start (store/identity.py)
     argv = [sys.executable, "-P", "-m", "pipelines.compaction", "--store-dir", str(store_dir),
-            "--lake", objectstore.join(broker_cfg.lake_path), "--json", "--exit-zero",
-            "--broker-name", broker_cfg.broker_name]  # fmt: skip
+            "--lake", objectstore.join(broker_cfg.lake_path), "--json", "--exit-zero"]  # fmt: skip
     if config is not None:
         argv += ["--broker-conf", str(config.absolute())]
     return argv

@@ -259,6 +259,23 @@ def commit_files(
         return _version_with_txn(uri, app_id, version, before)
 
 
+def delete_rows(table_uri: str | Path, predicate: str, *, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Remove the rows matching ``predicate`` (SQL over the table's columns) in one commit carrying
+    ``metadata``; a file all of whose rows match leaves the table whole, without being rewritten.  Returns
+    delta-rs's metrics of the delete."""
+    from deltalake.transaction import CommitProperties
+
+    uri = _uri(table_uri)
+    props = CommitProperties(custom_metadata={k: str(v) for k, v in (metadata or {}).items()} or None)
+    with objectstore.reaching(uri, "deleting rows of the Delta table"):
+        return dict(open_table(uri).delete(predicate, commit_properties=props))
+
+
+def sql_text(value: str) -> str:
+    """``value`` as a SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
 def _check_partitioning(dt, partition_by: list[str], uri: str) -> None:
     have = list(dt.metadata().partition_columns)
     if have != list(partition_by):

@@ -8,10 +8,12 @@ import os
 import re
 import socket
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from airflow_dags.config import Settings
 from broker.server.metrics import job_success, last_job_runs, parse_metrics_label
 from tests.fixtures_broker import REPO, MqlakeServer, free_port
 from tests.helpers import wait_until
@@ -38,7 +40,10 @@ def value(samples: dict, name: str, **labels: str) -> float | None:
 
 
 def _write_report(lake, name: str, report: dict, mtime: float) -> None:
-    path = lake / "_reports" / name
+    _write_at(lake / "_reports" / name, report, mtime)
+
+
+def _write_at(path: Path, report: dict, mtime: float) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report))
     os.utime(path, (mtime, mtime))
@@ -50,7 +55,9 @@ def test_metrics_carry_rocketmq_names_and_real_figures(mqlake_server_factory, tm
     # the reports the jobs leave under <lake>/_reports (the fields the metrics read)
     _write_report(lake, "tier-r1.json", {"segments": [{"state": "tiered"}], "delete_error": None}, 1_700_000_000)
     _write_report(lake, "tier-r2.json", {"segments": [{"state": "quarantined"}], "delete_error": None}, 1_700_000_100)
-    _write_report(lake, "verify-v1.json", {"summary": {"ok": True}}, 1_700_000_050)
+    # the verify-index run's report as the mqlake_verify_index DAG names it: counted as any other run's
+    airflow = Settings(lake=str(lake), store_dir=None, broker_conf=None, namesrv="", spark_master="local[1]")
+    _write_at(Path(airflow.report("verify", "index-scheduled__2026")), {"summary": {"ok": True}}, 1_700_000_050)
     port = free_port()
     server = mqlake_server_factory(
         metricsExporterType="PROM",
@@ -96,6 +103,7 @@ def test_metrics_carry_rocketmq_names_and_real_figures(mqlake_server_factory, tm
     assert value(samples, "mqlake_job_last_run_success", job="tier") == 0
     assert value(samples, "mqlake_job_last_run_timestamp_seconds", job="tier") == 1_700_000_100
     assert value(samples, "mqlake_job_last_run_success", job="verify") == 1
+    assert value(samples, "mqlake_job_last_run_timestamp_seconds", job="verify") == 1_700_000_050
     assert value(samples, "mqlake_job_last_run_success", job="replay") is None
 
     # every series the Grafana dashboard in docs/ queries is one this exporter serves
@@ -130,5 +138,22 @@ def test_job_reports_and_labels(tmp_path) -> None:
     _write_report(tmp_path, "replay-a-1.json", {"sent": 1}, 1_000)
     _write_report(tmp_path, "replay-a-2.json", {"error": "x"}, 2_000)
     (tmp_path / "_reports" / "verify-bad.json").write_text("{not json")
-    runs = last_job_runs(tmp_path)
+    runs = last_job_runs(tmp_path / "_reports")
     assert runs["replay"] == (2_000, False) and runs["verify"][1] is False and "tier" not in runs
+
+
+@pytest.mark.unit
+def test_a_jobs_newest_report_counts_whatever_started_the_run(tmp_path) -> None:
+    from pipelines.compaction.job import TierJob
+
+    airflow = Settings(lake=str(tmp_path), store_dir=None, broker_conf=None, namesrv="", spark_master="local[1]")
+    store = tmp_path / "store"
+    (store / "commitlog").mkdir(parents=True)
+    cli = TierJob(store, tmp_path, run_id="20261129T000000Z-cli").report_path  # `mqlake tier`, the broker's schedule
+    _write_at(cli, {"segments": [{"state": "tiered"}]}, 1_000)
+    _write_at(Path(airflow.report("tier", "scheduled__2026-11-29")), {"segments": [{"state": "quarantined"}]}, 2_000)
+    _write_at(Path(airflow.report("replay", "manual__1-dry-run")), {"sent": 0}, 3_000)
+    (tmp_path / "_reports" / "notes.json").write_text("{}")  # not a run report
+    runs = last_job_runs(tmp_path / "_reports")
+    assert runs == {"tier": (2_000, False), "replay": (3_000, True)}
+    assert cli.parent == Path(airflow.report("tier", "x")).parent

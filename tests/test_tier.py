@@ -204,6 +204,8 @@ def test_sigkill_at_each_step_then_rerun_loses_and_duplicates_nothing(spark, tmp
     assert proc.returncode == -9, proc.stderr[-3000:]
     assert not lk.is_table(messages) or not table_rows(spark, lake)
     assert [states(written.root)[s] for s in first] == [SegmentState.TIERING] * 2
+    killed = [p for p in Path(messages).glob("tier-*/**/*.parquet")]
+    assert killed  # its staged files, in no commit
 
     # killed right after the commit: rows visible once, nothing verified or deleted yet
     proc = _run_tier_process(written.root, lake, "after_commit", 2)
@@ -226,6 +228,12 @@ def test_sigkill_at_each_step_then_rerun_loses_and_duplicates_nothing(spark, tmp
     commits = {r["segment"]: r["messages_version"] for r in segs}
     assert commits[first[0]] == commits[first[1]] < commits[second[0]] == commits[second[1]]
     assert sorted(report.deleted) == [int(s) for s in segments]
+    # the killed runs' staged files that no commit took are gone; every file left is in the table
+    assert not any(p.exists() for p in killed)
+    assert report.leftovers_removed >= len(killed)
+    on_disk = {str(p.resolve()) for p in Path(messages).rglob("*.parquet") if "_delta_log" not in p.parts}
+    in_log = lk.snapshot_files(messages).column("path").to_pylist()
+    assert on_disk == {str(Path(unquote(p.removeprefix("file://"))).resolve()) for p in in_log}
 
 
 @pytest.mark.spark

@@ -63,6 +63,7 @@ def assert_migrated(dt, lake: Path | str, count: int, before: dict[int, bytes]) 
     transaction id and replay progress it had."""
     from pipelines.compaction.broker_names import resolve
     from pipelines.replay import progress
+    from store.identity import StoreIdentity
 
     assert list(dt.metadata().partition_columns) == tables.MESSAGES_PARTITION_BY
     after = dt.to_pyarrow_table().to_pylist()
@@ -70,7 +71,8 @@ def assert_migrated(dt, lake: Path | str, count: int, before: dict[int, bytes]) 
     assert {r["commitlog_offset"]: r["body"] for r in after} == before
     # a re-run of the store tiered before still skips what it committed before the migration
     assert dt.transaction_version(f"mqlake-tier:{OLD_STORE}") == OLD_VERSION
-    assert resolve(lake, OLD_STORE, None) == "broker-a"
+    # the store's mqlake.json names no broker and no flag does: the name the lake recorded for the store
+    assert resolve(lake, "old-store", StoreIdentity(OLD_STORE), None) == "broker-a"
     assert progress.read_progress(lake, "old-1")[("broker-a", "Orders", 0)].last_offset == 5
 
 

@@ -110,3 +110,49 @@ def test_a_body_changed_after_staging_is_caught_before_deletion(spark, tmp_path)
     assert {e.file_name: e.state for e in SegmentManifest(written.root).entries()}[job.victim] == (
         SegmentState.QUARANTINED
     )
+    from pipelines import lake as lk
+    from pipelines.compaction import tables
+
+    # the victim's committed rows were taken out again; the verified segments' rows stay
+    messages = tables.table_uri(tmp_path / "lake", tables.MESSAGES)
+    assert not lk.to_arrow(messages, [("segment", "=", job.victim)]).num_rows
+    assert set(lk.to_arrow(messages).column("segment").to_pylist()) == set(segments[:-1])
+
+
+def _data_files(messages: str, version: int | None = None) -> set[str]:
+    from urllib.parse import unquote
+
+    from pipelines import lake as lk
+
+    paths = lk.snapshot_files(messages, version).column("path").to_pylist()
+    return {str(Path(unquote(p.removeprefix("file://"))).resolve()) for p in paths}
+
+
+def test_a_failed_verify_takes_the_commit_out_again_leaving_the_table_as_it_was(spark, tmp_path):
+    from pipelines import lake as lk
+    from pipelines.compaction import tables
+
+    written = write_store(tmp_path / "s", count=900)
+    segments = [e.file_name for e in SegmentManifest(written.root).entries() if e.state == SegmentState.SEALED]
+    lake = tmp_path / "lake"
+    messages = tables.table_uri(lake, tables.MESSAGES)
+    first = TierJob(written.root, lake, spark=spark, file_reserved_time=0, max_segments=1).run()
+    assert [s.segment for s in first.by_state("tiered")] == segments[:1]
+    prior = lk.open_table(messages).version()
+    prior_files = _data_files(messages)
+    prior_rows = lk.to_arrow(messages).num_rows
+
+    job = BodyChangedAfterStaging(written.root, lake, spark=spark, file_reserved_time=0, max_segments=1)
+    job.victim = segments[1]
+    report = job.run()
+
+    assert [(s.segment, s.state) for s in report.by_state("quarantined")] == [(job.victim, "quarantined")]
+    dt = lk.open_table(messages)
+    # committed (prior + 1), verified, found wrong, taken out again (prior + 2): the prior snapshot's files
+    assert dt.version() == prior + 2 and report.messages_version == prior + 1
+    assert _data_files(messages) == prior_files
+    assert lk.to_arrow(messages).num_rows == prior_rows
+    assert not lk.to_arrow(messages, [("segment", "=", job.victim)]).num_rows
+    revert = dt.history(1)[0]
+    assert revert["operation"] == "DELETE" and revert["mqlake.tier.reverted"] == job.victim
+    assert (written.commitlog / job.victim).exists()

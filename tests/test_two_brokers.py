@@ -6,7 +6,8 @@ The module's fixture creates a topic on every master of the cluster (``mqlake ad
 produces to it with the stock C++ client (PyPI ``rocketmq``) through the NameServer's merged route, reads each
 broker's queues back as the truth, then tiers both stores into the one lake with the shared Spark session:
 broker-a's with one run, broker-b's with two runs started at once (one claims, the other finds nothing to do),
-and waits for both brokers' clean passes to delete the tiered segments.  The tests then query, read through
+and waits for both brokers' clean passes to delete the tiered segments.  No run names the broker: each takes
+the name its broker recorded in the store (``mqlake.json``).  The tests then query, read through
 the brokers and replay, and assert against that truth.  Both brokers' queue ids, queue offsets, segment names
 and CommitLog offsets overlap, so any read that mixes the brokers up returns the other broker's bodies.
 """
@@ -89,11 +90,11 @@ def _brokers_in_route(namesrv: str, topic: str) -> set[str]:
     return run(go())
 
 
-def _tier_at_once(store_dir: Path, lake: Path, spark, broker_name: str) -> list:
+def _tier_at_once(store_dir: Path, lake: Path, spark) -> list:
     """Two tier runs of one store started together (a barrier), each in its own thread on the shared session."""
     from pipelines.compaction.job import TierJob
 
-    jobs = [TierJob(store_dir, lake, spark=spark, file_reserved_time=0, broker_name=broker_name) for _ in range(2)]
+    jobs = [TierJob(store_dir, lake, spark=spark, file_reserved_time=0) for _ in range(2)]
     barrier = threading.Barrier(len(jobs))
     reports: list = [None] * len(jobs)
     errors: list[BaseException] = []
@@ -148,9 +149,8 @@ def cluster(spark, tmp_path_factory) -> Cluster:
         for name in BROKERS:
             wait_sealed(brokers[name].store_dir, 2, who=name)
         reports = {
-            "broker-a": [tier(brokers["broker-a"].store_dir, lake, spark=spark, file_reserved_time=0,
-                              broker_name="broker-a")],  # fmt: skip
-            "broker-b": _tier_at_once(brokers["broker-b"].store_dir, lake, spark, "broker-b"),
+            "broker-a": [tier(brokers["broker-a"].store_dir, lake, spark=spark, file_reserved_time=0)],
+            "broker-b": _tier_at_once(brokers["broker-b"].store_dir, lake, spark),
         }
         for name in BROKERS:
             bases = [s.base_offset for r in reports[name] for s in r.segments if s.state == "tiered"]
@@ -211,13 +211,71 @@ def test_sql_counts_each_brokers_history_in_the_one_lake(cluster, spark) -> None
 
 
 def test_a_store_cannot_be_tiered_under_another_brokers_name(cluster) -> None:
-    from pipelines.compaction.broker_names import BrokerNameError
+    from typer.testing import CliRunner
+
+    from cli.main import app
     from pipelines.compaction.job import TierJob
 
-    with pytest.raises(BrokerNameError, match="as broker broker-a, not broker-b"):
-        TierJob(cluster.brokers["broker-a"].store_dir, cluster.lake, broker_name="broker-b")
-    # no name given: the one the store was tiered under before
+    store = cluster.brokers["broker-a"].store_dir
+    refused = CliRunner().invoke(app, ["tier", "--store-dir", str(store), "--lake", str(cluster.lake),
+                                       "--broker-name", "broker-b"])  # fmt: skip
+    assert refused.exit_code == 2, refused.output
+    assert f"{store / 'mqlake.json'} says brokerName=broker-a, the flags say broker-b" in refused.output
+    # a flag that agrees with the store is no contradiction; none at all: the store's own name
+    assert TierJob(store, cluster.lake, broker_name="broker-a").broker_name == "broker-a"
     assert TierJob(cluster.brokers["broker-b"].store_dir, cluster.lake).broker_name == "broker-b"
+
+
+def test_each_row_is_in_the_lake_once_under_its_own_broker(cluster) -> None:
+    from pipelines import lake as lk
+    from pipelines.compaction import tables
+
+    rows = lk.to_arrow(tables.table_uri(cluster.lake, tables.MESSAGES), [("topic", "=", TOPIC)])
+    keys = Counter(zip(*(rows.column(c).to_pylist() for c in ("broker_name", "queue_id", "queue_offset")),
+                       strict=True))  # fmt: skip
+    assert keys and max(keys.values()) == 1
+    # the same queue ids and offsets on both brokers, each in its own partition
+    per_broker = {b: {(q, o) for (name, q, o) in keys if name == b} for b in BROKERS}
+    assert per_broker["broker-a"] & per_broker["broker-b"]
+    commits = lk.open_table(tables.table_uri(cluster.lake, tables.MESSAGES)).history()
+    stores = {c["mqlake.tier.broker"]: c["mqlake.tier.store"] for c in commits if "mqlake.tier.segments" in c}
+    assert set(stores) == set(BROKERS) and len(set(stores.values())) == 2
+    # the names came from the stores (no run was given one)
+    assert {(r.broker_name, r.broker_cluster_name) for b in BROKERS for r in cluster.reports[b]} == {
+        ("broker-a", "DefaultCluster"), ("broker-b", "DefaultCluster")}  # fmt: skip
+
+
+def test_a_second_store_under_a_brokers_name_is_refused_before_its_commit(cluster, tmp_path) -> None:
+    """A new broker-a (its own store, its own NameServer) writes the same topic's queues from offset 0; tiering
+    its store into the lake, with no flag, is refused before anything is committed."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from pipelines import lake as lk
+    from pipelines.compaction import tables
+    from store.retention import SegmentManifest, SegmentState
+    from tests.tiering_broker import produce
+
+    conf = {k: v for k, v in tiering_conf(cluster.lake).items() if k != "lakePath"}  # no schedule of its own
+    second = MqlakeServer(tmp_path / "second-a", brokerName="broker-a", defaultTopicQueueNums=str(QUEUES), **conf)
+    try:
+        second.start()
+        run(produce(second.namesrv_addr, TOPIC, 450, "second"))
+        wait_sealed(second.store_dir, 1, who="the second broker-a")
+        messages = tables.table_uri(cluster.lake, tables.MESSAGES)
+        before = lk.open_table(messages).version()
+        refused = CliRunner().invoke(app, ["tier", "--store-dir", str(second.store_dir), "--lake", str(cluster.lake),
+                                           "--file-reserved-time", "0"])  # fmt: skip
+        assert refused.exit_code == 2, refused.output
+        assert "under broker_name=broker-a from another store" in refused.output
+        assert "a second store under one broker name: nothing was committed" in refused.output
+        assert lk.open_table(messages).version() == before
+        states = {e.file_name: e.state for e in SegmentManifest(second.store_dir).entries()}
+        assert SegmentState.SEALED in states.values() or SegmentState.EXPIRED in states.values()
+        assert not {SegmentState.TIERED, SegmentState.QUARANTINED, SegmentState.TIERING} & set(states.values())
+        assert all((second.store_dir / "commitlog" / name).exists() for name in states)
+    finally:
+        stop_servers([second])
 
 
 def test_each_broker_serves_only_its_own_tiered_history(cluster) -> None:

@@ -51,6 +51,7 @@ from broker.server.slave_sync import SlaveSynchronize
 from broker.server.stats import BrokerStatsManager
 from broker.server.transaction import TransactionProcessor
 from broker.tls_settings import tls_server_context
+from store import identity as store_identity
 from store.config import BrokerRole, MessageStoreConfig
 from store.format import records
 from store.message_store import MessageStore, PutMessageResult, PutMessageStatus, wants_wait
@@ -198,6 +199,9 @@ class BrokerController:
             if self.config.listen_port == 0:
                 self.config.listen_port = self.server.port
             self.store_config.store_host = self.config.broker_addr
+            # before the store opens: a store that names another broker is refused, untouched
+            await asyncio.to_thread(store_identity.record_broker, self.store_config.store_path_root_dir,
+                                    self.config.broker_cluster_name, self.config.broker_name)  # fmt: skip
             self._store = MessageStore(self.store_config)
             await asyncio.to_thread(self._store.start)
             commit = self._store.group_commit

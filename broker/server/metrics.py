@@ -9,8 +9,9 @@ per request (a histogram cannot be rebuilt later), and only while the exporter i
 
 Labels common to every metric, as RocketMQ sets them: ``cluster``, ``node_type="broker"``, ``node_id`` (the broker
 name), and the ``metricsLabel`` pairs. The job metrics read the newest report each job writes under
-``<lakePath>/_reports/`` (``tier-*.json``, ``verify-*.json``, ``replay-*.json``): its file time is the run's end,
-and its content says whether the run succeeded. Without ``lakePath`` they are absent.
+``<lakePath>/_reports/`` (``tier-*.json``, ``verify-*.json``, ``replay-*.json``, whatever started the run:
+broker/lake/reports.py): its file time is the run's end, and its content says whether the run succeeded.
+Without ``lakePath`` they are absent.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from broker.lake.objectstore import reports_dir
+from broker.lake.reports import report_job
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
@@ -40,7 +42,6 @@ log = logging.getLogger(__name__)
 RPC_LATENCY_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)  # RemotingMetricsManager's
 PULL_SUSPEND_FLAG = 0x2
 UNTIERED_STATES = (SegmentState.SEALED, SegmentState.EXPIRED, SegmentState.TIERING)
-JOBS = ("tier", "verify", "replay")
 
 
 class MetricsError(MQLakeError, OSError):
@@ -73,26 +74,31 @@ def job_success(job: str, report: dict[str, Any]) -> bool:
     return not report.get("error") and not report.get("failed")
 
 
-def last_job_runs(lake_dir: Path) -> dict[str, tuple[float, bool]]:
-    """job -> (end time of its newest report, succeeded), for the jobs that wrote one."""
-    out: dict[str, tuple[float, bool]] = {}
-    reports = lake_dir / "_reports"
-    for job in JOBS:
-        newest: tuple[float, Path] | None = None
-        for p in reports.glob(f"{job}-*.json"):
-            try:
-                mtime = p.stat().st_mtime
-            except OSError:
-                continue
-            if newest is None or mtime > newest[0]:
-                newest = (mtime, p)
-        if newest is None:
+def last_job_runs(reports: Path) -> dict[str, tuple[float, bool]]:
+    """job -> (end time of its newest report in the directory ``reports``, succeeded), for the jobs that wrote
+    one."""
+    newest: dict[str, tuple[float, Path]] = {}
+    try:
+        files = list(reports.iterdir())
+    except OSError:  # no report yet
+        return {}
+    for p in files:
+        job = report_job(p.name)
+        if job is None:
             continue
         try:
-            ok = job_success(job, json.loads(newest[1].read_text(encoding="utf-8")))
+            mtime = p.stat().st_mtime
+        except OSError:
+            continue
+        if job not in newest or mtime > newest[job][0]:
+            newest[job] = (mtime, p)
+    out: dict[str, tuple[float, bool]] = {}
+    for job, (mtime, path) in newest.items():
+        try:
+            ok = job_success(job, json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError):
             ok = False  # a report that cannot be read is not a success
-        out[job] = (newest[0], ok)
+        out[job] = (mtime, ok)
     return out
 
 
@@ -133,7 +139,7 @@ class BrokerCollector(Collector):
         yield from self._segments(base)
         lake = b.config.lake_path
         if lake is not None:
-            yield from self._jobs(base, reports_dir(lake).parent)
+            yield from self._jobs(base, reports_dir(lake))
 
     def _lag(self) -> Any:
         b = self.broker
@@ -218,8 +224,8 @@ class BrokerCollector(Collector):
         backlog.add_metric(base, sum(size for st, size in states.values() if st in UNTIERED_STATES))
         yield backlog
 
-    def _jobs(self, base: list[str], lake: Path) -> Iterator[Any]:
-        runs = last_job_runs(lake)
+    def _jobs(self, base: list[str], reports: Path) -> Iterator[Any]:
+        runs = last_job_runs(reports)
         when = self._family(GaugeMetricFamily, "mqlake_job_last_run_timestamp_seconds",
                             "When the job's newest report was written.", ("job",))  # fmt: skip
         ok = self._family(GaugeMetricFamily, "mqlake_job_last_run_success",

@@ -3,15 +3,15 @@ has the broker column at all.
 
 Where the name comes from, first that applies:
 
-1. ``--broker-name`` (``TierJob(broker_name=...)``, the Airflow DAGs' per-store ``broker_name``);
-2. ``brokerName`` of ``--broker-conf`` (the broker.conf the store's broker runs with);
-3. the name this store (its ``mqlake-store-id``) was tiered under before: the ``segments`` table's rows;
+1. ``brokerName`` of the store's ``mqlake.json`` (:mod:`store.identity`), which its broker writes at start;
+2. ``--broker-name`` (``TierJob(broker_name=...)``, the Airflow DAGs' per-store ``broker_name``), else
+   ``brokerName`` of ``--broker-conf`` (the broker.conf the store's broker runs with);
+3. the name this store (its ``storeId``) was tiered under before: the ``segments`` table's rows;
 4. ``broker-a``: what a broker whose broker.conf sets no ``brokerName`` calls itself (broker/config.py), so
    a store written without one is tiered under the name its broker serves fall-through reads as.
 
-A RocketMQ store holds no broker name of its own (the CommitLog and config JSON never name the broker), hence
-the order.  A name that contradicts the one recorded for the store stops the run: the rows would land in
-another broker's partition, and that broker would serve them.
+A name given by a flag that contradicts the store's own, or the one the lake recorded for the store, stops the
+run: the rows would land in another broker's partition, and that broker would serve them.
 
 A lake tiered before the broker column existed (``messages`` partitioned by topic and store date only,
 ``segments`` without ``broker_name``) is refused with an error naming the table and the migration
@@ -21,10 +21,12 @@ A lake tiered before the broker column existed (``messages`` partitioned by topi
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 from pipelines.compaction import tables
 from store.errors import MQLakeError
+from store.identity import BROKER_NAME, IDENTITY_FILE, StoreIdentity, identity_path
 
 log = logging.getLogger(__name__)
 
@@ -82,23 +84,68 @@ def recorded(lake: Path | str, store_id: str) -> set[str]:
     return set(rows.column(tables.BROKER_NAME).to_pylist())
 
 
-def resolve(lake: Path | str, store_id: str, given: str | None) -> str:
-    """The broker name to tier the store ``store_id`` under (see the module docstring)."""
+def resolve(lake: Path | str, store_dir: Path | str, store: StoreIdentity, given: str | None) -> str:
+    """The broker name to tier the store at ``store_dir`` (identity ``store``) under (see the module docstring)."""
     check_layout(lake)
-    known = recorded(lake, store_id)
-    if given is not None:
-        if not given:
-            raise BrokerNameError("the broker name is empty")
-        if known and known != {given}:
+    if given is not None and not given:
+        raise BrokerNameError("the broker name is empty")
+    known = recorded(lake, store.store_id)
+    own = store.broker_name
+    if own is not None and given is not None and given != own:
+        raise BrokerNameError(
+            f"{identity_path(store_dir)} says {BROKER_NAME}={own}, the flags say {given} (--broker-name or "
+            f"brokerName of --broker-conf): drop the flag, or tier the store its own broker wrote"
+        )
+    name = own if own is not None else given
+    if name is not None:
+        if known and known != {name}:
             raise BrokerNameError(
-                f"store {store_id} was tiered into {lake} as broker {', '.join(sorted(known))}, not {given}: "
+                f"store {store.store_id} was tiered into {lake} as broker {', '.join(sorted(known))}, not {name}: "
                 f"give the brokerName of the broker.conf the store belongs to"
             )
-        return given
+        return name
     if len(known) == 1:
         return known.pop()
     if known:  # only a hand-edited lake gets here
-        raise BrokerNameError(f"store {store_id} is tiered into {lake} as several brokers: {sorted(known)}")
+        raise BrokerNameError(f"store {store.store_id} is tiered into {lake} as several brokers: {sorted(known)}")
     name = default_broker_name()
-    log.warning("no broker name given for store %s (--broker-name or --broker-conf): tiering it as %s", store_id, name)
+    log.warning("no broker name in %s nor given (--broker-name or --broker-conf): tiering it as %s",
+                identity_path(store_dir), name)  # fmt: skip
     return name
+
+
+def refuse_rows_of_another_store(
+    lake: Path | str, store_dir: Path | str, store: StoreIdentity, broker_name: str,
+    queues: Mapping[tuple[str, int], tuple[int, int]],
+) -> None:
+    """Raise :class:`BrokerNameError` before a commit whose rows would sit beside rows already in the lake: any
+    (``broker_name``, topic, queue id, queue offset) of ``queues`` ((topic, queue id) -> first and last queue
+    offset the commit adds) that ``messages`` holds.  The store's own earlier commits never hold these (a
+    segment is committed once, by its transaction id), so such a row came from another store under the same
+    broker name: two stores, one name, and both would be served as one broker's history."""
+    import pyarrow.dataset as ds
+
+    from broker.lake import objectstore
+    from pipelines import lake as lk
+
+    uri = tables.table_uri(lake, tables.MESSAGES)
+    if not queues or not lk.is_table(uri):
+        return
+    wanted = None
+    for (topic, queue_id), (first, last) in sorted(queues.items()):
+        one = ((ds.field("topic") == topic) & (ds.field("queue_id") == queue_id)
+               & (ds.field("queue_offset") >= first) & (ds.field("queue_offset") <= last))  # fmt: skip
+        wanted = one if wanted is None else wanted | one
+    with objectstore.reaching(uri, "reading the Delta table"):
+        found = lk.open_table(uri).to_pyarrow_dataset().to_table(
+            columns=["topic", "queue_id", "queue_offset"], filter=(ds.field(tables.BROKER_NAME) == broker_name) & wanted
+        )
+    if found.num_rows:
+        first_row = found.slice(0, 1).to_pylist()[0]
+        raise BrokerNameError(
+            f"{found.num_rows} row(s) this run would commit are already in {uri} under broker_name={broker_name} "
+            f"from another store (e.g. topic {first_row['topic']} queue {first_row['queue_id']} offset "
+            f"{first_row['queue_offset']}); this store ({identity_path(store_dir)}, storeId {store.store_id}) is "
+            f"a second store under one broker name: nothing was committed; give it a brokerName of its own (its "
+            f"broker.conf and {IDENTITY_FILE})"
+        )

@@ -53,7 +53,8 @@ def tier_command(
         str | None,
         typer.Option(
             "--broker-name",
-            help="The store's broker group (the broker_name column and partition). Default: brokerName of "
+            help="The store's broker group (the broker_name column and partition). Default: brokerName of the "
+            "store's mqlake.json (its broker writes it; a flag that contradicts it is refused), else of "
             "--broker-conf, else the name the store was tiered under before, else broker-a.",
         ),
     ] = None,

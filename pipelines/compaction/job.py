@@ -9,10 +9,13 @@ One run::
              writes them as parquet under messages/tier-<run>/ (not yet visible; staging.py)
     validate the rules' counts and the segment/queue checks (expectations/) -> quality_results;
              failures quarantined, kept (their staged files are not committed)
-    commit:  ONE delta-rs commit adds the passing segments' files, with txn (app id, version)
-    verify:  read the committed snapshot back (bodies too), match it against the staging pass's digests
+    refuse:  rows another store already committed under this broker name (broker_names.py): nothing commits
+    commit:  ONE delta-rs commit adds the passing segments' files, with txn (app id, version) and the store id
+    verify:  read the committed snapshot back (bodies too), match it against the staging pass's digests;
+             a segment that does not match is quarantined and its rows deleted again (one commit)
     segments table row per verified segment (same txn id, so it is written once)
     mark_tiered; then delete tiered segments through the store (when no broker holds it)
+    leftovers: delete the staged files no commit took, of this run and of dead runs (leftovers.py)
 
 Several brokers, one lake.  Every row carries the broker name of the store it came from (``broker_name``, the
 first partition column of ``messages``, a column of ``segments``; :mod:`pipelines.compaction.broker_names` says
@@ -20,17 +23,19 @@ where the name comes from).  Two brokers' segments have the same 20-digit names 
 offsets, so everything a run reads back from the lake is keyed by (broker, segment): the verify reads only its
 broker's partition, a resumed commit is found by its broker and segment, and the segments table's rows by store.
 
-Idempotency.  The app id is ``mqlake-tier:<store id>`` and the version is the largest base offset in the
-commit.  Segments are claimed oldest first and committed in base-offset order, so every segment with a
-base offset at or below the recorded version is already in the table: a re-run never stages it again,
-it only verifies it.  A segment that failed its checks is quarantined before the commit, so a later
-commit never skips over a segment that still has to be tiered.  lake.commit_files checks the recorded
-version again just before committing; delta-rs refuses a concurrent commit with the same app id.
+Idempotency.  The app id is ``mqlake-tier:<store id>`` (``storeId`` of the store's mqlake.json) and the
+version is the largest base offset in the commit.  Segments are claimed oldest first and committed in
+base-offset order, so every segment with a base offset at or below the recorded version is already in the
+table: a re-run never stages it again, it only verifies it.  A segment that failed its checks is quarantined
+before the commit, so a later commit never skips over a segment that still has to be tiered.
+lake.commit_files checks the recorded version again just before committing; delta-rs refuses a concurrent
+commit with the same app id.
 
 Crash safety.  Nothing is deleted until a segment is ``tiered``, and ``tiered`` is set only after the
-committed rows were read back and matched.  Files staged by a run that died before its commit are in
-its own ``tier-<run>`` directory, never in the log (vacuum removes them); a claim held by a dead
-process is taken over by the next run.  ``MQLAKE_TIER_CRASH_AT=before_commit|after_commit|after_verify``
+committed rows were read back and matched.  Files staged by a run that died before its commit are in its
+own ``tier-<run>`` directory, never in the log; the next run deletes them (its lease tells a dead run from a
+live one, leftovers.py); a claim held by a dead process is taken over by the next run.
+``MQLAKE_TIER_CRASH_AT=before_commit|after_commit|after_verify``
 SIGKILLs the job at that step (for the tests).
 """
 
@@ -54,13 +59,15 @@ from typing import Any
 import pyarrow as pa
 
 from broker.lake import objectstore
+from broker.lake.reports import report_path
 from expectations.rules import MESSAGES, checked_messages, rules_for
 from expectations.runner import QualityReport, validate, write_report
 from pipelines import job_progress
-from pipelines.compaction import broker_names, checks, staging, tables
+from pipelines.compaction import broker_names, checks, leftovers, staging, tables
 from pipelines.compaction.checks import QueueRange, RowsDigest, TieredSegment
 from pipelines.compaction.deletion import delete_tiered
 from pipelines.segments import SegmentFacts
+from store import identity as store_identity
 from store.checkpoint import StoreLock, StoreLockedError
 from store.config import MessageStoreConfig
 from store.dispatch import count_records
@@ -71,33 +78,12 @@ log = logging.getLogger(__name__)
 
 CRASH_ENV = "MQLAKE_TIER_CRASH_AT"
 CRASH_POINTS = ("before_commit", "after_commit", "after_verify")
-STORE_ID_FILE = "mqlake-store-id"
 
 
 def _crash_point(step: str) -> None:
     if os.environ.get(CRASH_ENV) == step:
         log.warning("%s=%s: killing the tiering job", CRASH_ENV, step)
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def store_id(store_dir: Path) -> str:
-    """A stable identity for the store, kept in the store dir: the tier's Delta txn app id derives from it,
-    so two stores tiered into one lake never share (or skip) each other's commits."""
-    path = Path(store_dir) / STORE_ID_FILE
-    try:
-        return path.read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
-        pass
-    sid = uuid.uuid4().hex
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(sid + "\n", encoding="utf-8")
-    try:
-        os.link(tmp, path)  # first writer wins; a concurrent run reads the winner's id
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path.read_text(encoding="utf-8").strip()
 
 
 @dataclass
@@ -123,6 +109,8 @@ class TierReport:
     quality: QualityReport | None = None
     report_path: str | None = None
     broker_name: str = ""
+    broker_cluster_name: str | None = None  # as the store's mqlake.json names it (None: it names none)
+    leftovers_removed: int = 0  # staged files never committed, of this run and of dead ones, deleted
 
     def by_state(self, state: str) -> list[SegmentOutcome]:
         return [s for s in self.segments if s.state == state]
@@ -132,10 +120,12 @@ class TierReport:
             "run_id": self.run_id,
             "store_id": self.store_id,
             "broker_name": self.broker_name,
+            "broker_cluster_name": self.broker_cluster_name,
             "started_at": self.started_at.isoformat(),
             "messages_version": self.messages_version,
             "segments": [vars(s) for s in self.segments],
             "deleted": self.deleted,
+            "leftovers_removed": self.leftovers_removed,
             "delete_error": self.delete_error,
             "phases_s": {k: round(v, 3) for k, v in self.phases.items()},
             "quality": self.quality.to_json() if self.quality else None,
@@ -281,8 +271,9 @@ class TierJob:
         store_config: MessageStoreConfig | None = None,
         broker_name: str | None = None,
     ) -> None:
-        """``broker_name``: the broker group whose store this is (None: the name this store was tiered under
-        before, else the broker's default; see :func:`pipelines.compaction.broker_names.resolve`)."""
+        """``broker_name``: the broker group whose store this is, when the store does not name it (None: the
+        name the store records, else the one it was tiered under before, else the broker's default; a name that
+        contradicts the store's is refused; see :func:`pipelines.compaction.broker_names.resolve`)."""
         self.store_dir = Path(store_dir)
         self.lake = objectstore.lake_location(lake)
         self.remote = objectstore.is_remote(self.lake)
@@ -293,11 +284,11 @@ class TierJob:
         self.store_config = store_config
         self.run_id = run_id or _new_run_id()
         # a lake on S3 keeps the run reports beside the staged files, on local disk (docs/scaling.md)
-        reports = objectstore.reports_dir(self.lake)
-        self.report_path = Path(report) if report else reports / f"tier-{self.run_id}.json"
+        self.report_path = Path(report) if report else report_path(self.lake, "tier", self.run_id)
         self.owner = claimer_id(self.run_id)
         self.manifest = SegmentManifest(self.store_dir)
-        self.store_id = store_id(self.store_dir)
+        self.identity = store_identity.ensure(self.store_dir)
+        self.store_id = self.identity.store_id
         self.app_id = f"mqlake-tier:{self.store_id}"
         self.messages_uri = tables.table_uri(self.lake, tables.MESSAGES)
         self.segments_uri = tables.table_uri(self.lake, tables.SEGMENTS)
@@ -308,7 +299,7 @@ class TierJob:
             objectstore.local_staging_root() / f"{self.store_id}-{self.run_id}" / tables.MESSAGES
             if self.remote else Path(self.messages_uri)
         )  # fmt: skip
-        self.broker_name = broker_names.resolve(self.lake, self.store_id, broker_name)
+        self.broker_name = broker_names.resolve(self.lake, self.store_dir, self.identity, broker_name)
 
     @property
     def spark(self):
@@ -326,7 +317,8 @@ class TierJob:
 
     # =================================================================================================
     def run(self) -> TierReport:
-        report = TierReport(self.run_id, self.store_id, datetime.now(UTC), broker_name=self.broker_name)
+        report = TierReport(self.run_id, self.store_id, datetime.now(UTC), broker_name=self.broker_name,
+                            broker_cluster_name=self.identity.broker_cluster_name)  # fmt: skip
         phase = _phase_timer(report.phases)
         if not self.remote:
             Path(self.lake).mkdir(parents=True, exist_ok=True)
@@ -341,10 +333,16 @@ class TierJob:
             # Great Expectations takes seconds to import; do it while Spark stages (the driver thread mostly
             # waits on the JVM then).  Python's import lock makes the later import wait for this one.
             threading.Thread(target=importlib.import_module, args=("great_expectations",), daemon=True).start()
+            # a local lake's staging directory carries the run's lease (leftovers.py); one on S3 is this run's own
+            lease = None if self.remote else leftovers.RunLease(self.staging_root, self.run_id)
             try:
                 try:
+                    if lease is not None:
+                        lease.acquire()
                     self._tier_claimed(claimed, entries, outcomes, report, phase)
                 finally:
+                    if lease is not None:
+                        lease.release()
                     if self.remote:  # uploaded, or to be staged again by the next run
                         shutil.rmtree(self.staging_root.parent, ignore_errors=True)
             except Exception:
@@ -355,6 +353,9 @@ class TierJob:
                         self.manifest.release(e.base_offset, self.owner)
                 raise
         report.segments = [outcomes[b] for b in sorted(outcomes)]
+        if not self.remote:
+            with phase("leftovers"):  # this run's files left out of its commit, and those of dead runs
+                report.leftovers_removed = len(leftovers.remove_dead_runs_files(self.staging_root))
         with phase("delete"):
             try:
                 report.deleted = delete_tiered(self.store_dir, self.store_config)
@@ -391,6 +392,10 @@ class TierJob:
         with phase("verify"):
             verify = [b for b in committed_earlier + todo if b not in outcomes]
             verified = self._verify(verify, facts, entries, expected, committed_version, outcomes)
+        failed = [b for b in verify if b not in verified]
+        if failed:
+            with phase("revert"):
+                self._revert(failed, facts, entries)
         with phase("segments_table"):
             self._write_segments_rows(verified, facts, outcomes, expected)
         _crash_point("after_verify")
@@ -416,7 +421,7 @@ class TierJob:
         """Decode, check and write ``bases`` as parquet under the messages table root, invisible to readers
         until committed (pipelines/compaction/staging.py)."""
         times = {b: (entries[b].first_store_time, entries[b].last_store_time) for b in bases if b in entries}
-        directory = self.staging_root / f"tier-{self.run_id}"
+        directory = leftovers.run_dir(self.staging_root, self.run_id)
         return staging.stage(self.spark, self.store_dir, bases, directory, times, broker_name=self.broker_name)
 
     def _stage_validate_commit(self, batch, entries, outcomes, expected, report, phase) -> int | None:
@@ -457,6 +462,15 @@ class TierJob:
         if not passing or staged is None:
             return None
         expected.update({entries[b].file_name: digests[entries[b].file_name] for b in passing})
+        with phase("other_stores"):
+            queues: dict[tuple[str, int], tuple[int, int]] = {}
+            for b in passing:
+                for key, r in digests[entries[b].file_name].queues.items():
+                    lo, hi = queues.get(key, (r.first_offset, r.last_offset))
+                    queues[key] = (min(lo, r.first_offset), max(hi, r.last_offset))
+            broker_names.refuse_rows_of_another_store(
+                self.lake, self.store_dir, self.identity, self.broker_name, queues
+            )
         _crash_point("before_commit")
         with phase("commit"):
             # each staged file holds one segment's rows: a quarantined segment's files are left out
@@ -474,6 +488,7 @@ class TierJob:
                 metadata={
                     "mqlake.tier.run": self.run_id,
                     "mqlake.tier.broker": self.broker_name,
+                    "mqlake.tier.store": self.store_id,
                     "mqlake.tier.segments": ",".join(entries[b].file_name for b in passing),
                 },
             )
@@ -520,6 +535,27 @@ class TierJob:
             outcomes[b] = SegmentOutcome(name, b, "pending", "", version, found[name].count)
             verified.append(b)
         return verified
+
+    def _revert(self, bases: list[int], facts, entries) -> None:
+        """Take the committed rows of segments that failed the verify out of the table again (one delete
+        commit), so no unverified row stays visible; the segments stay quarantined in the store.  The rows are
+        found by broker, segment and CommitLog range: each staged file holds one segment's rows, so the commit's
+        files of these segments leave whole, and the broker's other segments and stores stay untouched."""
+        from pipelines import lake as lk
+
+        names = [entries[b].file_name for b in bases]
+        ranges = " OR ".join(
+            f"(segment = {lk.sql_text(entries[b].file_name)} AND commitlog_offset >= {b}"
+            f" AND commitlog_offset < {b + facts[b].file_size})"
+            for b in bases
+        )
+        done = lk.delete_rows(
+            self.messages_uri,
+            f"{tables.BROKER_NAME} = {lk.sql_text(self.broker_name)} AND ({ranges})",
+            metadata={"mqlake.tier.run": self.run_id, "mqlake.tier.broker": self.broker_name,
+                      "mqlake.tier.store": self.store_id, "mqlake.tier.reverted": ",".join(names)},
+        )  # fmt: skip
+        log.error("took the unverified rows of %s out of %s again: %s", names, self.messages_uri, done)
 
     def _write_segments_rows(self, verified: list[int], facts, outcomes, digests: dict[str, RowsDigest]) -> None:
         from pipelines import lake as lk

@@ -19,7 +19,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from broker.lake import objectstore
+from broker.lake import reports
 from pipelines import job_progress
 from pipelines.executor_access import check_executors_see
 from pipelines.index_rebuild import consume_queue as cqmod
@@ -183,9 +183,9 @@ def verify_index(
 
         append_to_lake(lake, report, started)
         # beside the tier and replay reports, where the broker's metrics read the last run of each job
-        reports = objectstore.reports_dir(lake)
-        reports.mkdir(parents=True, exist_ok=True)
-        (reports / f"verify-{report['run_id']}.json").write_text(json.dumps(report, indent=2) + "\n")
+        path = reports.report_path(lake, "verify", report["run_id"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 

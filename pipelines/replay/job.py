@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.lake import objectstore
+from broker.lake.reports import report_path
 from expectations.runner import write_report
 from pipelines import job_progress
 from pipelines.executor_access import check_executors_see
@@ -370,7 +371,7 @@ def _root_cause(e: BaseException) -> str:
 
 
 def _store_report(spec: ReplaySpec, report: ReplayReport) -> None:
-    path = objectstore.reports_dir(spec.lake) / f"replay-{report.replay_id}-{report.run_id}.json"
+    path = report_path(spec.lake, "replay", f"{report.replay_id}-{report.run_id}")
     report.report_path = str(path)
     write_report(path, report.to_json())
     prog.append_run(spec.lake, {
