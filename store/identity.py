@@ -25,6 +25,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from store.config_files import replace_file
 from store.errors import MQLakeError
 
 IDENTITY_FILE = "mqlake.json"
@@ -76,20 +77,20 @@ def read(store_dir: Path | str) -> StoreIdentity | None:
 
 
 def _write(path: Path, identity: StoreIdentity, *, replace: bool) -> None:
-    """Write through a temp file: ``replace`` swaps it in; otherwise the first writer wins (a hard link fails
-    when the file exists), so two processes making the first id agree on one."""
+    """``replace`` swaps the new content in crash-safely (:func:`store.config_files.replace_file`); otherwise the
+    first writer wins (a hard link fails when the file exists), so two processes making the first id agree on one."""
+    payload = (json.dumps(identity.to_json(), indent=4) + "\n").encode()
+    if replace:
+        replace_file(path, payload)
+        return
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(identity.to_json(), f, indent=4)
-            f.write("\n")
+        with open(tmp, "wb") as f:
+            f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-        if replace:
-            os.replace(tmp, path)
-        else:
-            with contextlib.suppress(FileExistsError):
-                os.link(tmp, path)
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
