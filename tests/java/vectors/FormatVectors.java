@@ -87,6 +87,7 @@ final class FormatVectors {
             {"empty", new byte[0]}, {"hello", "hello".getBytes(StandardCharsets.US_ASCII)},
             {"check_123456789", "123456789".getBytes(StandardCharsets.US_ASCII)},
             {"pattern_1KiB_(i*31+7)&0xFF", pattern}, {"bytes_0_to_255", all},
+            {"hello world", "hello world".getBytes(StandardCharsets.US_ASCII)},
         };
         List<Object> out = new ArrayList<>();
         for (Object[] c : inputs) {
