@@ -13,7 +13,13 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 from tests import host_disk
 from tests.helpers import make_config
 
-pytest_plugins = ["tests.fixtures_spark", "tests.fixtures_broker", "tests.live_broker", "tests.twins"]
+pytest_plugins = [
+    "tests.fixtures_spark",
+    "tests.fixtures_broker",
+    "tests.fixtures_vectors",
+    "tests.live_broker",
+    "tests.twins",
+]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -16,6 +16,7 @@ import pytest
 from store.dump import iter_records
 from store.format import delay, hashing, records, units
 from tests.fixtures_spark import write_store
+from tests.fixtures_vectors import java_string
 from tests.helpers import SMALL_CONSUME_QUEUE, SMALL_HASH_SLOTS, make_config, make_message, read_queue
 
 PER_FILE = SMALL_CONSUME_QUEUE // units.CQ_UNIT_SIZE
@@ -455,15 +456,17 @@ def test_running_broker_is_verified_up_to_the_dispatched_offset(spark, base_stor
     assert after["summary"]["ok"] and not after["broker_running"] and after["commitlog"]["end_offset"] == final_max
 
 
-@pytest.mark.unit
-def test_vectorised_index_key_hash_equals_the_java_hash():
+@pytest.mark.integration
+def test_vectorised_index_key_hash_equals_the_java_hash(rmq):
     import pyarrow as pa
 
-    # The JVM's own values (tests/vectors/Vectors.java): ASCII, multi-byte and surrogate-pair keys, longer than
-    # 256 UTF-16 units, and "polygenelubricants", whose hashCode is Integer.MIN_VALUE (abs stays negative -> 0).
-    # A lone surrogate is a Java String but no UTF-8 key, so it cannot reach an IndexFile.
-    vectors = json.loads((Path(__file__).parent / "vectors" / "java_vectors.json").read_text(encoding="utf-8"))
-    cases = [(v["s"], v["index_key_hash"]) for v in vectors["string_hash"] if not _lone_surrogate(v["s"])]
+    # IndexFile.indexKeyHashMethod's own values (tests/java/vectors/FormatVectors.java): ASCII, multi-byte and
+    # surrogate-pair keys, longer than 256 UTF-16 units, and "polygenelubricants", whose hashCode is
+    # Integer.MIN_VALUE (abs stays negative -> 0). A lone surrogate is a Java String but no UTF-8 key, so it
+    # cannot reach an IndexFile.
+    strings = [(java_string(v["utf16"]), v["index_key_hash"]) for v in rmq["format"]["string_hash"]]
+    assert any(_lone_surrogate(k) for k, _ in strings)
+    cases = [(k, want) for k, want in strings if not _lone_surrogate(k)]
     assert ("polygenelubricants", 0) in cases and any(not k.isascii() for k, _ in cases)
     keys = [k for k, _ in cases]
     arr = pa.array(["pad"] + keys).slice(1)  # a sliced array: offsets not starting at 0

@@ -7,34 +7,12 @@ RocketMQ and the check is written by hand."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from store.format import delay, hashing, msgid, properties, records, units
 from tests.helpers import local_zone
-from tests.peers import JAVA_SOURCES, compile_java, java
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("twin")]
-
-def run_vectors(tmp_path_factory, folder: str, main: str, peer: str) -> dict:
-    work = tmp_path_factory.mktemp(folder)
-    classes = compile_java(sorted((JAVA_SOURCES / folder).glob("*.java")), peer, work / "classes")
-    proc = java(main, peer, str(work / "scratch"), classes=classes, home=work / "home")
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout)
-
-
-@pytest.fixture(scope="session")
-def rmq(tmp_path_factory) -> dict:
-    """What the 4.9.7 classes (the newest 4.x store Maven Central serves) computed."""
-    return run_vectors(tmp_path_factory, "vectors", "StoreVectors", "rocketmq-4-broker")
-
-
-@pytest.fixture(scope="session")
-def stored(rmq, tmp_path_factory) -> list[dict]:
-    """Records the 4.9.7 store wrote, and those the 5.4.0 store wrote (V2 records for long topics among them)."""
-    return rmq["records"] + run_vectors(tmp_path_factory, "vectors5", "StoreVectors5", "rocketmq-5")["records"]
 
 
 def test_string_hash_index_key_hash_and_tags_code(rmq):

@@ -273,6 +273,7 @@ public class StoreVectors {
         while (store.dispatchBehindBytes() > 0) {
             Thread.onSpinWait();  // the ConsumeQueue is written by the store's reput thread
         }
+        out.put("format", FormatVectors.build(root.resolve("format"), store));
         store.shutdown();
         byte[] log = Files.readAllBytes(storeRoot.resolve("commitlog").resolve(UtilAll.offset2FileName(0)));
         for (Object o : records) {
