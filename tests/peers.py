@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -166,6 +167,27 @@ class JavaServer:
             self.kill()
 
 
+def broker_listen_port() -> int:
+    """A listenPort for a Java broker: RocketMQ's BrokerStartup also binds listenPort - 2 (the VIP channel) and
+    listenPort + 1 (HA, whatever haListenPort says), so all three must be free; they are held together while
+    checked, which narrows the race with other processes to the JVM's start."""
+    for _ in range(100):
+        port = free_port()
+        held: list[socket.socket] = []
+        try:
+            for p in (port - 2, port + 1):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                held.append(s)
+                s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise AssertionError("no free port p with p - 2 and p + 1 free on 127.0.0.1")
+
+
 def write_conf(path: Path, values: dict[str, object]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="latin-1")
@@ -183,7 +205,7 @@ class JavaCluster:
     def __init__(self, peer: str, home: Path, store: Path, proxy: bool = False,
                  jvm_opts: tuple[str, ...] = JVM_OPTS, **broker_conf: object) -> None:  # fmt: skip
         self.peer, self.home, self.store = peer, Path(home), Path(store)
-        self.namesrv_port, self.broker_port = free_port(), free_port()
+        self.namesrv_port, self.broker_port = free_port(), broker_listen_port()
         self.namesrv_addr = f"127.0.0.1:{self.namesrv_port}"
         self.broker_addr = f"127.0.0.1:{self.broker_port}"
         self.grpc_port = free_port() if proxy else None
@@ -192,7 +214,7 @@ class JavaCluster:
         conf = {
             "brokerClusterName": "DefaultCluster", "brokerName": "broker-a", "brokerId": 0,
             "namesrvAddr": self.namesrv_addr, "brokerIP1": "127.0.0.1", "listenPort": self.broker_port,
-            "haListenPort": free_port(), "storePathRootDir": self.store,
+            "storePathRootDir": self.store,
             "storePathCommitLog": self.store / "commitlog", "autoCreateTopicEnable": "true",
             **broker_conf,
         }  # fmt: skip
