@@ -112,7 +112,7 @@ def assert_slave_serves(master_addr: str, slave_addr: str) -> None:
 
 
 @pytest.mark.integration
-def test_mqlake_slave_of_a_java_master_holds_its_commitlog_and_serves_reads(tmp_path) -> None:
+def test_mqlake_slave_of_a_java_master_holds_its_commitlog_and_serves_reads(tmp_path: Path) -> None:
     # no haMasterAddress: the slave takes the master's HA address from the NameServer's register reply (4.x's
     # BrokerStartup puts the Java master's HA port at listenPort + 1 whatever haListenPort says)
     master = JavaCluster(JAVA_BROKER, tmp_path / "java", tmp_path / "java-store", brokerRole="ASYNC_MASTER", **SHARED)
@@ -139,7 +139,8 @@ def java_slave_of_mqlake(tmp_path: Path) -> Iterator[tuple[MqlakeServer, JavaClu
     slave = JavaCluster(JAVA_BROKER, tmp_path / "java", tmp_path / "java-store", brokerRole="SLAVE", brokerId=1,
                         haMasterAddress=f"127.0.0.1:{ha_port}", **{**HA_CONF, **SHARED, **SLAVE_READ})  # fmt: skip
     master = MqlakeServer(tmp_path / "master", command="broker", brokerRole="ASYNC_MASTER",
-                          namesrvAddr=slave.namesrv_addr, haListenPort=str(ha_port), **{**HA_CONF, **SHARED})  # fmt: skip
+                          namesrvAddr=slave.namesrv_addr, haListenPort=str(ha_port),
+                          **{**HA_CONF, **SHARED})  # fmt: skip
     with slave:
         try:
             master.start()
@@ -153,7 +154,7 @@ def java_slave_of_mqlake(tmp_path: Path) -> Iterator[tuple[MqlakeServer, JavaClu
 
 
 @pytest.mark.integration
-def test_java_slave_of_an_mqlake_master_holds_its_commitlog(tmp_path) -> None:
+def test_java_slave_of_an_mqlake_master_holds_its_commitlog(tmp_path: Path) -> None:
     with java_slave_of_mqlake(tmp_path) as (master, slave):
         assert_same_commitlog(master.broker_addr, master.store_dir, slave.broker_addr, slave.store)
 
@@ -162,7 +163,7 @@ def test_java_slave_of_an_mqlake_master_holds_its_commitlog(tmp_path) -> None:
 @pytest.mark.xfail(strict=True, raises=AssertionError,
                    reason="Apache RocketMQ 4.x's slave copies its master's topics over the VIP channel "
                           "(listenPort - 2), which mqlake does not serve: the slave never has the topic")  # fmt: skip
-def test_java_slave_of_an_mqlake_master_serves_reads(tmp_path) -> None:
+def test_java_slave_of_an_mqlake_master_serves_reads(tmp_path: Path) -> None:
     with java_slave_of_mqlake(tmp_path) as (master, slave):
         assert_same_commitlog(master.broker_addr, master.store_dir, slave.broker_addr, slave.store)
         assert_slave_serves(master.broker_addr, slave.broker_addr)
