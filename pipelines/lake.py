@@ -29,6 +29,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 
 from broker.lake import objectstore
+from broker.lake.reader import file_unreadable_reason
 from store.errors import MQLakeError
 
 if TYPE_CHECKING:
@@ -40,7 +41,6 @@ TABLE_PROPERTIES: dict[str, str] = {
     "delta.deletedFileRetentionDuration": "interval 7 days",
     "delta.checkpointInterval": "10",
 }
-RAW_UNREADABLE_FEATURES = ("deletionVectors", "columnMapping")
 _STATS_STRING_LIMIT = 32  # longer strings get no min/max: a truncated max would be below the real one
 
 
@@ -319,20 +319,15 @@ def use_lake_settings(spark: SparkSession) -> None:
 
 def _raw_readable(table_uri: str | Path, version: int | None):
     """The delta-rs handle of a snapshot whose data files hold exactly its rows (no deletion vector, no column
-    mapping): for the readers that take its parquet files as they are (the tier's verify digests them)."""
+    mapping): for the readers that take its parquet files as they are (the tier's verify digests them, delta-rs
+    reads them on the driver)."""
     uri = _uri(table_uri)
     if not is_table(uri):
         raise LakeError(f"{uri} is not a Delta table (no _delta_log)")
     dt = open_table(uri, version=version)
-    proto = dt.protocol()
-    features = set(proto.reader_features or ())
-    mode = dt.metadata().configuration.get("delta.columnMapping.mode", "none")
-    bad = sorted(features & set(RAW_UNREADABLE_FEATURES)) + (["columnMapping"] if mode != "none" else [])
-    if bad or proto.min_reader_version > 3:
-        raise LakeError(
-            f"{uri}: reader features {sorted(set(bad)) or proto.min_reader_version}: its data files alone do not "
-            f"give its rows; read it through Delta (read_table)"
-        )
+    reason = file_unreadable_reason(dt)
+    if reason:
+        raise LakeError(f"{uri}: {reason}: its data files alone do not give its rows; read it with Spark (read_table)")
     return dt
 
 
@@ -415,10 +410,9 @@ def _sql_text(text: str) -> str:
 
 def to_arrow(table_uri: str | Path, filter: Any = None, version: int | None = None) -> pa.Table:
     """A small table read on the driver (delta-rs, no Spark); ``filter`` as deltalake's ``filters``
-    (DNF tuples like ``[("topic", "=", "T")]``) or a pyarrow dataset expression."""
-    if not is_table(table_uri):
-        raise LakeError(f"{table_uri} is not a Delta table (no _delta_log)")
-    dt = open_table(table_uri, version=version)
+    (DNF tuples like ``[("topic", "=", "T")]``) or a pyarrow dataset expression.  Refused (LakeError) for a table
+    delta-rs cannot read right (deletion vectors, column mapping)."""
+    dt = _raw_readable(table_uri, version)
     with objectstore.reaching(_uri(table_uri), "reading the Delta table"):
         return pa.table(dt.to_pyarrow_table(filters=filter))
 
