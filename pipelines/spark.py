@@ -89,11 +89,15 @@ def add_spark_options(master: str | None, conf: list[str] | None) -> dict:
         raise typer.BadParameter(str(e), param_hint="--conf") from None
 
 
-def _defaults(master: str) -> dict[str, str]:
+def classpath_conf() -> dict[str, str]:
+    """The Spark settings that put the Delta Lake / S3A jars on the driver's and the executors' classpath (for a
+    ``spark-submit`` command line too: the driver's must be given before its JVM starts)."""
     jars = f"{delta_jars_dir()}/*"
-    conf = {
-        "spark.driver.extraClassPath": jars,
-        "spark.executor.extraClassPath": jars,
+    return {"spark.driver.extraClassPath": jars, "spark.executor.extraClassPath": jars}
+
+
+def _defaults(master: str) -> dict[str, str]:
+    conf = classpath_conf() | {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
