@@ -98,7 +98,8 @@ def erase(
         version = lk.open_table(uri).version()
     report = EraseReport(
         erased_at=datetime.now(UTC).isoformat(timespec="seconds"), operator=operator or getpass.getuser(),
-        topic=topic, key=key, msg_id=msg_id, rows=rows, table_version=version, vacuum_retain_hours=retain_hours,
+        topic=topic, key=key, msg_id=msg_id, rows=rows, table_version=version,
+        vacuum_retain_hours=None if retain_hours is None else float(retain_hours),
     )  # fmt: skip
     if store_dir is not None:
         live = spark.read.format("commitlog").load(str(store_dir)).where(cond)
