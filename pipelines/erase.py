@@ -157,6 +157,7 @@ def erase_command(
     conf: ConfOption = None,
 ) -> None:
     """Erase messages from the tiered history by topic and key or msgId (Delta DELETE + VACUUM, audited)."""
+    match_condition(topic, key, msg_id)  # a usage error before any Spark starts
     location = lake_option(lake)
     if not objectstore.is_remote(location) and not Path(location).is_dir():
         raise typer.BadParameter(f"lake directory {lake} does not exist", param_hint="--lake")
