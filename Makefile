@@ -37,7 +37,7 @@ $(PROXY_STUBS): tools/gen_grpc_stubs.py $(RMQ5_VENV)/.installed
 # the reference implementation the tests and bench_peer run beside mqlake.  Fetched once through the machine's
 # own Maven client and its default settings (Maven Central, the local repository in ~/.m2); mqlake itself needs
 # none of them, so `make up` does not fetch them.
-PEERS := rocketmq-4 rocketmq-4-broker rocketmq-5 client-java-5
+PEERS := rocketmq-4 rocketmq-4-broker rocketmq-5 client-java-5 delta-spark
 PEER_STAMPS := $(PEERS:%=.peers/%/.fetched)
 MVN_DEPENDENCY := org.apache.maven.plugins:maven-dependency-plugin:3.6.1
 

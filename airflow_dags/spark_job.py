@@ -92,6 +92,7 @@ def spark_job(group_id: str, module: str, argv: Any, *, timeout: timedelta, retr
             application_args=argv, name=f"mqlake-{group_id}",
             # the driver's and the workers' Python must be this venv's (it has pyarrow and mqlake)
             env_vars={"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable},
+            conf=_classpath_conf(),  # Delta Lake and S3A: the driver's JVM needs them at its start
             **limits,
         )  # fmt: skip
         local = PythonOperator(
@@ -99,6 +100,15 @@ def spark_job(group_id: str, module: str, argv: Any, *, timeout: timedelta, retr
         )
         choose >> [submit, local]
     return group
+
+
+def _classpath_conf() -> dict[str, str]:
+    from pipelines.spark import DeltaJarsMissing, classpath_conf
+
+    try:
+        return classpath_conf()
+    except DeltaJarsMissing:
+        return {}  # the DAG still loads; the job then refuses its session with the same advice
 
 
 def read_report(path: str) -> dict:

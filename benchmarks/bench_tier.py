@@ -14,6 +14,9 @@ What is timed, exactly:
   * Baseline, in the same run and the same Spark session: the same segments read by the commitlog
     source and written as plain parquet (no partitioning, no validation, no Delta), i.e. the cost of
     decode + write alone.
+  * delta-spark, in the same session: the same segments decoded and written by delta-spark's own idempotent
+    write (``txnAppId`` / ``txnVersion``), partitioned as the tier's ``messages`` table: the alternative to the
+    tier's stage-then-commit with delta-rs (no validation, verify or delete), i.e. decode + Delta write alone.
   * Tier: ``pipelines.compaction.job.tier(..., file_reserved_time=0)`` end to end — claim, scan, stage
     (decode + partitioned parquet write), validate (Great Expectations, 14 rules), commit (delta-rs),
     verify (read back + match), segments table, delete (the store's deletion path).  Per-phase times
@@ -81,6 +84,17 @@ def bench_baseline(spark, root: Path, out: Path, bases: list[int]) -> float:
     return time.perf_counter() - t0
 
 
+def bench_delta_spark(spark, root: Path, out: Path, bases: list[int]) -> float:
+    from pyspark.sql import functions as F
+
+    df = spark.read.format("commitlog").option("segments", ",".join(map(str, bases))).load(str(root))
+    df = df.withColumn("store_date", F.to_date(F.timestamp_millis("store_timestamp")))
+    t0 = time.perf_counter()
+    (df.write.format("delta").mode("append").partitionBy("topic", "store_date")
+       .option("txnAppId", "bench-tier").option("txnVersion", "1").save(str(out)))  # fmt: skip
+    return time.perf_counter() - t0
+
+
 def run(tmp: Path) -> dict:
     from pipelines.compaction.job import tier
     from pipelines.spark import get_spark
@@ -102,6 +116,9 @@ def run(tmp: Path) -> dict:
     results["baseline"] = {"seconds": base_s, "mb_per_s": sealed_bytes / base_s / 1e6}
     shutil.rmtree(tmp / "plain", ignore_errors=True)
     shutil.rmtree(tmp / "warm", ignore_errors=True)
+    delta_s = bench_delta_spark(spark, root, tmp / "delta-spark", bases)
+    results["delta_spark"] = {"seconds": delta_s, "mb_per_s": sealed_bytes / delta_s / 1e6}
+    shutil.rmtree(tmp / "delta-spark", ignore_errors=True)
 
     t0 = time.perf_counter()
     report = tier(root, tmp / "lake", spark=spark, file_reserved_time=0)
@@ -132,6 +149,8 @@ def print_report(r: dict) -> None:
     print(f"CommitLog: {s['sealed_segments']} sealed segments x {s['segment_bytes'] / 2**20:.0f} MiB "
           f"= {s['sealed_bytes'] / 2**30:.2f} GiB, {s['sealed_messages']:,} messages of {BODY} B")  # fmt: skip
     print(f"plain parquet (decode + write):   {b['seconds']:7.1f} s  {b['mb_per_s']:7.1f} MB/s")
+    d = r["delta_spark"]
+    print(f"delta-spark write (decode+Delta): {d['seconds']:7.1f} s  {d['mb_per_s']:7.1f} MB/s")
     print(f"tier end to end:                  {t['seconds']:7.1f} s  {t['mb_per_s']:7.1f} MB/s  "
           f"({t['seconds_per_gib']:.1f} s/GiB; target <= {TARGET_SECONDS_PER_GIB:.0f})")  # fmt: skip
     print(f"ratio tier / plain parquet:       {r['ratio_vs_plain_parquet']:7.2f}   (target >= {TARGET_RATIO})")

@@ -3,8 +3,8 @@
 - the servers (``up``, ``broker``, ``namesrv``): cli/servers.py
 - ``admin``, mqadmin's everyday commands: cli/admin.py
 - ``store`` (``dump``, ``adopt-index``): cli/store.py
-- the pipeline jobs (``tier``, ``verify-index``, ``replay``, ``sql``): each command lives with its job under
-  pipelines/ (spark-submit runs them as ``python -m pipelines.X``) and only joins the root here.
+- the pipeline jobs (``tier``, ``verify-index``, ``replay``, ``sql``, ``lake erase``): each command lives with
+  its job under pipelines/ (spark-submit runs them as ``python -m pipelines.X``) and only joins the root here.
 
 Command modules import typer only; pyspark, delta-rs and the client load when a command runs.
 """
@@ -18,6 +18,7 @@ from cli import servers
 from cli.admin import admin_app
 from cli.store import store_app
 from pipelines.compaction.cli import tier_command
+from pipelines.erase import erase_command
 from pipelines.index_rebuild.cli import verify_index_command
 from pipelines.migrate_brokers import migrate_command
 from pipelines.replay.cli import replay_command
@@ -42,6 +43,9 @@ app.command("tier-migrate")(migrate_command)
 app.command("verify-index")(verify_index_command)
 app.command("replay")(replay_command)
 app.command("sql")(sql_command)
+lake_app = typer.Typer(help="Operations on the tiered history (the lake's Delta tables).", no_args_is_help=True)
+lake_app.command("erase")(erase_command)
+app.add_typer(lake_app, name="lake")
 
 
 def main() -> None:

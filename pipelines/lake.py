@@ -1,4 +1,4 @@
-"""Delta tables of the tier: idempotent commits through delta-rs, reads and Spark SQL views over a snapshot.
+"""Delta tables of the tier: idempotent commits through delta-rs; reads and Spark SQL tables through delta-spark.
 
 Spark tasks write the parquet data files; :func:`commit_files` makes them visible in one Delta commit
 carrying a transaction id ``(app_id, version)``, after checking that id was not committed already
@@ -29,6 +29,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 
 from broker.lake import objectstore
+from broker.lake.reader import file_unreadable_reason
 from store.errors import MQLakeError
 
 if TYPE_CHECKING:
@@ -40,7 +41,6 @@ TABLE_PROPERTIES: dict[str, str] = {
     "delta.deletedFileRetentionDuration": "interval 7 days",
     "delta.checkpointInterval": "10",
 }
-UNSUPPORTED_READER_FEATURES = ("deletionVectors", "columnMapping")
 _STATS_STRING_LIMIT = 32  # longer strings get no min/max: a truncated max would be below the real one
 
 
@@ -297,115 +297,86 @@ def _version_with_txn(uri: str, app_id: str, version: int, before: int) -> int:
 # =====================================================================================================
 
 
-def delta_available(spark: SparkSession) -> bool:
-    """Are the Delta Lake Spark jars on the classpath (then Spark's native ``delta`` format is used)?"""
-    try:
-        spark.sparkContext._jvm.java.lang.Class.forName("org.apache.spark.sql.delta.sources.DeltaDataSource")
-        return True
-    except Exception:  # py4j wraps ClassNotFoundException; no JVM access (Spark Connect) also means no
-        return False
+_applied_s3a: dict[str, str] = {}
+# The AWS SDK's system properties for the variables the default credentials chain reads from the environment
+_SDK_PROPERTIES = {"AWS_ACCESS_KEY_ID": "aws.accessKeyId", "AWS_SECRET_ACCESS_KEY": "aws.secretAccessKey",
+                   "AWS_SESSION_TOKEN": "aws.sessionToken"}  # fmt: skip
 
 
-def _readable_snapshot(table_uri: str | Path, version: int | None):
+def use_lake_settings(spark: SparkSession) -> None:
+    """Bring the session's S3A settings up to the lake settings in effect now (objectstore.S3Settings).
+
+    The driver's JVM was started with the environment of its time; AWS credentials set in this process later
+    are handed to it as the SDK's system properties (the first link of its default chain), never as Spark or
+    Hadoop options, so no plan or configuration shows them.  A process that moves to another endpoint also
+    drops its cached S3A filesystems and Delta logs, which still point at the old one.
+    """
+    env = objectstore.settings_env()
+    wanted = objectstore.S3Settings.from_env().s3a_settings()
+    state = wanted | {prop: env.get(var, "") for var, prop in _SDK_PROPERTIES.items()}
+    if state == _applied_s3a:
+        return
+    jvm = spark.sparkContext._jvm
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in wanted.items():
+        hadoop.set(key, value)
+    for key in set(_applied_s3a) - set(state):
+        hadoop.unset(key)
+    for prop in _SDK_PROPERTIES.values():
+        if state[prop]:
+            jvm.java.lang.System.setProperty(prop, state[prop])
+        else:
+            jvm.java.lang.System.clearProperty(prop)
+    if _applied_s3a:
+        jvm.org.apache.hadoop.fs.FileSystem.closeAll()
+        jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    _applied_s3a.clear()
+    _applied_s3a.update(state)
+
+
+def _raw_readable(table_uri: str | Path, version: int | None):
+    """The delta-rs handle of a snapshot whose data files hold exactly its rows (no deletion vector, no column
+    mapping): for the readers that take its parquet files as they are (the tier's verify digests them, delta-rs
+    reads them on the driver)."""
     uri = _uri(table_uri)
     if not is_table(uri):
         raise LakeError(f"{uri} is not a Delta table (no _delta_log)")
     dt = open_table(uri, version=version)
-    proto = dt.protocol()
-    features = set(proto.reader_features or ())
-    mode = dt.metadata().configuration.get("delta.columnMapping.mode", "none")
-    bad = sorted(features & set(UNSUPPORTED_READER_FEATURES)) + (["columnMapping"] if mode != "none" else [])
-    if bad or proto.min_reader_version > 3:
-        raise LakeError(
-            f"{uri}: reader features {sorted(set(bad)) or proto.min_reader_version} need the Delta Lake Spark "
-            f"jars; this reader takes the snapshot's parquet files as they are"
-        )
+    reason = file_unreadable_reason(dt)
+    if reason:
+        raise LakeError(f"{uri}: {reason}: its data files alone do not give its rows; read it with Spark (read_table)")
     return dt
 
 
 def snapshot_files(table_uri: str | Path, version: int | None = None) -> pa.Table:
     """The add actions of the table at ``version`` (default latest), flattened (``partition.<c>``, ``min.<c>``,
-    ``max.<c>``, ...), with ``path`` made a location to read."""
+    ``max.<c>``, ...), with ``path`` made a location to read; refused for a table whose files alone do not
+    give its rows (deletion vectors, column mapping)."""
     uri = _uri(table_uri)
-    actions = pa.table(_readable_snapshot(uri, version).get_add_actions(flatten=True))
+    actions = pa.table(_raw_readable(uri, version).get_add_actions(flatten=True))
     locations = pa.array([_file_location(uri, p) for p in actions["path"].to_pylist()], pa.string())
     return actions.set_column(actions.schema.get_field_index("path"), "path", locations)
 
 
 def table_schema(table_uri: str | Path, version: int | None = None) -> pa.Schema:
-    """The table's schema from the Delta log, as Arrow."""
-    return pa.schema(_readable_snapshot(table_uri, version).schema().to_arrow())
+    """The table's (logical) schema from the Delta log, as Arrow."""
+    uri = _uri(table_uri)
+    if not is_table(uri):
+        raise LakeError(f"{uri} is not a Delta table (no _delta_log)")
+    return pa.schema(open_table(uri, version=version).schema().to_arrow())
 
 
 def read_table(spark: SparkSession, table_uri: str | Path, version: int | None = None) -> DataFrame:
-    """The table at ``version`` (default latest): exactly the snapshot's files, columns in table order.
-
-    Without the Delta jars: the files listed by the Delta log (never a directory listing, which would
-    also read removed files), the schema from the log, and partition values from the log's add actions
-    (not from directory names, so any file layout under the root reads right).
-    """
+    """The table at ``version`` (default latest), read by Delta Lake's Spark reader (deletion vectors, column
+    mapping and every other reader feature included)."""
     uri = _uri(table_uri)
-    if delta_available(spark):
-        reader = spark.read.format("delta")
-        if version is not None:
-            reader = reader.option("versionAsOf", version)
-        return reader.load(uri)
-    from pyspark.sql import functions as F
-
-    from pipelines.schema import spark_schema
-
-    dt = _readable_snapshot(uri, version)
-    arrow_schema = pa.schema(dt.schema().to_arrow())
-    schema = spark_schema(arrow_schema)
-    parts = list(dt.metadata().partition_columns)
-    actions = pa.table(dt.get_add_actions(flatten=True))
-    if actions.num_rows == 0:
-        return spark.createDataFrame([], schema)
-    files = [_file_location(uri, p) for p in actions["path"].to_pylist()]
-    if objectstore.is_remote(uri):  # no S3A jars: a Python data source reads the files over pyarrow's S3
-        from pipelines import remote_snapshot
-
-        return remote_snapshot.read(spark, _snapshot_files(actions, files, parts, arrow_schema), arrow_schema, schema)
-    data_schema = spark_schema(pa.schema([f for f in arrow_schema if f.name not in parts]))
-    reader = spark.read.schema(data_schema)
-    if not parts:
-        return reader.parquet(*files).select(*schema.names)
-    names = [f.rsplit("/", 1)[-1] for f in files]
-    values = pa.table({"__file": pa.array(names)} | {c: actions[f"partition.{c}"] for c in parts})
-    if len(set(names)) == len(names) and all(_PLAIN_NAME.fullmatch(n) for n in names):
-        # Each row learns its partition values from its file's add action: one broadcast join on the name.
-        data = reader.parquet(*files).withColumn("__file", F.col("_metadata.file_name"))
-        df = data.join(F.broadcast(spark.createDataFrame(values)), "__file")
-    else:  # names that repeat or need escaping: one scan per partition, values as literals
-        df = None
-        for key, group in _group_files(values, files, parts).items():
-            scan = reader.parquet(*group).select(
-                "*", *(F.lit(v).cast(schema[c].dataType).alias(c) for c, v in zip(parts, key, strict=True))
-            )
-            df = scan if df is None else df.unionByName(scan)
-    return df.select(*(F.col(f.name).cast(f.dataType) for f in schema.fields))  # table order and types
-
-
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
-
-
-def _snapshot_files(actions: pa.Table, files: list[str], parts: list[str], schema: pa.Schema) -> list:
-    """The add actions as ``remote_snapshot.SnapshotFile``: partition values as text, and the min/max statistics
-    of the columns the data source prunes on."""
-    from pipelines.remote_snapshot import SnapshotFile, prunable_by_stats
-
-    values = {c: actions[f"partition.{c}"].to_pylist() for c in parts}
-    stats = {f.name: (actions[f"min.{f.name}"].to_pylist(), actions[f"max.{f.name}"].to_pylist()) for f in schema
-             if f.name not in parts and prunable_by_stats(f.type) and f"min.{f.name}" in actions.column_names
-             and f"max.{f.name}" in actions.column_names}  # fmt: skip
-    return [
-        SnapshotFile(
-            uri,
-            {c: None if v[i] is None else str(v[i]) for c, v in values.items()},
-            {c: (lo[i], hi[i]) for c, (lo, hi) in stats.items() if lo[i] is not None and hi[i] is not None},
-        )
-        for i, uri in enumerate(files)
-    ]
+    if not is_table(uri):
+        raise LakeError(f"{uri} is not a Delta table (no _delta_log)")
+    use_lake_settings(spark)
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(uri)
 
 
 def _file_location(root: str, path: str) -> str:
@@ -415,48 +386,50 @@ def _file_location(root: str, path: str) -> str:
     return f"{root.rstrip('/')}/{unquote(path)}"
 
 
-def _group_files(values: pa.Table, files: list[str], parts: list[str]) -> dict[tuple, list[str]]:
-    groups: dict[tuple, list[str]] = {}
-    cols = [values[c].to_pylist() for c in parts]
-    for i, f in enumerate(files):
-        groups.setdefault(tuple(col[i] for col in cols), []).append(f)
-    return groups
-
-
-def _view_name(name: str) -> str:
+def _table_name(name: str) -> str:
     return re.sub(r"\W", "_", name)
 
 
-def register(spark: SparkSession, lake_root: str | Path) -> list[str]:
-    """A temp view per Delta table directly under ``lake_root`` (``messages``, ``segments``,
-    ``quality_results``, ...), over its current snapshot; returns the view names.
-
-    A view keeps the snapshot it was made on: call again to see later commits.
-    """
+def lake_tables(lake_root: str | Path) -> list[tuple[str, str]]:
+    """(SQL name, location) of each Delta table directly under ``lake_root``."""
     if objectstore.is_remote(lake_root):
         root = _uri(lake_root)
-        tables = [(name, objectstore.join(root, name)) for name in objectstore.child_dirs(root)]
+        found = [(name, objectstore.join(root, name)) for name in objectstore.child_dirs(root)]
     else:
         local = Path(_uri(lake_root))
         if not local.is_dir():
             raise LakeError(f"lake directory {local} does not exist")
-        tables = [(d.name, str(d)) for d in sorted(p for p in local.iterdir() if p.is_dir())]
+        found = [(d.name, str(d.absolute())) for d in sorted(p for p in local.iterdir() if p.is_dir())]
+    return [(_table_name(name), uri) for name, uri in found if is_table(uri)]
+
+
+def register(spark: SparkSession, lake_root: str | Path) -> list[str]:
+    """Each Delta table directly under ``lake_root`` (``messages``, ``segments``, ``quality_results``, ...) as a
+    table of the session's catalog at its location; returns the names.
+
+    They are Delta tables to Spark SQL: every query sees the latest snapshot, and history, time travel,
+    OPTIMIZE, VACUUM, RESTORE, DELETE, UPDATE and MERGE work on them.  A name already registered is pointed at
+    this lake (dropping such an external table deletes no file).
+    """
+    tables = lake_tables(lake_root)
+    use_lake_settings(spark)
     names = []
-    for dir_name, uri in tables:
-        if not is_table(uri):
-            continue
-        name = _view_name(dir_name)
-        read_table(spark, uri).createOrReplaceTempView(name)
+    for name, uri in tables:
+        spark.sql(f"DROP TABLE IF EXISTS `{name}`")
+        spark.sql(f"CREATE TABLE `{name}` USING delta LOCATION '{_sql_text(uri)}'")
         names.append(name)
     return names
 
 
+def _sql_text(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
 def to_arrow(table_uri: str | Path, filter: Any = None, version: int | None = None) -> pa.Table:
     """A small table read on the driver (delta-rs, no Spark); ``filter`` as deltalake's ``filters``
-    (DNF tuples like ``[("topic", "=", "T")]``) or a pyarrow dataset expression."""
-    if not is_table(table_uri):
-        raise LakeError(f"{table_uri} is not a Delta table (no _delta_log)")
-    dt = open_table(table_uri, version=version)
+    (DNF tuples like ``[("topic", "=", "T")]``) or a pyarrow dataset expression.  Refused (LakeError) for a table
+    delta-rs cannot read right (deletion vectors, column mapping)."""
+    dt = _raw_readable(table_uri, version)
     with objectstore.reaching(_uri(table_uri), "reading the Delta table"):
         return pa.table(dt.to_pyarrow_table(filters=filter))
 
@@ -470,10 +443,10 @@ __all__ = [
     "LakeError",
     "add_actions",
     "commit_files",
-    "delta_available",
     "file_count",
     "file_stats",
     "is_table",
+    "lake_tables",
     "open_table",
     "partition_values_from_path",
     "read_table",
@@ -482,4 +455,5 @@ __all__ = [
     "table_schema",
     "to_arrow",
     "transaction_version",
+    "use_lake_settings",
 ]

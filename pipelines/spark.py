@@ -1,5 +1,16 @@
 """The SparkSession factory every pipeline uses, and the ``--master`` / ``--conf`` options their CLIs share.
 
+Every session has Delta Lake (``delta-spark``: its SQL extension and catalog) and Hadoop's ``s3a`` filesystem
+(``hadoop-aws`` and the AWS SDK bundle) on its classpath: the jars ``make peers`` fetches pinned into
+``.peers/delta-spark/lib`` (tools/peers/delta-spark/pom.xml).  They are required.  The driver and the executors
+get the folder as ``extraClassPath`` rather than ``spark.jars``: the SDK bundle alone is 600 MiB, which
+``spark.jars`` would copy into every executor's work directory.  A cluster's workers need the jars at the same
+path (as they need this interpreter at the same path).
+
+``s3://`` lake URIs are read by ``S3AFileSystem``: credentials come from the AWS SDK's standard chain in each JVM
+(environment variables, profile, instance role), never from Spark options; only the endpoint, region and
+path-style access (not secrets) are set, from the lake's settings (broker/lake/objectstore.py).
+
 pyspark is imported only inside :func:`get_spark`, so a CLI that imports this module still starts fast.
 """
 
@@ -7,10 +18,12 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from broker.lake import objectstore
 from store.errors import MQLakeError
 
 if TYPE_CHECKING:
@@ -19,6 +32,8 @@ if TYPE_CHECKING:
 ENV_MASTER = "MQLAKE_SPARK_MASTER"
 ENV_CONF = "MQLAKE_SPARK_CONF"
 DEFAULT_MASTER = "local[*]"
+ENV_DELTA_JARS = "MQLAKE_DELTA_JARS"
+DELTA_JARS = Path(__file__).resolve().parents[1] / ".peers" / "delta-spark" / "lib"
 
 # Shared typer options: every pipeline command (tier, sql, verify-index, replay) takes these two the same way.
 MasterOption = Annotated[
@@ -34,6 +49,21 @@ ConfOption = Annotated[
 
 class SparkConfError(MQLakeError, ValueError):
     """A Spark conf item that is not ``k=v``."""
+
+
+class DeltaJarsMissing(MQLakeError, RuntimeError):
+    """The Delta Lake / S3A jars are not where a session is told to load them from."""
+
+
+def delta_jars_dir() -> Path:
+    """The folder of the Delta Lake and S3A jars (``$MQLAKE_DELTA_JARS``, else ``.peers/delta-spark/lib``)."""
+    folder = Path(os.environ.get(ENV_DELTA_JARS) or DELTA_JARS)
+    if not any(folder.glob("delta-spark_*.jar")) or not any(folder.glob("hadoop-aws-*.jar")):
+        raise DeltaJarsMissing(
+            f"no Delta Lake / S3A jars in {folder}: run `make peers` (or point ${ENV_DELTA_JARS} at a folder "
+            f"holding delta-spark, delta-storage, hadoop-aws and the AWS SDK bundle)"
+        )
+    return folder
 
 
 def parse_conf(items: str | list[str] | None) -> dict[str, str]:
@@ -59,8 +89,17 @@ def add_spark_options(master: str | None, conf: list[str] | None) -> dict:
         raise typer.BadParameter(str(e), param_hint="--conf") from None
 
 
+def classpath_conf() -> dict[str, str]:
+    """The Spark settings that put the Delta Lake / S3A jars on the driver's and the executors' classpath (for a
+    ``spark-submit`` command line too: the driver's must be given before its JVM starts)."""
+    jars = f"{delta_jars_dir()}/*"
+    return {"spark.driver.extraClassPath": jars, "spark.executor.extraClassPath": jars}
+
+
 def _defaults(master: str) -> dict[str, str]:
-    conf = {
+    conf = classpath_conf() | {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
         # Delta readers (delta-rs, Trino, Spark+Delta) expect INT64 micros, not Spark's legacy INT96.
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
@@ -70,7 +109,7 @@ def _defaults(master: str) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",  # progress bars would garble `mqlake sql` output
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "8192",
-    }
+    } | {f"spark.hadoop.{k}": v for k, v in objectstore.S3Settings.from_env().s3a_settings().items()}
     if master.startswith("local"):
         cores = os.cpu_count() or 2
         conf |= {
@@ -99,13 +138,10 @@ def _is_loopback_master(master: str) -> bool:
 
 
 def register_sources(spark: SparkSession) -> None:
-    """Register mqlake's Python data sources (``commitlog``, ``mqlake_delta_files``) in a session; needed once
-    per session."""
-    from pipelines.remote_snapshot import DeltaFilesDataSource
+    """Register mqlake's Python data source (``commitlog``) in a session; needed once per session."""
     from pipelines.segments import CommitLogDataSource
 
     spark.dataSource.register(CommitLogDataSource)
-    spark.dataSource.register(DeltaFilesDataSource)  # Delta snapshots on S3 (lake.read_table)
 
 
 def _submitted_master() -> str | None:
@@ -121,7 +157,7 @@ def _submitted_master() -> str | None:
 def get_spark(master: str | None = None, app_name: str = "mqlake", conf: dict[str, str] | None = None) -> SparkSession:
     """A SparkSession on ``master`` (else spark-submit's ``--master`` when it launched this driver, else
     ``$MQLAKE_SPARK_MASTER``, else ``local[*]``) with mqlake's defaults, then ``$MQLAKE_SPARK_CONF``, then
-    ``conf`` on top; the commitlog source registered.
+    ``conf`` on top; Delta Lake and S3A on the classpath, the commitlog source registered.
 
     In a process that already has a session, that session is returned (static settings such as the
     master and driver memory cannot change then; runtime ones are applied).
@@ -140,5 +176,18 @@ def get_spark(master: str | None = None, app_name: str = "mqlake", conf: dict[st
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    _require_delta(spark)
     register_sources(spark)
     return spark
+
+
+def _require_delta(spark: SparkSession) -> None:
+    """Refuse a session whose JVM was started without the Delta jars (``spark-submit`` without
+    ``--driver-class-path``): every lake read and write needs them."""
+    try:
+        spark.sparkContext._jvm.java.lang.Class.forName("org.apache.spark.sql.delta.sources.DeltaDataSource")
+    except Exception as e:  # py4j wraps the ClassNotFoundException
+        raise DeltaJarsMissing(
+            f"this Spark session has no Delta Lake on its classpath; start it with --driver-class-path "
+            f"'{delta_jars_dir()}/*' (and the same spark.executor.extraClassPath)"
+        ) from e

@@ -2,8 +2,9 @@
 standalone cluster (two workers): ``mqlake tier``, ``sql`` and ``replay`` run as commands with
 ``--master spark://127.0.0.1:PORT`` and ``--lake s3://...``, their executors in the workers' JVMs.
 
-The workers are started without any AWS variable in their environment: the executors reach the bucket only
-with what the driver hands its tasks (pipelines/remote_snapshot.py).  ``MQLAKE_STAGING_DIR`` is set for the
+The workers are started with the bucket's AWS variables in their environment, as a real cluster's machines have
+their credentials (variables, profile or instance role): the executors' S3A finds them through the AWS SDK's
+default chain, and the driver hands none over in its Spark options.  ``MQLAKE_STAGING_DIR`` is set for the
 driver alone and names a directory the workers see at the same path (one machine here; a shared mount on a
 real cluster), where the tier's executors stage the files the driver uploads.
 """
@@ -16,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from broker.lake.objectstore import settings_env
 from pipelines.compaction import tables
 from pipelines.spark_cluster import StandaloneCluster
 from store.retention import SegmentManifest, SegmentState
@@ -42,15 +42,18 @@ def s3(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    leaked = sorted(settings_env())  # the lake's AWS settings in this process's environment
-    assert not leaked, f"the workers would inherit {leaked}: this test is about the driver handing them over"
+def cluster(s3, tmp_path_factory):
     base = tmp_path_factory.mktemp("cluster_s3_spark")
     hidden = base / "hidden"  # an empty tmpfs for the workers: a directory there is the driver's alone
     hidden.mkdir()
-    with StandaloneCluster(base / "spark", workers=2, worker_prefix=_hiding_prefix(hidden)) as c:
+    c = StandaloneCluster(base / "spark", workers=2, worker_prefix=_hiding_prefix(hidden))
+    with aws_env(s3.env()):  # the workers, and so their executors, start with the bucket's variables
+        c.start()
+    try:
         c.hidden = hidden
         yield c
+    finally:
+        c.stop()
 
 
 @pytest.fixture(scope="module")

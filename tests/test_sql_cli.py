@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -133,3 +134,35 @@ def test_piped_table_prints_long_values_whole_and_json_is_a_flag_too(spark, spar
     assert [json.loads(line)["commitlog_offset"] for line in as_json.stdout.splitlines()] == [
         w["commitlog_offset"] for w in want]  # fmt: skip
     assert sql(spark_lake, query, "--json", "--format", "csv").exit_code == 2
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)  # six Delta commands, each a Spark job, on a busy machine
+def test_delta_sql_history_time_travel_delete_merge_and_restore(spark, spark_lake, spark_store, tmp_path):
+    root = tmp_path / "lake"
+    shutil.copytree(spark_lake, root)  # a private copy: the commands below change it
+
+    def rows(query: str) -> list[dict]:
+        result = sql(root, query, "--format", "json")
+        assert result.exit_code == 0, result.output
+        return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+    want = sealed(spark_store)
+    n_audit = sum(r["topic"] == "Audit" for r in want)
+    n_orders = sum(r["topic"] == "Orders" for r in want)
+    history = rows("DESCRIBE HISTORY messages")
+    latest = history[0]["version"]
+    assert [h["version"] for h in history] == list(range(latest, -1, -1))  # one commit per sealed segment
+
+    rows("DELETE FROM messages WHERE topic = 'Audit'")
+    assert rows("SELECT count(*) AS n FROM messages") == [{"n": len(want) - n_audit}]
+    assert rows(f"SELECT count(*) AS n FROM messages VERSION AS OF {latest}") == [{"n": len(want)}]
+    rows(
+        "MERGE INTO messages t USING (SELECT commitlog_offset FROM messages WHERE topic = 'Orders') s "
+        "ON t.commitlog_offset = s.commitlog_offset WHEN MATCHED THEN UPDATE SET tags = 'merged'"
+    )
+    assert rows("SELECT count(*) AS n FROM messages WHERE tags = 'merged'") == [{"n": n_orders}]
+    rows(f"RESTORE TABLE messages TO VERSION AS OF {latest}")
+    assert rows("SELECT count(*) AS n FROM messages WHERE tags = 'merged'") == [{"n": 0}]
+    assert rows("SELECT count(*) AS n FROM messages") == [{"n": len(want)}]
+    assert [h["operation"] for h in rows("DESCRIBE HISTORY messages")][:3] == ["RESTORE", "MERGE", "DELETE"]

@@ -126,6 +126,25 @@ class S3Settings:
         """The endpoint as an error message names it."""
         return self.endpoint_url or f"AWS S3 ({self.region})"
 
+    def s3a_settings(self) -> dict[str, str]:
+        """Hadoop settings that point ``s3://`` URIs at ``S3AFileSystem`` and this endpoint (Spark's side of the
+        lake).  No secret among them: the AWS SDK's default chain finds the credentials in each JVM."""
+        conf = {
+            "fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+            "fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A",
+            "fs.s3a.aws.credentials.provider": "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider",
+            "fs.s3a.endpoint.region": self.region,
+            # an endpoint that is down fails a query in seconds, as the delta-rs side does
+            "fs.s3a.attempts.maximum": str(MAX_RETRIES),
+            "fs.s3a.retry.limit": str(MAX_RETRIES),
+            "fs.s3a.connection.establish.timeout": f"{int(CONNECT_TIMEOUT_S)}s",
+        }
+        if self.endpoint_url:  # an S3-compatible server: addressed by path, as such servers expect
+            conf |= {"fs.s3a.endpoint": self.endpoint_url, "fs.s3a.path.style.access": "true"}
+            if self.endpoint_url.startswith("http://"):
+                conf["fs.s3a.connection.ssl.enabled"] = "false"
+        return conf
+
     def storage_options(self) -> dict[str, str]:
         """delta-rs ``storage_options``."""
         opts = {

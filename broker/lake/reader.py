@@ -67,6 +67,24 @@ _STAT_COLUMNS = ("queue_id", "queue_offset", "commitlog_offset", "store_timestam
 _HOST_COLUMNS = ["born_host", "store_host"]
 
 
+# Delta features whose rows the table's data files alone do not give (deletion vectors mark rows deleted outside
+# the files; column mapping names the files' columns other than the table's): a reader of the files refuses them
+FILE_UNREADABLE_FEATURES = ("deletionVectors", "columnMapping")
+
+
+def file_unreadable_reason(dt: Any) -> str | None:
+    """Why the rows of delta-rs table ``dt`` cannot be read from its data files as they are (None: they can)."""
+    proto = dt.protocol()
+    found = set(proto.reader_features or ()) & set(FILE_UNREADABLE_FEATURES)
+    if dt.metadata().configuration.get("delta.columnMapping.mode", "none") != "none":
+        found.add("columnMapping")
+    if found:
+        return f"it uses the Delta reader feature(s) {', '.join(sorted(found))}"
+    if proto.min_reader_version > 3:
+        return f"it needs Delta reader version {proto.min_reader_version}"
+    return None
+
+
 class LakeReadError(MQLakeError, RuntimeError):
     """A tiered file or row that cannot be served as the record it was tiered from."""
 
@@ -274,6 +292,16 @@ class LakeReader:
                 f"{self.messages_uri} has no {BROKER_NAME} partition (tiered before several brokers): broker "
                 f"{self.broker_name} serves local data only until `mqlake tier-migrate --lake {self.lake} "
                 f"--broker-name NAME` gives it one"
+            )
+            return None
+        unreadable = file_unreadable_reason(dt)
+        if unreadable:  # its files would give deleted rows or wrong columns: refuse rather than serve them
+            self._warn_once(
+                f"{self.messages_uri}: not served from the tier: {unreadable} (written by another Delta engine), "
+                f"which the broker's reader cannot apply; serving local data only.  To serve it again: "
+                f"ALTER TABLE SET TBLPROPERTIES ('delta.enableDeletionVectors'='false'), REORG TABLE ... APPLY "
+                f"(PURGE), ALTER TABLE DROP FEATURE deletionVectors (column mapping cannot be dropped: rewrite "
+                f"the table)"
             )
             return None
         adds = pa.table(dt.get_add_actions(flatten=True))

@@ -505,7 +505,7 @@ class TierJob:
         names = {entries[b].file_name for b in bases}
         lo = min(bases)
         hi = max(facts[b].base_offset + facts[b].file_size for b in bases)
-        if self.remote:  # Spark reads the snapshot over the lake's S3 settings (pipelines/remote_snapshot.py)
+        if self.remote:  # Spark reads the snapshot through Delta and S3A
             from pyspark.sql import functions as F
 
             rows = lk.read_table(self.spark, self.messages_uri).where(
