@@ -33,11 +33,13 @@ $(RMQ5_VENV)/.installed: constraints.txt
 $(PROXY_STUBS): tools/gen_grpc_stubs.py $(RMQ5_VENV)/.installed
 	$(RMQ5_VENV)/bin/python tools/gen_grpc_stubs.py
 
-# Apache RocketMQ's own jars (pinned in tools/peers/*/pom.xml, with their dependencies) in .peers/<name>/lib:
-# the reference implementation the tests and bench_peer run beside mqlake.  Fetched once through the machine's
-# own Maven client and its default settings (Maven Central, the local repository in ~/.m2); mqlake itself needs
-# none of them, so `make up` does not fetch them.
-PEERS := rocketmq-4 rocketmq-4-broker rocketmq-5 client-java-5 delta-spark
+# Jars pinned in tools/peers/<name>/pom.xml, fetched with their dependencies into .peers/<name>/lib once, through
+# the machine's own Maven client and its default settings (Maven Central, the local repository in ~/.m2):
+# - delta-spark: Delta Lake and S3A for every Spark session the pipelines start (`mqlake tier`, `sql`, ...);
+# - the others: Apache RocketMQ itself, the reference implementation the tests and bench_peer run beside mqlake.
+#   The broker needs none of them, so `make up` fetches only the Spark jars.
+SPARK_JARS := delta-spark
+PEERS := rocketmq-4 rocketmq-4-broker rocketmq-5 client-java-5 $(SPARK_JARS)
 PEER_STAMPS := $(PEERS:%=.peers/%/.fetched)
 MVN_DEPENDENCY := org.apache.maven.plugins:maven-dependency-plugin:3.6.1
 
@@ -45,12 +47,12 @@ peers: $(PEER_STAMPS)
 
 .peers/%/.fetched: tools/peers/%/pom.xml
 	@command -v java > /dev/null && command -v javac > /dev/null && command -v mvn > /dev/null || \
-		{ echo "make peers: needs a JDK 17 (java, javac) and Maven (mvn) on PATH to fetch Apache RocketMQ's jars"; exit 1; }
+		{ echo "make peers: needs a JDK 17 (java, javac) and Maven (mvn) on PATH to fetch the jars of tools/peers/$*"; exit 1; }
 	rm -rf .peers/$*/lib
 	mvn -B -q -f tools/peers/$*/pom.xml $(MVN_DEPENDENCY):copy-dependencies -DoutputDirectory=$(CURDIR)/.peers/$*/lib
 	touch $@
 
-up: python
+up: python $(SPARK_JARS:%=.peers/%/.fetched)
 	$(VENV)/bin/mqlake up --proxy
 
 # The static checks first (a few seconds), then the whole suite.
