@@ -22,6 +22,8 @@ first partition column of ``messages``, a column of ``segments``; :mod:`pipeline
 where the name comes from).  Two brokers' segments have the same 20-digit names and overlapping CommitLog
 offsets, so everything a run reads back from the lake is keyed by (broker, segment): the verify reads only its
 broker's partition, a resumed commit is found by its broker and segment, and the segments table's rows by store.
+Rows another store already committed under the same broker name are refused before the commit, and, for a
+store that committed between that check and this run's commit, right after it (the commit then leaves again).
 
 Idempotency.  The app id is ``mqlake-tier:<store id>`` (``storeId`` of the store's mqlake.json) and the
 version is the largest base offset in the commit.  Segments are claimed oldest first and committed in
@@ -468,7 +470,7 @@ class TierJob:
                 for key, r in digests[entries[b].file_name].queues.items():
                     lo, hi = queues.get(key, (r.first_offset, r.last_offset))
                     queues[key] = (min(lo, r.first_offset), max(hi, r.last_offset))
-            broker_names.refuse_rows_of_another_store(
+            checked = broker_names.refuse_rows_of_another_store(
                 self.lake, self.store_dir, self.identity, self.broker_name, queues
             )
         _crash_point("before_commit")
@@ -492,8 +494,34 @@ class TierJob:
                     "mqlake.tier.segments": ",".join(entries[b].file_name for b in passing),
                 },
             )
+        if version is not None and version - 1 > checked:
+            with phase("other_stores"):
+                self._refuse_a_racing_store(version, queues, adds, passing, entries, outcomes)
         report.messages_version = version
         return version
+
+    def _refuse_a_racing_store(self, version, queues, adds, passing, entries, outcomes) -> None:
+        """Another store under this broker name may have committed the same rows between this run's check and
+        its commit (both checks saw neither).  The log orders the two commits: the check is asked again at the
+        version just before this run's, and if it finds that store's rows, this run's files leave the table
+        again (by file: the rows match the other store's in every column a delete could name), its segments are
+        quarantined and the run is refused.  The earlier commit stays, so one of two racing stores always wins."""
+        from pipelines import lake as lk
+
+        try:
+            broker_names.refuse_rows_of_another_store(
+                self.lake, self.store_dir, self.identity, self.broker_name, queues, version=version - 1,
+                withdrawn=version,
+            )  # fmt: skip
+        except broker_names.BrokerNameError as e:
+            lk.remove_files(
+                self.messages_uri, adds, schema=tables.MESSAGES_SCHEMA, partition_by=tables.MESSAGES_PARTITION_BY,
+                metadata={"mqlake.tier.run": self.run_id, "mqlake.tier.broker": self.broker_name,
+                          "mqlake.tier.store": self.store_id, "mqlake.tier.withdrawn": version},
+            )  # fmt: skip
+            for b in passing:
+                outcomes[b] = self._quarantine(entries[b], str(e))
+            raise
 
     def _verify(self, bases, facts, entries, expected, committed_version, outcomes) -> list[int]:
         """Match the committed snapshot's rows of each segment against what was validated; returns the
