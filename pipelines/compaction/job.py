@@ -37,7 +37,7 @@ Crash safety.  Nothing is deleted until a segment is ``tiered``, and ``tiered`` 
 committed rows were read back and matched.  Files staged by a run that died before its commit are in its
 own ``tier-<run>`` directory, never in the log; the next run deletes them (its lease tells a dead run from a
 live one, leftovers.py); a claim held by a dead process is taken over by the next run.
-``MQLAKE_TIER_CRASH_AT=before_commit|after_commit|after_verify``
+``MQLAKE_TIER_CRASH_AT=before_commit|after_upload|after_commit|after_verify`` (after_upload: a lake on S3 only)
 SIGKILLs the job at that step (for the tests).
 """
 
@@ -48,7 +48,6 @@ import importlib
 import logging
 import mmap
 import os
-import shutil
 import signal
 import threading
 import time
@@ -79,7 +78,7 @@ from store.retention import SegmentEntry, SegmentManifest, SegmentState, claimer
 log = logging.getLogger(__name__)
 
 CRASH_ENV = "MQLAKE_TIER_CRASH_AT"
-CRASH_POINTS = ("before_commit", "after_commit", "after_verify")
+CRASH_POINTS = ("before_commit", "after_upload", "after_commit", "after_verify")
 
 
 def _crash_point(step: str) -> None:
@@ -335,18 +334,15 @@ class TierJob:
             # Great Expectations takes seconds to import; do it while Spark stages (the driver thread mostly
             # waits on the JVM then).  Python's import lock makes the later import wait for this one.
             threading.Thread(target=importlib.import_module, args=("great_expectations",), daemon=True).start()
-            # a local lake's staging directory carries the run's lease (leftovers.py); one on S3 is this run's own
-            lease = None if self.remote else leftovers.RunLease(self.staging_root, self.run_id)
+            # the run's staging directory carries its lease (leftovers.py): in the lake, or in the local mirror of
+            # a lake on S3, where the lease names the table the run uploads to
+            lease = leftovers.RunLease(self.staging_root, self.run_id, self.messages_uri if self.remote else None)
             try:
                 try:
-                    if lease is not None:
-                        lease.acquire()
+                    lease.acquire()
                     self._tier_claimed(claimed, entries, outcomes, report, phase)
                 finally:
-                    if lease is not None:
-                        lease.release()
-                    if self.remote:  # uploaded, or to be staged again by the next run
-                        shutil.rmtree(self.staging_root.parent, ignore_errors=True)
+                    lease.release()
             except Exception:
                 # Give back what is not finished; a committed one is only verified when claimed again,
                 # because its base offset is at or below the recorded txn version.
@@ -355,8 +351,10 @@ class TierJob:
                         self.manifest.release(e.base_offset, self.owner)
                 raise
         report.segments = [outcomes[b] for b in sorted(outcomes)]
-        if not self.remote:
-            with phase("leftovers"):  # this run's files left out of its commit, and those of dead runs
+        with phase("leftovers"):  # this run's files left out of its commit, and those of dead runs
+            if self.remote:  # and the local staging of this run and of dead ones
+                report.leftovers_removed = len(leftovers.remove_dead_runs_uploads(self.messages_uri))
+            else:
                 report.leftovers_removed = len(leftovers.remove_dead_runs_files(self.staging_root))
         with phase("delete"):
             try:
@@ -480,6 +478,7 @@ class TierJob:
             adds = lk.add_actions(self.staging_root, files, tables.MESSAGES_PARTITION_BY)
             if self.remote:  # the same relative paths under the table on S3; nothing is visible until the commit
                 objectstore.upload(files, self.staging_root, self.messages_uri)
+                _crash_point("after_upload")
             version = lk.commit_files(
                 self.messages_uri,
                 adds,
