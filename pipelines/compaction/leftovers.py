@@ -17,6 +17,10 @@ of the lease) and never looked into again.
 :func:`remove_dead_runs_files` deletes, in the directories of runs whose lease nobody holds, the files Delta's
 own vacuum calls untracked: listed by a full vacuum but not by the plain one, so named by no add or remove
 action of the log (a file removed from the table, which time travel may still read, stays for vacuum).
+
+A lake on S3 has no lock that dies with its holder.  Its runs stage in a local mirror and upload under the
+table's ``tier-<run id>/`` just before their commit, so the lease of the local staging directory (naming the
+table) still tells a dead run from a live one, for the runs of this host: :func:`remove_dead_runs_uploads`.
 """
 
 from __future__ import annotations
