@@ -353,7 +353,10 @@ class TierJob:
         report.segments = [outcomes[b] for b in sorted(outcomes)]
         with phase("leftovers"):  # this run's files left out of its commit, and those of dead runs
             if self.remote:  # and the local staging of this run and of dead ones
-                report.leftovers_removed = len(leftovers.remove_dead_runs_uploads(self.messages_uri))
+                try:
+                    report.leftovers_removed = len(leftovers.remove_dead_runs_uploads(self.messages_uri))
+                except objectstore.ObjectStoreError as e:  # the tier is complete; the next run cleans up
+                    log.warning("cleaning up dead runs' uploads failed: %s", e)
             else:
                 report.leftovers_removed = len(leftovers.remove_dead_runs_files(self.staging_root))
         with phase("delete"):
