@@ -165,7 +165,7 @@ def remove_dead_runs_uploads(table_uri: str) -> list[str]:
     for d in dead:
         selector = pafs.FileSelector(f"{base}/{d.name}", allow_not_found=True, recursive=True)
         with objectstore.reaching(table_uri, f"cleaning up the staged files of dead run {d.name}"):
-            kept = False
+            kept, deleted = False, False
             for info in fsys.get_file_info(selector):
                 rel = info.path.removeprefix(base + "/")
                 if info.type != pafs.FileType.File:
@@ -173,10 +173,12 @@ def remove_dead_runs_uploads(table_uri: str) -> list[str]:
                 if untracked is None or rel in untracked:
                     fsys.delete_file(info.path)
                     removed.append(rel)
+                    deleted = True
                 else:
                     kept = True
-            if not kept:  # deleting a prefix's last object leaves empty "directory" markers behind: them too
-                fsys.delete_dir(selector.base_dir)
+            if deleted and not kept:  # deleting a prefix's last object leaves empty "directory" markers: them too
+                with contextlib.suppress(FileNotFoundError):
+                    fsys.delete_dir(selector.base_dir)
         shutil.rmtree(d.parent.parent, ignore_errors=True)  # the run's whole local staging: <store>-<run>
     if removed:
         log.info("removed %d uploaded file(s) of dead tier runs never committed to %s: %s", len(removed),
