@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from pathlib import Path
@@ -269,6 +270,25 @@ def delete_rows(table_uri: str | Path, predicate: str, *, metadata: dict[str, An
     props = CommitProperties(custom_metadata={k: str(v) for k, v in (metadata or {}).items()} or None)
     with objectstore.reaching(uri, "deleting rows of the Delta table"):
         return dict(open_table(uri).delete(predicate, commit_properties=props))
+
+
+def remove_files(
+    table_uri: str | Path, adds: list[AddAction], *, schema: pa.Schema, partition_by: list[str],
+    metadata: dict[str, Any] | None = None,
+) -> None:
+    """Take the files of ``adds`` (as an earlier commit added them) out of the table in one commit carrying
+    ``metadata``, whatever rows they share with other files: a remove action each, so the versions that hold
+    them still read them (time travel) and vacuum deletes them once the retention has passed."""
+    from deltalake.transaction import CommitProperties, RemoveAction
+
+    uri = _uri(table_uri)
+    now = int(time.time() * 1000)
+    removes = [RemoveAction(a.path, True, now, a.size, a.partition_values) for a in adds]
+    props = CommitProperties(custom_metadata={k: str(v) for k, v in (metadata or {}).items()} or None)
+    with objectstore.reaching(uri, f"removing {len(removes)} file(s) from the Delta table"):
+        open_table(uri).create_write_transaction(
+            removes, mode="append", schema=schema, partition_by=partition_by or None, commit_properties=props
+        )
 
 
 def sql_text(value: str) -> str:

@@ -116,36 +116,49 @@ def resolve(lake: Path | str, store_dir: Path | str, store: StoreIdentity, given
 
 def refuse_rows_of_another_store(
     lake: Path | str, store_dir: Path | str, store: StoreIdentity, broker_name: str,
-    queues: Mapping[tuple[str, int], tuple[int, int]],
-) -> None:
+    queues: Mapping[tuple[str, int], tuple[int, int]], *, version: int | None = None,
+    withdrawn: int | None = None,
+) -> int:
     """Raise :class:`BrokerNameError` before a commit whose rows would sit beside rows already in the lake: any
     (``broker_name``, topic, queue id, queue offset) of ``queues`` ((topic, queue id) -> first and last queue
     offset the commit adds) that ``messages`` holds.  The store's own earlier commits never hold these (a
     segment is committed once, by its transaction id), so such a row came from another store under the same
-    broker name: two stores, one name, and both would be served as one broker's history."""
+    broker name: two stores, one name, and both would be served as one broker's history.
+
+    Returns the table version looked at (-1: no table yet).  ``version``: look at that version rather than the
+    latest.  The check only sees commits before it, so a run asks again after its commit, at the version just
+    before its own: another store's commit that landed in between is there.  ``withdrawn``: the version of this
+    run's commit, already taken out again when this is raised (only the message says so)."""
     import pyarrow.dataset as ds
 
     from broker.lake import objectstore
     from pipelines import lake as lk
 
     uri = tables.table_uri(lake, tables.MESSAGES)
-    if not queues or not lk.is_table(uri):
-        return
+    if not lk.is_table(uri):
+        return -1
+    table = lk.open_table(uri, version=version)
+    looked_at = table.version()
+    if not queues:
+        return looked_at
     wanted = None
     for (topic, queue_id), (first, last) in sorted(queues.items()):
         one = ((ds.field("topic") == topic) & (ds.field("queue_id") == queue_id)
                & (ds.field("queue_offset") >= first) & (ds.field("queue_offset") <= last))  # fmt: skip
         wanted = one if wanted is None else wanted | one
     with objectstore.reaching(uri, "reading the Delta table"):
-        found = lk.open_table(uri).to_pyarrow_dataset().to_table(
+        found = table.to_pyarrow_dataset().to_table(
             columns=["topic", "queue_id", "queue_offset"], filter=(ds.field(tables.BROKER_NAME) == broker_name) & wanted
         )
     if found.num_rows:
         first_row = found.slice(0, 1).to_pylist()[0]
+        outcome = "nothing was committed" if withdrawn is None else (
+            f"its commit (version {withdrawn}) raced another store's and was taken out again")  # fmt: skip
         raise BrokerNameError(
             f"{found.num_rows} row(s) this run would commit are already in {uri} under broker_name={broker_name} "
             f"from another store (e.g. topic {first_row['topic']} queue {first_row['queue_id']} offset "
             f"{first_row['queue_offset']}); this store ({identity_path(store_dir)}, storeId {store.store_id}) is "
-            f"a second store under one broker name: nothing was committed; give it a brokerName of its own (its "
-            f"broker.conf and {IDENTITY_FILE})"
+            f"a second store under one broker name: {outcome}; give it a brokerName of its own (its broker.conf "
+            f"and {IDENTITY_FILE})"
         )
+    return looked_at

@@ -22,6 +22,8 @@ first partition column of ``messages``, a column of ``segments``; :mod:`pipeline
 where the name comes from).  Two brokers' segments have the same 20-digit names and overlapping CommitLog
 offsets, so everything a run reads back from the lake is keyed by (broker, segment): the verify reads only its
 broker's partition, a resumed commit is found by its broker and segment, and the segments table's rows by store.
+Rows another store already committed under the same broker name are refused before the commit, and, for a
+store that committed between that check and this run's commit, right after it (the commit then leaves again).
 
 Idempotency.  The app id is ``mqlake-tier:<store id>`` (``storeId`` of the store's mqlake.json) and the
 version is the largest base offset in the commit.  Segments are claimed oldest first and committed in
@@ -35,7 +37,7 @@ Crash safety.  Nothing is deleted until a segment is ``tiered``, and ``tiered`` 
 committed rows were read back and matched.  Files staged by a run that died before its commit are in its
 own ``tier-<run>`` directory, never in the log; the next run deletes them (its lease tells a dead run from a
 live one, leftovers.py); a claim held by a dead process is taken over by the next run.
-``MQLAKE_TIER_CRASH_AT=before_commit|after_commit|after_verify``
+``MQLAKE_TIER_CRASH_AT=before_commit|after_upload|after_commit|after_verify`` (after_upload: a lake on S3 only)
 SIGKILLs the job at that step (for the tests).
 """
 
@@ -46,7 +48,6 @@ import importlib
 import logging
 import mmap
 import os
-import shutil
 import signal
 import threading
 import time
@@ -77,7 +78,7 @@ from store.retention import SegmentEntry, SegmentManifest, SegmentState, claimer
 log = logging.getLogger(__name__)
 
 CRASH_ENV = "MQLAKE_TIER_CRASH_AT"
-CRASH_POINTS = ("before_commit", "after_commit", "after_verify")
+CRASH_POINTS = ("before_commit", "after_upload", "after_commit", "after_verify")
 
 
 def _crash_point(step: str) -> None:
@@ -333,18 +334,15 @@ class TierJob:
             # Great Expectations takes seconds to import; do it while Spark stages (the driver thread mostly
             # waits on the JVM then).  Python's import lock makes the later import wait for this one.
             threading.Thread(target=importlib.import_module, args=("great_expectations",), daemon=True).start()
-            # a local lake's staging directory carries the run's lease (leftovers.py); one on S3 is this run's own
-            lease = None if self.remote else leftovers.RunLease(self.staging_root, self.run_id)
+            # the run's staging directory carries its lease (leftovers.py): in the lake, or in the local mirror of
+            # a lake on S3, where the lease names the table the run uploads to
+            lease = leftovers.RunLease(self.staging_root, self.run_id, self.messages_uri if self.remote else None)
             try:
                 try:
-                    if lease is not None:
-                        lease.acquire()
+                    lease.acquire()
                     self._tier_claimed(claimed, entries, outcomes, report, phase)
                 finally:
-                    if lease is not None:
-                        lease.release()
-                    if self.remote:  # uploaded, or to be staged again by the next run
-                        shutil.rmtree(self.staging_root.parent, ignore_errors=True)
+                    lease.release()
             except Exception:
                 # Give back what is not finished; a committed one is only verified when claimed again,
                 # because its base offset is at or below the recorded txn version.
@@ -353,8 +351,13 @@ class TierJob:
                         self.manifest.release(e.base_offset, self.owner)
                 raise
         report.segments = [outcomes[b] for b in sorted(outcomes)]
-        if not self.remote:
-            with phase("leftovers"):  # this run's files left out of its commit, and those of dead runs
+        with phase("leftovers"):  # this run's files left out of its commit, and those of dead runs
+            if self.remote:  # and the local staging of this run and of dead ones
+                try:
+                    report.leftovers_removed = len(leftovers.remove_dead_runs_uploads(self.messages_uri))
+                except objectstore.ObjectStoreError as e:  # the tier is complete; the next run cleans up
+                    log.warning("cleaning up dead runs' uploads failed: %s", e)
+            else:
                 report.leftovers_removed = len(leftovers.remove_dead_runs_files(self.staging_root))
         with phase("delete"):
             try:
@@ -468,7 +471,7 @@ class TierJob:
                 for key, r in digests[entries[b].file_name].queues.items():
                     lo, hi = queues.get(key, (r.first_offset, r.last_offset))
                     queues[key] = (min(lo, r.first_offset), max(hi, r.last_offset))
-            broker_names.refuse_rows_of_another_store(
+            checked = broker_names.refuse_rows_of_another_store(
                 self.lake, self.store_dir, self.identity, self.broker_name, queues
             )
         _crash_point("before_commit")
@@ -478,6 +481,7 @@ class TierJob:
             adds = lk.add_actions(self.staging_root, files, tables.MESSAGES_PARTITION_BY)
             if self.remote:  # the same relative paths under the table on S3; nothing is visible until the commit
                 objectstore.upload(files, self.staging_root, self.messages_uri)
+                _crash_point("after_upload")
             version = lk.commit_files(
                 self.messages_uri,
                 adds,
@@ -492,8 +496,34 @@ class TierJob:
                     "mqlake.tier.segments": ",".join(entries[b].file_name for b in passing),
                 },
             )
+        if version is not None and version - 1 > checked:
+            with phase("other_stores"):
+                self._refuse_a_racing_store(version, queues, adds, passing, entries, outcomes)
         report.messages_version = version
         return version
+
+    def _refuse_a_racing_store(self, version, queues, adds, passing, entries, outcomes) -> None:
+        """Another store under this broker name may have committed the same rows between this run's check and
+        its commit (both checks saw neither).  The log orders the two commits: the check is asked again at the
+        version just before this run's, and if it finds that store's rows, this run's files leave the table
+        again (by file: the rows match the other store's in every column a delete could name), its segments are
+        quarantined and the run is refused.  The earlier commit stays, so one of two racing stores always wins."""
+        from pipelines import lake as lk
+
+        try:
+            broker_names.refuse_rows_of_another_store(
+                self.lake, self.store_dir, self.identity, self.broker_name, queues, version=version - 1,
+                withdrawn=version,
+            )  # fmt: skip
+        except broker_names.BrokerNameError as e:
+            lk.remove_files(
+                self.messages_uri, adds, schema=tables.MESSAGES_SCHEMA, partition_by=tables.MESSAGES_PARTITION_BY,
+                metadata={"mqlake.tier.run": self.run_id, "mqlake.tier.broker": self.broker_name,
+                          "mqlake.tier.store": self.store_id, "mqlake.tier.withdrawn": version},
+            )  # fmt: skip
+            for b in passing:
+                outcomes[b] = self._quarantine(entries[b], str(e))
+            raise
 
     def _verify(self, bases, facts, entries, expected, committed_version, outcomes) -> list[int]:
         """Match the committed snapshot's rows of each segment against what was validated; returns the

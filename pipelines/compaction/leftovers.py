@@ -17,6 +17,10 @@ of the lease) and never looked into again.
 :func:`remove_dead_runs_files` deletes, in the directories of runs whose lease nobody holds, the files Delta's
 own vacuum calls untracked: listed by a full vacuum but not by the plain one, so named by no add or remove
 action of the log (a file removed from the table, which time travel may still read, stays for vacuum).
+
+A lake on S3 has no lock that dies with its holder.  Its runs stage in a local mirror and upload under the
+table's ``tier-<run id>/`` just before their commit, so the lease of the local staging directory (naming the
+table) still tells a dead run from a live one, for the runs of this host: :func:`remove_dead_runs_uploads`.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import shutil
 import socket
 import uuid
 from pathlib import Path
+
+from broker.lake import objectstore
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +53,10 @@ def run_dir(root: Path, run_id: str) -> Path:
 class RunLease:
     """The run's staging directory, made with its lease held until :meth:`release` (or the process's end)."""
 
-    def __init__(self, root: Path, run_id: str) -> None:
+    def __init__(self, root: Path, run_id: str, table: str | None = None) -> None:
+        """``table``: the table on S3 the run uploads its staged files to (None: a local lake's, staged in place)."""
         self.directory = run_dir(root, run_id)
+        self.table = table
         self._fd: int | None = None
 
     def acquire(self) -> Path:
@@ -58,7 +66,8 @@ class RunLease:
         making.mkdir()
         fd = os.open(making / LEASE, os.O_CREAT | os.O_RDWR, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, json.dumps({"host": socket.gethostname(), "pid": os.getpid()}).encode() + b"\n")
+        owner = {"host": socket.gethostname(), "pid": os.getpid(), "table": self.table}
+        os.write(fd, json.dumps(owner).encode() + b"\n")
         os.rename(making, self.directory)
         self._fd = fd
         return self.directory
@@ -84,16 +93,18 @@ def _held(directory: Path) -> bool:
     return False
 
 
-def _untracked(table_root: Path) -> set[str] | None:
+def _untracked(table_root: Path | str) -> set[str] | None:
     """Files under the table that no version of its log names, relative to it (None: no table yet, nothing is)."""
     from pipelines import lake as lk
 
     if not lk.is_table(table_root):
         return None
     dt = lk.open_table(table_root)
-    every = dt.vacuum(retention_hours=0, dry_run=True, full=True, enforce_retention_duration=False)
-    removed = dt.vacuum(retention_hours=0, dry_run=True, full=False, enforce_retention_duration=False)
-    return set(every) - set(removed)
+    with objectstore.reaching(str(table_root), "listing the Delta table's files"):
+        every = dt.vacuum(retention_hours=0, dry_run=True, full=True, enforce_retention_duration=False)
+        removed = dt.vacuum(retention_hours=0, dry_run=True, full=False, enforce_retention_duration=False)
+    prefix = str(table_root).rstrip("/") + "/"
+    return {f.removeprefix(prefix) for f in set(every) - set(removed)}
 
 
 def remove_dead_runs_files(table_root: Path | str) -> list[str]:
@@ -129,3 +140,56 @@ def remove_dead_runs_files(table_root: Path | str) -> list[str]:
         log.info("removed %d staged file(s) of dead tier runs never committed to %s: %s", len(removed), root,
                  sorted({r.split("/", 1)[0] for r in removed}))  # fmt: skip
     return removed
+
+
+def remove_dead_runs_uploads(table_uri: str) -> list[str]:
+    """Delete, under ``table_uri`` (a ``messages`` table on S3), the uploaded never-committed files of dead runs
+    of this host, and then those runs' local staging directories; returns the files deleted, relative to the
+    table.
+
+    A run on S3 stages under the local staging root (``<store>-<run>/messages/tier-<run>``, the lease there
+    naming the table) and uploads to ``tier-<run>/`` under the table just before its commit, so the flock of
+    its local lease still tells whether it lives.  A run of another host has no lease here and its files are
+    left alone: only vacuum deletes them, once older than the table's retention."""
+    from pyarrow import fs as pafs
+
+    dead = []
+    for d in objectstore.local_staging_root().glob(f"*/*/{RUN_DIR_PREFIX}*"):
+        if d.is_dir() and not _held(d) and _lease_table(d) == table_uri:
+            dead.append(d)
+    if not dead:
+        return []
+    untracked = _untracked(table_uri)
+    fsys, base = objectstore.filesystem(table_uri)
+    removed = []
+    for d in dead:
+        selector = pafs.FileSelector(f"{base}/{d.name}", allow_not_found=True, recursive=True)
+        with objectstore.reaching(table_uri, f"cleaning up the staged files of dead run {d.name}"):
+            kept, deleted = False, False
+            for info in fsys.get_file_info(selector):
+                rel = info.path.removeprefix(base + "/")
+                if info.type != pafs.FileType.File:
+                    continue
+                if untracked is None or rel in untracked:
+                    fsys.delete_file(info.path)
+                    removed.append(rel)
+                    deleted = True
+                else:
+                    kept = True
+            if deleted and not kept:  # deleting a prefix's last object leaves empty "directory" markers: them too
+                with contextlib.suppress(FileNotFoundError):
+                    fsys.delete_dir(selector.base_dir)
+        shutil.rmtree(d.parent.parent, ignore_errors=True)  # the run's whole local staging: <store>-<run>
+    if removed:
+        log.info("removed %d uploaded file(s) of dead tier runs never committed to %s: %s", len(removed),
+                 table_uri, sorted({r.split("/", 1)[0] for r in removed}))  # fmt: skip
+    return removed
+
+
+def _lease_table(directory: Path) -> str | None:
+    """The table the lease in ``directory`` says its run uploads to (None: unreadable, or a local lake's run)."""
+    try:
+        table = json.loads((directory / LEASE).read_text().splitlines()[0]).get("table")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return table if isinstance(table, str) else None
