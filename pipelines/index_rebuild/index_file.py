@@ -318,6 +318,17 @@ def match_files(rebuilt: list[RebuiltIndexFile], live: list[LiveIndexFile]) -> l
     return [(rf, lf) for rf, lf in pairs] + [(None, lf) for lf in spare]
 
 
+def entries_apart(rf: RebuiltIndexFile | None, lf: LiveIndexFile | None) -> int:
+    """Entries (by number) that differ between a rebuilt file and its live counterpart, carried ones aside:
+    how far a rule is from what the store wrote. Damaged slots or links leave it 0 under the right rule, while
+    the wrong rule puts different keys at nearly every number."""
+    if rf is None or lf is None:
+        return (lf.count - 1) if lf is not None else (rf.count - rf.first_new if rf is not None else 0)
+    n = min(rf.count, lf.count)
+    differ = int((rf.entries[rf.first_new : n] != lf.entries[rf.first_new : n]).sum()) if n > rf.first_new else 0
+    return differ + abs(rf.count - lf.count)
+
+
 def _entry_dict(e) -> dict:
     return {"hash": int(e[0]), "commitlog_offset": int(e[1]), "time_diff": int(e[2]), "prev": int(e[3])}
 

@@ -129,7 +129,7 @@ def verify_index(
     rules = idxmod.RULES if cfg.message_index_enable and idxmod.has_tag_keys(scan.table) else (idxmod.RULE_4,)
     judged = [_judge_index(scan.table, store_dir, r, live_idx, slots, index_num, cl_min, bound,
                            enabled=cfg.message_index_enable) for r in rules]  # fmt: skip
-    rule, reindexed, rebuilt_idx, pairs, indexes = min(judged, key=lambda j: _distance(j[4]))
+    rule, reindexed, rebuilt_idx, pairs, indexes = min(judged, key=_distance)
     t_idx = time.perf_counter()
 
     repair = None
@@ -205,11 +205,11 @@ def _judge_index(table, store_dir: Path, rule: str, live_idx: list[LiveIndexFile
     return rule, reindexed, rebuilt_idx, pairs, indexes
 
 
-def _distance(indexes: list[idxmod.IndexResult]) -> tuple[int, int]:
-    """How far the live files are from a rule's rebuild: files not ok, then entries and header fields off
+def _distance(judged: tuple) -> tuple[int, int]:
+    """How far the live files are from a rule's rebuild: entries that differ by number, then files not ok
     (``min`` keeps the first rule listed on a tie, 4.x's)."""
-    off = sum(r.missing + r.mismatched + r.unreachable + r.extra + len(r.header) for r in indexes)
-    return sum(not r.ok for r in indexes), off
+    _rule, _reindexed, _rebuilt, pairs, indexes = judged
+    return sum(idxmod.entries_apart(rf, lf) for rf, lf in pairs), sum(not r.ok for r in indexes)
 
 
 def _write_repair(out: Path, store_dir: Path, rebuilt_q, rebuilt_idx, pairs, names, cfg, scan, cl_min: int) -> dict:
