@@ -18,6 +18,7 @@ import uuid
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker.lake import reports
 from pipelines import job_progress
@@ -29,6 +30,9 @@ from store.config import MessageStoreConfig
 from store.dump import Problem
 from store.errors import MQLakeError
 from store.format import delay, units
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 REPAIR_MANIFEST = "repair.json"
@@ -181,7 +185,7 @@ def verify_index(
     return report
 
 
-def _judge_index(table, store_dir: Path, rule: str, live_idx: list[LiveIndexFile], slots: int, index_num: int,
+def _judge_index(table: pa.Table, store_dir: Path, rule: str, live_idx: list[LiveIndexFile], slots: int, index_num: int,
                  cl_min: int, bound: int | None, *, enabled: bool) -> tuple:  # fmt: skip
     """(rule, reindexed records, rebuilt files, pairs, results) of rebuilding the IndexFiles by ``rule``."""
     import numpy as np

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from store.format import delay, hashing, properties, records
+from store.format.buffers import ReadBuffer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,7 +55,7 @@ BATCH_RECORDS = 65536
 _tags_of = properties.property_finder(properties.PROPERTY_TAGS)
 
 
-def _index_keys(req: records.DispatchRequest, buf, pos: int) -> tuple[list[str], bool]:
+def _index_keys(req: records.DispatchRequest, buf: ReadBuffer, pos: int) -> tuple[list[str], bool]:
     """The index keys of the record at ``pos`` by RocketMQ 5.x's rule (``records.index_keys`` given its TAGS),
     and whether the last of them is the tag key: without that one they are 4.x's, so one list serves both."""
     tags = _tags_of(records.record_properties(buf, pos))
@@ -68,7 +69,7 @@ class _Columns:
     def __init__(self) -> None:
         self.cols: list[list] = [[] for _ in range(10)]
 
-    def add(self, req: records.DispatchRequest, buf, pos: int) -> None:
+    def add(self, req: records.DispatchRequest, buf: ReadBuffer, pos: int) -> None:
         c = self.cols
         c[0].append(req.topic)
         c[1].append(req.queue_id)
