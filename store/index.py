@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from store.format import hashing, properties, records, units
+from store.format import hashing, records, units
 from store.mapped_file import StoreFileError, allocate
 
 log = logging.getLogger(__name__)
@@ -221,12 +221,7 @@ class IndexService:
 
     def build_index(self, req: records.DispatchRequest) -> None:
         """``IndexService.buildIndex``: UNIQ_KEY and each KEYS entry, rollbacks and repeats skipped."""
-        if req.sys_flag & records.TRANSACTION_ROLLBACK_TYPE == records.TRANSACTION_ROLLBACK_TYPE:
-            return
-        keys = []
-        if req.uniq_key:
-            keys.append(req.uniq_key)
-        keys.extend(properties.split_keys(req.keys))
+        keys = records.index_keys(req)  # RocketMQ 4.x's rule: no tag key, so both brokers read the files alike
         if not keys:
             return
         with self.lock:
@@ -234,7 +229,7 @@ class IndexService:
                 return  # already indexed
             f = self._writable_file()
             for k in keys:
-                full = f"{req.topic}#{k}"
+                full = hashing.index_key(req.topic, k)
                 if not f.put_key(full, req.commitlog_offset, req.store_timestamp, write_header=False):
                     f.write_header()
                     f = self._writable_file()

@@ -341,6 +341,8 @@ def test_check_record_dispatch_request_from_java_record(recs):
     assert req.sys_flag == 0
     assert req.prepared_transaction_offset == 0
     assert req.consumable is True
+    assert records.index_keys(req) == ["k1", "k2"]  # RocketMQ 4.x's rule
+    assert records.index_keys(req, "tagA") == ["k1", "k2", "T#tagA"]  # 5.x's adds the tag key last
     tx = records.check_record(bytes.fromhex(recs["committed_tx_utf8"]["hex"]), 0).request
     assert tx.prepared_transaction_offset == 1024
     assert records.transaction_type(tx.sys_flag) == records.TRANSACTION_COMMIT_TYPE
@@ -348,7 +350,10 @@ def test_check_record_dispatch_request_from_java_record(recs):
     for half in (records.TRANSACTION_PREPARED_TYPE, records.TRANSACTION_ROLLBACK_TYPE):
         flagged = bytearray(raw)
         struct.pack_into(">i", flagged, 36, half)  # SYSFLAG at 36 (its CRC covers the body only)
-        assert records.check_record(bytes(flagged), 0).request.consumable is False
+        flagged_req = records.check_record(bytes(flagged), 0).request
+        assert flagged_req.consumable is False
+        rolled_back = half == records.TRANSACTION_ROLLBACK_TYPE  # a rollback is not indexed, by either rule
+        assert records.index_keys(flagged_req, "tagA") == ([] if rolled_back else ["k1", "k2", "T#tagA"])
     assert tx.uniq_key == "0A0000010000000000000000000000"
     assert tx.tags_code == hashing.java_string_hash("\u6807\u7b7e")
 

@@ -104,6 +104,8 @@ def test_clean_store_verifies_through_the_cli_with_report_and_lake(spark, base_s
     rep = json.loads(report.read_text())
     expected = consumable_by_queue(store_dir)
     assert rep["summary"]["ok"] and not rep["broker_running"]
+    assert rep["summary"]["index_rule"] == "4.x"  # its messages have tags, which the store does not index
+    assert "RocketMQ 4.x index rule" in res.output
     assert {(q["topic"], q["queue_id"]) for q in rep["consume_queues"]} == set(expected)
     assert len(expected) >= 12 and (delay.SCHEDULE_TOPIC, 2) in expected
     for q in rep["consume_queues"]:
@@ -326,6 +328,7 @@ def test_broken_chain(spark, base_store, tmp_path):
     units.pack_index_entry_into(data, SMALL_HASH_SLOTS, e, h, phy, tdiff, 0)
     path.write_bytes(bytes(data))
     rep = verify(spark, store_dir)
+    assert rep["summary"]["index_rule"] == "4.x"  # still judged by the store's rule
     [r] = bad_index(rep)
     assert r["file"] == name and r["unreachable"] >= 1
     lost = {p["entry"] for p in r["problems"] if p["kind"] == "unreachable"}

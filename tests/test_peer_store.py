@@ -29,7 +29,7 @@ from broker.remoting.loop import run
 from cli.main import app
 from expectations import rules
 from pipelines.compaction import tables
-from store.format import properties, records
+from store.format import properties, records, units
 from tests.fixtures_broker import TEST_CONF, MqlakeServer, count_topic, read_queue, stop_servers
 from tests.helpers import wait_until
 from tests.peers import JAVA_SOURCES, JavaCluster, compile_java, java
@@ -213,18 +213,14 @@ def test_java_written_store_verifies_and_tiers(java_written, spark, tmp_path):
     verify = CliRunner().invoke(app, ["verify-index", "--store-dir", str(store), "--json"])
     report = json.loads(verify.stdout)
     [index] = report["index_files"]
-    assert (index["matched"], index["missing"], index["extra"], index["mismatched"]) == (3 * len(sent), 0, 0, 0)
-    if peer == "rocketmq-5":
-        # 5.x also indexes each message's tag (key "topic#T#tags", docs/compatibility.md); mqlake indexes the
-        # UNIQ_KEY and the keys, as 4.x does. Every entry mqlake rebuilds is in the file; the counts differ by one
-        # entry per message (each has a tag), and the slots those entries took
-        assert verify.exit_code == 1, verify.output
-        assert index["header"]["index_count"] == {"live": 4 * len(sent) + 1, "rebuilt": 3 * len(sent) + 1}
-        assert {p["field"] for p in index["problems"]} == {"index_count", "hash_slot_count"}, index["problems"]
-        assert report["summary"]["queues_ok"] == report["summary"]["queues"] == QUEUES
-    else:
-        assert verify.exit_code == 0, verify.output
-        assert report["summary"]["ok"] and index["identical"], report["summary"]
+    # 5.x's IndexService also indexes each message's tag (key "topic#T#tags", docs/compatibility.md): one more
+    # entry per message (each has a tag), and verify-index judges the store by that rule.
+    per_message, rule = (4, "5.x") if peer == "rocketmq-5" else (3, "4.x")
+    counts = (index["matched"], index["missing"], index["extra"], index["mismatched"])
+    assert counts == (per_message * len(sent), 0, 0, 0), index
+    assert verify.exit_code == 0, verify.output
+    assert report["summary"]["ok"] and index["identical"], report["summary"]
+    assert report["summary"]["index_rule"] == rule
     matched = {q["queue_id"]: q["matched"] for q in report["consume_queues"] if q["topic"] == TOPIC}
     assert matched == {q: sum(s["queueId"] == q for s in sent) for q in range(QUEUES)}
     assert all(q["files_identical"] for q in report["consume_queues"]), report["consume_queues"]
@@ -275,3 +271,34 @@ def test_size_rule_takes_properties_with_or_without_the_last_separator():
         }
     )  # fmt: skip
     assert rules.size_mismatch(batch).to_pylist() == [False, False, True, True, True]
+
+
+@pytest.mark.spark
+def test_damaged_java_written_index_file_is_reported_against_its_rule(java_written, spark, tmp_path):
+    """A slot of the Java broker's IndexFile that forgets its chain is reported against the rule that broker
+    follows: the entries of the newest entry's key (5.x: the last message's tag key; 4.x: its last key, "shared")
+    become unreachable, named by that key."""
+    from pipelines.index_rebuild.live import LiveIndexFile
+
+    peer, written, sent = java_written
+    store = tmp_path / "store"
+    shutil.copytree(written, store)
+    slots, index_num = int(STORE_CONF["maxHashSlotNum"]), int(STORE_CONF["maxIndexNum"])
+    [path] = sorted((store / "index").iterdir())
+    live = LiveIndexFile(path, slots, index_num)
+    last = live.entry(live.count - 1)
+    data = bytearray(path.read_bytes())
+    units.write_index_slot(data, last[0] % slots, 0)
+    path.write_bytes(bytes(data))
+    verify = CliRunner().invoke(app, ["verify-index", "--store-dir", str(store), "--json"])
+    assert verify.exit_code == 1, verify.output
+    report = json.loads(verify.stdout)
+    assert report["summary"]["index_rule"] == ("5.x" if peer == "rocketmq-5" else "4.x")
+    [index] = report["index_files"]
+    assert index["status"] == "mismatch" and index["unreachable"] >= 1 and index["missing"] == index["extra"] == 0
+    slot = last[0] % slots
+    assert all(p["kind"] == "unreachable" and p["slot"] == slot for p in index["problems"]), index["problems"]
+    # Problems list the slot's entries oldest first: the newest entry's key is indexed from the first messages on.
+    [seq] = [s["seq"] for s in sent if int(s["offsetMsgId"][-16:], 16) == last[1]]
+    key = f"{records.TAG_INDEX_TYPE}#{message(seq).tags}" if peer == "rocketmq-5" else "shared"
+    assert (TOPIC, key) in {(p["topic"], p["key"]) for p in index["problems"]}, index["problems"]

@@ -27,6 +27,10 @@ from pipelines.index_rebuild.live import LiveIndexFile
 from store.format import units
 
 MAX_PROBLEMS = 20
+# Which keys a broker indexes (``store.format.records.index_keys``): RocketMQ 4.x's rule (and the store's) puts
+# the UNIQ_KEY and each KEYS entry; 5.x's also puts the tag. A store's files follow one of them.
+RULE_4, RULE_5 = "4.x", "5.x"
+RULES = (RULE_4, RULE_5)
 _MAX_TDIFF = 0x7FFFFFFF
 
 
@@ -58,19 +62,32 @@ class IndexEntries:
         return topic, key
 
 
-def index_entries(table: pa.Table, store_dir: Path | None = None) -> IndexEntries:
+def has_tag_keys(table: pa.Table) -> bool:
+    """Do the two rules differ for these records (does any carry a tag key)?"""
+    return bool(table.num_rows) and bool(pc.any(table.column("tag_key")).as_py())
+
+
+def index_entries(table: pa.Table, store_dir: Path | None = None, rule: str = RULE_4) -> IndexEntries:
+    """The entries of the scanned records by ``rule``: RocketMQ 5.x's keeps each record's tag key (its last),
+    4.x's drops it."""
     hashes = table.column("index_hashes").combine_chunks()
     parent = pc.list_parent_indices(hashes).to_numpy()
     offsets = hashes.offsets.to_numpy()
-    return IndexEntries(
+    key_pos = np.arange(len(parent)) - offsets[parent] + offsets[0]
+    ent = IndexEntries(
         hashes=pc.list_flatten(hashes).to_numpy().astype(np.int64),
         phy=table.column("commitlog_offset").to_numpy()[parent],
         ts=table.column("store_timestamp").to_numpy()[parent],
         record=parent,
-        key_pos=np.arange(len(parent)) - offsets[parent] + offsets[0],
+        key_pos=key_pos,
         topics=table.column("topic").combine_chunks(),
         store_dir=store_dir,
     )
+    if rule == RULE_5:
+        return ent
+    lengths = np.diff(offsets)
+    tag = table.column("tag_key").combine_chunks().to_numpy(zero_copy_only=False)
+    return ent.take(np.flatnonzero(~(tag[parent] & (key_pos == lengths[parent] - 1))))
 
 
 def reindexed_records(ent: IndexEntries, live: list[LiveIndexFile], cl_min: int) -> dict[int, int]:
@@ -299,6 +316,17 @@ def match_files(rebuilt: list[RebuiltIndexFile], live: list[LiveIndexFile]) -> l
                 pair[1] = cand[0]
                 spare.remove(cand[0])
     return [(rf, lf) for rf, lf in pairs] + [(None, lf) for lf in spare]
+
+
+def entries_apart(rf: RebuiltIndexFile | None, lf: LiveIndexFile | None) -> int:
+    """Entries (by number) that differ between a rebuilt file and its live counterpart, carried ones aside:
+    how far a rule is from what the store wrote. Damaged slots or links leave it 0 under the right rule, while
+    the wrong rule puts different keys at nearly every number."""
+    if rf is None or lf is None:
+        return (lf.count - 1) if lf is not None else (rf.count - rf.first_new if rf is not None else 0)
+    n = min(rf.count, lf.count)
+    differ = int((rf.entries[rf.first_new : n] != lf.entries[rf.first_new : n]).sum()) if n > rf.first_new else 0
+    return differ + abs(rf.count - lf.count)
 
 
 def _entry_dict(e) -> dict:

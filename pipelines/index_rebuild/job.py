@@ -18,6 +18,7 @@ import uuid
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker.lake import reports
 from pipelines import job_progress
@@ -29,6 +30,9 @@ from store.config import MessageStoreConfig
 from store.dump import Problem
 from store.errors import MQLakeError
 from store.format import delay, units
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 REPAIR_MANIFEST = "repair.json"
@@ -78,8 +82,6 @@ def verify_index(
     job does).  With ``repair_out`` the rebuilt files are written there in the store's layout.  ``run_id``
     names the run (default: random); a rerun under the same id replaces its ``index_verification`` rows.
     """
-    import numpy as np
-
     from pipelines.compaction.deletion import infer_store_config
     from pipelines.index_rebuild.scan import scan_dispatch
     from pipelines.segments import segment_files
@@ -126,26 +128,17 @@ def verify_index(
 
     slots, index_num = cfg.max_hash_slot_num, cfg.max_index_num
     live_idx = [LiveIndexFile(p, slots, index_num) for p in index_files(store_dir)]
-    ent = idxmod.index_entries(scan.table, store_dir)
-    if not cfg.message_index_enable:
-        ent = ent.take(np.zeros(0, np.int64))
-    reindexed = idxmod.reindexed_records(ent, live_idx, cl_min)
-    ent = idxmod.repeat_records(ent, reindexed)
-    rebuilt_idx = idxmod.rebuild_index(ent, slots, index_num, live=live_idx, cl_min=cl_min)
-    pairs = idxmod.match_files(rebuilt_idx, live_idx)
-    # With a broker running, the live file holding the rebuild's last entry may have grown (or rolled) since.
-    last_rebuilt = rebuilt_idx[-1] if rebuilt_idx else None
-    indexes = [
-        idxmod.compare_file(rf, lf, ent, slots, bound=bound, last=rf is not None and rf is last_rebuilt)
-        for rf, lf in pairs
-    ]
-    names = _index_names(pairs)
-    for res, name in zip(indexes, names, strict=True):
-        res.rebuilt_file = name
+    # Rebuild by each rule the records tell apart (with no tag key they agree) and keep the one the live files
+    # follow exactly, else the closest: mismatches are reported against it.
+    rules = idxmod.RULES if cfg.message_index_enable and idxmod.has_tag_keys(scan.table) else (idxmod.RULE_4,)
+    judged = [_judge_index(scan.table, store_dir, r, live_idx, slots, index_num, cl_min, bound,
+                           enabled=cfg.message_index_enable) for r in rules]  # fmt: skip
+    rule, reindexed, rebuilt_idx, pairs, indexes = min(judged, key=_distance)
     t_idx = time.perf_counter()
 
     repair = None
     if repair_out is not None:
+        names = [r.rebuilt_file for r in indexes]
         repair = _write_repair(Path(repair_out), store_dir, rebuilt_q, rebuilt_idx, pairs, names, cfg, scan, cl_min)
     t_end = time.perf_counter()
 
@@ -164,6 +157,9 @@ def verify_index(
                      "messageIndexEnable": cfg.message_index_enable},
         "summary": {"ok": q_ok == len(queues) and i_ok == len(indexes), "queues": len(queues), "queues_ok": q_ok,
                     "index_files": len(indexes), "index_files_ok": i_ok,
+                    # the RocketMQ IndexService rule the IndexFiles are judged by: "4.x" indexes the UNIQ_KEY and
+                    # keys (the store's rule), "5.x" also each tag; the one they match exactly, else the closest
+                    "index_rule": rule,
                     "cq_units_matched": sum(q.matched for q in queues),
                     "index_entries_matched": sum(r.matched for r in indexes)},
         "timings": {"scan_seconds": t_scan - t0, "consume_queue_seconds": t_cq - t_scan,
@@ -187,6 +183,37 @@ def verify_index(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def _judge_index(table: pa.Table, store_dir: Path, rule: str, live_idx: list[LiveIndexFile], slots: int, index_num: int,
+                 cl_min: int, bound: int | None, *, enabled: bool) -> tuple:  # fmt: skip
+    """(rule, reindexed records, rebuilt files, pairs, results) of rebuilding the IndexFiles by ``rule``."""
+    import numpy as np
+
+    ent = idxmod.index_entries(table, store_dir, rule)
+    if not enabled:
+        ent = ent.take(np.zeros(0, np.int64))
+    reindexed = idxmod.reindexed_records(ent, live_idx, cl_min)
+    ent = idxmod.repeat_records(ent, reindexed)
+    rebuilt_idx = idxmod.rebuild_index(ent, slots, index_num, live=live_idx, cl_min=cl_min)
+    pairs = idxmod.match_files(rebuilt_idx, live_idx)
+    # With a broker running, the live file holding the rebuild's last entry may have grown (or rolled) since.
+    last_rebuilt = rebuilt_idx[-1] if rebuilt_idx else None
+    indexes = [
+        idxmod.compare_file(rf, lf, ent, slots, bound=bound, last=rf is not None and rf is last_rebuilt)
+        for rf, lf in pairs
+    ]
+    names = _index_names(pairs)
+    for res, name in zip(indexes, names, strict=True):
+        res.rebuilt_file = name
+    return rule, reindexed, rebuilt_idx, pairs, indexes
+
+
+def _distance(judged: tuple) -> tuple[int, int]:
+    """How far the live files are from a rule's rebuild: entries that differ by number, then files not ok
+    (``min`` keeps the first rule listed on a tie, 4.x's)."""
+    _rule, _reindexed, _rebuilt, pairs, indexes = judged
+    return sum(idxmod.entries_apart(rf, lf) for rf, lf in pairs), sum(not r.ok for r in indexes)
 
 
 def _write_repair(out: Path, store_dir: Path, rebuilt_q, rebuilt_idx, pairs, names, cfg, scan, cl_min: int) -> dict:

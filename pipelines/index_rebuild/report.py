@@ -129,7 +129,8 @@ def print_summary(report: dict, console=None) -> None:
     verdict = ("all match", "green") if s["ok"] else ("MISMATCH", "red")
     console.print(styled(
         verdict, f": {s['queues_ok']}/{s['queues']} ConsumeQueues, {s['index_files_ok']}/{s['index_files']} "
-        f"IndexFiles; {c['scanned_records']} records, {mb:,.1f} MB of CommitLog in {t['total_seconds']:.1f} s"
+        f"IndexFiles (RocketMQ {s['index_rule']} index rule);"
+        f" {c['scanned_records']} records, {mb:,.1f} MB of CommitLog in {t['total_seconds']:.1f} s"
         + (f" (broker running: judged up to offset {report['dispatched_bound']})" if report["broker_running"] else "")
     ))  # fmt: skip
     if report.get("repair"):

@@ -5,7 +5,8 @@ records that start in it, found with ``store.format.records.find_record_boundary
 dispatch extraction, ``store.format.records.check_record``, on every record: the same function the reput
 service uses, so the tagsCode (tag hash, or a SCHEDULE_TOPIC_XXXX message's deliver time) and the keys
 cannot differ from what the store derives.  Each task then adds the IndexFile keys in the order
-``IndexService.build_index`` puts them (UNIQ_KEY, then each KEYS entry) with their hashes.
+``IndexService.build_index`` puts them (``records.index_keys``: UNIQ_KEY, each KEYS entry, and RocketMQ
+5.x's tag key, flagged so that 4.x's rule can drop it) with their hashes.
 
 Why not ``spark.read.format("commitlog")``: the rebuild must derive exactly what dispatch derives, and
 ``check_record`` *is* that derivation; the source decodes every column (bodies included) and would ship
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from store.format import delay, hashing, properties, records
+from store.format.buffers import ReadBuffer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,29 +44,32 @@ DISPATCH_SCHEMA = pa.schema(
         pa.field("sys_flag", pa.int32(), nullable=False),
         pa.field("store_timestamp", pa.int64(), nullable=False),
         pa.field("tags_code", pa.int64(), nullable=False),
-        pa.field("index_hashes", pa.list_(pa.int32()), nullable=False),
+        pa.field("index_hashes", pa.list_(pa.int32()), nullable=False),  # RocketMQ 5.x's rule: with the tag key
+        pa.field("tag_key", pa.bool_(), nullable=False),  # the last index hash is the tag key (4.x's rule omits it)
     ]
 )
 DEFAULT_SPLIT_SIZE = 64 * 1024 * 1024
 BATCH_RECORDS = 65536
 
 
-def _index_keys(req: records.DispatchRequest) -> list[str]:
-    """``IndexService.build_index``: rollbacks are not indexed; UNIQ_KEY first, then each KEYS entry."""
-    if req.sys_flag & records.TRANSACTION_ROLLBACK_TYPE == records.TRANSACTION_ROLLBACK_TYPE:
-        return []
-    keys = [req.uniq_key] if req.uniq_key else []
-    keys.extend(properties.split_keys(req.keys))
-    return keys
+_tags_of = properties.property_finder(properties.PROPERTY_TAGS)
+
+
+def _index_keys(req: records.DispatchRequest, buf: ReadBuffer, pos: int) -> tuple[list[str], bool]:
+    """The index keys of the record at ``pos`` by RocketMQ 5.x's rule (``records.index_keys`` given its TAGS),
+    and whether the last of them is the tag key: without that one they are 4.x's, so one list serves both."""
+    tags = _tags_of(records.record_properties(buf, pos))
+    keys = records.index_keys(req, tags)
+    return keys, bool(keys and tags)
 
 
 class _Columns:
     """Dispatch rows being collected for one batch; index key hashes are computed per batch, vectorised."""
 
     def __init__(self) -> None:
-        self.cols: list[list] = [[] for _ in range(9)]
+        self.cols: list[list] = [[] for _ in range(10)]
 
-    def add(self, req: records.DispatchRequest) -> None:
+    def add(self, req: records.DispatchRequest, buf: ReadBuffer, pos: int) -> None:
         c = self.cols
         c[0].append(req.topic)
         c[1].append(req.queue_id)
@@ -74,7 +79,9 @@ class _Columns:
         c[5].append(req.sys_flag)
         c[6].append(req.store_timestamp)
         c[7].append(req.tags_code)
-        c[8].append(_index_keys(req))
+        keys, tag_key = _index_keys(req, buf, pos)
+        c[8].append(keys)
+        c[9].append(tag_key)
 
     def __len__(self) -> int:
         return len(self.cols[0])
@@ -84,13 +91,14 @@ class _Columns:
         import pyarrow.compute as pc
 
         # The keys' text stays here: only their hashes go to the driver (a report re-reads the few it names).
+        tag_key = pa.array(self.cols.pop(), pa.bool_())
         keys = pa.array(self.cols.pop(), pa.list_(pa.string()))
         arrays = [pa.array(col, f.type) for col, f in zip(self.cols, list(DISPATCH_SCHEMA)[:8], strict=True)]
         topics = arrays[0].take(pc.list_parent_indices(keys))
         full = pc.binary_join_element_wise(topics, pc.list_flatten(keys), "#")  # hashing.index_key, per key
         hashes = pa.array(hashing.index_key_hashes(full).astype(np.int32))
-        arrays.append(pa.ListArray.from_arrays(keys.offsets, hashes))
-        self.cols = [[] for _ in range(9)]
+        arrays.extend([pa.ListArray.from_arrays(keys.offsets, hashes), tag_key])
+        self.cols = [[] for _ in range(10)]
         return pa.RecordBatch.from_arrays(arrays, schema=DISPATCH_SCHEMA)
 
 
@@ -127,7 +135,7 @@ def read_split(
                 raise records.RecordError(pos, reason, path)
             if bound is not None and req.commitlog_offset + req.msg_size > bound:
                 break  # records are in offset order: the rest is past the dispatched bound too
-            out.add(req)
+            out.add(req, mm, pos)
             if len(out) >= BATCH_RECORDS:
                 yield out.batch()
         else:
@@ -155,8 +163,9 @@ def index_key_at(store_dir: Path, commitlog_offset: int, n: int) -> str | None:
     with open(seg, "rb") as fh:
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     try:
-        res = records.check_record(mm, commitlog_offset - int(seg.name), check_crc=False)
-        keys = _index_keys(res.request) if res.ok and res.request is not None else []
+        pos = commitlog_offset - int(seg.name)
+        res = records.check_record(mm, pos, check_crc=False)
+        keys = _index_keys(res.request, mm, pos)[0] if res.ok and res.request is not None else []
         return keys[n] if n < len(keys) else None
     finally:
         mm.close()

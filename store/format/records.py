@@ -32,6 +32,7 @@ from store.format.properties import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     decode_properties,
+    split_keys,
 )
 
 # --- magic codes (Java ints, so kept signed) -------------------------------------------------------
@@ -48,6 +49,7 @@ TRANSACTION_NOT_TYPE = 0x0
 TRANSACTION_PREPARED_TYPE = 0x4
 TRANSACTION_COMMIT_TYPE = 0x8
 TRANSACTION_ROLLBACK_TYPE = 0xC
+TAG_INDEX_TYPE = "T"  # RocketMQ 5.x's IndexService: a tag's index key is topic#T#tags
 BORNHOST_V6_FLAG = 0x10
 STOREHOSTADDRESS_V6_FLAG = 0x20
 NEED_UNWRAP_FLAG = 0x40
@@ -477,6 +479,20 @@ class DispatchRequest:
     sys_flag: int
     prepared_transaction_offset: int
     consumable: bool  # is_consumable(sys_flag): it gets a ConsumeQueue unit and wakes long polls
+
+
+def index_keys(req: DispatchRequest, tags: str | None = None) -> list[str]:
+    """The IndexFile keys ``IndexService.buildIndex`` puts for a record, in put order, each to follow
+    ``topic#`` (``hashing.index_key``): none for a rollback; the UNIQ_KEY, then each KEYS entry (RocketMQ
+    4.x's rule, which the store writes).  ``tags``, the record's TAGS, adds RocketMQ 5.x's tag key
+    ``T#tags`` last; pass it only to reproduce a 5.x broker's files."""
+    if req.sys_flag & TRANSACTION_ROLLBACK_TYPE == TRANSACTION_ROLLBACK_TYPE:
+        return []
+    keys = [req.uniq_key] if req.uniq_key else []
+    keys.extend(split_keys(req.keys))
+    if tags:
+        keys.append(f"{TAG_INDEX_TYPE}#{tags}")
+    return keys
 
 
 @dataclass(slots=True)
