@@ -879,7 +879,10 @@ def test_puts_racing_shutdown_are_refused_cleanly(tmp_path):
     assert not errors
     assert store.put_message(make_message("Race", 0, "late")).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
     with MessageStore(cfg) as again:
-        assert sum(len(read_queue(again, "Race", q)) for q in range(4)) == len(acked)
+        # a writer the shutdown beat before its first put has no queue at all (on a loaded machine it happens)
+        for q in range(4):
+            assert (again.find_consume_queue("Race", q, create=False) is not None) == (q in acked)
+        assert sum(len(read_queue(again, "Race", q)) for q in set(acked)) == len(acked)
 
 
 @pytest.mark.unit
