@@ -320,11 +320,14 @@ def test_get_spark_settings_and_env(spark, monkeypatch):
 @pytest.mark.spark
 def test_get_spark_keeps_the_master_spark_submit_was_given(tmp_path):
     """Under spark-submit (the Airflow DAGs' spark_submit runner) the submitted --master stands, even over
-    $MQLAKE_SPARK_MASTER; elsewhere get_spark picks the master itself."""
+    $MQLAKE_SPARK_MASTER; elsewhere get_spark picks the master itself.  The Delta jars go on the command line, as
+    the DAGs pass them: the driver's JVM starts before get_spark runs."""
     import os
     import subprocess
     import sys
     from pathlib import Path
+
+    from pipelines.spark import classpath_conf
 
     script = tmp_path / "which_master.py"
     script.write_text("from pipelines.spark import get_spark\nprint('MASTER', get_spark().sparkContext.master)\n")
@@ -333,7 +336,8 @@ def test_get_spark_keeps_the_master_spark_submit_was_given(tmp_path):
         "MQLAKE_SPARK_MASTER": "local[2]", "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
         "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1",
     }  # fmt: skip
-    res = subprocess.run([str(bin_dir / "spark-submit"), "--master", "local[1]", str(script)], env=env,
+    jars = [arg for key, value in classpath_conf().items() for arg in ("--conf", f"{key}={value}")]
+    res = subprocess.run([str(bin_dir / "spark-submit"), "--master", "local[1]", *jars, str(script)], env=env,
                          capture_output=True, text=True, timeout=180, cwd=Path(__file__).parent.parent)  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     assert "MASTER local[1]" in res.stdout
