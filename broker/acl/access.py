@@ -29,9 +29,8 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.errors import RequestRefused
 from broker.remoting.protocol.heartbeat import HeartbeatData
 from broker.remoting.signing import ACCESS_KEY, SIGNATURE, signature, signed_values
+from store.constants import RETRY_GROUP_TOPIC_PREFIX, TRACE_TOPIC
 
-RETRY_PREFIX = "%RETRY%"
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 MAX_ACCESS_KEY_LENGTH = 256  # longer ones are refused before any lookup
 _NOT_SIGNED_BY_BROKER = frozenset({SIGNATURE, UNIQUE_KEY_QUERY})  # what RocketMQ's validator leaves out
@@ -47,7 +46,7 @@ ADMIN_CODES = frozenset({
 
 
 def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
+    return RETRY_GROUP_TOPIC_PREFIX + group
 
 
 def check_permission(needed: int, owned: int) -> bool:
@@ -84,7 +83,7 @@ def _add(needed: dict[str, int], resource: str | None, perm: int) -> None:
 
 
 def _send(needed: dict[str, int], topic: str | None) -> None:
-    if topic is not None and topic.startswith(RETRY_PREFIX):
+    if topic is not None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         _add(needed, topic, SUB)  # a consumer sending back to its own retry topic: the group's permission
     else:
         _add(needed, topic, PUB)
@@ -128,8 +127,8 @@ def _retry(group: str | None) -> str | None:
 
 
 def _describe(resource: str) -> str:
-    if resource.startswith(RETRY_PREFIX):
-        return f"group:{_show(resource[len(RETRY_PREFIX) :])}"
+    if resource.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return f"group:{_show(resource[len(RETRY_GROUP_TOPIC_PREFIX) :])}"
     return f"topic:{_show(resource)}"
 
 
@@ -242,7 +241,7 @@ def authorize(owned: Owned, needed: Mapping[str, int], admin_code: int | None = 
     if not needed or (owned.admin and not owned.perms):
         return
     for resource, perm in needed.items():
-        is_group = resource.startswith(RETRY_PREFIX)
+        is_group = resource.startswith(RETRY_GROUP_TOPIC_PREFIX)
         held = owned.perms.get(resource)
         if held is None:
             held = owned.default_group_perm if is_group else owned.default_topic_perm

@@ -27,22 +27,20 @@ from store.format import hashing, msgid, records
 from store.format import properties as P
 
 PROPERTY_SHARDING_KEY = P.PROPERTY_SHARDING_KEY  # the FIFO message group
-PROPERTY_PRODUCER_GROUP = "PGROUP"
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 # RocketMQ's system property names (5.4.0's ``MessageConst.STRING_HASH_SET``): its proxy refuses them as user
 # properties on a send and shows a consumer every property but these.
 SYSTEM_KEYS = frozenset({
-    "TRACE_ON", "MSG_REGION", P.PROPERTY_KEYS, P.PROPERTY_TAGS, P.PROPERTY_WAIT_STORE_MSG_OK,
-    P.PROPERTY_DELAY_TIME_LEVEL, PROPERTY_RETRY_TOPIC, "ORIGIN_GROUP", P.PROPERTY_REAL_TOPIC,
-    P.PROPERTY_REAL_QUEUE_ID, P.PROPERTY_TRANSACTION_PREPARED, PROPERTY_PRODUCER_GROUP, "MIN_OFFSET", "MAX_OFFSET",
-    "BUYER_ID", P.PROPERTY_ORIGIN_MESSAGE_ID, "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME",
-    P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK",
-    "POP_CK_OFFSET", "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO", "INSTANCE_ID",
-    "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", P.PROPERTY_CLUSTER, "MSG_TYPE",
-    "INNER_MULTI_QUEUE_OFFSET", P.PROPERTY_TIMER_DELAY_MS, P.PROPERTY_TIMER_DELAY_SEC, P.PROPERTY_TIMER_DELIVER_MS,
-    P.PROPERTY_TIMER_ENQUEUE_MS, P.PROPERTY_TIMER_DEQUEUE_MS, "TIMER_ROLL_TIMES", P.PROPERTY_TIMER_OUT_MS,
-    P.PROPERTY_TIMER_DEL_UNIQKEY, "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC",
-    "DLQ_ORIGIN_MESSAGE_ID", "__CRC32#", "_SYS_MSG_PRIORITY_",
+    P.PROPERTY_TRACE_SWITCH, P.PROPERTY_MSG_REGION, P.PROPERTY_KEYS, P.PROPERTY_TAGS, P.PROPERTY_WAIT_STORE_MSG_OK,
+    P.PROPERTY_DELAY_TIME_LEVEL, P.PROPERTY_RETRY_TOPIC, "ORIGIN_GROUP", P.PROPERTY_REAL_TOPIC,
+    P.PROPERTY_REAL_QUEUE_ID, P.PROPERTY_TRANSACTION_PREPARED, P.PROPERTY_PRODUCER_GROUP, P.PROPERTY_MIN_OFFSET,
+    P.PROPERTY_MAX_OFFSET, "BUYER_ID", P.PROPERTY_ORIGIN_MESSAGE_ID, P.PROPERTY_TRANSFER_FLAG, "CORRECTION_FLAG",
+    "MQ2_FLAG", "RECONSUME_TIME", P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
+    "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO",
+    "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", P.PROPERTY_CLUSTER,
+    "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET", P.PROPERTY_TIMER_DELAY_MS, P.PROPERTY_TIMER_DELAY_SEC,
+    P.PROPERTY_TIMER_DELIVER_MS, P.PROPERTY_TIMER_ENQUEUE_MS, P.PROPERTY_TIMER_DEQUEUE_MS, "TIMER_ROLL_TIMES",
+    P.PROPERTY_TIMER_OUT_MS, P.PROPERTY_TIMER_DEL_UNIQKEY, "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP",
+    "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "__CRC32#", "_SYS_MSG_PRIORITY_",
 })  # fmt: skip
 # The names a user property may not take: the system ones, and the message group, which makes a message FIFO here
 # (RocketMQ's proxy would store a user-set one as it came).
@@ -152,7 +150,7 @@ def send_properties(msg: pb.Message, max_body: int) -> tuple[dict[str, str], int
         props[P.PROPERTY_TIMER_DELIVER_MS] = str(_millis(sp.delivery_timestamp))
     if kind == pb.TRANSACTION:
         props[P.PROPERTY_TRANSACTION_PREPARED] = "true"
-        props[PROPERTY_PRODUCER_GROUP] = msg.topic.name
+        props[P.PROPERTY_PRODUCER_GROUP] = msg.topic.name
         sys_flag = records.TRANSACTION_PREPARED_TYPE
     elif kind == pb.FIFO and not sp.HasField("message_group"):
         raise ProxyError(Code.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message group")
@@ -178,7 +176,7 @@ def to_message(rec: records.MessageRecord, receipt: str, invisible_ms: int) -> p
     props = rec.property_map
     topic = rec.topic
     if topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX):
-        topic = props.get(PROPERTY_RETRY_TOPIC, topic)
+        topic = props.get(P.PROPERTY_RETRY_TOPIC, topic)
     sp = pb.SystemProperties(
         message_id=rec.uniq_key or rec.offset_msg_id,
         body_digest=body_digest(rec.body),
