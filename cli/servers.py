@@ -39,22 +39,14 @@ def _load_conf(
 ):
     from broker.config import BrokerConfigError, load_broker_conf
 
+    # Command-line options win over the file.
+    flags = {"brokerIP1": host, "listenPort": broker_port, "storePathRootDir": store_dir,
+             "lakePath": lake_option(lake) if lake is not None else None}  # fmt: skip
     try:
-        broker_cfg, store_cfg = load_broker_conf(config)
+        return load_broker_conf(config, flags)
     except BrokerConfigError as e:
         print_error(e)
         raise typer.Exit(2) from None
-    # Command-line options win over the file.
-    if host is not None:
-        broker_cfg.broker_ip1 = host
-    if broker_port is not None:
-        broker_cfg.listen_port = broker_port
-    if store_dir is not None:
-        store_cfg.store_path_root_dir = store_dir
-    if lake is not None:
-        broker_cfg.lake_path = lake_option(lake)
-    store_cfg.store_host = broker_cfg.broker_addr
-    return broker_cfg, store_cfg
 
 
 def _tier_command(broker_cfg, store_cfg, config: Path | None) -> list[str] | None:

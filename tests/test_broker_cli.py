@@ -93,6 +93,18 @@ def test_up_defaults_to_a_store_under_the_working_directory(tmp_path: Path) -> N
             proc.wait()
 
 
+def test_misspelled_durability_key_stops_start_up_with_one_line(tmp_path: Path) -> None:
+    """``flushDiskTyp=SYNC_FLUSH`` would leave the broker on ASYNC_FLUSH: nothing starts, and the one error line
+    names the key and what it resembles; nothing is created in the store dir."""
+    conf = _write_conf(tmp_path / "typo.conf", flushDiskTyp="SYNC_FLUSH", storePathRootDir=str(tmp_path / "s"))
+    out = subprocess.run([*MQLAKE, "up", "-c", str(conf)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert len(errors) == 1 and "'flushDiskTyp'" in errors[0] and "'flushDiskType'" in errors[0], out.stderr
+    assert "strictConfig=false" in errors[0] and "Traceback" not in out.stdout + out.stderr
+    assert not (tmp_path / "s").exists()
+
+
 def test_bad_config_and_busy_port_fail_with_one_clear_line(tmp_path: Path) -> None:
     bad = _write_conf(tmp_path / "bad.conf", listenPort="ten")
     out = subprocess.run([*MQLAKE, "up", "-c", str(bad)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
