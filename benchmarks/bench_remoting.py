@@ -1,4 +1,4 @@
-"""Remoting layer benchmarks (issue 3): the frame codec, and RemotingServer/RemotingClient request/response over
+"""Remoting layer benchmarks: the frame codec, and RemotingServer/RemotingClient request/response over
 loopback with nothing behind the handler, so the figures are the layer's own cost.
 
 Run: ``.venv/bin/python -m benchmarks bench_remoting``.

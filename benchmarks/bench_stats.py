@@ -1,4 +1,4 @@
-"""What counting traffic (BrokerStatsManager) costs a send (issue 19: at most 2 % of send throughput).
+"""What counting traffic (BrokerStatsManager) costs a send (at most 2 % of send throughput).
 
 Run: ``.venv/bin/python -m benchmarks bench_stats`` (or ``make bench``).  BENCH_SCALE multiplies the counts.
 

@@ -1,4 +1,4 @@
-"""``mqlake admin`` operator commands (issue 19), named and optioned as mqadmin's: deleteTopic, updateSubGroup,
+"""``mqlake admin`` operator commands, named and optioned as mqadmin's: deleteTopic, updateSubGroup,
 deleteSubGroup, resetOffsetByTime, cloneGroupOffset, consumerStatus, consumerConnection, producerConnection,
 queryMsgByOffset, topicRoute, brokerStatus, getBrokerConfig, updateBrokerConfig, wipeWritePerm, addWritePerm,
 deleteExpiredCommitLog, statsAll. They join ``admin_app`` when this module is imported (cli/main.py does)."""

@@ -1,4 +1,4 @@
-"""``OpsAdmin``: the operator's calls of ``DefaultMQAdminExt`` that mqadmin's commands make (issue 19) — topic and
+"""``OpsAdmin``: the operator's calls of ``DefaultMQAdminExt`` that mqadmin's commands make — topic and
 group deletion, subscription groups, offset resets, broker settings, draining a broker, stats.
 
 Each method does what the mqadmin command of the same name does on the wire; where a command acts on a cluster

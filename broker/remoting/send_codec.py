@@ -1,4 +1,4 @@
-"""The wire side of the send fast path (issue 14): a plain SEND_MESSAGE_V2's header read in one call, and a send's
+"""The wire side of the send fast path: a plain SEND_MESSAGE_V2's header read in one call, and a send's
 reply frame built in one call.
 
 These are the references; ``broker/remoting/_send.pyx`` is the compiled twin (chosen by
