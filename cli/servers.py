@@ -13,6 +13,7 @@ from broker.lake import objectstore
 from cli.log_files import add_log_files
 from pipelines.objectstore_cli import lake_option
 from store.console import print_error
+from store.constants import DEFAULT_NAMESRV_PORT
 
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", help="broker.conf (Java properties, RocketMQ key names).")
@@ -94,7 +95,7 @@ def broker(
 
 def namesrv(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="NameServer port; 0 picks a free one.")] = 9876,
+    port: Annotated[int, typer.Option(help="NameServer port; 0 picks a free one.")] = DEFAULT_NAMESRV_PORT,
     config: Annotated[Path | None, typer.Option(
         "--config", "-c", help="Properties file: RocketMQ's tls.server.* keys (TLS on the port), aclEnable and "
         "rocketmqHome (write codes need a signed admin account of {rocketmqHome}/conf/plain_acl.yml).")] = None,
@@ -144,7 +145,7 @@ def up(
     ns_host = host or broker_cfg.broker_ip1
     configured = broker_cfg.namesrv_addrs
     if namesrv_port is None:
-        namesrv_port = int(configured[0].rpartition(":")[2]) if configured else 9876
+        namesrv_port = int(configured[0].rpartition(":")[2]) if configured else DEFAULT_NAMESRV_PORT
     if not configured or namesrv_port != int(configured[0].rpartition(":")[2]):
         broker_cfg.namesrv_addr = f"{ns_host}:{namesrv_port}"
     if broker_cfg.log_dir is not None:
