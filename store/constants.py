@@ -38,6 +38,9 @@ SELF_TEST_CONSUMER_GROUP = "SELF_TEST_C_GROUP"
 TRANS_CHECK_GROUP = CID_RMQ_SYS_PREFIX + "TRANS"  # its offset on the half topic is the check service's progress
 REVIVE_GROUP = CID_RMQ_SYS_PREFIX + "REVIVE_GROUP"  # its offset on the revive topic is the POP revive progress
 
+# An extField of QUERY_MESSAGE (MixAll.UNIQUE_MSG_QUERY_FLAG): the key is a UNIQ_KEY, answer up to the default number.
+UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
+
 # Defaults of BrokerConfig and the clients.
 DEFAULT_CLUSTER = "DefaultCluster"
 DEFAULT_REGION_ID = "DefaultRegion"  # MixAll.DEFAULT_TRACE_REGION_ID, a record's MSG_REGION

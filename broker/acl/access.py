@@ -29,11 +29,10 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.errors import RequestRefused
 from broker.remoting.protocol.heartbeat import HeartbeatData
 from broker.remoting.signing import ACCESS_KEY, SIGNATURE, signature, signed_values
-from store.constants import RETRY_GROUP_TOPIC_PREFIX, TRACE_TOPIC
+from store.constants import RETRY_GROUP_TOPIC_PREFIX, TRACE_TOPIC, UNIQUE_MSG_QUERY_FLAG
 
-UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 MAX_ACCESS_KEY_LENGTH = 256  # longer ones are refused before any lookup
-_NOT_SIGNED_BY_BROKER = frozenset({SIGNATURE, UNIQUE_KEY_QUERY})  # what RocketMQ's validator leaves out
+_NOT_SIGNED_BY_BROKER = frozenset({SIGNATURE, UNIQUE_MSG_QUERY_FLAG})  # what RocketMQ's validator leaves out
 
 ADMIN_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG, RequestCode.DELETE_TOPIC_IN_BROKER,
@@ -222,7 +221,8 @@ class Rules:
         # hook signs it: either form is accepted, both under the account's secret.
         if signed_by(owned, signed_values(cmd.ext_fields, _NOT_SIGNED_BY_BROKER), given, cmd.body):
             return True
-        return UNIQUE_KEY_QUERY in cmd.ext_fields and signed_by(owned, signed_values(cmd.ext_fields), given, cmd.body)
+        unique = UNIQUE_MSG_QUERY_FLAG in cmd.ext_fields
+        return unique and signed_by(owned, signed_values(cmd.ext_fields), given, cmd.body)
 
 
 def signed_by(owned: Owned, content: bytes, given: str, body: bytes = b"") -> bool:

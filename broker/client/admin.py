@@ -22,10 +22,13 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.protocol.body import ConsumeStats, KVTable, TopicList, TopicStatsTable
 from broker.remoting.protocol.route import ClusterInfo
 from broker.remoting.signing import Credentials
-from store.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, RETRY_GROUP_TOPIC_PREFIX, TOOLS_CONSUMER_GROUP
+from store.constants import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TOOLS_CONSUMER_GROUP,
+    UNIQUE_MSG_QUERY_FLAG,
+)
 from store.format import msgid
-
-UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +227,7 @@ class Admin:
         header = h.QueryMessageRequestHeader(
             topic=topic, key=key, max_num=max_num, begin_timestamp=begin, end_timestamp=end
         )
-        ext = {UNIQUE_KEY_QUERY: "true"} if unique else None
+        ext = {UNIQUE_MSG_QUERY_FLAG: "true"} if unique else None
         found: dict[tuple[str, int], MessageExt] = {}
         for b in route.broker_datas:
             if not b.master_addr:

@@ -31,7 +31,6 @@ __all__ = ["HALF_QUEUE_ID", "HALF_TOPIC", "PROPERTY_TRANSACTION_ID"]  # re-expor
 REMOVE_TAG = "d"
 OFFSET_SEPARATOR = ","
 
-PROPERTY_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 
 
 def _append(props: bytes, values: dict[str, str]) -> bytes:
@@ -102,7 +101,7 @@ def prop(rec: _Half, name: str) -> str | None:
 
 def origin_offset(half: _Half) -> int:
     """The queue offset of the half message this one was re-put from (itself when it is the first)."""
-    value = prop(half, PROPERTY_PREPARED_QUEUE_OFFSET)
+    value = prop(half, properties.PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
     try:
         return int(value) if value is not None else half.queue_offset
     except ValueError:
@@ -132,7 +131,7 @@ def real_target(half: _Half) -> tuple[str, int] | None:
 def renewed(half: records.MessageRecord, check_times: int | None) -> records.MessageRecord:
     """``renewHalfMessageInner`` (+ ``renewImmunityHalfMessageInner``): the half message re-put at the queue's end,
     remembering its origin's queue offset and, for a check-back, how many checks it has had."""
-    extra = {PROPERTY_PREPARED_QUEUE_OFFSET: str(origin_offset(half))}
+    extra = {properties.PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET: str(origin_offset(half))}
     if check_times is not None:
         extra[properties.PROPERTY_TRANSACTION_CHECK_TIMES] = str(check_times)
     return records.MessageRecord(
