@@ -1,8 +1,9 @@
 """``broker.conf``: Java properties with RocketMQ's key names -> (BrokerConfig, MessageStoreConfig).
 
 One file configures both the broker (``BrokerConfig``) and its store (``MessageStoreConfig``), as in
-RocketMQ; each key goes to whichever model knows it. Unknown keys are logged and ignored (RocketMQ
-ignores them silently, which hides typos); a value that does not fit its key is an error naming both.
+RocketMQ; each key goes to whichever model knows it. RocketMQ ignores unknown keys silently, which hides typos:
+here each is logged with the known key it resembles, and one resembling a durability or security key stops
+start-up (unless ``strictConfig=false``). A value that does not fit its key is an error naming both.
 """
 
 from __future__ import annotations
@@ -281,6 +282,12 @@ def _aliases(model: type[BaseModel]) -> set[str]:
 SAFETY_KEYS = keys_where(BrokerConfig, "safety") | keys_where(MessageStoreConfig, "safety") | _aliases(TlsConfig)
 
 
+def known_keys() -> set[str]:
+    """Every broker.conf key mqlake reads (broker, store and tls.* settings, and the 4.x spellings it maps)."""
+    models = (_aliases(BrokerConfig) - {"tls"}) | (_aliases(MessageStoreConfig) - {"storeHost"}) | _aliases(TlsConfig)
+    return models | set(_LEGACY_KEYS)
+
+
 def closest_key(key: str, known: set[str] | frozenset[str]) -> str | None:
     """The known key ``key`` most likely misspells (case ignored), or None when none is close."""
     by_lower = {k.lower(): k for k in known}
@@ -357,7 +364,7 @@ def build_configs(
         checks = ConfigChecks.model_validate({k: v for k, v in broker_values.items() if k == "strictConfig"})
     except ValidationError as e:
         raise _error(source, e, broker_values) from None
-    check_unknown_keys(unknown, broker_keys | store_keys | tls_keys, source, checks.strict_config)
+    check_unknown_keys(unknown, known_keys(), source, checks.strict_config)
     broker_values["tls"] = load_tls(tls_values, source)
     try:
         broker = BrokerConfig(**broker_values)
