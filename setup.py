@@ -1,4 +1,6 @@
-"""The compiled twins of the hot codec functions (DESIGN decision 7); everything else is in pyproject.toml.
+"""The compiled twins of the hot codec functions (the frame and header codec, record encode/check/decode, hashing,
+the dispatch loop): Cython builds of functions whose pure-Python module stays the reference, as asyncpg and aiokafka
+do; everything else is in pyproject.toml.
 
 Each extension is optional: without a C compiler (or with a failed build) `pip install` still succeeds and
 mqlake runs the pure-Python reference modules, saying so once at start-up (store/format/native.py).

@@ -51,6 +51,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from store.constants import DEFAULT_NAMESRV_ADDR
 from store.errors import MQLakeError
 
 SPARK_CONN_ID = "mqlake_spark"
@@ -68,9 +69,7 @@ ENV_TIER_SCHEDULE = "MQLAKE_TIER_SCHEDULE"
 ENV_VERIFY_SCHEDULE = "MQLAKE_VERIFY_SCHEDULE"
 ENV_BROKER_STORES = "MQLAKE_BROKER_STORES"
 
-DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_SPARK_MASTER = "local[*]"
-DEFAULT_DELETE_WHEN = "04"  # RocketMQ's default deleteWhen
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 
 # Retries and time limits.  The jobs are idempotent (tier: one Delta txn per store and segment order;
@@ -114,9 +113,7 @@ def delete_hours() -> list[int]:
     """The broker's ``deleteWhen`` hours, from ``$MQLAKE_BROKER_CONF`` (RocketMQ's default 04 without one)."""
     from broker.config import load_broker_conf
 
-    conf = os.environ.get(ENV_BROKER_CONF)
-    delete_when = load_broker_conf(conf)[1].delete_when if conf else DEFAULT_DELETE_WHEN
-    return sorted({int(h) for h in delete_when.split(";")})
+    return sorted(load_broker_conf(os.environ.get(ENV_BROKER_CONF) or None)[1].delete_hours)
 
 
 def tier_schedule() -> str:
@@ -224,10 +221,10 @@ def _variable(name: str, default: str | None = None) -> str | None:
 
 def _conf_lake_path(broker_conf: str | None) -> str | None:
     """The broker's ``lakePath``: the DAGs tier into the lake the broker reads from."""
-    from broker.config import BrokerConfigError, lake_path_of
+    from broker.config import BrokerConfigError, load_broker_conf
 
     try:
-        path = lake_path_of(broker_conf)
+        path = load_broker_conf(broker_conf)[0].lake_path if broker_conf else None
     except BrokerConfigError as e:
         raise SettingsError(str(e)) from None
     return str(path) if path else None
@@ -258,7 +255,8 @@ def settings(*, need_store: bool, store: BrokerStore | None = None) -> Settings:
         raise SettingsError(f"Variable {VAR_SPARK_CONF}: {bad[0]!r} is not k=v")
     return Settings(
         lake=lake, store_dir=store_dir, broker_conf=broker_conf,
-        namesrv=_variable(VAR_NAMESRV, DEFAULT_NAMESRV), spark_master=_variable(VAR_SPARK_MASTER, DEFAULT_SPARK_MASTER),
+        namesrv=_variable(VAR_NAMESRV, DEFAULT_NAMESRV_ADDR),
+        spark_master=_variable(VAR_SPARK_MASTER, DEFAULT_SPARK_MASTER),
         spark_conf=conf, broker_name=store.broker_name if store is not None else None,
     )  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""Airflow orchestration benchmark (issue 7): what running a job through its DAG costs over running it directly.
+"""Airflow orchestration benchmark: what running a job through its DAG costs over running it directly.
 
 Run: ``.venv/bin/python -m benchmarks bench_airflow`` (or ``make bench``).
 

@@ -1,4 +1,4 @@
-"""The codec twins side by side (issue 14): µs per call of each twinned function, pure-Python and compiled, on the
+"""The codec twins side by side: µs per call of each twinned function, pure-Python and compiled, on the
 same inputs in the same process, next to a raw baseline of the same run (``struct.unpack_from`` of one record's
 TOTALSIZE and MAGICCODE: the least any reader of a record does).
 

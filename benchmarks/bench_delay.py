@@ -1,4 +1,4 @@
-"""Delayed delivery lateness (issue 15): 10 k messages falling due within the same second, through delay levels
+"""Delayed delivery lateness: 10 k messages falling due within the same second, through delay levels
 and through 5.x timers, each message's lateness measured against the time it was due.
 
 Run: ``.venv/bin/python -m benchmarks bench_delay`` (or ``make bench``).

@@ -1,4 +1,4 @@
-"""Reads that fall through to the tier (issue 16): the broker's read path over tiered history against its local one.
+"""Reads that fall through to the tier: the broker's read path over tiered history against its local one.
 
 Run: ``.venv/bin/python -m benchmarks bench_fallthrough`` (or ``make bench``).
 

@@ -1,4 +1,4 @@
-"""The RocketMQ 5 gRPC endpoint (issue 21) against the remoting protocol, in the same run on one broker.
+"""The RocketMQ 5 gRPC endpoint against the remoting protocol, in the same run on one broker.
 
 Run: ``.venv/bin/python -m benchmarks bench_grpc`` (or ``make bench``).  ``BENCH_SCALE`` and ``BENCH_JSON`` as in
 bench_broker.

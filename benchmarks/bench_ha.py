@@ -1,4 +1,4 @@
-"""Replication benchmarks (issue 17): SYNC_MASTER vs ASYNC_MASTER send rate in the same run, and how far a slave
+"""Replication benchmarks: SYNC_MASTER vs ASYNC_MASTER send rate in the same run, and how far a slave
 lags its ASYNC_MASTER at a fixed 20,000 msgs/s.
 
 Run: ``.venv/bin/python -m benchmarks bench_ha`` (or ``make bench``).

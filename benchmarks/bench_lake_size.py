@@ -1,4 +1,4 @@
-"""Lake sizing figures (issue 20, docs/scaling.md "Sizing"): bytes a message takes in the CommitLog and in the
+"""Lake sizing figures (docs/scaling.md "Sizing"): bytes a message takes in the CommitLog and in the
 tier, the files, row groups and Delta commits a tiering run leaves, what compaction does to them, and the CPU
 the tiering run costs (all its processes: driver, JVM, Python workers), per MB of CommitLog.
 

@@ -431,7 +431,8 @@ def _get(r: dict, kind: str, path: tuple[str, ...]) -> float:
 
 
 def _targets(r: dict) -> list[tuple[str, str]]:
-    """Issue 30's targets: mqlake >= 1.0x on every rate, p99 no worse, RSS <= 0.5x; each met or its gap."""
+    """The targets against Apache RocketMQ's broker: mqlake >= 1.0x on every rate, p99 no worse, RSS <= 0.5x;
+    each met or its gap."""
     out = []
     for label, path, higher in ROWS:
         m, j = _get(r, "mqlake", path), _get(r, "rocketmq", path)
@@ -469,7 +470,7 @@ def print_report(r: dict) -> None:
             for row, d in r[kind][phase].items():
                 if isinstance(d, dict) and "error" in d:
                     print(f"  {kind} {row}: {d['error']}")
-    print("\ntargets (issue 30)")
+    print("\ntargets")
     for label, verdict in r["targets"]:
         print(f"  {label:<46} {verdict}")
 

@@ -1,4 +1,4 @@
-"""Remoting layer benchmarks (issue 3): the frame codec, and RemotingServer/RemotingClient request/response over
+"""Remoting layer benchmarks: the frame codec, and RemotingServer/RemotingClient request/response over
 loopback with nothing behind the handler, so the figures are the layer's own cost.
 
 Run: ``.venv/bin/python -m benchmarks bench_remoting``.
@@ -36,6 +36,8 @@ from broker.remoting.codes import RequestCode, SerializeType
 from broker.remoting.command import RemotingCommand
 from broker.remoting.loop import run
 from broker.remoting.server import RemotingServer
+from store.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_REGION_ID
+from store.format import properties
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1") or 1)
 BODY = b"x" * 1024
@@ -48,7 +50,7 @@ PHASES = [  # (name, connections, requests in flight, requests)
 
 def send_request() -> RemotingCommand:
     header = h.SendMessageRequestHeaderV2(
-        a="BenchProducerGroup", b="BenchTopic", c="TBW102", d=4, e=3, f=0, g=1_795_000_000_000, h=0,
+        a="BenchProducerGroup", b="BenchTopic", c=AUTO_CREATE_TOPIC_KEY_TOPIC, d=4, e=3, f=0, g=1_795_000_000_000, h=0,
         i="KEYS\x01ORDER-0000000001\x02TAGS\x01TagA\x02WAIT\x01true\x02UNIQ_KEY\x01" + "A" * 32 + "\x02",
         j=0, k=False, l=16, m=False, n="broker-a",
     )
@@ -79,7 +81,7 @@ def bench_codec() -> dict[str, float]:
 async def _serve() -> None:
     server = RemotingServer("127.0.0.1", 0, name="bench-echo")
     header = h.SendMessageResponseHeader(msg_id="7F00000100002A9F0000000000000000", queue_id=3, queue_offset=1)
-    ext = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+    ext = {properties.PROPERTY_MSG_REGION: DEFAULT_REGION_ID, properties.PROPERTY_TRACE_SWITCH: "true"}
 
     async def send(cmd: RemotingCommand, conn) -> RemotingCommand:
         return cmd.response(0, header=header, ext=ext)

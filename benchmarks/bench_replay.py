@@ -1,4 +1,4 @@
-"""Replay throughput (issue 6): ``pipelines.replay`` unthrottled, next to our client's raw produce rate measured
+"""Replay throughput: ``pipelines.replay`` unthrottled, next to our client's raw produce rate measured
 against the same broker in the same run.
 
 Run: ``.venv/bin/python -m benchmarks bench_replay`` (or ``make bench``).

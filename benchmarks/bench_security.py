@@ -1,4 +1,4 @@
-"""The cost of the plain ACL and of TLS (issue 18): single-send throughput against three brokers in one run —
+"""The cost of the plain ACL and of TLS: single-send throughput against three brokers in one run —
 plain, ``aclEnable=true`` (every request signed by the client and checked by the broker), and
 ``tls.server.mode=enforcing`` (NameServer and broker).
 

@@ -1,4 +1,4 @@
-"""CommitLog source benchmark (issue 4): how fast the ``commitlog`` Spark source decodes, beside Spark
+"""CommitLog source benchmark: how fast the ``commitlog`` Spark source decodes, beside Spark
 reading the same rows from plain parquet.
 
 Run: ``.venv/bin/python -m benchmarks bench_source``.

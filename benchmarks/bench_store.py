@@ -1,4 +1,4 @@
-"""Store benchmarks (issue 2): append, group commit, dispatch — each next to a raw baseline run alongside.
+"""Store benchmarks: append, group commit, dispatch — each next to a raw baseline run alongside.
 
 Run: ``.venv/bin/python -m benchmarks bench_store`` (or ``make bench``).
 

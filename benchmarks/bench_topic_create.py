@@ -32,6 +32,7 @@ from broker.remoting.loop import run
 from broker.remoting.protocol.topic import TopicConfig
 from broker.server.controller import BrokerController
 from broker.server.send import SendProcessor
+from store.constants import AUTO_CREATE_TOPIC_KEY_TOPIC
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1") or 1)
 FIRST_SENDS = max(20, int(100 * SCALE))
@@ -45,8 +46,8 @@ class _Peer:
 
 def _request(topic: str) -> RemotingCommand:
     v1 = h.SendMessageRequestHeader(
-        producer_group="pg", topic=topic, default_topic="TBW102", default_topic_queue_nums=4, queue_id=0,
-        sys_flag=0, born_timestamp=int(time.time() * 1000), flag=0,
+        producer_group="pg", topic=topic, default_topic=AUTO_CREATE_TOPIC_KEY_TOPIC, default_topic_queue_nums=4,
+        queue_id=0, sys_flag=0, born_timestamp=int(time.time() * 1000), flag=0,
     )  # fmt: skip
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, h.SendMessageRequestHeaderV2.from_v1(v1), b"x" * 1024)
 

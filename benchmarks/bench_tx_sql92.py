@@ -1,4 +1,4 @@
-"""Transactions and SQL92 filters (issue 15), each against its baseline in the same run on one broker.
+"""Transactions and SQL92 filters, each against its baseline in the same run on one broker.
 
 Run: ``.venv/bin/python -m benchmarks bench_tx_sql92`` (or ``make bench``).  ``BENCH_SCALE`` and ``BENCH_JSON`` as
 in bench_broker.

@@ -1,4 +1,4 @@
-"""Index verification benchmark (issue 5): rebuild + verify rate in MB/s of CommitLog, beside the store's own
+"""Index verification benchmark: rebuild + verify rate in MB/s of CommitLog, beside the store's own
 dispatch rate measured in the same run.
 
 Run: ``.venv/bin/python -m benchmarks bench_verify`` (or ``make bench``).

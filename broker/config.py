@@ -1,24 +1,27 @@
 """``broker.conf``: Java properties with RocketMQ's key names -> (BrokerConfig, MessageStoreConfig).
 
 One file configures both the broker (``BrokerConfig``) and its store (``MessageStoreConfig``), as in
-RocketMQ; each key goes to whichever model knows it. Unknown keys are logged and ignored (RocketMQ
-ignores them silently, which hides typos); a value that does not fit its key is an error naming both.
+RocketMQ; each key goes to whichever model knows it. RocketMQ ignores unknown keys silently, which hides typos:
+here each is logged with the known key it resembles, and one resembling a durability or security key stops
+start-up (unless ``strictConfig=false``). A value that does not fit its key is an error naming both.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from broker.lake.objectstore import ObjectStoreError, lake_location
 from broker.tls_config import TlsConfig
-from store.config import BrokerRole, MessageStoreConfig, _camel
+from store.config import RUNTIME, SAFETY, BrokerRole, MessageStoreConfig, _camel, keys_where
+from store.constants import DEFAULT_CLUSTER, DEFAULT_REGION_ID
 from store.errors import MQLakeError
 
 log = logging.getLogger(__name__)
@@ -67,7 +70,7 @@ class AclSettings(BaseModel):
     model_config = ConfigDict(alias_generator=_camel, populate_by_name=True, extra="forbid", validate_assignment=True)
 
     # Safety settings: honoured, or start-up stops naming the key (never ignored with a warning).
-    acl_enable: bool = False
+    acl_enable: Annotated[bool, SAFETY] = False
     rocketmq_home: str | None = Field(default_factory=lambda: os.environ.get("ROCKETMQ_HOME") or None)
 
     @model_validator(mode="after")
@@ -82,48 +85,59 @@ class AclSettings(BaseModel):
         return Path(self.rocketmq_home or ".") / "conf" / "plain_acl.yml"
 
 
-class NamesrvConfig(AclSettings):
+class ConfigChecks(BaseModel):
+    """How a config file's keys are checked. ``strictConfig=false`` lets a broker start with a key that looks like
+    a misspelled durability or security key (only a warning then)."""
+
+    model_config = ConfigDict(alias_generator=_camel, populate_by_name=True, extra="forbid")
+
+    strict_config: bool = True
+
+
+class NamesrvConfig(AclSettings, ConfigChecks):
     """``mqlake namesrv -c``: the NameServer's keys. With ``aclEnable`` its write codes need a signed admin account
     of plain_acl.yml (mqlake's; RocketMQ 4.x's NameServer checks nothing)."""
 
     tls: TlsConfig = Field(default_factory=TlsConfig, exclude=True)
 
 
-class BrokerConfig(AclSettings):
+class BrokerConfig(AclSettings, ConfigChecks):
     """The ``BrokerConfig`` settings mqlake acts on (RocketMQ names as aliases)."""
 
-    broker_cluster_name: str = Field("DefaultCluster", min_length=1)
+    broker_cluster_name: str = Field(DEFAULT_CLUSTER, min_length=1)
     broker_name: str = Field("broker-a", min_length=1)
     broker_id: int = Field(0, ge=0)
     broker_ip1: str = Field("127.0.0.1", alias="brokerIP1", min_length=1)
     listen_port: int = Field(10911, ge=0, le=65535)
     namesrv_addr: str | None = None  # ';'-separated host:port list
-    broker_permission: int = Field(6, ge=0, le=15)
-    auto_create_topic_enable: bool = True
-    auto_create_subscription_group: bool = True
-    default_topic_queue_nums: int = Field(8, ge=1, le=1024)
+    broker_permission: Annotated[int, RUNTIME] = Field(6, ge=0, le=15)
+    auto_create_topic_enable: Annotated[bool, RUNTIME] = True
+    auto_create_subscription_group: Annotated[bool, RUNTIME] = True
+    default_topic_queue_nums: Annotated[int, RUNTIME] = Field(8, ge=1, le=1024)
     cluster_topic_enable: bool = True
     broker_topic_enable: bool = True
-    long_polling_enable: bool = True
-    short_polling_time_mills: int = Field(1000, ge=1)
+    long_polling_enable: Annotated[bool, RUNTIME] = True
+    short_polling_time_mills: Annotated[int, RUNTIME] = Field(1000, ge=1)
     lite_pull_message_enable: bool = True  # LITE_PULL_MESSAGE (361) served, as Java's default
     flush_consumer_offset_interval: int = Field(5000, ge=10)
     register_name_server_period: int = Field(30_000, ge=1000)
-    channel_expired_timeout: int = Field(120_000, ge=1000)  # a client silent this long is dropped
+    channel_expired_timeout: Annotated[int, RUNTIME] = Field(120_000, ge=1000)  # a client silent this long is dropped
     enable_property_filter: bool = False  # SQL92 subscriptions (off by default, as in RocketMQ)
     reject_transaction_message: bool = False  # refuse half messages with NO_PERMISSION
     transaction_time_out: int = Field(6000, ge=0)  # ms a half message waits before its first check-back
     transaction_check_max: int = Field(15, ge=0)  # check-backs before it moves to TRANS_CHECK_MAX_TIME_TOPIC
     transaction_check_interval: int = Field(30_000, ge=10)  # ms between check rounds (5.x's default)
-    notify_consumer_ids_changed_enable: bool = True
+    notify_consumer_ids_changed_enable: Annotated[bool, RUNTIME] = True
     # Replication: a slave copies the master's config tables this often (mqlake's key; RocketMQ 4.x: fixed 10 s).
     slave_sync_interval: int = Field(10_000, ge=100)
     slave_read_enable: bool = False  # the master may suggest the slave to consumers that fall far behind
-    region_id: str = "DefaultRegion"
-    trace_on: bool = True
+    region_id: Annotated[str, RUNTIME] = DEFAULT_REGION_ID
+    trace_on: Annotated[bool, RUNTIME] = True
     # Signs the broker's own requests (registrations with the NameServers, a slave's requests to its master) as
     # RocketMQ 5's broker does: needed when they have aclEnable=true. Kept out of GET_BROKER_CONFIG: a secret.
-    inner_client_authentication_credentials: InnerCredentials | None = Field(None, exclude=True, repr=False)
+    inner_client_authentication_credentials: Annotated[InnerCredentials | None, SAFETY] = Field(
+        None, exclude=True, repr=False
+    )
     enable_dleger_commit_log: bool = Field(False, alias="enableDLegerCommitLog")
     tls: TlsConfig = Field(default_factory=TlsConfig, exclude=True)
     # Metrics (RocketMQ 5's exporter settings; mqlake exports PROM only: /metrics over HTTP)
@@ -263,6 +277,44 @@ def _aliases(model: type[BaseModel]) -> set[str]:
     return {f.alias or name for name, f in model.model_fields.items()}
 
 
+# Durability and security keys: a misspelling of one of these would leave the setting at its default (ASYNC_FLUSH
+# for SYNC_FLUSH, no ACL, no TLS) without anyone noticing, so it stops start-up. Every tls.* key is a security key.
+SAFETY_KEYS = keys_where(BrokerConfig, "safety") | keys_where(MessageStoreConfig, "safety") | _aliases(TlsConfig)
+
+
+def known_keys() -> set[str]:
+    """Every broker.conf key mqlake reads (broker, store and tls.* settings, and the 4.x spellings it maps)."""
+    models = (_aliases(BrokerConfig) - {"tls"}) | (_aliases(MessageStoreConfig) - {"storeHost"}) | _aliases(TlsConfig)
+    return models | set(_LEGACY_KEYS)
+
+
+def closest_key(key: str, known: set[str] | frozenset[str]) -> str | None:
+    """The known key ``key`` most likely misspells (case ignored), or None when none is close."""
+    by_lower = {k.lower(): k for k in known}
+    match = difflib.get_close_matches(key.lower(), by_lower, n=1, cutoff=0.8)
+    return by_lower[match[0]] if match else None
+
+
+def check_unknown_keys(unknown: list[str], known: set[str], source: str, strict: bool) -> None:
+    """Warn about each key no model knows, naming the known key it resembles. A key that resembles a durability or
+    security key raises BrokerConfigError (one line naming each such key and its suggestion) unless not ``strict``:
+    RocketMQ ignores unknown keys, so a typo there silently weakens the broker."""
+    refused = []
+    for key in unknown:
+        match = closest_key(key, known)
+        if match is None:
+            log.warning("%s: unknown key %r ignored", source, key)
+        elif match in SAFETY_KEYS and strict:
+            refused.append(f"unknown key {key!r} (did you mean {match!r}?)")
+        else:
+            log.warning("%s: unknown key %r ignored (did you mean %r?)", source, key, match)
+    if refused:
+        raise BrokerConfigError(
+            f"{source}: " + "; ".join(refused) + ": a durability or security setting would stay at its default; "
+            "fix the key, or set strictConfig=false to start anyway"
+        )
+
+
 def _error(source: str, err: ValidationError, values: dict[str, str] | dict[str, object]) -> BrokerConfigError:
     problems = []
     for e in err.errors():
@@ -287,29 +339,38 @@ def load_tls(values: dict[str, str], source: str = "<tls config>") -> TlsConfig:
         raise _error(source, e, values) from None
 
 
-def build_configs(values: dict[str, str], source: str = "<broker.conf>") -> tuple[BrokerConfig, MessageStoreConfig]:
-    """Split RocketMQ-named settings between the broker and the store; warn on keys neither knows."""
+def build_configs(
+    values: Mapping[str, object], source: str = "<broker.conf>"
+) -> tuple[BrokerConfig, MessageStoreConfig]:
+    """Split RocketMQ-named settings between the broker and the store; warn on keys neither knows (and stop on one
+    that looks like a misspelled durability or security key, see :func:`check_unknown_keys`)."""
     broker_keys, store_keys = _aliases(BrokerConfig) - {"tls"}, _aliases(MessageStoreConfig) - {"storeHost"}
     tls_keys = _aliases(TlsConfig)
     broker_values: dict[str, object] = {}
-    store_values: dict[str, str] = {}
+    store_values: dict[str, object] = {}
     tls_values: dict[str, str] = {}
+    unknown = []
     for raw_key, value in values.items():
         key = _LEGACY_KEYS.get(raw_key, raw_key)
         if key in tls_keys:
-            tls_values[key] = value
+            tls_values[key] = str(value)
         elif key in broker_keys:
             broker_values[key] = value
         elif key in store_keys:
             store_values[key] = value
         else:
-            log.warning("%s: unknown key %r ignored", source, raw_key)
+            unknown.append(raw_key)
+    try:
+        checks = ConfigChecks.model_validate({k: v for k, v in broker_values.items() if k == "strictConfig"})
+    except ValidationError as e:
+        raise _error(source, e, broker_values) from None
+    check_unknown_keys(unknown, known_keys(), source, checks.strict_config)
     broker_values["tls"] = load_tls(tls_values, source)
     try:
         broker = BrokerConfig(**broker_values)
     except ValidationError as e:
         raise _error(source, e, broker_values) from None
-    store_values.setdefault("storePathRootDir", str(DEFAULT_STORE_DIR))
+    store_values.setdefault("storePathRootDir", DEFAULT_STORE_DIR)
     # Every record carries the broker's address; it is the offset message id's prefix too.
     store_values["storeHost"] = broker.broker_addr
     try:
@@ -327,21 +388,29 @@ def build_configs(values: dict[str, str], source: str = "<broker.conf>") -> tupl
     return broker, store
 
 
-def lake_path_of(broker_conf: str | os.PathLike[str] | None) -> Path | str | None:
-    """The ``lakePath`` a broker.conf names (None: no file, or no lakePath in it)."""
-    return load_broker_conf(broker_conf)[0].lake_path if broker_conf else None
+def load_broker_conf(
+    path: str | os.PathLike[str] | None, overrides: Mapping[str, object | None] | None = None
+) -> tuple[BrokerConfig, MessageStoreConfig]:
+    """Read a broker.conf (None: all defaults) into (BrokerConfig, MessageStoreConfig): the one loader of the
+    broker, the CLI, the pipelines and the DAGs.
 
-
-def load_broker_conf(path: str | os.PathLike[str] | None) -> tuple[BrokerConfig, MessageStoreConfig]:
-    """Read a broker.conf (None: all defaults) into (BrokerConfig, MessageStoreConfig)."""
-    if path is None:
-        return build_configs({})
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="latin-1")  # Properties.load(InputStream) reads ISO-8859-1
-    except OSError as e:
-        raise BrokerConfigError(f"{p}: cannot read broker config: {e.strerror or e}") from None
-    return build_configs(parse_properties(text, str(p)), str(p))
+    ``overrides`` are settings under their broker.conf keys that win over the file (the command-line flags:
+    ``--host`` is ``brokerIP1``, ``--port`` ``listenPort``, ``--store-dir`` ``storePathRootDir``, ``--lake``
+    ``lakePath``); a None value leaves the file's. They are checked as the file's values are, and the address
+    written into every record (``storeHost``) follows them.
+    """
+    values: dict[str, object] = {}
+    source = "<defaults>"
+    if path is not None:
+        p = Path(path)
+        source = str(p)
+        try:
+            text = p.read_text(encoding="latin-1")  # Properties.load(InputStream) reads ISO-8859-1
+        except OSError as e:
+            raise BrokerConfigError(f"{p}: cannot read broker config: {e.strerror or e}") from None
+        values.update(parse_properties(text, source))
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return build_configs(values, source)
 
 
 def load_namesrv_conf(path: str | os.PathLike[str] | None) -> NamesrvConfig:
@@ -356,9 +425,12 @@ def load_namesrv_conf(path: str | os.PathLike[str] | None) -> NamesrvConfig:
         raise BrokerConfigError(f"{p}: cannot read NameServer config: {e.strerror or e}") from None
     values = parse_properties(text, str(p))
     tls_keys, own_keys = _aliases(TlsConfig), _aliases(NamesrvConfig) - {"tls"}
-    for key in sorted(set(values) - tls_keys - own_keys):
-        log.warning("%s: unknown key %r ignored", p, key)
     own: dict[str, object] = {k: v for k, v in values.items() if k in own_keys}
+    try:
+        checks = ConfigChecks.model_validate({k: v for k, v in own.items() if k == "strictConfig"})
+    except ValidationError as e:
+        raise _error(str(p), e, own) from None
+    check_unknown_keys(sorted(set(values) - tls_keys - own_keys), tls_keys | own_keys, str(p), checks.strict_config)
     own["tls"] = load_tls({k: v for k, v in values.items() if k in tls_keys}, str(p))
     try:
         return NamesrvConfig(**own)

@@ -21,6 +21,7 @@ import typer
 from rich.table import Table
 
 from store.console import console, print_error, table
+from store.constants import DEFAULT_NAMESRV_ADDR
 
 if TYPE_CHECKING:  # the client is imported when a command runs: `mqlake up` need not pay for it
     from broker.client.admin import Admin, BrokerInfo, QueueProgress, QueueStatus
@@ -158,7 +159,7 @@ def cluster_table(rows: list[BrokerInfo]) -> Table:
 @admin_app.command("updateTopic")
 def update_topic(
     topic: Annotated[str, typer.Option("-t", "--topic", help="Topic name.")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     cluster: Annotated[str | None, typer.Option("-c", "--clusterName", help="Create on every master of it.")] = None,
     broker_addr: Annotated[str | None, typer.Option("-b", "--brokerAddr", help="Create on this broker.")] = None,
     read_queue_nums: Annotated[int, typer.Option("-r", "--readQueueNums", min=1)] = 8,
@@ -192,7 +193,7 @@ def update_topic(
 
 
 @admin_app.command("topicList")
-def topic_list(namesrv: Namesrv = "127.0.0.1:9876", as_json: AsJson = False) -> None:
+def topic_list(namesrv: Namesrv = DEFAULT_NAMESRV_ADDR, as_json: AsJson = False) -> None:
     """Every topic the NameServer knows."""
     topics = _call(namesrv, lambda a: a.topic_list())
     if as_json:
@@ -204,7 +205,9 @@ def topic_list(namesrv: Namesrv = "127.0.0.1:9876", as_json: AsJson = False) -> 
 
 @admin_app.command("topicStatus")
 def topic_status(
-    topic: Annotated[str, typer.Option("-t", "--topic")], namesrv: Namesrv = "127.0.0.1:9876", as_json: AsJson = False
+    topic: Annotated[str, typer.Option("-t", "--topic")],
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
+    as_json: AsJson = False,
 ) -> None:
     """Per queue min/max offset and last update time."""
     rows = _call(namesrv, lambda a: a.topic_status(topic))
@@ -223,7 +226,7 @@ def _status_json(r: QueueStatus) -> dict[str, object]:
 def query_msg_by_key(
     topic: Annotated[str, typer.Option("-t", "--topic")],
     key: Annotated[str, typer.Option("-k", "--msgKey")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     begin: Annotated[int, typer.Option("-b", "--beginTimestamp", help="ms; default 0")] = 0,
     end: Annotated[int | None, typer.Option("-e", "--endTimestamp", help="ms; default now")] = None,
     max_num: Annotated[int, typer.Option("-c", "--maxNum")] = 64,
@@ -240,7 +243,7 @@ def query_msg_by_key(
 @admin_app.command("queryMsgById")
 def query_msg_by_id(
     msg_id: Annotated[str, typer.Option("-i", "--msgId", help="Offset msgId or UNIQ_KEY.")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     topic: Annotated[str | None, typer.Option("-t", "--topic", help="Topic of a UNIQ_KEY id (else all).")] = None,
     as_json: AsJson = False,
 ) -> None:
@@ -259,7 +262,7 @@ def query_msg_by_id(
 @admin_app.command("consumerProgress")
 def consumer_progress(
     group: Annotated[str, typer.Option("-g", "--groupName")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     topic: Annotated[str | None, typer.Option("-t", "--topicName")] = None,
     as_json: AsJson = False,
 ) -> None:
@@ -272,7 +275,7 @@ def consumer_progress(
 
 
 @admin_app.command("clusterList")
-def cluster_list(namesrv: Namesrv = "127.0.0.1:9876", as_json: AsJson = False) -> None:
+def cluster_list(namesrv: Namesrv = DEFAULT_NAMESRV_ADDR, as_json: AsJson = False) -> None:
     """Brokers per cluster with their runtime figures."""
     rows = _call(namesrv, lambda a: a.cluster_list())
     if as_json:
@@ -314,7 +317,7 @@ def _acl_call(
 @admin_app.command("updateAclConfig")
 def update_acl_config(
     access_key: Annotated[str, typer.Option("-a", "--accessKey", help="The account's access key.")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     broker_addr: BrokerAddr = None,
     cluster: Cluster = None,
     secret_key: Annotated[str | None, typer.Option(
@@ -342,7 +345,7 @@ def update_acl_config(
 @admin_app.command("deleteAclConfig")
 def delete_acl_config(
     access_key: Annotated[str, typer.Option("-a", "--accessKey")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     broker_addr: BrokerAddr = None,
     cluster: Cluster = None,
     as_json: AsJson = False,
@@ -359,7 +362,7 @@ def delete_acl_config(
 def update_global_white_addr(
     addresses: Annotated[str, typer.Option("-g", "--globalWhiteRemoteAddresses",
                                            help="e.g. 10.10.103.*,192.168.0.*")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     broker_addr: BrokerAddr = None,
     cluster: Cluster = None,
     as_json: AsJson = False,
@@ -375,7 +378,7 @@ def update_global_white_addr(
 
 @admin_app.command("getAclConfig")
 def get_acl_config(
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     broker_addr: BrokerAddr = None,
     cluster: Cluster = None,
     as_json: AsJson = False,

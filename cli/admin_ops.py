@@ -1,4 +1,4 @@
-"""``mqlake admin`` operator commands (issue 19), named and optioned as mqadmin's: deleteTopic, updateSubGroup,
+"""``mqlake admin`` operator commands, named and optioned as mqadmin's: deleteTopic, updateSubGroup,
 deleteSubGroup, resetOffsetByTime, cloneGroupOffset, consumerStatus, consumerConnection, producerConnection,
 queryMsgByOffset, topicRoute, brokerStatus, getBrokerConfig, updateBrokerConfig, wipeWritePerm, addWritePerm,
 deleteExpiredCommitLog, statsAll. They join ``admin_app`` when this module is imported (cli/main.py does)."""
@@ -14,6 +14,7 @@ import typer
 
 from cli.admin import AsJson, Namesrv, _call, _print_json, admin_app, done, message_detail_table, one_target
 from store.console import console, print_error, table
+from store.constants import DEFAULT_NAMESRV_ADDR
 
 if TYPE_CHECKING:
     from broker.client.ops import OpsAdmin
@@ -51,7 +52,7 @@ def parse_timestamp(text: str) -> int:
 def delete_topic(
     topic: Annotated[str, typer.Option("-t", "--topic")],
     cluster: Annotated[str, typer.Option("-c", "--clusterName")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     as_json: AsJson = False,
 ) -> None:
     """Delete a topic on every master of a cluster and in the NameServers."""
@@ -64,7 +65,7 @@ def delete_topic(
 @admin_app.command("updateSubGroup")
 def update_sub_group(
     group: Annotated[str, typer.Option("-g", "--groupName")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     cluster: Cluster = None,
     broker_addr: BrokerAddr = None,
     consume_enable: Annotated[str, typer.Option("-s", "--consumeEnable", help="true/false")] = "true",
@@ -100,7 +101,7 @@ def update_sub_group(
 @admin_app.command("deleteSubGroup")
 def delete_sub_group(
     group: Annotated[str, typer.Option("-g", "--groupName")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     cluster: Cluster = None,
     broker_addr: BrokerAddr = None,
     remove_offset: Annotated[bool, typer.Option("-r", "--removeOffset", help="Also drop its offsets.")] = False,
@@ -119,7 +120,7 @@ def reset_offset_by_time(
     group: Annotated[str, typer.Option("-g", "--group")],
     topic: Annotated[str, typer.Option("-t", "--topic")],
     timestamp: Annotated[str, typer.Option("-s", "--timestamp", help="now, ms, or yyyy-MM-dd#HH:mm:ss:SSS")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     force: Annotated[str, typer.Option("-f", "--force", help="true: also move forward in time.")] = "true",
     as_json: AsJson = False,
 ) -> None:
@@ -141,7 +142,7 @@ def clone_group_offset(
     src: Annotated[str, typer.Option("-s", "--srcGroup")],
     dest: Annotated[str, typer.Option("-d", "--destGroup")],
     topic: Annotated[str, typer.Option("-t", "--topic")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     offline: Annotated[bool, typer.Option("-o", "--offline")] = False,
     as_json: AsJson = False,
 ) -> None:
@@ -154,7 +155,7 @@ def clone_group_offset(
 @admin_app.command("consumerConnection")
 def consumer_connection(
     group: Annotated[str, typer.Option("-g", "--consumerGroup")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     as_json: AsJson = False,
 ) -> None:
     """The clients of a consumer group and what they subscribe to."""
@@ -178,7 +179,7 @@ def consumer_connection(
 def producer_connection(
     group: Annotated[str, typer.Option("-g", "--producerGroup")],
     topic: Annotated[str, typer.Option("-t", "--topic")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     as_json: AsJson = False,
 ) -> None:
     """The clients of a producer group (seen by the brokers of a topic)."""
@@ -195,7 +196,7 @@ def producer_connection(
 @admin_app.command("consumerStatus")
 def consumer_status(
     group: Annotated[str, typer.Option("-g", "--consumerGroup")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     client_id: Annotated[str | None, typer.Option("-i", "--clientId")] = None,
     as_json: AsJson = False,
 ) -> None:
@@ -220,7 +221,7 @@ def query_msg_by_offset(
     broker_name: Annotated[str, typer.Option("-b", "--brokerName")],
     queue_id: Annotated[int, typer.Option("-i", "--queueId")],
     offset: Annotated[int, typer.Option("-o", "--offset")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     as_json: AsJson = False,
 ) -> None:
     """The message at a queue offset."""
@@ -233,7 +234,9 @@ def query_msg_by_offset(
 
 @admin_app.command("topicRoute")
 def topic_route(
-    topic: Annotated[str, typer.Option("-t", "--topic")], namesrv: Namesrv = "127.0.0.1:9876", as_json: AsJson = False
+    topic: Annotated[str, typer.Option("-t", "--topic")],
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
+    as_json: AsJson = False,
 ) -> None:
     """The NameServer's route of a topic (JSON, as mqadmin prints it)."""
     route = _ops(namesrv, lambda a: a.topic_route(topic))
@@ -245,7 +248,7 @@ def topic_route(
 
 @admin_app.command("brokerStatus")
 def broker_status(
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     broker_addr: BrokerAddr = None,
     cluster: Cluster = None,
     as_json: AsJson = False,
@@ -269,7 +272,7 @@ def broker_status(
 @admin_app.command("getBrokerConfig")
 def get_broker_config(
     broker_addr: Annotated[str, typer.Option("-b", "--brokerAddr")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     as_json: AsJson = False,
 ) -> None:
     """Every setting of a broker."""
@@ -281,7 +284,7 @@ def get_broker_config(
 def update_broker_config(
     key: Annotated[str, typer.Option("-k", "--key")],
     value: Annotated[str, typer.Option("-v", "--value")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     broker_addr: BrokerAddr = None,
     cluster: Cluster = None,
     as_json: AsJson = False,
@@ -296,7 +299,7 @@ def update_broker_config(
 @admin_app.command("wipeWritePerm")
 def wipe_write_perm(
     broker_name: Annotated[str, typer.Option("-b", "--brokerName")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     as_json: AsJson = False,
 ) -> None:
     """Stop clients sending to a broker (in the NameServers' routes)."""
@@ -311,7 +314,7 @@ def wipe_write_perm(
 @admin_app.command("addWritePerm")
 def add_write_perm(
     broker_name: Annotated[str, typer.Option("-b", "--brokerName")],
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     as_json: AsJson = False,
 ) -> None:
     """Let clients send to a broker again."""
@@ -325,7 +328,7 @@ def add_write_perm(
 
 @admin_app.command("deleteExpiredCommitLog")
 def delete_expired_commitlog(
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     broker_addr: BrokerAddr = None,
     cluster: Cluster = None,
     as_json: AsJson = False,
@@ -338,7 +341,7 @@ def delete_expired_commitlog(
 
 @admin_app.command("statsAll")
 def stats_all(
-    namesrv: Namesrv = "127.0.0.1:9876",
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     topic: Annotated[str | None, typer.Option("-t", "--topic")] = None,
     active: Annotated[bool, typer.Option("-a", "--activeTopic", help="Only topics with traffic.")] = False,
     as_json: AsJson = False,

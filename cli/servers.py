@@ -13,6 +13,7 @@ from broker.lake import objectstore
 from cli.log_files import add_log_files
 from pipelines.objectstore_cli import lake_option
 from store.console import print_error
+from store.constants import DEFAULT_NAMESRV_PORT
 
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", help="broker.conf (Java properties, RocketMQ key names).")
@@ -39,22 +40,14 @@ def _load_conf(
 ):
     from broker.config import BrokerConfigError, load_broker_conf
 
+    # Command-line options win over the file.
+    flags = {"brokerIP1": host, "listenPort": broker_port, "storePathRootDir": store_dir,
+             "lakePath": lake_option(lake) if lake is not None else None}  # fmt: skip
     try:
-        broker_cfg, store_cfg = load_broker_conf(config)
+        return load_broker_conf(config, flags)
     except BrokerConfigError as e:
         print_error(e)
         raise typer.Exit(2) from None
-    # Command-line options win over the file.
-    if host is not None:
-        broker_cfg.broker_ip1 = host
-    if broker_port is not None:
-        broker_cfg.listen_port = broker_port
-    if store_dir is not None:
-        store_cfg.store_path_root_dir = store_dir
-    if lake is not None:
-        broker_cfg.lake_path = lake_option(lake)
-    store_cfg.store_host = broker_cfg.broker_addr
-    return broker_cfg, store_cfg
 
 
 def _tier_command(broker_cfg, store_cfg, config: Path | None) -> list[str] | None:
@@ -102,7 +95,7 @@ def broker(
 
 def namesrv(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="NameServer port; 0 picks a free one.")] = 9876,
+    port: Annotated[int, typer.Option(help="NameServer port; 0 picks a free one.")] = DEFAULT_NAMESRV_PORT,
     config: Annotated[Path | None, typer.Option(
         "--config", "-c", help="Properties file: RocketMQ's tls.server.* keys (TLS on the port), aclEnable and "
         "rocketmqHome (write codes need a signed admin account of {rocketmqHome}/conf/plain_acl.yml).")] = None,
@@ -152,7 +145,7 @@ def up(
     ns_host = host or broker_cfg.broker_ip1
     configured = broker_cfg.namesrv_addrs
     if namesrv_port is None:
-        namesrv_port = int(configured[0].rpartition(":")[2]) if configured else 9876
+        namesrv_port = int(configured[0].rpartition(":")[2]) if configured else DEFAULT_NAMESRV_PORT
     if not configured or namesrv_port != int(configured[0].rpartition(":")[2]):
         broker_cfg.namesrv_addr = f"{ns_host}:{namesrv_port}"
     if broker_cfg.log_dir is not None:

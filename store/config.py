@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -28,6 +30,42 @@ class ExpiredSegmentPolicy(StrEnum):
     DELETE = "delete"  # RocketMQ's classic behaviour
 
 
+@dataclass(frozen=True)
+class Setting:
+    """What a config key is, beyond its type (``Annotated[int, RUNTIME]``), declared once on the model.
+
+    ``runtime``: UPDATE_BROKER_CONFIG may change it while the broker runs; the code reads it where it is used, so a
+    change acts at once.  ``safety``: a durability or security setting; a misspelled key of one stops start-up
+    rather than leaving the setting at its default.
+    """
+
+    runtime: bool = False
+    safety: bool = False
+
+
+RUNTIME = Setting(runtime=True)
+SAFETY = Setting(safety=True)
+
+
+def keys_where(model: type[BaseModel], flag: str) -> frozenset[str]:
+    """The keys (aliases) of ``model`` whose :class:`Setting` has ``flag`` set."""
+    return frozenset(
+        f.alias or name
+        for name, f in model.model_fields.items()
+        if any(isinstance(m, Setting) and getattr(m, flag) for m in f.metadata)
+    )
+
+
+def parse_delete_when(text: str) -> frozenset[int]:
+    """``deleteWhen``: ';'-separated hours of the local clock (00-23) at which expired segments go."""
+    hours = set()
+    for h in text.split(";"):
+        if not h.strip().isdigit() or not 0 <= int(h) <= 23:
+            raise ValueError(f"deleteWhen must be ';'-separated hours 00-23, got {text!r}")
+        hours.add(int(h))
+    return frozenset(hours)
+
+
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(w.capitalize() for w in rest)
@@ -43,32 +81,32 @@ class MessageStoreConfig(BaseModel):
     max_hash_slot_num: int = Field(5_000_000, ge=1)
     max_index_num: int = Field(5_000_000 * 4, ge=2)
     message_index_enable: bool = True
-    max_message_size: int = Field(1024 * 1024 * 4, ge=1)
+    max_message_size: Annotated[int, RUNTIME] = Field(1024 * 1024 * 4, ge=1)
 
-    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    flush_disk_type: Annotated[FlushDiskType, SAFETY] = FlushDiskType.ASYNC_FLUSH
     flush_interval_commit_log: int = Field(500, ge=1)
     flush_commit_log_least_pages: int = Field(4, ge=0)
     flush_commit_log_thorough_interval: int = Field(10_000, ge=1)
-    sync_flush_timeout: int = Field(5_000, ge=1)
+    sync_flush_timeout: Annotated[int, SAFETY] = Field(5_000, ge=1)
     flush_interval_consume_queue: int = Field(1_000, ge=1)
     flush_consume_queue_least_pages: int = Field(2, ge=0)
     flush_consume_queue_thorough_interval: int = Field(60_000, ge=1)
-    check_crc_on_recover: bool = True
+    check_crc_on_recover: Annotated[bool, SAFETY] = Field(True, alias="checkCRCOnRecover")
 
-    file_reserved_time: float = Field(72, ge=0)  # hours
-    delete_when: str = "04"
-    disk_max_used_space_ratio: int = Field(75, ge=10, le=95)
+    file_reserved_time: Annotated[float, RUNTIME] = Field(72, ge=0)  # hours
+    delete_when: Annotated[str, RUNTIME] = "04"
+    disk_max_used_space_ratio: Annotated[int, RUNTIME] = Field(75, ge=10, le=95)
     # 5.x names and clamps (4.x reads the same ratios from system properties): writes are refused above the
     # warning level, sealed segments expire regardless of age above the clean-forcibly level
-    disk_space_warning_level_ratio: int = 90
-    disk_space_clean_forcibly_ratio: int = 85
-    clean_file_forcibly_enable: bool = True
+    disk_space_warning_level_ratio: Annotated[int, RUNTIME] = 90
+    disk_space_clean_forcibly_ratio: Annotated[int, RUNTIME] = 85
+    clean_file_forcibly_enable: Annotated[bool, RUNTIME] = True
     clean_resource_interval: int = Field(10_000, ge=10)
     expired_segment_policy: ExpiredSegmentPolicy = ExpiredSegmentPolicy.TIER
 
     # Replication (MessageStoreConfig's names and defaults). haListenPort None: listenPort + 1, as BrokerStartup sets
     # it; 0 lets the OS pick.  haMasterAddress None: taken from the NameServer's register reply.
-    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    broker_role: Annotated[BrokerRole, SAFETY] = BrokerRole.ASYNC_MASTER
     ha_listen_port: int | None = Field(None, ge=0, le=65535)
     ha_master_address: str | None = None
     ha_send_heartbeat_interval: int = Field(5_000, ge=1)
@@ -104,10 +142,13 @@ class MessageStoreConfig(BaseModel):
     @field_validator("delete_when")
     @classmethod
     def _hours(cls, v: str) -> str:
-        for h in v.split(";"):
-            if not h.strip().isdigit() or not 0 <= int(h) <= 23:
-                raise ValueError(f"deleteWhen must be ';'-separated hours 00-23, got {v!r}")
+        parse_delete_when(v)
         return v
+
+    @property
+    def delete_hours(self) -> frozenset[int]:
+        """``deleteWhen`` as hours of the local clock."""
+        return parse_delete_when(self.delete_when)
 
     @property
     def commitlog_dir(self) -> Path:

@@ -68,7 +68,7 @@ def _zeros_from_dev_zero(fd: int, size: int) -> int:
     The kernel then fills the page cache in pipe-sized pieces, so the segment's pages are small folios.  Written
     with 1 MiB ``write()`` calls they were 1 MiB folios, and every later write into one costs the whole folio:
     the write fault of an append into a page that an fdatasync has cleaned (``block_page_mkwrite`` walks the
-    folio's buffers), once per page appended in SYNC_FLUSH, took about three times the kernel time (issue 14).
+    folio's buffers), once per page appended in SYNC_FLUSH, took about three times the kernel time.
     One system call also keeps the thread off the GIL for the whole file, where 1,024 writes each waited for it
     behind a busy event loop."""
     done = 0

@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from store.config import parse_delete_when
 from store.config_files import replace_file
 from store.errors import MQLakeError
 
@@ -249,9 +250,8 @@ class SegmentManifest:
 
 
 def is_deletion_hour(delete_when: str, now: float | None = None) -> bool:
-    """``deleteWhen``: ';'-separated hours of the local clock."""
-    hour = time.localtime(now).tm_hour
-    return any(int(h) == hour for h in delete_when.split(";"))
+    """Whether the local clock's hour (now, or ``now``) is one of ``deleteWhen``'s."""
+    return time.localtime(now).tm_hour in parse_delete_when(delete_when)
 
 
 def disk_used_ratio(path: Path) -> float:

@@ -35,18 +35,17 @@ from pathlib import Path
 
 from store import config_files as cf
 from store import names
+from store.constants import SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
 from store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from store.errors import MQLakeError
 from store.format import properties as P
 from store.format import records, units
-from store.format.delay import SCHEDULE_TOPIC, TIMER_TOPIC
 from store.format.delay import may_park as may_park  # the broker and the store import it from here
 
 log = logging.getLogger(__name__)
 
-RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TIMER_PROGRESS = "timerProgress.json"
-_NOT_DELIVERABLE = frozenset({RMQ_SYS_TRANS_HALF_TOPIC, SCHEDULE_TOPIC, TIMER_TOPIC})
+_NOT_DELIVERABLE = frozenset({TRANS_HALF_TOPIC, SCHEDULE_TOPIC, TIMER_TOPIC})
 POLL_INTERVAL = 0.1  # DELAY_FOR_A_WHILE: how often an idle service looks for new or due messages
 CHUNK = 512  # units looked at per level per pass
 _TIMER_KEYS = (P.PROPERTY_TIMER_DELIVER_MS, P.PROPERTY_TIMER_DELAY_SEC, P.PROPERTY_TIMER_DELAY_MS)
@@ -75,7 +74,7 @@ def park(
     that is not delayed.  Raises :class:`ParkRefused` for a DELAY or timer value Java would refuse."""
     if records.transaction_type(msg.sys_flag) not in (records.TRANSACTION_NOT_TYPE, records.TRANSACTION_COMMIT_TYPE):
         return
-    if msg.topic in (TIMER_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC):
+    if msg.topic in (TIMER_TOPIC, TRANS_HALF_TOPIC):
         # A rolled timer goes back where it was. A half message keeps its DELAY for its commit, which is parked
         # then: Java parks the half message itself, and its delivery later discards it (a transaction lost).
         return

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.config import known_keys, load_broker_conf
 from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from store.checkpoint import abort_file
@@ -18,6 +19,7 @@ from store.config_files import load_lenient_json
 from tests.fixtures_broker import TEST_CONF, free_port
 from tests.fixtures_broker import remoting_call as broker_call
 from tests.helpers import wait_until
+from tests.peers import lib
 
 pytestmark = pytest.mark.integration
 
@@ -91,6 +93,49 @@ def test_up_defaults_to_a_store_under_the_working_directory(tmp_path: Path) -> N
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_misspelled_durability_key_stops_start_up_with_one_line(tmp_path: Path) -> None:
+    """``flushDiskTyp=SYNC_FLUSH`` would leave the broker on ASYNC_FLUSH: nothing starts, and the one error line
+    names the key and what it resembles; nothing is created in the store dir."""
+    conf = _write_conf(tmp_path / "typo.conf", flushDiskTyp="SYNC_FLUSH", storePathRootDir=str(tmp_path / "s"))
+    out = subprocess.run([*MQLAKE, "up", "-c", str(conf)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert len(errors) == 1 and "'flushDiskTyp'" in errors[0] and "'flushDiskType'" in errors[0], out.stderr
+    assert "strictConfig=false" in errors[0] and "Traceback" not in out.stdout + out.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def _java_config_keys(jar: Path, cls: str) -> set[str]:
+    """The settings of one of Apache RocketMQ's config classes, read off its jar: its instance fields (what
+    ``MixAll.properties2Object`` sets from broker.conf) and its ``tls.*`` key constants."""
+    out = subprocess.run(["javap", "-p", "-constants", "-cp", str(jar), cls], capture_output=True, text=True,
+                         timeout=120, check=True).stdout  # fmt: skip
+    keys = set()
+    for line in out.splitlines():
+        words = line.strip().rstrip(";").split()
+        if len(words) == 3 and words[0] == "private":  # private <type> <name>: not static, not final
+            keys.add(words[2])
+        keys.update(w.strip('"') for w in words if w.startswith('"tls.'))
+    return keys
+
+
+def test_no_key_of_apache_rocketmq_stops_start_up(tmp_path: Path) -> None:
+    """A broker.conf written for Apache RocketMQ 4.9.7 or 5.4.0 may hold any of its keys: the ones mqlake does not
+    know only warn, even where one resembles a durability or security key of mqlake's."""
+    classes = [
+        (lib("rocketmq-4-broker"), "rocketmq-store-4.9.7.jar", "org.apache.rocketmq.store.config.MessageStoreConfig"),
+        (lib("rocketmq-4-broker"), "rocketmq-common-4.9.7.jar", "org.apache.rocketmq.common.BrokerConfig"),
+        (lib("rocketmq-5"), "rocketmq-store-5.4.0.jar", "org.apache.rocketmq.store.config.MessageStoreConfig"),
+        (lib("rocketmq-5"), "rocketmq-common-5.4.0.jar", "org.apache.rocketmq.common.BrokerConfig"),
+        (lib("rocketmq-5"), "rocketmq-remoting-5.4.0.jar", "org.apache.rocketmq.remoting.netty.TlsSystemConfig"),
+    ]
+    keys = set().union(*(_java_config_keys(folder / jar, cls) for folder, jar, cls in classes))
+    unknown = sorted(keys - known_keys())
+    assert len(keys) > 400 and len(unknown) > 100  # the jars were read
+    conf = _write_conf(tmp_path / "rocketmq.conf", **dict.fromkeys(unknown, "x"))
+    load_broker_conf(conf)  # warnings only
 
 
 def test_bad_config_and_busy_port_fail_with_one_clear_line(tmp_path: Path) -> None:

@@ -1,14 +1,26 @@
-"""broker.conf: Java properties syntax, RocketMQ key names, warnings for unknown keys, errors naming the key."""
+"""broker.conf: Java properties syntax, RocketMQ key names, warnings for unknown keys (with the key they resemble),
+a misspelled durability or security key stopping start-up, command-line overrides, errors naming the key."""
 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
 
-from broker.config import DEFAULT_STORE_DIR, BrokerConfigError, load_broker_conf, parse_properties
-from store.config import FlushDiskType
+from broker.config import (
+    DEFAULT_STORE_DIR,
+    BrokerConfig,
+    BrokerConfigError,
+    load_broker_conf,
+    load_namesrv_conf,
+    parse_properties,
+)
+from broker.remoting.codes import ResponseCode
+from broker.server.runtime_config import ConfigUpdateRefused, update_configs
+from store.config import BrokerRole, FlushDiskType, MessageStoreConfig, keys_where
+from store.retention import is_deletion_hour
 
 pytestmark = pytest.mark.unit
 
@@ -123,3 +135,92 @@ def test_invalid_value_is_an_error_naming_the_key(tmp_path: Path, line: str, key
 def test_missing_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(BrokerConfigError, match="cannot read"):
         load_broker_conf(tmp_path / "nope.conf")
+
+
+def test_unknown_key_warning_names_the_key_it_resembles(tmp_path: Path, caplog) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("listenPrt=1\nsomethingElse=2\n")
+    with caplog.at_level(logging.WARNING, logger="broker.config"):
+        load_broker_conf(conf)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("'listenPrt'" in m and "did you mean 'listenPort'" in m for m in messages), messages
+    assert any("'somethingElse'" in m and "did you mean" not in m for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    ("line", "suggestion"),
+    [
+        ("flushDiskTyp=SYNC_FLUSH", "flushDiskType"),
+        ("flushdisktype=SYNC_FLUSH", "flushDiskType"),
+        ("brokerRol=SYNC_MASTER", "brokerRole"),
+        ("syncFlushTimeOut=100", "syncFlushTimeout"),
+        ("aclEnabled=true", "aclEnable"),
+        ("tls.server.mod=enforcing", "tls.server.mode"),
+        ("innerClientAuthenticationCredential={}", "innerClientAuthenticationCredentials"),
+    ],
+)
+def test_misspelled_durability_or_security_key_stops_start_up(tmp_path: Path, line: str, suggestion: str) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(line + "\n")
+    with pytest.raises(BrokerConfigError) as err:
+        load_broker_conf(conf)
+    message = str(err.value)
+    key = line.split("=")[0]
+    assert "\n" not in message and str(conf) in message
+    assert f"unknown key {key!r} (did you mean {suggestion!r}?)" in message and "strictConfig=false" in message
+
+
+def test_strict_config_false_starts_with_the_default_and_a_warning(tmp_path: Path, caplog) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("flushDiskTyp=SYNC_FLUSH\nstrictConfig=false\n")
+    with caplog.at_level(logging.WARNING, logger="broker.config"):
+        _, store = load_broker_conf(conf)
+    assert store.flush_disk_type == FlushDiskType.ASYNC_FLUSH
+    assert any("did you mean 'flushDiskType'" in r.getMessage() for r in caplog.records)
+
+
+def test_namesrv_conf_checks_its_keys_the_same_way(tmp_path: Path) -> None:
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text("aclEnabel=true\n")
+    with pytest.raises(BrokerConfigError, match="did you mean 'aclEnable'"):
+        load_namesrv_conf(conf)
+    conf.write_text("aclEnabel=true\nstrictConfig=false\n")
+    assert load_namesrv_conf(conf).acl_enable is False
+
+
+def test_rocketmq_spelling_of_check_crc_on_recover(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("checkCRCOnRecover=false\n")
+    assert load_broker_conf(conf)[1].check_crc_on_recover is False
+
+
+def test_overrides_win_over_the_file_and_are_checked(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerIP1=10.0.0.1\nlistenPort=10000\nstorePathRootDir=/from/file\n")
+    broker, store = load_broker_conf(conf, {"listenPort": 12345, "brokerIP1": None, "storePathRootDir": tmp_path})
+    assert (broker.broker_ip1, broker.listen_port, store.store_path_root_dir) == ("10.0.0.1", 12345, tmp_path)
+    assert store.store_host == "10.0.0.1:12345"  # every record carries the address the flags give
+    with pytest.raises(BrokerConfigError, match="listenPort"):
+        load_broker_conf(conf, {"listenPort": 70000})
+
+
+def test_delete_when_hours() -> None:
+    store = MessageStoreConfig(delete_when="04;16")
+    assert store.delete_hours == {4, 16}
+    at_four = 1_700_000_000 - (time.localtime(1_700_000_000).tm_hour - 4) * 3600
+    assert is_deletion_hour("04;16", at_four) and not is_deletion_hour("05", at_four)
+
+
+def test_run_time_keys_are_declared_on_the_models() -> None:
+    assert keys_where(BrokerConfig, "runtime") >= {"brokerPermission", "autoCreateTopicEnable", "traceOn"}
+    assert keys_where(MessageStoreConfig, "runtime") >= {"deleteWhen", "fileReservedTime", "maxMessageSize"}
+    broker, store = load_broker_conf(None)
+    assert update_configs("deleteWhen=05;17\nbrokerPermission=4\n", broker, store) == {
+        "deleteWhen": "05;17", "brokerPermission": "4"
+    }
+    assert store.delete_hours == {5, 17} and broker.broker_permission == 4
+    for body in ("flushDiskType=SYNC_FLUSH", "brokerRole=SLAVE"):  # start-up settings: refused, nothing changed
+        with pytest.raises(ConfigUpdateRefused) as err:
+            update_configs(body, broker, store)
+        assert err.value.code == ResponseCode.INVALID_PARAMETER
+    assert store.flush_disk_type == FlushDiskType.ASYNC_FLUSH and store.broker_role == BrokerRole.ASYNC_MASTER

@@ -1,4 +1,4 @@
-"""Issue 5: rebuild ConsumeQueue and IndexFile from the CommitLog with Spark and verify the live files.
+"""Rebuild ConsumeQueue and IndexFile from the CommitLog with Spark and verify the live files.
 
 One store is written by the real MessageStore (many topics and queues, keys, UNIQ_KEYs, tags, delay-level
 and transactional messages; small segment, ConsumeQueue and IndexFile sizes).  Each test damages its

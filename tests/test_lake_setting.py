@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfigError, lake_path_of, load_broker_conf
+from broker.config import BrokerConfigError, load_broker_conf
 from tests.helpers import cli_env
 
 
@@ -19,8 +19,7 @@ def test_lake_path_and_cache_size_are_broker_settings(tmp_path: Path) -> None:
     conf.write_text(f"lakePath={tmp_path / 'lake'}\nlakeCacheBytes=1048576\n", encoding="latin-1")
     broker, _store = load_broker_conf(conf)
     assert broker.lake_path == tmp_path / "lake" and broker.lake_cache_bytes == 1 << 20
-    assert lake_path_of(conf) == tmp_path / "lake"
-    assert lake_path_of(None) is None and load_broker_conf(None)[0].lake_path is None
+    assert load_broker_conf(None)[0].lake_path is None
     conf.write_text("lakeCacheBytes=-1\n", encoding="latin-1")
     with pytest.raises(BrokerConfigError, match="lakeCacheBytes"):
         load_broker_conf(conf)

@@ -1,4 +1,4 @@
-"""mqadmin's operator commands (issue 19) through ``mqlake admin`` against a real ``mqlake up``, with the stock C++
+"""mqadmin's operator commands through ``mqlake admin`` against a real ``mqlake up``, with the stock C++
 client (PyPI ``rocketmq``) producing and consuming: real TPS and day counters, offset resets (online and offline,
 before the first message), topic and group deletion, broker settings at run time, draining a broker, stats."""
 

@@ -29,12 +29,10 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.errors import RequestRefused
 from broker.remoting.protocol.heartbeat import HeartbeatData
 from broker.remoting.signing import ACCESS_KEY, SIGNATURE, signature, signed_values
+from store.constants import RETRY_GROUP_TOPIC_PREFIX, TRACE_TOPIC, UNIQUE_MSG_QUERY_FLAG
 
-RETRY_PREFIX = "%RETRY%"
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
-UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 MAX_ACCESS_KEY_LENGTH = 256  # longer ones are refused before any lookup
-_NOT_SIGNED_BY_BROKER = frozenset({SIGNATURE, UNIQUE_KEY_QUERY})  # what RocketMQ's validator leaves out
+_NOT_SIGNED_BY_BROKER = frozenset({SIGNATURE, UNIQUE_MSG_QUERY_FLAG})  # what RocketMQ's validator leaves out
 
 ADMIN_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG, RequestCode.DELETE_TOPIC_IN_BROKER,
@@ -47,7 +45,7 @@ ADMIN_CODES = frozenset({
 
 
 def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
+    return RETRY_GROUP_TOPIC_PREFIX + group
 
 
 def check_permission(needed: int, owned: int) -> bool:
@@ -84,7 +82,7 @@ def _add(needed: dict[str, int], resource: str | None, perm: int) -> None:
 
 
 def _send(needed: dict[str, int], topic: str | None) -> None:
-    if topic is not None and topic.startswith(RETRY_PREFIX):
+    if topic is not None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         _add(needed, topic, SUB)  # a consumer sending back to its own retry topic: the group's permission
     else:
         _add(needed, topic, PUB)
@@ -128,8 +126,8 @@ def _retry(group: str | None) -> str | None:
 
 
 def _describe(resource: str) -> str:
-    if resource.startswith(RETRY_PREFIX):
-        return f"group:{_show(resource[len(RETRY_PREFIX) :])}"
+    if resource.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return f"group:{_show(resource[len(RETRY_GROUP_TOPIC_PREFIX) :])}"
     return f"topic:{_show(resource)}"
 
 
@@ -223,7 +221,8 @@ class Rules:
         # hook signs it: either form is accepted, both under the account's secret.
         if signed_by(owned, signed_values(cmd.ext_fields, _NOT_SIGNED_BY_BROKER), given, cmd.body):
             return True
-        return UNIQUE_KEY_QUERY in cmd.ext_fields and signed_by(owned, signed_values(cmd.ext_fields), given, cmd.body)
+        unique = UNIQUE_MSG_QUERY_FLAG in cmd.ext_fields
+        return unique and signed_by(owned, signed_values(cmd.ext_fields), given, cmd.body)
 
 
 def signed_by(owned: Owned, content: bytes, given: str, body: bytes = b"") -> bool:
@@ -242,7 +241,7 @@ def authorize(owned: Owned, needed: Mapping[str, int], admin_code: int | None = 
     if not needed or (owned.admin and not owned.perms):
         return
     for resource, perm in needed.items():
-        is_group = resource.startswith(RETRY_PREFIX)
+        is_group = resource.startswith(RETRY_GROUP_TOPIC_PREFIX)
         held = owned.perms.get(resource)
         if held is None:
             held = owned.default_group_perm if is_group else owned.default_topic_perm

@@ -22,12 +22,7 @@ from broker.remoting.command import RemotingCommand
 
 log = logging.getLogger(__name__)
 
-ACL_FILE = Path("conf") / "plain_acl.yml"
 WATCH_INTERVAL = 0.5  # seconds between checks of the file for changes (RocketMQ's FileWatchService too)
-
-
-def acl_path(rocketmq_home: str | Path) -> Path:
-    return Path(rocketmq_home) / ACL_FILE
 
 
 class PlainAclManager:

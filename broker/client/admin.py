@@ -14,7 +14,7 @@ from broker.client.errors import MQBrokerError, MQClientError
 from broker.client.instance import ClientInstance, check
 from broker.client.message import MessageExt, MessageQueue, decode_messages
 from broker.client.producer import check_topic
-from broker.client.route import AUTO_CREATE_TOPIC, PERM_READ, PERM_WRITE, TopicRouteData
+from broker.client.route import PERM_READ, PERM_WRITE, TopicRouteData
 from broker.remoting import headers as h
 from broker.remoting.client import RemotingError
 from broker.remoting.codes import RequestCode, ResponseCode
@@ -22,10 +22,13 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.protocol.body import ConsumeStats, KVTable, TopicList, TopicStatsTable
 from broker.remoting.protocol.route import ClusterInfo
 from broker.remoting.signing import Credentials
+from store.constants import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TOOLS_CONSUMER_GROUP,
+    UNIQUE_MSG_QUERY_FLAG,
+)
 from store.format import msgid
-
-UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
-RETRY_PREFIX = "%RETRY%"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +169,7 @@ class Admin:
         check_topic(topic)
         addrs = await self.target_brokers(cluster, broker_addr)
         header = h.CreateTopicRequestHeader(
-            topic=topic, default_topic=AUTO_CREATE_TOPIC, read_queue_nums=read_queue_nums,
+            topic=topic, default_topic=AUTO_CREATE_TOPIC_KEY_TOPIC, read_queue_nums=read_queue_nums,
             write_queue_nums=write_queue_nums, perm=perm, topic_filter_type="SINGLE_TAG", topic_sys_flag=0,
             order=order, attributes=attributes or None,
         )  # fmt: skip
@@ -209,7 +212,7 @@ class Admin:
         last = 0
         if hi > lo:
             header = h.PullMessageRequestHeader(
-                consumer_group="TOOLS_CONSUMER", topic=mq.topic, queue_id=mq.queue_id, queue_offset=hi - 1,
+                consumer_group=TOOLS_CONSUMER_GROUP, topic=mq.topic, queue_id=mq.queue_id, queue_offset=hi - 1,
                 max_msg_nums=1, sys_flag=0x4, commit_offset=0, suspend_timeout_millis=0, subscription="*",
                 sub_version=0, expression_type="TAG",
             )  # fmt: skip
@@ -224,7 +227,7 @@ class Admin:
         header = h.QueryMessageRequestHeader(
             topic=topic, key=key, max_num=max_num, begin_timestamp=begin, end_timestamp=end
         )
-        ext = {UNIQUE_KEY_QUERY: "true"} if unique else None
+        ext = {UNIQUE_MSG_QUERY_FLAG: "true"} if unique else None
         found: dict[tuple[str, int], MessageExt] = {}
         for b in route.broker_datas:
             if not b.master_addr:
@@ -280,7 +283,9 @@ class Admin:
             m = await self.view_message(msg_id)
             m.broker_name = brokers[addr]
             return [m]
-        topics = [topic] if topic else [t for t in await self.topic_list() if not t.startswith(RETRY_PREFIX)]
+        topics = [topic] if topic else [
+            t for t in await self.topic_list() if not t.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        ]
         out: list[MessageExt] = []
         for t in topics:
             try:
@@ -310,7 +315,7 @@ class Admin:
         return sorted(out, key=lambda p: (p.topic, p.broker_name, p.queue_id))
 
     async def _progress_by_queue(self, group: str, topic: str | None) -> list[QueueProgress]:
-        topics = [topic, RETRY_PREFIX + group] if topic else await self.topic_list()
+        topics = [topic, RETRY_GROUP_TOPIC_PREFIX + group] if topic else await self.topic_list()
         out = []
         for t in topics:
             route = await self._client.update_route(t)

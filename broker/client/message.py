@@ -148,8 +148,8 @@ class MessageExt:
 _SYSTEM_PROPERTIES = frozenset(
     {
         properties.PROPERTY_TAGS, properties.PROPERTY_KEYS, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-        properties.PROPERTY_WAIT_STORE_MSG_OK, properties.PROPERTY_CLUSTER, "MSG_REGION", "TRACE_ON", "MIN_OFFSET",
-        "MAX_OFFSET",
+        properties.PROPERTY_WAIT_STORE_MSG_OK, properties.PROPERTY_CLUSTER, properties.PROPERTY_MSG_REGION,
+        properties.PROPERTY_TRACE_SWITCH, properties.PROPERTY_MIN_OFFSET, properties.PROPERTY_MAX_OFFSET,
     }
 )  # fmt: skip
 

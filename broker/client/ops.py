@@ -1,4 +1,4 @@
-"""``OpsAdmin``: the operator's calls of ``DefaultMQAdminExt`` that mqadmin's commands make (issue 19) — topic and
+"""``OpsAdmin``: the operator's calls of ``DefaultMQAdminExt`` that mqadmin's commands make — topic and
 group deletion, subscription groups, offset resets, broker settings, draining a broker, stats.
 
 Each method does what the mqadmin command of the same name does on the wire; where a command acts on a cluster
@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from broker.client.admin import RETRY_PREFIX, Admin
+from broker.client.admin import Admin
 from broker.client.errors import MQBrokerError, MQClientError
 from broker.client.instance import check
 from broker.client.message import MessageExt, decode_messages
@@ -28,8 +28,8 @@ from broker.remoting.protocol.body import (
 )
 from broker.remoting.protocol.ops_body import BrokerStatsData, ConsumerRunningInfo, GroupList, ResetOffsetBody
 from broker.remoting.protocol.wire import BodyError
+from store.constants import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TOOLS_CONSUMER_GROUP
 
-DLQ_PREFIX = "%DLQ%"
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
 GROUP_GET_NUMS = "GROUP_GET_NUMS"
 
@@ -107,7 +107,7 @@ class OpsAdmin(Admin):
         for addr in addrs:
             await self._call(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, header, f"delete subscription group {group}")
         if cluster is not None:
-            for topic in (RETRY_PREFIX + group, DLQ_PREFIX + group):
+            for topic in (RETRY_GROUP_TOPIC_PREFIX + group, DLQ_GROUP_TOPIC_PREFIX + group):
                 await self.delete_topic(topic, cluster)
         return addrs
 
@@ -183,7 +183,7 @@ class OpsAdmin(Admin):
         if addr is None:
             raise MQClientError(f"broker {broker_name} does not serve topic {topic}")
         header = h.PullMessageRequestHeader(
-            consumer_group="TOOLS_CONSUMER", topic=topic, queue_id=queue_id, queue_offset=offset, max_msg_nums=1,
+            consumer_group=TOOLS_CONSUMER_GROUP, topic=topic, queue_id=queue_id, queue_offset=offset, max_msg_nums=1,
             sys_flag=0x4, commit_offset=0, suspend_timeout_millis=0, subscription="*", sub_version=0,
             expression_type="TAG",
         )  # fmt: skip
@@ -255,8 +255,9 @@ class OpsAdmin(Admin):
     async def stats_all(self, topic: str | None = None, active_only: bool = False) -> list[StatsRow]:
         """``statsAll``: per topic and consuming group, in/out TPS over the last minute, the last 24 h's counts
         and the group's lag."""
-        topics = [topic] if topic else [t for t in await self.topic_list()
-                                        if not t.startswith((RETRY_PREFIX, DLQ_PREFIX))]  # fmt: skip
+        topics = [topic] if topic else [
+            t for t in await self.topic_list() if not t.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+        ]
         rows: list[StatsRow] = []
         for t in topics:
             try:

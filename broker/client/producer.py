@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from broker.client.errors import MQBrokerError, MQClientError
 from broker.client.instance import ClientInstance, RequestHandler
 from broker.client.message import Message, MessageQueue, SendResult, SendStatus
-from broker.client.route import AUTO_CREATE_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, TopicRouteData
+from broker.client.route import DEFAULT_TOPIC_QUEUE_NUMS, TopicRouteData
 from broker.remoting import batch_body
 from broker.remoting import headers as h
 from broker.remoting.client import RemotingError
@@ -24,6 +24,7 @@ from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.signing import Credentials
 from store import names
+from store.constants import AUTO_CREATE_TOPIC_KEY_TOPIC
 from store.format import hashing, msgid, properties
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ class Producer:
 
     # -- routing -----------------------------------------------------------------------------------------------
     def _on_route(self, topic: str, route: TopicRouteData) -> None:
-        if topic == AUTO_CREATE_TOPIC:
+        if topic == AUTO_CREATE_TOPIC_KEY_TOPIC:
             return
         queues = route.publish_queues(topic)
         if queues:
@@ -128,10 +129,12 @@ class Producer:
             if not route.publish_queues(topic):
                 raise MQClientError(f"topic {topic!r} has no writable queue on any master broker")
             return self._publish[topic]
-        default = await self._client.update_route(AUTO_CREATE_TOPIC)
+        default = await self._client.update_route(AUTO_CREATE_TOPIC_KEY_TOPIC)
         queues = default.publish_queues(topic, self.default_topic_queue_nums) if default is not None else []
         if not queues:
-            raise MQClientError(f"no route for topic {topic!r} and no auto-create route ({AUTO_CREATE_TOPIC})")
+            raise MQClientError(
+                f"no route for topic {topic!r} and no auto-create route ({AUTO_CREATE_TOPIC_KEY_TOPIC})"
+            )
         self._publish[topic] = queues
         return queues
 
@@ -157,8 +160,8 @@ class Producer:
     ) -> RemotingCommand:
         born = int(time.time() * 1000) if msg.born_timestamp is None else msg.born_timestamp
         header = h.SendMessageRequestHeaderV2(
-            a=self.group, b=mq.topic, c=AUTO_CREATE_TOPIC, d=self.default_topic_queue_nums, e=mq.queue_id, f=sys_flag,
-            g=born, h=msg.flag, i=props, j=0, k=False, m=batch, n=mq.broker_name,
+            a=self.group, b=mq.topic, c=AUTO_CREATE_TOPIC_KEY_TOPIC, d=self.default_topic_queue_nums, e=mq.queue_id,
+            f=sys_flag, g=born, h=msg.flag, i=props, j=0, k=False, m=batch, n=mq.broker_name,
         )  # fmt: skip
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         return RemotingCommand.request(code, header, body, oneway=oneway)

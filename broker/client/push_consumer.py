@@ -45,11 +45,11 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel
 from broker.remoting.protocol.heartbeat import EXPRESSION_TYPE_TAG, ConsumerData, HeartbeatData
 from broker.remoting.signing import Credentials
+from store.constants import RETRY_GROUP_TOPIC_PREFIX
+from store.format.properties import PROPERTY_RETRY_TOPIC
 
 log = logging.getLogger(__name__)
 
-RETRY_PREFIX = "%RETRY%"
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 DEFAULT_MAX_RECONSUME_TIMES = 16
 PULL_THRESHOLD_FOR_QUEUE = 1000  # Java's pullThresholdForQueue: messages pulled, not yet consumed, per queue
 
@@ -153,7 +153,7 @@ class PushConsumer:
         if not self._subs:
             raise MQClientError("no subscription: call subscribe() before start()")
         if self.clustering:
-            retry = RETRY_PREFIX + self.group
+            retry = RETRY_GROUP_TOPIC_PREFIX + self.group
             self._retry_sub = Subscription.parse(retry, "*")
         await self._client.start()
         for topic in self._topics():
@@ -205,7 +205,7 @@ class PushConsumer:
         return topics
 
     def _subscription(self, topic: str) -> Subscription:
-        return self._retry_sub if topic.startswith(RETRY_PREFIX) else self._subs[topic][0]
+        return self._retry_sub if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else self._subs[topic][0]
 
     async def _every(self, interval: float, fn: Callable[[], Awaitable[None]]) -> None:
         while True:
@@ -326,7 +326,7 @@ class PushConsumer:
             stored = await self._client.query_consumer_offset(self.group, mq)
             if stored is not None and stored >= 0:
                 return stored
-        if mq.topic.startswith(RETRY_PREFIX):
+        if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return 0
         if self.consume_from_where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
             return await self._client.min_offset(mq)
@@ -394,7 +394,7 @@ class PushConsumer:
 
     async def _consume(self, msg: MessageExt) -> None:
         original = msg.properties.get(PROPERTY_RETRY_TOPIC)
-        if msg.topic.startswith(RETRY_PREFIX) and original:
+        if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and original:
             msg.topic = original  # resetRetryAndNamespace: the handler sees the topic it subscribed to
         entry = self._subs.get(msg.topic)
         if entry is None:

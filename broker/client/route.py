@@ -11,7 +11,6 @@ from broker.remoting.protocol import route
 from broker.remoting.protocol.topic import PERM_READ, PERM_WRITE
 from broker.remoting.protocol.wire import BodyError
 
-AUTO_CREATE_TOPIC = "TBW102"  # TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 
 

@@ -29,11 +29,9 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel
 from broker.remoting.protocol.heartbeat import HeartbeatData, ProducerData
 from store.format import msgid, properties, records
+from store.format.properties import PROPERTY_PRODUCER_GROUP
 
 log = logging.getLogger(__name__)
-
-PROPERTY_PRODUCER_GROUP = "PGROUP"
-PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 
 
 class LocalTransactionState(enum.IntEnum):

@@ -20,6 +20,7 @@ from broker.remoting.loop import wait_for_signal
 from broker.remoting.server import Channel, RemotingServer
 from broker.remoting.signing import Credentials
 from broker.remoting.tls import TlsMode
+from store.constants import DEFAULT_NAMESRV_PORT
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ class NamesrvController:
     def __init__(
         self,
         host: str = "127.0.0.1",
-        port: int = 9876,
+        port: int = DEFAULT_NAMESRV_PORT,
         *,
         broker_expired_seconds: float = BROKER_CHANNEL_EXPIRED_SECONDS,
         scan_interval: float = SCAN_NOT_ACTIVE_BROKER_SECONDS,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from broker.proxy.v2 import definition_pb2 as pb
 from store import names
+from store.constants import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 SEPARATOR = "%"
-_PREFIXES = (names.RETRY_GROUP_TOPIC_PREFIX, names.DLQ_GROUP_TOPIC_PREFIX)
+_PREFIXES = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
 _system = names.is_system_topic
 
 

@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker.proxy import receipt as rh
-from broker.proxy.convert import PROPERTY_RETRY_TOPIC, now_ms
+from broker.proxy.convert import now_ms
 from broker.proxy.status import Code, ProxyError
 from broker.remoting.protocol.topic import PERM_READ, PERM_WRITE
 from broker.server import topics as tp
+from store.constants import REVIVE_GROUP, REVIVE_TOPIC_PREFIX
 from store.format import msgid, records
 from store.format import properties as P
 from store.message_store import GetMessageStatus
@@ -45,8 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
-REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"  # PopAckConstants.REVIVE_GROUP
 REVIVE_INTERVAL = 0.2  # s between revive scans; invisible times are whole seconds or more
 _CK, _ACK = "ck", "ack"
 _READ_BATCH = 32
@@ -385,7 +384,7 @@ class PopService:
 
     async def _put_again(self, rec: records.MessageRecord, target: tp.TopicConfig) -> None:
         props = dict(rec.property_map)
-        props.setdefault(PROPERTY_RETRY_TOPIC, rec.topic)
+        props.setdefault(P.PROPERTY_RETRY_TOPIC, rec.topic)
         props.setdefault(P.PROPERTY_ORIGIN_MESSAGE_ID, rec.offset_msg_id)
         for key in (P.PROPERTY_DELAY_TIME_LEVEL, P.PROPERTY_TIMER_DELIVER_MS, P.PROPERTY_TIMER_OUT_MS):
             props.pop(key, None)  # delivered once: the retry is not delayed again

@@ -401,7 +401,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         qid = convert.message_group_queue(group, queues) if group is not None else next(self._round_robin) % queues
         born = msg.system_properties.born_timestamp
         header = SendMessageRequestHeader(
-            producer_group=props.get(convert.PROPERTY_PRODUCER_GROUP, "PROXY_SEND"), topic=tc.topic_name,
+            producer_group=props.get(P.PROPERTY_PRODUCER_GROUP, "PROXY_SEND"), topic=tc.topic_name,
             default_topic=tp.AUTO_CREATE_TOPIC_KEY_TOPIC, default_topic_queue_nums=queues, queue_id=qid,
             sys_flag=sys_flag, born_timestamp=born.seconds * 1000 + born.nanos // 1_000_000 or convert.now_ms(),
             flag=0, properties=P.encode_properties(props).decode("utf-8"),
@@ -448,7 +448,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             missing = f"no half message {request.message_id} for transaction id {request.transaction_id}"
             raise ProxyError(Code.INVALID_TRANSACTION_ID, missing)
         header = EndTransactionRequestHeader(
-            producer_group=half.property_map.get(convert.PROPERTY_PRODUCER_GROUP, ""),
+            producer_group=half.property_map.get(P.PROPERTY_PRODUCER_GROUP, ""),
             tran_state_table_offset=half.queue_offset, commit_log_offset=offset, commit_or_rollback=kind,
             from_transaction_check=request.source == pb.SOURCE_SERVER_CHECK, msg_id=request.transaction_id,
             transaction_id=request.message_id, topic=namespaces.wrap(request.topic),

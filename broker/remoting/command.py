@@ -37,7 +37,6 @@ _enc = json.encoder.encode_basestring  # JSON string literal, non-ASCII kept as 
 # skips raw_decode's Python frame on every request.
 _scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _LANGUAGE_BY_NUMBER = {lc.value: lc.name for lc in LanguageCode}
-_SERIALIZE_NAMES = {SerializeType.JSON: "JSON", SerializeType.ROCKETMQ: "ROCKETMQ"}
 
 
 def _ext_value(value: Any) -> str:

@@ -450,22 +450,7 @@ class GetConsumerRunningInfoRequestHeader(Header):
     jstack_enable: bool = False
 
 
-class ConsumeMessageDirectlyResultRequestHeader(Header):
-    consumer_group: str
-    client_id: str | None = None
-    msg_id: str | None = None
-    broker_name: str | None = None
-
-
 # --- admin -------------------------------------------------------------------------------------------------------
-
-
-class GetAllTopicConfigRequestHeader(Header):
-    """5.x optional paging of GET_ALL_TOPIC_CONFIG; 4.x sends no header."""
-
-    data_version: str | None = None
-    topic_seq: int | None = None
-    max_topic_num: int | None = None
 
 
 class CreateTopicRequestHeader(Header):

@@ -1,4 +1,4 @@
-"""Headers of the operator calls (issue 19) that the everyday client never sends: stats, group offsets, write
+"""Headers of the operator calls that the everyday client never sends: stats, group offsets, write
 permission, named after RocketMQ's Java classes (wire keys are their field names)."""
 
 from __future__ import annotations

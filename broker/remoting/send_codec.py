@@ -1,4 +1,4 @@
-"""The wire side of the send fast path (issue 14): a plain SEND_MESSAGE_V2's header read in one call, and a send's
+"""The wire side of the send fast path: a plain SEND_MESSAGE_V2's header read in one call, and a send's
 reply frame built in one call.
 
 These are the references; ``broker/remoting/_send.pyx`` is the compiled twin (chosen by
@@ -55,8 +55,8 @@ def send_reply(
     ext = {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset)}
     if transaction_id is not None:
         ext["transactionId"] = transaction_id
-    ext["MSG_REGION"] = region
-    ext["TRACE_ON"] = "true" if trace_on else "false"
+    ext[properties.PROPERTY_MSG_REGION] = region
+    ext[properties.PROPERTY_TRACE_SWITCH] = "true" if trace_on else "false"
     return RemotingCommand(
         code=ResponseCode.SUCCESS, opaque=opaque, flag=FLAG_RESPONSE, ext_fields=ext,
         serialize_type=SerializeType(serialize_type),

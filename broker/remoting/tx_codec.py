@@ -1,4 +1,4 @@
-"""The wire side of a transaction's two requests on the broker (issue 15): the SEND_MESSAGE_V2 header of a
+"""The wire side of a transaction's two requests on the broker: the SEND_MESSAGE_V2 header of a
 prepared send (as ``send_codec.read_send_v2`` reads a plain one) and the END_TRANSACTION header, each read in
 one call.
 

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from broker.remoting.protocol.topic import TopicConfig
+from store.constants import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from store.format import properties as P
-from store.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 MESSAGE_TYPE = "message.type"
 NORMAL, FIFO, DELAY, TRANSACTION, UNSPECIFIED, MIXED = "NORMAL", "FIFO", "DELAY", "TRANSACTION", "UNSPECIFIED", "MIXED"

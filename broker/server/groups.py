@@ -10,9 +10,10 @@ from broker.remoting.protocol.topic import DataVersion
 from broker.server.config_manager import VersionedTableManager
 from store import config_files as cf
 from store import names
+from store.constants import FILTERSRV_CONSUMER_GROUP, SELF_TEST_CONSUMER_GROUP, TOOLS_CONSUMER_GROUP, TRANS_CHECK_GROUP
 
 # Groups a RocketMQ broker pre-creates for its own tools.
-SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_RMQ_SYS_TRANS")
+SYSTEM_GROUPS = (TOOLS_CONSUMER_GROUP, FILTERSRV_CONSUMER_GROUP, SELF_TEST_CONSUMER_GROUP, TRANS_CHECK_GROUP)
 
 
 class SubscriptionGroupManager(VersionedTableManager[SubscriptionGroupConfig]):

@@ -17,6 +17,8 @@ import logging
 from dataclasses import dataclass, field, replace
 
 from store import names
+from store.constants import TRANS_CHECK_MAX_TIME_TOPIC as CHECK_MAX_TIME_TOPIC
+from store.constants import TRANS_OP_HALF_TOPIC as OP_TOPIC
 from store.format import properties, records
 from store.format import transaction as tx_format
 from store.format.transaction import HALF_QUEUE_ID, HALF_TOPIC, PROPERTY_TRANSACTION_ID
@@ -26,16 +28,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["HALF_QUEUE_ID", "HALF_TOPIC", "PROPERTY_TRANSACTION_ID"]  # re-exported: the broker's names for them
 
-OP_TOPIC = names.OP_HALF_TOPIC
-CHECK_MAX_TIME_TOPIC = names.TRANS_CHECK_MAX_TIME_TOPIC
-CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # the consumer group whose offset is the check service's progress
 REMOVE_TAG = "d"
 OFFSET_SEPARATOR = ","
 
-PROPERTY_PRODUCER_GROUP = "PGROUP"
-PROPERTY_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-PROPERTY_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 
 
 def _append(props: bytes, values: dict[str, str]) -> bytes:
@@ -106,7 +101,7 @@ def prop(rec: _Half, name: str) -> str | None:
 
 def origin_offset(half: _Half) -> int:
     """The queue offset of the half message this one was re-put from (itself when it is the first)."""
-    value = prop(half, PROPERTY_PREPARED_QUEUE_OFFSET)
+    value = prop(half, properties.PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
     try:
         return int(value) if value is not None else half.queue_offset
     except ValueError:
@@ -115,7 +110,7 @@ def origin_offset(half: _Half) -> int:
 
 def check_times(half: records.MessageRecord) -> int:
     """How many check-backs the half message has had (TRANSACTION_CHECK_TIMES; a bad value counts as none)."""
-    value = prop(half, PROPERTY_CHECK_TIMES)
+    value = prop(half, properties.PROPERTY_TRANSACTION_CHECK_TIMES)
     try:
         return int(value) if value is not None else 0
     except ValueError:
@@ -136,9 +131,9 @@ def real_target(half: _Half) -> tuple[str, int] | None:
 def renewed(half: records.MessageRecord, check_times: int | None) -> records.MessageRecord:
     """``renewHalfMessageInner`` (+ ``renewImmunityHalfMessageInner``): the half message re-put at the queue's end,
     remembering its origin's queue offset and, for a check-back, how many checks it has had."""
-    extra = {PROPERTY_PREPARED_QUEUE_OFFSET: str(origin_offset(half))}
+    extra = {properties.PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET: str(origin_offset(half))}
     if check_times is not None:
-        extra[PROPERTY_CHECK_TIMES] = str(check_times)
+        extra[properties.PROPERTY_TRANSACTION_CHECK_TIMES] = str(check_times)
     return records.MessageRecord(
         topic=half.topic,
         queue_id=half.queue_id,

@@ -34,6 +34,7 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
 from broker.remoting.errors import RequestRefused
 from broker.server.context import BrokerContext
+from store.constants import RETRY_GROUP_TOPIC_PREFIX
 from store.errors import MQLakeError
 from store.retention import SegmentState
 
@@ -129,7 +130,7 @@ class BrokerCollector(Collector):
         bytes_out = self._family(CounterMetricFamily, "rocketmq_throughput_out", "Bytes pulled.", out_labels)
         for key, c in list(stats.group_get.items()):
             topic, _, group = key.rpartition("@")
-            values = [*base, topic, group, _bool(topic.startswith("%RETRY%")), _bool(is_system(topic))]
+            values = [*base, topic, group, _bool(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)), _bool(is_system(topic))]
             msgs_out.add_metric(values, c.nums)
             bytes_out.add_metric(values, c.size)
         yield from (msgs_in, bytes_in, msgs_out, bytes_out)
@@ -152,7 +153,7 @@ class BrokerCollector(Collector):
             if b.topics.get(topic) is None:
                 continue
             total = sum(max(b.store.get_max_offset_in_queue(topic, q) - off, 0) for q, off in list(queues.items()))
-            lag.add_metric([*base, group, topic, _bool(topic.startswith("%RETRY%")),
+            lag.add_metric([*base, group, topic, _bool(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)),
                             _bool(b.topics.is_system_topic(topic))], total)  # fmt: skip
         return lag
 

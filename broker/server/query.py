@@ -17,6 +17,7 @@ from broker.remoting.connection import Channel, Handler
 from broker.remoting.headers import QueryMessageRequestHeader, QueryMessageResponseHeader, ViewMessageRequestHeader
 from broker.server import tier_reads
 from broker.server.context import BrokerContext
+from store.constants import UNIQUE_MSG_QUERY_FLAG
 from store.format.records import RecordError, read_topic
 
 DEFAULT_QUERY_MAX_NUM = 32  # what a unique-key query is limited to
@@ -31,7 +32,7 @@ class QueryProcessor:
 
     async def query_message(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
         h = cmd.read_header(QueryMessageRequestHeader)
-        max_num = DEFAULT_QUERY_MAX_NUM if cmd.ext_fields.get("_UNIQUE_KEY_QUERY") == "true" else h.max_num
+        max_num = DEFAULT_QUERY_MAX_NUM if cmd.ext_fields.get(UNIQUE_MSG_QUERY_FLAG) == "true" else h.max_num
         # Index reads walk hash chains over mmapped files that may be cold: keep them off the event loop.
         result = await asyncio.to_thread(
             self.broker.store.query_message, h.topic, h.key, max_num, h.begin_timestamp, h.end_timestamp

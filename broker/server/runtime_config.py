@@ -23,20 +23,14 @@ from pydantic import BaseModel, ValidationError
 
 from broker.config import BrokerConfig, parse_properties
 from broker.remoting.codes import ResponseCode
-from store.config import MessageStoreConfig
+from store.config import MessageStoreConfig, keys_where
 
 CONFIG_BLACK_LIST = ("configBlackList", "brokerConfigPath")  # BrokerConfig.configBlackList's default
 
-# Keys mqlake applies while running (each is read where it is used, or pushed by the apply hook).
-RUNTIME_BROKER_KEYS = frozenset({
-    "brokerPermission", "autoCreateTopicEnable", "autoCreateSubscriptionGroup", "defaultTopicQueueNums",
-    "longPollingEnable", "shortPollingTimeMills", "notifyConsumerIdsChangedEnable", "channelExpiredTimeout",
-    "regionId", "traceOn",
-})  # fmt: skip
-RUNTIME_STORE_KEYS = frozenset({
-    "maxMessageSize", "fileReservedTime", "deleteWhen", "diskMaxUsedSpaceRatio", "cleanFileForciblyEnable",
-    "diskSpaceWarningLevelRatio", "diskSpaceCleanForciblyRatio",
-})  # fmt: skip
+# Keys mqlake applies while running: the fields each model marks RUNTIME (each is read where it is used, or pushed
+# by the apply hook).
+RUNTIME_BROKER_KEYS = keys_where(BrokerConfig, "runtime")
+RUNTIME_STORE_KEYS = keys_where(MessageStoreConfig, "runtime")
 
 
 class ConfigUpdateRefused(Exception):

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 _NO_WAIT = b"WAIT\x01false\x02"  # isWaitStoreMsgOK false: answered at once, as in ASYNC_FLUSH
 _NO_WAIT_STR = _NO_WAIT.decode()
 
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_RETRY_TOPIC = properties.PROPERTY_RETRY_TOPIC
 
 _STATUS_CODES = {
     PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,

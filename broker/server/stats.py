@@ -27,6 +27,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from store.constants import DEFAULT_CLUSTER
+
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
 TOPIC_PUT_SIZE = "TOPIC_PUT_SIZE"
 GROUP_GET_NUMS = "GROUP_GET_NUMS"
@@ -121,7 +123,7 @@ class ItemStats:
 
 
 class BrokerStatsManager:
-    def __init__(self, cluster_name: str = "DefaultCluster", clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, cluster_name: str = DEFAULT_CLUSTER, clock: Callable[[], float] = time.time) -> None:
         self.cluster_name = cluster_name
         self._clock = clock
         now = self.now_ms()

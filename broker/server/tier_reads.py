@@ -1,5 +1,7 @@
 """Reads that fall through to the tier: what PULL_MESSAGE, the offset requests and the queries answer when
-``lakePath`` is set and the local store no longer holds what was asked (DESIGN.md decision 9).
+``lakePath`` is set and the local store no longer holds what was asked. Once a segment is tiered, its Delta table
+is the only copy: the broker serves reads below the local minimum from it, byte for byte as the CommitLog held
+them, so a consumer or a query never sees where the history lives.
 
 Each function takes the local answer and returns the combined one; the lake is read in a worker thread
 (delta-rs and parquet reads block), and without a lake (``broker.lake is None``) the local answer stands.

@@ -24,13 +24,14 @@ from broker.remoting.protocol.wire import WireModel
 from broker.server.config_manager import VersionedTableManager
 from store import config_files as cf
 from store import names
-from store.format.delay import SCHEDULE_TOPIC, TIMER_TOPIC
-from store.names import (
+from store.constants import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
     OFFSET_MOVED_EVENT,
     RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
+    TIMER_TOPIC,
 )
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,9 @@ from broker.server import half_messages as hm
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
 from store.config import FlushDiskType
+from store.constants import TRANS_CHECK_GROUP
 from store.format import msgid, records
+from store.format import properties as P
 from store.format import transaction as tx_format
 from store.message_store import GetMessageStatus
 
@@ -232,7 +234,7 @@ class TransactionProcessor:
     def _validate(self, group: str, queue_offset: int, half: hm.StoredHalf | None) -> str | None:
         if half is None:
             return "Find prepared transaction message failed"
-        if hm.prop(half, hm.PROPERTY_PRODUCER_GROUP) != group:
+        if hm.prop(half, P.PROPERTY_PRODUCER_GROUP) != group:
             return "The producer group wrong"
         if half.queue_offset != queue_offset:
             return "The transaction state table offset wrong"
@@ -242,7 +244,7 @@ class TransactionProcessor:
 
     def _immunity_passed(self, half: hm.StoredHalf) -> bool:
         """``rejectCommitOrRollback``: a producer's own END_TRANSACTION after its custom first-check time."""
-        value = hm.prop(half, hm.PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
+        value = hm.prop(half, P.PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
         if not value:
             return False
         return _now() - half.born_timestamp > self._immunity_ms(value)
@@ -270,7 +272,7 @@ class TransactionProcessor:
         if b.topics.get(hm.HALF_TOPIC) is None:
             return
         store = b.store
-        progress = b.offsets.query(hm.CHECK_GROUP, hm.HALF_TOPIC, hm.HALF_QUEUE_ID)
+        progress = b.offsets.query(TRANS_CHECK_GROUP, hm.HALF_TOPIC, hm.HALF_QUEUE_ID)
         if progress < 0:
             progress = store.get_min_offset_in_queue(hm.HALF_TOPIC, hm.HALF_QUEUE_ID)
         end = store.get_max_offset_in_queue(hm.HALF_TOPIC, hm.HALF_QUEUE_ID)  # copies put now wait for a next round
@@ -286,7 +288,7 @@ class TransactionProcessor:
             if half is not None and not await self._check_one(half, timeout, check_max):
                 break  # too young: so are the ones after it
             offset += 1
-            b.offsets.commit(hm.CHECK_GROUP, hm.HALF_TOPIC, hm.HALF_QUEUE_ID, offset)
+            b.offsets.commit(TRANS_CHECK_GROUP, hm.HALF_TOPIC, hm.HALF_QUEUE_ID, offset)
             await asyncio.sleep(0)  # a long queue must not hold the loop
 
     async def _check_one(self, half: records.MessageRecord, timeout: int, check_max: int) -> bool:
@@ -301,7 +303,7 @@ class TransactionProcessor:
             self.broker.topics.create_system_topic(hm.CHECK_MAX_TIME_TOPIC, 1, _RW)
             await self.broker.put([hm.discarded(half)])
             return True
-        immunity = hm.prop(half, hm.PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
+        immunity = hm.prop(half, P.PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
         limit = self._immunity_ms(immunity) if immunity is not None else timeout
         if 0 <= age <= limit:
             if immunity is None:
@@ -319,7 +321,7 @@ class TransactionProcessor:
 
     def _send_check(self, half: records.MessageRecord) -> None:
         """CHECK_TRANSACTION_STATE to one live channel of the half message's producer group."""
-        group = (hm.prop(half, hm.PROPERTY_PRODUCER_GROUP) or "")
+        group = hm.prop(half, P.PROPERTY_PRODUCER_GROUP) or ""
         channels = self.broker.producers.groups.get(group)
         if not channels:
             log.warning("check of %s skipped: producer group %r has no live channel", half.uniq_key, group)

@@ -77,11 +77,10 @@ def tier_command(
         from broker.config import BrokerConfigError, load_broker_conf
 
         try:
-            broker_config, store_config = load_broker_conf(broker_conf)
+            broker_config, store_config = load_broker_conf(broker_conf, {"lakePath": lake, "brokerName": broker_name})
         except BrokerConfigError as e:
             raise typer.BadParameter(str(e), param_hint="--broker-conf") from None
-        lake = lake or broker_config.lake_path
-        broker_name = broker_name or broker_config.broker_name
+        lake, broker_name = broker_config.lake_path, broker_config.broker_name
     if lake is None:
         raise typer.BadParameter("give --lake, or a --broker-conf that sets lakePath", param_hint="--lake")
     lake = lake_option(lake)

@@ -59,10 +59,9 @@ def verify_index_command(
         from broker.config import BrokerConfigError, load_broker_conf
 
         try:
-            store_config = load_broker_conf(broker_conf)[1]
+            store_config = load_broker_conf(broker_conf, {"storePathRootDir": store_dir})[1]
         except BrokerConfigError as e:
             raise typer.BadParameter(str(e), param_hint="--broker-conf") from None
-        store_config.store_path_root_dir = store_dir
     try:
         with JobProgress("verify-index", console(stderr=True)):
             result = verify_index(store_dir, report_path=report, lake=lake and lake_option(lake), repair_out=out,

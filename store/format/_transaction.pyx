@@ -14,13 +14,11 @@ from store.format._record_writer cimport _unclosed
 from store.format._segments cimport _last_value
 from store.format._layout cimport BORN_V6, COMMIT_TYPE, MAGIC_V1, MAGIC_V2, MIN_RECORD, STORE_V6, TRANSACTION_BITS
 
+from store.constants import TRANS_HALF_TOPIC as _HALF_TOPIC
 from store.format import native
 from store.format._runs import encode_message as _encode_message
 
 _reference = native.TWINS["store.format.transaction"].python
-
-cdef bytes HALF_TOPIC = b"RMQ_SYS_TRANS_HALF_TOPIC"
-_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 
 
 cdef inline bytes _closed(bytes props):

@@ -3,10 +3,10 @@ which holds the time the message is due rather than a tag hash."""
 
 from __future__ import annotations
 
+from store.constants import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # re-exported: the topics this codec's units live in
+from store.constants import TIMER_TOPIC as TIMER_TOPIC
 from store.errors import MQLakeError
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-TIMER_TOPIC = "rmq_sys_wheel_timer"  # 5.x TimerMessageStore.TIMER_TOPIC: parked timer messages, queue 0
 # What a properties string holding a delay level or a timer contains (the DELAY property, the TIMER_* ones)
 PARK_MARKERS = (b"DELAY\x01", b"TIMER_")
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"

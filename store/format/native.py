@@ -1,4 +1,5 @@
-"""The choice, at import, between a codec module's compiled twin and its pure-Python reference (DESIGN decision 7).
+"""The choice, at import, between a codec module's compiled twin and its pure-Python reference. The hot pure
+functions are compiled where it pays; the Python module stays the reference the tests and Java vectors hold both to.
 
 A codec module ends with ``native.install(globals(), "store.format._hashing", ("java_string_hash", ...))``: when
 the Cython extension imports and ``MQLAKE_NO_EXTENSIONS`` is unset, the named functions are replaced by the

@@ -20,10 +20,11 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from store.constants import SCHEDULE_TOPIC
 from store.errors import MQLakeError
 from store.format import native
 from store.format.buffers import ReadBuffer, WriteBuffer
-from store.format.delay import DEFAULT_DELAY_MILLIS, SCHEDULE_TOPIC, schedule_tags_code
+from store.format.delay import DEFAULT_DELAY_MILLIS, schedule_tags_code
 from store.format.hashing import body_crc32, tags_code
 from store.format.msgid import Host, create_offset_msg_id, decode_addr, pack_ip
 from store.format.properties import (

@@ -1,4 +1,4 @@
-"""Runs of consecutive CommitLog records built at once: the send path's encode, append and message ids (issue 14).
+"""Runs of consecutive CommitLog records built at once: the send path's encode, append and message ids.
 
 A send's records are encoded outside the put lock into one ``bytes`` (a *run*); inside the lock
 :func:`write_run` copies the run into the segment in one piece and back-fills what only the lock knows, and

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import struct
 
+from store.constants import TRANS_HALF_TOPIC as HALF_TOPIC
 from store.format import native, properties, records, runs
 from store.format.msgid import Host
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 HALF_QUEUE_ID = 0
-PROPERTY_TRANSACTION_ID = "__transactionId__"
+PROPERTY_TRANSACTION_ID = properties.PROPERTY_TRANSACTION_ID
 
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")

@@ -1,4 +1,4 @@
-"""Bodies of the operator calls (issue 19): broker stats, group lists, offset resets, a consumer's running info."""
+"""Bodies of the operator calls: broker stats, group lists, offset resets, a consumer's running info."""
 
 from __future__ import annotations
 
