@@ -34,6 +34,7 @@ from broker.remoting.headers import (
     CheckTransactionStateRequestHeader,
     EndTransactionRequestHeader,
     SendMessageRequestHeader,
+    SendMessageRequestHeaderV2,
 )
 from broker.remoting.protocol.heartbeat import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG, SubscriptionData
 from broker.server import attributes
@@ -406,8 +407,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             sys_flag=sys_flag, born_timestamp=born.seconds * 1000 + born.nanos // 1_000_000 or convert.now_ms(),
             flag=0, properties=P.encode_properties(props).decode("utf-8"),
         )  # fmt: skip
-        cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, header, msg.body)
-        answer = self.sender.send_inline(cmd, cast(Channel, peer))
+        # As a SEND_MESSAGE_V2 (a remoting producer's send): the send path's native fast path takes the common
+        # message (header read, put and reply frame in native calls) and hands anything unusual to the general path
+        v2 = SendMessageRequestHeaderV2.from_v1(header)
+        answer = self.sender.send_inline(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, v2, msg.body),
+                                         cast(Channel, peer))  # fmt: skip
         assert answer is not None  # None (an answer held for the group commit to write) is for remoting channels only
         if not isinstance(answer, bytes | RemotingCommand):
             answer = await answer
