@@ -224,6 +224,28 @@ def test_one_ack_of_a_batch_acks_each_handle_once_and_refuses_a_repeated_entry(p
     wait_until(lambda: proxied.store.get_max_offset_in_queue(revive, 0) == 10, what="the five ack records")
 
 
+def test_sends_in_sync_flush_are_answered_once_the_group_commit_covers_them(tmp_path) -> None:
+    """SYNC_FLUSH: the send path answers a gRPC send (no remoting connection to hold the reply for) with a future
+    that the group commit completes; plain and transactional sends alike."""
+    conf = {"grpcServerPort": "0", "flushDiskType": "SYNC_FLUSH"}
+    p = Proxied(LiveBroker(tmp_path / "store", **conf).start())
+    try:
+        topic = p.topic()
+        sent = [p.send(topic, f"durable {i}".encode()) for i in range(3)]
+        assert [r.status.code for r in sent] == [pb.OK] * 3
+        assert [r.entries[0].offset for r in sent] == [0, 1, 2]
+        half = pb.Message(topic=pb.Resource(name=topic), body=b"half")
+        half.system_properties.message_id, half.system_properties.message_type = "01TXSYNCFLUSH", pb.TRANSACTION
+        r = p.stub.SendMessage(svc.SendMessageRequest(messages=[half]), metadata=META, timeout=10)
+        assert r.status.code == pb.OK and r.entries[0].transaction_id
+        end = svc.EndTransactionRequest(topic=pb.Resource(name=topic), message_id="01TXSYNCFLUSH",
+                                        transaction_id=r.entries[0].transaction_id, resolution=pb.COMMIT)  # fmt: skip
+        assert p.stub.EndTransaction(end, metadata=META, timeout=10).status.code == pb.OK
+        wait_until(lambda: p.store.get_max_offset_in_queue(topic, 0) == 4, what="the three sends and the commit")
+    finally:
+        p.close()
+
+
 def test_message_past_the_retry_limit_goes_to_the_dlq_and_forward_to_dlq(proxied) -> None:
     topic, g = proxied.topic(), group(proxied, retry_max_times=1)  # two deliveries in all
     dlq = tp.dlq_topic(g)
