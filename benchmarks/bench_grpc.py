@@ -25,6 +25,9 @@ What is measured, exactly:
     neighbour disturbs least), split into the broker's event-loop thread (grpc.aio's Cython layer, the RPC's
     Python, the store put) and its other threads (gRPC core's event engine and completion-queue poller, the
     store's dispatch and flush).
+  * Handlers: after the rounds, MessagingService's SendMessage, Heartbeat, ReceiveMessage and AckMessage called on
+    an in-process broker without gRPC (``handler_costs``): the broker's own work in a call, the rest of its
+    event-loop CPU being grpc.aio's.
   * The driver is the raw generated stubs on grpc.aio, not the official 5.x Python client (synchronous per call:
     it would measure itself).  The driver's own CPU per message is printed beside each rate: the load generator
     shares the machine's cores with the broker, so a rate is bounded by the driver's cost as much as the broker's.
