@@ -202,6 +202,50 @@ def test_bad_receipt_handles_and_invisible_times(proxied) -> None:
     assert proxied.stub.EndTransaction(tx, metadata=META).status.code == pb.INVALID_TRANSACTION_ID
 
 
+def test_one_ack_of_a_batch_acks_each_handle_once_and_refuses_a_repeated_entry(proxied) -> None:
+    topic, g = proxied.topic(queues=2), group(proxied)
+    for i in range(5):
+        assert proxied.send(topic, f"m{i}".encode()).status.code == pb.OK
+    wait_until(lambda: sum(proxied.store.get_max_offset_in_queue(topic, q) for q in (0, 1)) == 5,
+               what="the five messages in their queues")  # fmt: skip
+    status, msgs = proxied.receive(topic, g, wait_s=5)
+    assert status.code == pb.OK and len(msgs) == 5
+    handles = [m.system_properties.receipt_handle for m in msgs]
+    revive = proxied.proxy.pop.revive_topic
+    wait_until(lambda: proxied.store.get_max_offset_in_queue(revive, 0) == 5, what="the five checkpoints")
+    entries = [svc.AckMessageEntry(message_id="m", receipt_handle=h) for h in [*handles, handles[2]]]
+    req = svc.AckMessageRequest(group=pb.Resource(name=g), topic=pb.Resource(name=topic), entries=entries)
+    r = proxied.stub.AckMessage(req, metadata=META, timeout=10)
+    assert r.status.code == pb.MULTIPLE_RESULTS
+    assert [e.status.code for e in r.entries] == [pb.OK] * 5 + [pb.INVALID_RECEIPT_HANDLE]
+    assert "twice in one ack" in r.entries[5].status.message
+    # each of the five closed by one ack record: none is left to be revived
+    assert not proxied.proxy.pop.inflight
+    wait_until(lambda: proxied.store.get_max_offset_in_queue(revive, 0) == 10, what="the five ack records")
+
+
+def test_sends_in_sync_flush_are_answered_once_the_group_commit_covers_them(tmp_path) -> None:
+    """SYNC_FLUSH: the send path answers a gRPC send (no remoting connection to hold the reply for) with a future
+    that the group commit completes; plain and transactional sends alike."""
+    conf = {"grpcServerPort": "0", "flushDiskType": "SYNC_FLUSH"}
+    p = Proxied(LiveBroker(tmp_path / "store", **conf).start())
+    try:
+        topic = p.topic()
+        sent = [p.send(topic, f"durable {i}".encode()) for i in range(3)]
+        assert [r.status.code for r in sent] == [pb.OK] * 3
+        assert [r.entries[0].offset for r in sent] == [0, 1, 2]
+        half = pb.Message(topic=pb.Resource(name=topic), body=b"half")
+        half.system_properties.message_id, half.system_properties.message_type = "01TXSYNCFLUSH", pb.TRANSACTION
+        r = p.stub.SendMessage(svc.SendMessageRequest(messages=[half]), metadata=META, timeout=10)
+        assert r.status.code == pb.OK and r.entries[0].transaction_id
+        end = svc.EndTransactionRequest(topic=pb.Resource(name=topic), message_id="01TXSYNCFLUSH",
+                                        transaction_id=r.entries[0].transaction_id, resolution=pb.COMMIT)  # fmt: skip
+        assert p.stub.EndTransaction(end, metadata=META, timeout=10).status.code == pb.OK
+        wait_until(lambda: p.store.get_max_offset_in_queue(topic, 0) == 4, what="the three sends and the commit")
+    finally:
+        p.close()
+
+
 def test_message_past_the_retry_limit_goes_to_the_dlq_and_forward_to_dlq(proxied) -> None:
     topic, g = proxied.topic(), group(proxied, retry_max_times=1)  # two deliveries in all
     dlq = tp.dlq_topic(g)

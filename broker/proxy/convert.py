@@ -173,36 +173,40 @@ def message_type(props: dict[str, str]) -> int:
 
 
 def to_message(rec: records.MessageRecord, receipt: str, invisible_ms: int) -> pb.Message:
-    """A popped record as a 5.x consumer receives it; a retry shows its original topic."""
+    """A popped record as a 5.x consumer receives it; a retry shows its original topic.  The nested fields are
+    filled in place (built apart and copied in, they cost a receive more than the rest of the conversion)."""
     props = rec.property_map
+    m = pb.Message(body=rec.body, user_properties={k: v for k, v in props.items() if k not in SYSTEM_KEYS})
     topic = rec.topic
-    if topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX):
-        topic = props.get(P.PROPERTY_RETRY_TOPIC, topic)
-    sp = pb.SystemProperties(
-        message_id=rec.uniq_key or rec.offset_msg_id,
-        body_digest=body_digest(rec.body),
-        body_encoding=pb.IDENTITY,
-        message_type=message_type(props),  # type: ignore[arg-type]
-        born_timestamp=_timestamp(rec.born_timestamp),
-        born_host=msgid.host_string(rec.born_host),
-        store_timestamp=_timestamp(rec.store_timestamp),
-        store_host=msgid.host_string(rec.store_host),
-        receipt_handle=receipt,
-        queue_id=rec.queue_id,
-        queue_offset=rec.queue_offset,
-        invisible_duration=duration(invisible_ms),
-        delivery_attempt=rec.reconsume_times + 1,
-    )
+    m.topic.name = props.get(P.PROPERTY_RETRY_TOPIC, topic) if topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX) else topic
+    sp = m.system_properties
+    sp.message_id = rec.uniq_key or rec.offset_msg_id
+    sp.body_digest.CopyFrom(body_digest(rec.body))
+    sp.body_encoding = pb.IDENTITY
+    sp.message_type = message_type(props)  # type: ignore[assignment]
+    _set_millis(sp.born_timestamp, rec.born_timestamp)
+    sp.born_host = msgid.host_string(rec.born_host)
+    _set_millis(sp.store_timestamp, rec.store_timestamp)
+    sp.store_host = msgid.host_string(rec.store_host)
+    sp.receipt_handle = receipt
+    sp.queue_id = rec.queue_id
+    sp.queue_offset = rec.queue_offset
+    _set_millis(sp.invisible_duration, invisible_ms)
+    sp.delivery_attempt = rec.reconsume_times + 1
     if rec.tags is not None:
         sp.tag = rec.tags
     if rec.keys:
         sp.keys.extend(k for k in rec.keys.split(P.KEY_SEPARATOR) if k)
     if PROPERTY_SHARDING_KEY in props:
         sp.message_group = props[PROPERTY_SHARDING_KEY]
-    if P.PROPERTY_TIMER_DELIVER_MS in props and props[P.PROPERTY_TIMER_DELIVER_MS].isdigit():
-        sp.delivery_timestamp.CopyFrom(_timestamp(int(props[P.PROPERTY_TIMER_DELIVER_MS])))
-    user = {k: v for k, v in props.items() if k not in SYSTEM_KEYS}
-    return pb.Message(topic=pb.Resource(name=topic), user_properties=user, system_properties=sp, body=rec.body)
+    deliver = props.get(P.PROPERTY_TIMER_DELIVER_MS)
+    if deliver is not None and deliver.isdigit():
+        _set_millis(sp.delivery_timestamp, int(deliver))
+    return m
+
+
+def _set_millis(field: Timestamp | Duration, ms: int) -> None:
+    field.seconds, field.nanos = ms // 1000, ms % 1000 * 1_000_000
 
 
 def now_ms() -> int:

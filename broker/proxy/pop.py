@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 
 REVIVE_INTERVAL = 0.2  # s between revive scans; invisible times are whole seconds or more
 _CK, _ACK = "ck", "ack"
+# a revive record's properties by its tag (one record per message popped or acked: encoded once)
+_REVIVE_PROPERTIES = {tag: P.encode_properties({P.PROPERTY_TAGS: tag, P.PROPERTY_WAIT_STORE_MSG_OK: "true"})
+                      for tag in (_CK, _ACK)}  # fmt: skip
 _READ_BATCH = 32
 
 MessageFilter = Callable[[records.MessageRecord], bool]
@@ -159,10 +162,9 @@ class PopService:
 
     # --- the revive log ---------------------------------------------------------------------------------------
     def _record(self, tag: str, body: dict[str, object]) -> records.MessageRecord:
-        host = msgid.parse_host_string(self.broker.config.broker_addr)
-        props = P.encode_properties({P.PROPERTY_TAGS: tag, P.PROPERTY_WAIT_STORE_MSG_OK: "true"})
         return records.MessageRecord(topic=self.revive_topic, queue_id=0, body=json.dumps(body).encode(),
-                                     properties=props, born_timestamp=now_ms(), born_host=host)  # fmt: skip
+                                     properties=_REVIVE_PROPERTIES[tag], born_timestamp=now_ms(),
+                                     born_host=msgid.parse_host_string(self.broker.config.broker_addr))  # fmt: skip
 
     async def _append(self, recs: list[records.MessageRecord]) -> int:
         """Put ``recs`` (one topic); the queue offset of the first."""
@@ -332,21 +334,21 @@ class PopService:
         refusal or None.  A ProxyError in ``handles`` (an entry that did not decode) is passed through."""
         async with self._lock:
             results: list[ProxyError | None] = []
-            closing: list[InFlight] = []
+            closing: dict[int, InFlight] = {}  # by checkpoint offset: a handle twice in one ack is found at once
             for handle in handles:
                 try:
                     if isinstance(handle, ProxyError):
                         raise handle
                     e = self._find(group, handle)
-                    if e in closing:
+                    if e.ck_offset in closing:
                         raise ProxyError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is twice in one ack")
-                    closing.append(e)
+                    closing[e.ck_offset] = e
                     results.append(None)
                 except ProxyError as refused:
                     results.append(refused)
             if closing:
-                await self._append([self._record(_ACK, {"ck": e.ck_offset}) for e in closing])
-                for e in closing:
+                await self._append([self._record(_ACK, {"ck": ck}) for ck in closing])
+                for e in closing.values():
                     self._close(e)
             return results
 

@@ -33,7 +33,7 @@ from broker.remoting.errors import RequestRefused
 from broker.remoting.headers import (
     CheckTransactionStateRequestHeader,
     EndTransactionRequestHeader,
-    SendMessageRequestHeader,
+    SendMessageRequestHeaderV2,
 )
 from broker.remoting.protocol.heartbeat import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG, SubscriptionData
 from broker.server import attributes
@@ -400,14 +400,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         # A message group always goes to the same queue (the proxy's SendMessageQueueSelector hashes it)
         qid = convert.message_group_queue(group, queues) if group is not None else next(self._round_robin) % queues
         born = msg.system_properties.born_timestamp
-        header = SendMessageRequestHeader(
-            producer_group=props.get(P.PROPERTY_PRODUCER_GROUP, "PROXY_SEND"), topic=tc.topic_name,
-            default_topic=tp.AUTO_CREATE_TOPIC_KEY_TOPIC, default_topic_queue_nums=queues, queue_id=qid,
-            sys_flag=sys_flag, born_timestamp=born.seconds * 1000 + born.nanos // 1_000_000 or convert.now_ms(),
-            flag=0, properties=P.encode_properties(props).decode("utf-8"),
+        # As a SEND_MESSAGE_V2 (a remoting producer's send): the send path's native fast path takes the common
+        # message (header read, put and reply frame in native calls) and hands anything unusual to the general path
+        header = SendMessageRequestHeaderV2(
+            a=props.get(P.PROPERTY_PRODUCER_GROUP, "PROXY_SEND"), b=tc.topic_name,
+            c=tp.AUTO_CREATE_TOPIC_KEY_TOPIC, d=queues, e=qid, f=sys_flag,
+            g=born.seconds * 1000 + born.nanos // 1_000_000 or convert.now_ms(), h=0,
+            i=P.encode_properties(props).decode("utf-8"),
         )  # fmt: skip
-        cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, header, msg.body)
-        answer = self.sender.send_inline(cmd, cast(Channel, peer))
+        answer = self.sender.send_inline(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header, msg.body),
+                                         cast(Channel, peer))  # fmt: skip
         assert answer is not None  # None (an answer held for the group commit to write) is for remoting channels only
         if not isinstance(answer, bytes | RemotingCommand):
             answer = await answer
