@@ -98,9 +98,9 @@ class SlaveSynchronize:
         return resp.body
 
     async def sync_all(self) -> None:
+        self._unknown.clear()  # also while no master is known: the NameServers may know a topic by now
         if self.master_addr is None or self.master_addr == self.config.broker_addr:
             return
-        self._unknown.clear()
         steps = (self._sync_topics, self._sync_offsets, self._sync_delay_offsets, self._sync_groups, self._sync_tiered)
         for step in steps:
             try:
@@ -158,12 +158,13 @@ class SlaveSynchronize:
                 # A master that answered without the topic deleted it: its route may not be gone yet
                 tc = None if answered else await self._route_config(topic)
                 if tc is None:
-                    log.warning("slave sync: topic %s is in the replicated log, but neither master %s nor a "
-                                "NameServer knows it: not served here", topic, self.master_addr)  # fmt: skip
+                    log.warning("slave sync: topic %s is in the replicated log, but %s has no config of it: not "
+                                "served here", topic, f"master {self.master_addr}" if answered else
+                                "neither the master nor a NameServer")  # fmt: skip
                     self._unknown.add(topic)
                     continue
-                log.info("slave sync: topic %s taken from the NameServers' route (master %s unreachable): %s",
-                         topic, self.master_addr, tc.encode_line())  # fmt: skip
+                log.info("slave sync: topic %s taken from the NameServers' route (master %s did not answer): %s",
+                         topic, self.master_addr or "unknown", tc.encode_line())  # fmt: skip
                 self.topics.update(tc)  # a new data version: the master's next table replaces it
 
     async def _route_config(self, topic: str) -> TopicConfig | None:
