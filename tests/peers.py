@@ -26,7 +26,7 @@ from pathlib import Path
 
 from broker.client import Admin
 from broker.remoting.loop import run
-from tests.fixtures_broker import _die_with_parent, free_port
+from tests.fixtures_broker import _die_with_parent, free_port, remoting_call
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,11 +104,13 @@ class JavaServer:
     ``home`` is its ROCKETMQ_HOME and user.home: its logback configuration (4.x reads ``conf/logback_*.xml``; 5.x
     logs under ``user.home/logs``), its config files and its logs all stay there."""
 
-    READY = {"namesrv": "boot success", "broker": "boot success", "proxy": "startup successfully"}
+    READY = {"namesrv": "boot success", "broker": "boot success", "proxy": "startup successfully",
+             "controller": "Controller Server boot success"}  # fmt: skip
     MAIN = {
         "namesrv": "org.apache.rocketmq.namesrv.NamesrvStartup",
         "broker": "org.apache.rocketmq.broker.BrokerStartup",
         "proxy": "org.apache.rocketmq.proxy.ProxyStartup",
+        "controller": "org.apache.rocketmq.controller.ControllerStartup",
     }
 
     def __init__(self, kind: str, peer: str, home: Path, *args: str, jvm_opts: tuple[str, ...] = JVM_OPTS) -> None:
@@ -122,12 +124,20 @@ class JavaServer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> JavaServer:
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (from the thread that outlives it: the child is killed when
+        the thread that started it ends)."""
         cmd = ["java", *self.jvm_opts, f"-Duser.home={self.home}", f"-Drocketmq.home.dir={self.home}",
                "-cp", classpath(self.peer), self.MAIN[self.kind], *self.args]  # fmt: skip
         env = {**os.environ, "ROCKETMQ_HOME": str(self.home)}
         with open(self.out_path, "ab") as out:
             self.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.home, env=env,
                                             start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
+
+    def wait_ready(self) -> JavaServer:
         wait_until(self._ready, START_TIMEOUT, what=f"Apache RocketMQ {self.kind} ({self.peer}) to start")
         return self
 
@@ -272,3 +282,84 @@ def java_json(main: str, peer: str, *args: str, classes: Path, home: Path, timeo
     assert proc.returncode == 0 and len(docs) == 1, (
         f"{main} {' '.join(args)} exited with {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return json.loads(docs[0])
+
+
+# A controller node keeps little: its Raft log and state machine in a few MiB
+CONTROLLER_JVM_OPTS = ("-Xms64m", "-Xmx192m", *JVM_OPTS[2:])
+MQADMIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
+CONTROLLER_GET_METADATA_INFO = 1005  # RequestCode; mqlake's broker has no use for it, so it is not in codes.py
+
+
+class ControllerCluster:
+    """Apache RocketMQ 5.4.0's controller (``ControllerStartup``, ``controllerType=DLedger``): ``nodes`` processes
+    on loopback forming one DLedger Raft group.  In DLedger mode a node serves the controller's requests on its
+    DLedger peer port (the DLedger server's remoting server carries both), so ``addrs`` are the addresses brokers
+    would list in ``controllerAddr``."""
+
+    GROUP = "mqlake-controllers"
+
+    def __init__(self, home: Path, nodes: int = 3, jvm_opts: tuple[str, ...] = CONTROLLER_JVM_OPTS) -> None:
+        self.home = Path(home)
+        self.ports = [free_port() for _ in range(nodes)]
+        self.ids = [f"n{i}" for i in range(nodes)]
+        self.addrs = [f"127.0.0.1:{port}" for port in self.ports]
+        peers = ";".join(f"{node}-{addr}" for node, addr in zip(self.ids, self.addrs, strict=True))
+        self.servers: list[JavaServer] = []
+        for node, port in zip(self.ids, self.ports, strict=True):
+            node_home = self.home / node
+            conf = write_conf(node_home / "controller.conf", {
+                "controllerType": "DLedger", "controllerDLegerGroup": self.GROUP, "controllerDLegerPeers": peers,
+                "controllerDLegerSelfId": node, "controllerStorePath": node_home / "store",
+                "configStorePath": node_home / "controller.properties",
+                "listenPort": port, "bindAddress": "127.0.0.1",
+                "mappedFileSize": 4 * 1024 * 1024,  # the Raft log's segment (1 GiB by default)
+            })  # fmt: skip
+            self.servers.append(JavaServer("controller", "rocketmq-5", node_home, "-c", str(conf), jvm_opts=jvm_opts))
+
+    def start(self) -> ControllerCluster:
+        """Start every node at once (a node's election waits for the others) and return when all say they booted."""
+        try:
+            for server in self.servers:
+                server.launch()
+            for server in self.servers:
+                server.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def metadata_info(self, addr: str) -> dict[str, str] | None:
+        """CONTROLLER_GET_METADATA_INFO (1005) asked of the node at ``addr``: its answer's header fields (group,
+        controllerLeaderId, controllerLeaderAddress, isLeader, peers); None while it refuses (a node just booted
+        answers SYSTEM_BUSY for a while)."""
+        r = remoting_call(addr, CONTROLLER_GET_METADATA_INFO)
+        return dict(r.ext_fields) if r.code == 0 else None
+
+    def metadata(self, addr: str) -> dict[str, str]:
+        """``mqadmin getControllerMetaData -a addr`` (CONTROLLER_GET_METADATA_INFO) as printed: ControllerGroup,
+        ControllerLeaderId, ControllerLeaderAddress, and Peer (the peers joined by ';')."""
+        # A NameServer address that nothing serves: without one the admin client looks it up over HTTP first
+        nowhere = f"127.0.0.1:{free_port()}"
+        proc = java(MQADMIN, "rocketmq-5", "getControllerMetaData", "-a", addr, "-n", nowhere,
+                    home=self.home / "mqadmin", timeout=120)  # fmt: skip
+        assert proc.returncode == 0, f"getControllerMetaData -a {addr}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        out: dict[str, str] = {}
+        for line in proc.stdout.splitlines():
+            key, _, value = line.partition("\t")
+            if key.startswith("#") and value:
+                name = key[1:].rstrip(":")
+                out[name] = f"{out[name]};{value}" if name in out else value
+        return out
+
+    def stop(self) -> None:
+        for server in self.servers:
+            try:
+                server.stop()
+            finally:
+                server.kill()
+
+    def __enter__(self) -> ControllerCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

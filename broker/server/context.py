@@ -59,6 +59,11 @@ class BrokerContext(Protocol):
         """Replication figures for GET_BROKER_RUNTIME_INFO (the master's slaves, or the slave's master)."""
         ...
 
+    async def learn_topic(self, topic: str) -> None:
+        """A slave: take the config of ``topic``, which its replicated log holds, from its master (else the
+        NameServers' route) now; it stays unknown when neither knows it.  A master: nothing."""
+        ...
+
     async def put(self, msgs: list[records.MessageRecord]) -> PutMessageResult:
         """Append; in SYNC_FLUSH wait (without blocking the loop) for the group commit that makes it durable."""
         ...

@@ -151,6 +151,7 @@ class BrokerController:
                 self.config, self.topics, self.offsets, self.groups, self._ha_remoting, self.store.adopt_tiered
             )
             self.slave_sync.loaded()
+            self.store.add_arrival_listener(self.slave_sync.on_arrival)  # a replicated record of a new topic
             self.registrar.on_registered = self._master_learned
             self.ha_client.start()
         else:
@@ -161,6 +162,10 @@ class BrokerController:
         assert self.ha_client is not None and self.slave_sync is not None
         self.ha_client.update_master(ha_server_addr, master_addr)
         self.slave_sync.master_addr = master_addr
+
+    async def learn_topic(self, topic: str) -> None:
+        if self.slave_sync is not None:
+            await self.slave_sync.learn_topic(topic)
 
     def ha_runtime_info(self) -> dict[str, str]:
         info = {"brokerRole": str(self.store_config.broker_role)}

@@ -171,6 +171,28 @@ class PullProcessor:
             raise RequestRefused(
                 ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] for lite pull consumer is forbidden"
             )
+        if self._replica_without_config(h):
+            return self._pull_after_learning(cmd, h)
+        return self._pull(cmd, h)
+
+    def _replica_without_config(self, h: PullMessageRequestHeader) -> bool:
+        """A slave asked for a topic its replicated log holds a queue of, before it copied the topic's config."""
+        b = self.broker
+        return (
+            b.store_config.broker_role == BrokerRole.SLAVE
+            and b.topics.get(h.topic) is None
+            and b.store.find_consume_queue(h.topic, h.queue_id, create=False) is not None
+        )
+
+    async def _pull_after_learning(self, cmd: RemotingCommand, h: PullMessageRequestHeader) -> RemotingCommand:
+        await self.broker.learn_topic(h.topic)  # still unknown afterwards: _check answers TOPIC_NOT_EXIST
+        answer = self._pull(cmd, h)
+        return answer if isinstance(answer, RemotingCommand) else await answer
+
+    def _pull(
+        self, cmd: RemotingCommand, h: PullMessageRequestHeader
+    ) -> RemotingCommand | Coroutine[Any, Any, RemotingCommand]:
+        b = self.broker
         tag_codes = self._check(h)
         record_filter = self._record_filter(h)
         local = self._read_local(h, tag_codes, record_filter)
