@@ -41,12 +41,12 @@ async def _send(server: MqlakeServer, message: Message) -> None:
 def test_a_delivery_due_on_a_full_disk_waits_and_is_delivered_once_space_returns(tmp_path, small_disk, kind):  # noqa: F811
     work = tmp_path / "broker"
     small_disk("24m", "broker/store")
-    server = MqlakeServer(work, real_disk=True, cleanResourceInterval="500", messageDelayLevel="4s",
+    server = MqlakeServer(work, real_disk=True, cleanResourceInterval="500", messageDelayLevel="6s",
                           mappedFileSizeCommitLog=str(1024 * 1024))  # fmt: skip
     try:
         server.start()
         message = (Message("Due", b"later", delay_time_level=1) if kind == "delay"
-                   else Message("Due", b"later", properties={"TIMER_DELAY_MS": "4000"}))  # fmt: skip
+                   else Message("Due", b"later", properties={"TIMER_DELAY_MS": "6000"}))  # fmt: skip
         asyncio.run(_send(server, message))
         wait_until(lambda: _info(server)["dispatchBehindBytes"] == "0", 10, what="the parked message dispatched")
         filler = _fill(work / "store")
