@@ -136,7 +136,10 @@ class MappedFile:
         """
         target = self.wrote
         if target > self.flushed and self._fd >= 0:
-            os.fdatasync(self._fd)
+            try:
+                os.fdatasync(self._fd)
+            except OSError as e:  # the flush service logs it and tries again: the log must say which file
+                raise OSError(e.errno, f"{self.path}: cannot flush: {e.strerror}") from None
             self.flushed = target
         return self.flushed
 

@@ -171,6 +171,17 @@ class _Service:
         self._stop = threading.Event()
         self._wakeup = threading.Event()  # something to do before the pass's wait runs out
         self._thread: threading.Thread | None = None
+        self._refusing = False  # the store refused the last due batch: logged once, not at every retry
+
+    def _delivered(self, ok: bool, count: int) -> bool:
+        """Log the start and the end of a run of refused deliveries (a full disk); returns ``ok``."""
+        if not ok and not self._refusing:
+            log.warning("%s: the store refused %d due message(s) (a full disk, or not writable); retrying until "
+                        "it takes them", self.name, count)  # fmt: skip
+        elif ok and self._refusing:
+            log.warning("%s: the store takes due messages again", self.name)
+        self._refusing = not ok
+        return ok
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
@@ -282,7 +293,7 @@ class ScheduleMessageService(_Service):
             copy = self._copy(level, index, phy, size)
             if copy is not None:
                 copies.append(copy)
-        if copies and not _put_grouped(self._put, copies):
+        if copies and not self._delivered(_put_grouped(self._put, copies), len(copies)):
             return POLL_INTERVAL  # retried from the same offset: what did go in may be delivered twice
         self._offsets[level] = next_offset
         return wait
@@ -417,7 +428,7 @@ class TimerMessageService(_Service):
                 continue
             if copies[-1][0] in _NOT_DELIVERABLE:
                 log.error("timer offset %d: real topic is %s; discarded", index, copies.pop()[0])
-        if copies and not _put_grouped(self._put, copies):
+        if copies and not self._delivered(_put_grouped(self._put, copies), len(copies)):
             for entry in due:  # retried later; what did go in may be delivered twice
                 heapq.heappush(self._heap, entry)
             return POLL_INTERVAL
