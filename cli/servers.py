@@ -183,4 +183,5 @@ def up(
     if broker_cfg.log_dir is not None:
         add_log_files(broker_cfg.log_dir, broker=True, namesrv=True)
     _run(run_servers, broker_cfg, store_cfg, namesrv_host=ns_host, namesrv_port=namesrv_port,
-         tier_command=_tier_command(broker_cfg, store_cfg, config), store_dir=store_cfg.store_path_root_dir)  # fmt: skip
+         tier_command=_tier_command(broker_cfg, store_cfg, config),
+         store_dir=store_cfg.store_path_root_dir)  # fmt: skip
