@@ -11,6 +11,8 @@ Command modules import typer only; pyspark, delta-rs and the client load when a 
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from cli import admin_ops as _admin_ops  # noqa: F401 - registers the operator commands on admin_app
@@ -29,8 +31,14 @@ app = typer.Typer(help="A RocketMQ-compatible broker whose store feeds Spark/Del
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    verbose: Annotated[bool, typer.Option("--verbose", help="Show Spark's and the libraries' logs on the console "
+                                          "(else they go to ~/logs/mqlake/spark.log).")] = False,
+) -> None:
     """mqlake: a RocketMQ-compatible broker whose store feeds Spark/Delta."""
+    from pipelines.logs import set_verbose
+
+    set_verbose(verbose)
 
 
 app.command("up")(servers.up)

@@ -68,7 +68,9 @@ def tier_command(
     from pipelines.compaction.upkeep import compact as run_compact
     from pipelines.job_progress import JobProgress
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # the job's own records at INFO; the libraries' (Great Expectations logs hundreds) only from WARNING
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pipelines").setLevel(logging.INFO)
     out = console()
     if not (store_dir / "commitlog").is_dir():
         raise typer.BadParameter(f"{store_dir} has no commitlog directory", param_hint="--store-dir")
