@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from cli import admin_ops as _admin_ops  # noqa: F401 - registers the operator commands on admin_app
-from cli import messages, servers
+from cli import demo, messages, servers
 from cli.admin import admin_app
 from cli.store import store_app
 from pipelines.compaction.cli import tier_command
@@ -46,6 +46,7 @@ app.command("broker")(servers.broker)
 app.command("namesrv")(servers.namesrv)
 app.command("send")(messages.send)
 app.command("consume")(messages.consume)
+app.command("demo")(demo.demo)
 app.add_typer(admin_app, name="admin")
 app.add_typer(store_app, name="store")
 app.command("tier")(tier_command)
