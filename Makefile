@@ -91,11 +91,16 @@ bench: install
 fuzz: install
 	$(PY) tools/fuzz.py
 
-# Local Airflow (standalone: scheduler, API server and UI on http://127.0.0.1:8080 only) with the DAGs of
-# airflow_dags/, its state in .airflow/.  The Variables start at `make up`'s store and .mqlake/lake; a
-# value set before (UI or `airflow variables set`) is kept.  The login is printed at start-up.
+# Local Airflow (API server and UI on http://127.0.0.1:8080 only, scheduler, DAG processor, triggerer: what
+# `airflow standalone` runs) with the DAGs of airflow_dags/, its state in .airflow/ (docs/airflow.md).  The
+# Variables start at `make up`'s store and .mqlake/lake; a value set before (UI or `airflow variables set`) is
+# kept.  The components are started here rather than by `airflow standalone` because its scheduler and
+# triggerer would serve task logs on every interface (ports 8793 and 8794; Airflow has no host setting for
+# them): with --skip-serve-logs nothing listens there, and the API server reads the task logs from .airflow/logs.
 AIRFLOW_ENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" AIRFLOW_HOME="$(CURDIR)/.airflow" \
-	AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/airflow_dags" AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__API__HOST=127.0.0.1
+	AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/airflow_dags" AIRFLOW__CORE__LOAD_EXAMPLES=False \
+	AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__CORE__EXECUTOR=LocalExecutor \
+	AIRFLOW__CORE__AUTH_MANAGER=airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager
 
 airflow: install
 	$(AIRFLOW_ENV) $(VENV)/bin/airflow db migrate > /dev/null
@@ -103,7 +108,9 @@ airflow: install
 		$(AIRFLOW_ENV) $(VENV)/bin/airflow variables set mqlake_store_dir "$(CURDIR)/.mqlake/store"
 	$(AIRFLOW_ENV) $(VENV)/bin/airflow variables get mqlake_lake > /dev/null 2>&1 || \
 		$(AIRFLOW_ENV) $(VENV)/bin/airflow variables set mqlake_lake "$(CURDIR)/.mqlake/lake"
-	$(AIRFLOW_ENV) $(VENV)/bin/airflow standalone
+	@echo "Airflow on http://127.0.0.1:8080; the login: user admin, password in .airflow/simple_auth_manager_passwords.json.generated"
+	$(AIRFLOW_ENV) sh -c 'trap "kill 0" INT TERM; airflow api-server --port 8080 & airflow scheduler --skip-serve-logs & \
+		airflow dag-processor & airflow triggerer --skip-serve-logs & wait'
 
 # A Spark standalone master and two workers (1 core, 1 GiB each) on 127.0.0.1 in the foreground, logs in
 # .mqlake/spark; prints the spark:// URL for the pipelines' --master.  Ctrl-C stops them (docs/scaling.md).
