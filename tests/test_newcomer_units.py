@@ -24,7 +24,6 @@ from pipelines.replay.spec import new_replay_id
 from store.config import MessageStoreConfig
 from store.retention import SegmentManifest
 
-
 REPO = Path(__file__).resolve().parents[1]
 
 

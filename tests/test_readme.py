@@ -109,7 +109,8 @@ def test_every_python_block_runs_as_pasted_against_a_live_broker(mqlake_server, 
         ast.parse(code)  # a block is a whole program, not a fragment
         script = tmp_path / f"block{i}.py"
         script.write_text(code)
+        env = cli_env(PYTHONPATH=str(REPO), NAMESRV_ADDR=mqlake_server.namesrv_addr)
         done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=120, env=cli_env(PYTHONPATH=str(REPO), NAMESRV_ADDR=mqlake_server.namesrv_addr))  # fmt: skip
+                              timeout=120, env=env)  # fmt: skip
         assert done.returncode == 0, (code, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr
