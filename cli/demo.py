@@ -125,7 +125,7 @@ def _send(namesrv: str, count: int) -> int:
 def demo(
     directory: Annotated[Path | None, typer.Option("--dir", help="Where the store, lake and logs go (default: a "
                                                    "new directory under the system's temp directory).")] = None,
-    messages: Annotated[int, typer.Option("--messages", min=1, help="How many messages to send.")] = 6000,
+    messages: Annotated[int, typer.Option("--messages", min=1, help="How many messages to send.")] = 3000,
 ) -> None:
     """Start a broker with small segments, send traffic, then tier it, query it with SQL and replay it."""
     root = Path(tempfile.mkdtemp(prefix="mqlake-demo-")) if directory is None else directory.absolute()

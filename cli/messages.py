@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -41,8 +41,15 @@ def body_text(body: bytes) -> str:
         return "hex:" + body.hex()
 
 
-def _connection_error(namesrv: str, e: Exception) -> str:
-    return f"cannot reach the NameServer at {namesrv} ({e}); start one with `mqlake up`, or pass -n HOST:PORT"
+def _fail(namesrv: str, e: Exception) -> NoReturn:
+    """One ``error:`` line; when no NameServer answered, also where to get one or how to name another."""
+    from broker.remoting.errors import RemotingConnectError
+
+    if isinstance(e.__cause__, RemotingConnectError) or isinstance(e, OSError | RemotingConnectError):
+        print_error(f"{e}; start one with `mqlake up`, or name another with -n HOST:PORT (or NAMESRV_ADDR)")
+    else:
+        print_error(e)
+    raise typer.Exit(1)
 
 
 def send(
@@ -65,12 +72,8 @@ def send(
 
     try:
         results = run(go())
-    except MQLakeError as e:
-        print_error(e)
-        raise typer.Exit(1) from None
-    except OSError as e:
-        print_error(_connection_error(namesrv, e))
-        raise typer.Exit(1) from None
+    except (MQLakeError, OSError) as e:
+        _fail(namesrv, e)
     if as_json:
         print(json.dumps([{"sendStatus": r.status.value, "msgId": r.msg_id, "offsetMsgId": r.offset_msg_id,
                            "brokerName": r.queue.broker_name, "queueId": r.queue.queue_id,
@@ -167,12 +170,8 @@ def consume(
 
     try:
         received = run(go())
-    except MQLakeError as e:
-        print_error(e)
-        raise typer.Exit(1) from None
-    except OSError as e:
-        print_error(_connection_error(namesrv, e))
-        raise typer.Exit(1) from None
+    except (MQLakeError, OSError) as e:
+        _fail(namesrv, e)
     if count is not None and received < count:
         print_error(f"received {received} of {count} messages of {topic} in {wait:g} s; "
                     "give --wait more seconds, or --from-beginning to read what was sent before")  # fmt: skip

@@ -80,6 +80,11 @@ def test_plain_output_is_one_line_per_message_with_the_whole_body(mqlake_server)
     by_key = mqlake("admin", "queryMsgByKey", "-n", mqlake_server.namesrv_addr, "-t", "PlainOut", "-k", "k-plain")
     assert by_key.exit_code == 0 and by_key.stdout.rstrip().endswith(body), by_key.output  # not cut at 40 bytes
 
+    by_id = mqlake("admin", "queryMsgById", "-n", mqlake_server.namesrv_addr, "-i", r["offsetMsgId"])
+    assert by_id.exit_code == 0, by_id.output
+    [stored] = [line for line in by_id.stdout.splitlines() if line.startswith("storeTimestamp")]
+    assert re.fullmatch(r"storeTimestamp\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \(\d{13}\)\s*", stored), stored
+
 
 def test_consume_that_gets_too_few_says_what_to_change(mqlake_server):
     send_json(mqlake_server, "-t", "TooFew", "-p", "only one")
