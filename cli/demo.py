@@ -156,9 +156,9 @@ def demo(
         tier = _mqlake("tier", "--store-dir", str(store), "--lake", str(lake), "--file-reserved-time", "0")
         with steps.step("tier every sealed segment into the lake's Delta tables", tier):
             _run(tier)
-        query = (f"SELECT tags, count(*) AS messages, min(store_timestamp) AS first_stored, "
-                 f"max(store_timestamp) AS last_stored FROM messages WHERE topic = '{TOPIC}' GROUP BY tags "
-                 "ORDER BY tags")  # fmt: skip
+        query = (f"SELECT tags, count(*) AS messages, timestamp_millis(min(store_timestamp)) AS first_stored, "
+                 f"timestamp_millis(max(store_timestamp)) AS last_stored FROM messages WHERE topic = '{TOPIC}' "
+                 "GROUP BY tags ORDER BY tags")  # fmt: skip
         sql = _mqlake("sql", "--lake", str(lake), query)
         with steps.step("query the tiered history with Spark SQL", sql):
             _run(sql)
