@@ -21,11 +21,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from store.console import console, print_error
+
+if TYPE_CHECKING:
+    from typer._click import Command as ClickCommand  # typer vendors click
 
 TOPIC = "DemoOrders"
 REPLAY_TOPIC = "DemoOrdersReplay"
@@ -69,14 +72,12 @@ def _quote(arg: str) -> str:
     return arg if arg and all(c.isalnum() or c in "-_./:=,*" for c in arg) else "'" + arg.replace("'", "'\\''") + "'"
 
 
-def _run(command: list[str]) -> None:
-    """Run an ``mqlake`` command in this process: the three Spark steps share one Spark session (one JVM start
-    instead of three, the larger part of each step's time), as they would share a cluster."""
-    from cli.main import app
-
+def _run(root: ClickCommand, command: list[str]) -> None:
+    """Run an ``mqlake`` command (``root`` is the ``mqlake`` command group) in this process: the three Spark steps
+    share one Spark session (one JVM start instead of three, the larger part of each step's time)."""
     args = command[len(_mqlake()):]
     try:
-        code = app(args=args, standalone_mode=False)
+        code = root.main(args=args, prog_name="mqlake", standalone_mode=False)
     except typer.Exit as e:
         code = e.exit_code
     if code not in (0, None):
@@ -132,22 +133,24 @@ def _send(namesrv: str, count: int) -> int:
 
 
 def demo(
+    ctx: typer.Context,
     directory: Annotated[Path | None, typer.Option("--dir", help="Where the store, lake and logs go (default: a "
                                                    "new directory under the system's temp directory).")] = None,
     messages: Annotated[int, typer.Option("--messages", min=1, help="How many messages to send.")] = 3000,
 ) -> None:
     """Start a broker with small segments, send traffic, then tier it, query it with SQL and replay it."""
-    root = Path(tempfile.mkdtemp(prefix="mqlake-demo-")) if directory is None else directory.absolute()
-    root.mkdir(parents=True, exist_ok=True)
-    store, lake, log = root / "store", root / "lake", root / "broker.log"
+    base = Path(tempfile.mkdtemp(prefix="mqlake-demo-")) if directory is None else directory.absolute()
+    base.mkdir(parents=True, exist_ok=True)
+    store, lake, log = base / "store", base / "lake", base / "broker.log"
+    root = ctx.find_root().command
     ns_port, broker_port = _free_port(), _free_port()
     namesrv = f"127.0.0.1:{ns_port}"
-    conf = root / "broker.conf"
+    conf = base / "broker.conf"
     # cleanResourceInterval: the broker records sealed segments for the tier job every second, not every 10 s
     conf.write_text(f"brokerIP1=127.0.0.1\nmappedFileSizeCommitLog={SEGMENT_BYTES}\nfileReservedTime=1\n"
                     "cleanResourceInterval=1000\nenableProxy=false\n")  # fmt: skip
     out = console()
-    out.print(f"mqlake demo in {root}", highlight=False)
+    out.print(f"mqlake demo in {base}", highlight=False)
     steps = _Steps(5)
     up = _mqlake("up", "-c", str(conf), "--store-dir", str(store), "--lake", str(lake), "--namesrv-port", str(ns_port),
                  "--broker-port", str(broker_port), "--host", "127.0.0.1")  # fmt: skip
@@ -164,17 +167,17 @@ def demo(
             _wait_recorded(store, sealed)
         tier = _mqlake("tier", "--store-dir", str(store), "--lake", str(lake), "--file-reserved-time", "0")
         with steps.step("tier every sealed segment into the lake's Delta tables", tier):
-            _run(tier)
+            _run(root, tier)
         query = (f"SELECT tags, count(*) AS messages, timestamp_millis(min(store_timestamp)) AS first_stored, "
                  f"timestamp_millis(max(store_timestamp)) AS last_stored FROM messages WHERE topic = '{TOPIC}' "
                  "GROUP BY tags ORDER BY tags")  # fmt: skip
         sql = _mqlake("sql", "--lake", str(lake), query)
         with steps.step("query the tiered history with Spark SQL", sql):
-            _run(sql)
+            _run(root, sql)
         replay = _mqlake("replay", "--lake", str(lake), "--source-topic", TOPIC, "--target-topic", REPLAY_TOPIC,
                          "--namesrv", namesrv)  # fmt: skip
         with steps.step(f"replay the tiered messages into {REPLAY_TOPIC}", replay):
-            _run(replay)
+            _run(root, replay)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -183,5 +186,5 @@ def demo(
             proc.kill()
             proc.wait()
         log_file.close()
-    out.print(f"\ndone in {time.monotonic() - steps.started:.1f} s; the store, lake and broker log stay in {root}",
+    out.print(f"\ndone in {time.monotonic() - steps.started:.1f} s; the store, lake and broker log stay in {base}",
               highlight=False)  # fmt: skip
