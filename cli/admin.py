@@ -11,16 +11,17 @@ every request as RocketMQ's ``AclClientRPCHook`` does, for a broker with ``aclEn
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.table import Table
 
-from store.console import console, print_error, table
+from cli.messages import body_text
+from store.console import console, print_error, table, time_text
 from store.constants import DEFAULT_NAMESRV_ADDR
 
 if TYPE_CHECKING:  # the client is imported when a command runs: `mqlake up` need not pay for it
@@ -104,32 +105,31 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def _time(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3] if ms > 0 else "-"
-
-
 # -- renderers (pure: rows in, rich Table out) ------------------------------------------------------------------
 
 
 def topic_status_table(rows: list[QueueStatus]) -> Table:
     t = table("#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated")
     for r in rows:
-        t.add_row(r.broker_name, str(r.queue_id), str(r.min_offset), str(r.max_offset), _time(r.last_update_timestamp))
+        t.add_row(r.broker_name, str(r.queue_id), str(r.min_offset), str(r.max_offset),
+                  time_text(r.last_update_timestamp))
     return t
 
 
 def messages_table(msgs: list[MessageExt]) -> Table:
     t = table("#Message ID", "#Offset Msg ID", "#QID", "#Offset", "#Tags", "#Keys", "#Store Time", "#Body")
     for m in msgs:
-        body = m.body[:40].decode("utf-8", "replace")
+        body = body_text(m.body)
         t.add_row(m.msg_id, m.offset_msg_id, str(m.queue_id), str(m.queue_offset), m.tags or "", m.keys or "",
-                  _time(m.store_timestamp), body)  # fmt: skip
+                  time_text(m.store_timestamp), body)  # fmt: skip
     return t
 
 
 def message_detail_table(m: MessageExt) -> Table:
     t = table("Field", "Value", show_header=False)
     for k, v in m.to_json().items():
+        if k in ("bornTimestamp", "storeTimestamp") and isinstance(v, int):
+            v = f"{time_text(v)} ({v})"  # readable, with the epoch ms mqadmin's Java API hands out
         t.add_row(k, json.dumps(v, ensure_ascii=False) if isinstance(v, dict) else str(v))
     return t
 
@@ -138,18 +138,44 @@ def consumer_progress_table(rows: list[QueueProgress]) -> Table:
     t = table("#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff", "#LastTime")
     for r in rows:
         t.add_row(r.topic, r.broker_name, str(r.queue_id), str(r.broker_offset), str(r.consumer_offset), str(r.lag),
-                  _time(r.last_timestamp))  # fmt: skip
+                  time_text(r.last_timestamp))  # fmt: skip
     t.caption = f"Diff Total: {sum(r.lag for r in rows)}"
     return t
 
 
-def cluster_table(rows: list[BrokerInfo]) -> Table:
-    t = table("#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS", "#OutTPS", "#Msgs in CommitLog")
+def _tps(runtime: dict[str, str], key: str) -> float:
+    """The 10 s rate of a ``putTps``-style value ("10s 60s 600s")."""
+    try:
+        return float(runtime.get(key, "0").split(" ")[0])
+    except ValueError:
+        return 0.0
+
+
+def cluster_table(rows: list[BrokerInfo], now_ms: int | None = None) -> Table:
+    """mqadmin clusterList's columns and formats: ``%9.2f(queue size,head wait ms)`` TPS, the page cache lock
+    wait, the hours of history in the CommitLog (``%2.2f``) and the disk ratio (``%.4f``)."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    t = table("#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS(LOAD)", "#OutTPS(LOAD)",
+              "#PCWait(ms)", "#Hour", "#SPACE")  # fmt: skip
     for r in rows:
         rt = r.runtime
-        t.add_row(r.cluster, r.broker_name, str(r.broker_id), r.addr, rt.get("brokerVersionDesc", "-"),
-                  rt.get("putTps", "-").split(" ")[0], rt.get("getTransferedTps", rt.get("getTransferredTps", "-"))
-                  .split(" ")[0], rt.get("commitLogMaxOffset", "-"))  # fmt: skip
+        earliest = int(rt.get("earliestMessageTimeStamp", "0") or 0)
+        hours = (now_ms - earliest) / 1000 / 60 / 60 if earliest > 0 else 0.0
+        in_tps = (f"{_tps(rt, 'putTps'):9.2f}({rt.get('sendThreadPoolQueueSize', '0')},"
+                  f"{rt.get('sendThreadPoolQueueHeadWaitTimeMills', '0')}ms)")  # fmt: skip
+        out_tps = (f"{_tps(rt, 'getTransferedTps'):9.2f}({rt.get('pullThreadPoolQueueSize', '0')},"
+                   f"{rt.get('pullThreadPoolQueueHeadWaitTimeMills', '0')}ms)")  # fmt: skip
+        space = f"{float(rt.get('commitLogDiskRatio', '0') or 0):.4f}"
+        t.add_row(r.cluster, r.broker_name, str(r.broker_id), r.addr, rt.get("brokerVersionDesc", "-"), in_tps,
+                  out_tps, rt.get("pageCacheLockTimeMills", "0"), f"{hours:2.2f}", space)  # fmt: skip
+    return t
+
+
+def groups_table(rows: list[dict[str, Any]]) -> Table:
+    """consumerProgress without -g: one row per consumer group, as mqadmin prints them."""
+    t = table("#Group", "#Count", "#Version", "#Type", "#Model", "#TPS", "#Diff Total")
+    for g in rows:
+        t.add_row(g["group"], str(g["count"]), g["version"], g["type"], g["model"], str(g["tps"]), str(g["diffTotal"]))
     return t
 
 
@@ -261,17 +287,55 @@ def query_msg_by_id(
 
 @admin_app.command("consumerProgress")
 def consumer_progress(
-    group: Annotated[str, typer.Option("-g", "--groupName")],
+    group: Annotated[str | None, typer.Option("-g", "--groupName", help="This group (default: every group).")] = None,
     namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     topic: Annotated[str | None, typer.Option("-t", "--topicName")] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Per queue broker offset, consumer offset and lag of a consumer group."""
+    """Per queue broker offset, consumer offset and lag of a consumer group; without -g, every group's total."""
+    if group is None:
+        from broker.client.ops import OpsAdmin
+
+        groups = _call(namesrv, _all_groups_progress, OpsAdmin)
+        if as_json:
+            _print_json(groups)
+        else:
+            console().print(groups_table(groups))
+        return
     rows = _call(namesrv, lambda a: a.consumer_progress(group, topic))
     if as_json:
         _print_json({"group": group, "diffTotal": sum(r.lag for r in rows), "queues": [r.to_json() for r in rows]})
     else:
         console().print(consumer_progress_table(rows))
+
+
+async def _all_groups_progress(a: Admin) -> list[dict[str, Any]]:
+    """Every group that has a retry topic (how mqadmin finds them), its connections and its lag."""
+    from broker.client.admin import RETRY_PREFIX
+    from broker.client.errors import MQBrokerError, MQClientError
+    from broker.client.ops import OpsAdmin
+    from broker.remoting.codes import CURRENT_VERSION
+    from broker.server.admin import BROKER_VERSION_DESC
+
+    assert isinstance(a, OpsAdmin)
+    out = []
+    for retry_topic in sorted(t for t in await a.topic_list() if t.startswith(RETRY_PREFIX)):
+        group = retry_topic[len(RETRY_PREFIX):]
+        queues, tps = await a.consume_stats(group)
+        diff = sum(r.lag for r in queues)
+        try:
+            conn = await a.consumer_connection(group)
+        except (MQBrokerError, MQClientError):  # no client online: mqadmin prints it OFFLINE
+            out.append({"group": group, "count": 0, "version": "OFFLINE", "type": "", "model": "", "tps": int(tps),
+                        "diffTotal": diff})  # fmt: skip
+            continue
+        versions = [c.version for c in conn.connection_set]
+        low = min(versions) if versions else 0
+        out.append({"group": group, "count": len(conn.connection_set),
+                    "version": BROKER_VERSION_DESC if low == CURRENT_VERSION else str(low),
+                    "type": conn.consume_type or "", "model": conn.message_model or "", "tps": int(tps),
+                    "diffTotal": diff})  # fmt: skip
+    return out
 
 
 @admin_app.command("clusterList")

@@ -11,10 +11,12 @@ Command modules import typer only; pyspark, delta-rs and the client load when a 
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from cli import admin_ops as _admin_ops  # noqa: F401 - registers the operator commands on admin_app
-from cli import servers
+from cli import demo, messages, servers
 from cli.admin import admin_app
 from cli.store import store_app
 from pipelines.compaction.cli import tier_command
@@ -29,13 +31,22 @@ app = typer.Typer(help="A RocketMQ-compatible broker whose store feeds Spark/Del
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    verbose: Annotated[bool, typer.Option("--verbose", help="Show Spark's and the libraries' logs on the console "
+                                          "(else they go to ~/logs/mqlake/spark.log).")] = False,
+) -> None:
     """mqlake: a RocketMQ-compatible broker whose store feeds Spark/Delta."""
+    from pipelines.logs import set_verbose
+
+    set_verbose(verbose)
 
 
 app.command("up")(servers.up)
 app.command("broker")(servers.broker)
 app.command("namesrv")(servers.namesrv)
+app.command("send")(messages.send)
+app.command("consume")(messages.consume)
+app.command("demo")(demo.demo)
 app.add_typer(admin_app, name="admin")
 app.add_typer(store_app, name="store")
 app.command("tier")(tier_command)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -64,15 +66,38 @@ def _tier_command(broker_cfg, store_cfg, config: Path | None) -> list[str] | Non
     return argv
 
 
-def _run(fn, *args, **kwargs) -> None:
-    """Start-up failures the user can fix (a port in use, a locked or corrupt store) end with one line, exit 1."""
+def _run(fn, *args, store_dir: Path | None = None, **kwargs) -> None:
+    """Start-up failures the user can fix (a port in use, a locked or corrupt store, a store directory it cannot
+    write) end with one line, exit 1."""
     from store.errors import MQLakeError
 
     try:
+        if store_dir is not None:
+            _check_store_dir(Path(store_dir))
         fn(*args, **kwargs)
-    except (OSError, MQLakeError) as e:
+    except MQLakeError as e:
         print_error(e)
         raise typer.Exit(1) from None
+    except OSError as e:
+        print_error(os_error_line(e, store_dir))
+        raise typer.Exit(1) from None
+
+
+def _check_store_dir(store_dir: Path) -> None:
+    """The store directory exists (made if need be) and this user may write it: the first of many files it gets."""
+    store_dir.mkdir(parents=True, exist_ok=True)
+    if not os.access(store_dir, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(store_dir))
+
+
+def os_error_line(e: OSError, store_dir: Path | None) -> str:
+    """An OS error as a sentence naming the option to change, without Python's ``[Errno n]`` prefix."""
+    what = e.strerror or str(e)
+    where = f" ({e.filename})" if e.filename else ""
+    if store_dir is not None and e.filename is not None:
+        return (f"cannot use the store directory {store_dir}: {what}{where}; give --store-dir (storePathRootDir) a "
+                "directory this user can create and write")  # fmt: skip
+    return f"{what}{where}"
 
 
 def broker(
@@ -90,7 +115,7 @@ def broker(
     broker_cfg, store_cfg = _load_conf(config, store_dir, port, host, lake)
     if broker_cfg.log_dir is not None:
         add_log_files(broker_cfg.log_dir, broker=True, namesrv=False)
-    _run(run_servers, broker_cfg, store_cfg)
+    _run(run_servers, broker_cfg, store_cfg, store_dir=store_cfg.store_path_root_dir)
 
 
 def namesrv(
@@ -151,4 +176,5 @@ def up(
     if broker_cfg.log_dir is not None:
         add_log_files(broker_cfg.log_dir, broker=True, namesrv=True)
     _run(run_servers, broker_cfg, store_cfg, namesrv_host=ns_host, namesrv_port=namesrv_port,
-         tier_command=_tier_command(broker_cfg, store_cfg, config))  # fmt: skip
+         tier_command=_tier_command(broker_cfg, store_cfg, config),
+         store_dir=store_cfg.store_path_root_dir)  # fmt: skip

@@ -92,8 +92,11 @@ def add_spark_options(master: str | None, conf: list[str] | None) -> dict:
 def classpath_conf() -> dict[str, str]:
     """The Spark settings that put the Delta Lake / S3A jars on the driver's and the executors' classpath (for a
     ``spark-submit`` command line too: the driver's must be given before its JVM starts)."""
+    from pipelines.logs import driver_java_options
+
     jars = f"{delta_jars_dir()}/*"
-    return {"spark.driver.extraClassPath": jars, "spark.executor.extraClassPath": jars}
+    # the JVM's own log goes to a file, not the console, unless --verbose (pipelines/logs.py)
+    return {"spark.driver.extraClassPath": jars, "spark.executor.extraClassPath": jars} | driver_java_options()
 
 
 def _defaults(master: str) -> dict[str, str]:
@@ -167,6 +170,9 @@ def get_spark(master: str | None = None, app_name: str = "mqlake", conf: dict[st
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    from pipelines.logs import quiet_python_loggers
+
+    quiet_python_loggers()
     master = master or _submitted_master() or os.environ.get(ENV_MASTER) or DEFAULT_MASTER
     if master.startswith("local") or _is_loopback_master(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else a warning about the hostname on every start

@@ -132,7 +132,9 @@ def run_sql(
         rows = df.collect() if output == OutputFormat.table else df.toLocalIterator()
         print_rows(df.columns, rows, output, out)
     except PySparkException as e:
-        err.write(f"error: {e}\n")
+        from pipelines.logs import error_line
+
+        err.write(f"error: {error_line(e)}\n")
         return 1
     return 0
 

@@ -13,6 +13,7 @@ It lives in the lowest layer, as store/errors.py does, so that the commands of e
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from rich.console import Console
@@ -44,16 +45,39 @@ def styled(*parts: str | tuple[str, str]) -> Text:
 
 
 def table(*columns: str, title: str | None = None, **kwargs: Any) -> Table:
-    """A rich Table whose cells are never cut: in a narrow terminal a long value folds onto more lines."""
+    """A rich Table whose cells are never cut: in a narrow terminal a long value folds onto more lines.
+
+    When stdout is not a terminal the table has no box: a header line and one line per row, columns padded and
+    two spaces apart, as mqadmin prints them, so ``grep``, ``awk`` and ``cut`` read it."""
+    if not console().is_terminal:
+        kwargs = {"box": None, "show_edge": False, "pad_edge": False, **kwargs}
     t = Table(title=title, **kwargs)
     for name in columns:
         t.add_column(name, overflow="fold")
     return t
 
 
+def time_text(ms: int) -> str:
+    """An epoch-millisecond timestamp as mqadmin prints one (``UtilAll.timeMillisToHumanString2``): local time,
+    ``yyyy-MM-dd HH:mm:ss,SSS``; ``-`` for none."""
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3] if ms > 0 else "-"
+
+
 def print_error(message: object) -> None:
     """``error: <message>`` on stderr."""
     console(stderr=True).print(styled(("error:", "red"), " ", str(message)), highlight=False)
+
+
+def _show_plain(e: Exception) -> None:
+    """click's plain usage error, with the ``error:`` every other error line of mqlake starts with."""
+    ctx = getattr(e, "ctx", None)
+    out = sys.stderr
+    if ctx is not None:
+        print(ctx.get_usage(), file=out)
+        if ctx.command.get_help_option(ctx) is not None:
+            print(f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.\n", file=out)
+    format_message = getattr(e, "format_message", None)
+    print(f"error: {format_message() if format_message else e}", file=out)
 
 
 def run_app(app: typer.Typer, args: list[str] | None = None) -> NoReturn:
@@ -75,7 +99,7 @@ def run_app(app: typer.Typer, args: list[str] | None = None) -> NoReturn:
 
                 rich_utils.rich_format_error(e)
             else:
-                e.show()
+                _show_plain(e)
         sys.exit(e.exit_code)
     except typer.Abort:
         print_error("aborted")

@@ -73,5 +73,5 @@ def test_usage_errors_outside_a_terminal_are_plain_unwrapped_lines(tmp_path):
                           str(tmp_path / "lake")], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "COLUMNS": "40"})  # fmt: skip
     assert res.returncode == 2, res.stderr
-    assert f"Error: Invalid value for --store-dir: {missing} has no commitlog directory\n" in res.stderr
+    assert f"error: Invalid value for --store-dir: {missing} has no commitlog directory\n" in res.stderr
     assert "╭" not in res.stderr and "Traceback" not in res.stderr

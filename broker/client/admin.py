@@ -297,13 +297,19 @@ class Admin:
     # -- consumers ----------------------------------------------------------------------------------------------
     async def consumer_progress(self, group: str, topic: str | None = None) -> list[QueueProgress]:
         """Per queue broker offset, consumer offset and lag of ``group`` (its retry topic included)."""
+        return (await self.consume_stats(group, topic))[0]
+
+    async def consume_stats(self, group: str, topic: str | None = None) -> tuple[list[QueueProgress], float]:
+        """:meth:`consumer_progress` and the group's consume TPS summed over its brokers (``ConsumeStats``)."""
         addrs = sorted(set((await self._known_broker_addrs()).keys()))
         out: list[QueueProgress] = []
+        tps = 0.0
         for addr in addrs:
             header = h.GetConsumeStatsRequestHeader(consumer_group=group, topic=topic)
             resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_CONSUME_STATS, header))
             if resp.code == ResponseCode.SUCCESS:
                 stats = ConsumeStats.decode(resp.body, f"consume stats from {addr}")
+                tps += stats.consume_tps
                 for q, v in stats.offset_table.items():
                     out.append(QueueProgress(q.topic, q.broker_name, q.queue_id, v.broker_offset,
                                              v.consumer_offset, v.last_timestamp))  # fmt: skip
@@ -312,7 +318,7 @@ class Admin:
                 break
             elif resp.code not in (ResponseCode.CONSUMER_NOT_ONLINE, ResponseCode.SYSTEM_ERROR):
                 raise MQBrokerError(resp.code, resp.remark, addr, f"consume stats of {group}")
-        return sorted(out, key=lambda p: (p.topic, p.broker_name, p.queue_id))
+        return sorted(out, key=lambda p: (p.topic, p.broker_name, p.queue_id)), tps
 
     async def _progress_by_queue(self, group: str, topic: str | None) -> list[QueueProgress]:
         topics = [topic, RETRY_GROUP_TOPIC_PREFIX + group] if topic else await self.topic_list()

@@ -70,10 +70,10 @@ class RouteTable:
         broker.broker_addrs[broker_id] = broker_addr
         broker.cluster = cluster
 
-        if topics is not None and broker_id == MASTER_ID:
-            previous = self.live.get(broker_addr)
-            if first or previous is None or not previous.data_version.same_as(data_version):
-                self._replace_topics(broker_name, topics)
+        previous = self.live.get(broker_addr)
+        changed = first or previous is None or not previous.data_version.same_as(data_version)
+        if topics is not None and broker_id == MASTER_ID and changed:
+            self._replace_topics(broker_name, topics)
 
         version = data_version if data_version is not None else DataVersion()
         self.live[broker_addr] = BrokerLive(self._clock(), timeout, version, ha_server_addr, conn)
@@ -89,8 +89,9 @@ class RouteTable:
                 master_live = self.live.get(master)
                 result.master_addr = master
                 result.ha_server_addr = master_live.ha_server_addr if master_live else None
-        log.info("registered broker %s id=%d %s (cluster %s, %d topics)", broker_name, broker_id, broker_addr,
-                 cluster, len(topics or {}))
+        # the 30 s heartbeat repeats an unchanged registration: worth a line only when something changed
+        log.log(logging.INFO if changed else logging.DEBUG, "registered broker %s id=%d %s (cluster %s, %d topics)",
+                broker_name, broker_id, broker_addr, cluster, len(topics or {}))  # fmt: skip
         return result
 
     def _replace_topics(self, broker_name: str, topics: dict[str, TopicConfig]) -> None:

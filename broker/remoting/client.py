@@ -83,7 +83,9 @@ class RemotingClient:
                         factory, host, port, ssl=self._ssl, server_hostname=server_name
                     )
         except (OSError, TimeoutError) as e:  # ssl.SSLError is an OSError
-            raise RemotingConnectError(f"connect to {addr} failed: {type(e).__name__}: {e}") from None
+            # the OS's sentence ("Connection refused") without Python's "[Errno 111]"; a TLS error keeps its text
+            reason = e.strerror if isinstance(e, OSError) and e.strerror and not e.filename else str(e)
+            raise RemotingConnectError(f"connect to {addr} failed: {type(e).__name__}: {reason}") from None
         conn.remote_addr = addr
         return conn
 

@@ -46,6 +46,9 @@ class RemotingTimeoutError(RemotingError):
 class PortInUseError(MQLakeError, OSError):
     """A server could not listen: its port is taken (EADDRINUSE). The message names the setting to change."""
 
+    def __str__(self) -> str:  # the sentence alone: OSError's own form starts with "[Errno 98]"
+        return str(self.strerror)
+
 
 def port_in_use(e: OSError, host: str, port: int, setting: str) -> OSError:
     """``e`` as a :class:`PortInUseError` naming ``setting`` when the port was taken; any other error as it is."""

@@ -68,7 +68,9 @@ def tier_command(
     from pipelines.compaction.upkeep import compact as run_compact
     from pipelines.job_progress import JobProgress
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # the job's own records at INFO; the libraries' (Great Expectations logs hundreds) only from WARNING
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pipelines").setLevel(logging.INFO)
     out = console()
     if not (store_dir / "commitlog").is_dir():
         raise typer.BadParameter(f"{store_dir} has no commitlog directory", param_hint="--store-dir")
@@ -97,6 +99,8 @@ def tier_command(
             raise typer.Exit(2) from None
     if not json_out:
         _print(out, result)
+        if not result.segments:
+            out.print(waiting_segments_note(store_dir, store_config), highlight=False)
     compacted = run_compact(lake) if compact else None
     if json_out:
         print(json.dumps({**result.to_json(), "report_path": result.report_path, "compaction": compacted}))
@@ -121,6 +125,28 @@ def _print(out, result) -> None:
     elif result.deleted:
         out.print(f"deleted {len(result.deleted)} tiered segment(s)")
     out.print("phases (s): " + json.dumps({k: round(v, 2) for k, v in result.phases.items()}))
+
+
+def waiting_segments_note(store_dir: Path, store_config=None) -> str:
+    """Why nothing was tiered: how many sealed segments wait, when the first expires, and how to take them now."""
+    import time
+
+    from store.config import MessageStoreConfig
+    from store.console import time_text
+    from store.retention import SegmentManifest, SegmentState
+
+    hours = (store_config or MessageStoreConfig()).file_reserved_time
+    sealed = [e for e in SegmentManifest(store_dir).entries() if e.state == SegmentState.SEALED]
+    if not sealed:
+        return ("no sealed segment waits either: a segment is sealed when the next one starts (mappedFileSizeCommitLog "
+                "sets their size), and the broker records it at its next clean pass (every cleanResourceInterval "
+                "ms, 10,000 by default)")  # fmt: skip
+    last = [e.last_store_time for e in sealed if e.last_store_time]
+    first_expiry = f", the first at {time_text(int(min(last) + hours * 3_600_000))}" if last else ""
+    oldest_h = (time.time() * 1000 - min(last)) / 3_600_000 if last else 0.0
+    return (f"{len(sealed)} sealed segment(s) wait to expire after fileReservedTime={hours:g} h{first_expiry}; "
+            f"--file-reserved-time H tiers those whose last message is older than H hours now (the oldest is "
+            f"{oldest_h:.2f} h old), --file-reserved-time 0 every sealed one")  # fmt: skip
 
 
 def main() -> None:

@@ -125,12 +125,12 @@ def print_summary(report: dict, console=None) -> None:
         console.print(f"skipped {entry}", highlight=False)
     c = report["commitlog"]
     t = report["timings"]
-    mb = c["scanned_bytes"] / 1e6
+    mib = c["scanned_bytes"] / 2**20  # binary units, as the job's progress line counts them
     verdict = ("all match", "green") if s["ok"] else ("MISMATCH", "red")
     console.print(styled(
         verdict, f": {s['queues_ok']}/{s['queues']} ConsumeQueues, {s['index_files_ok']}/{s['index_files']} "
         f"IndexFiles (RocketMQ {s['index_rule']} index rule);"
-        f" {c['scanned_records']} records, {mb:,.1f} MB of CommitLog in {t['total_seconds']:.1f} s"
+        f" {c['scanned_records']} records, {mib:,.1f} MiB of CommitLog in {t['total_seconds']:.1f} s"
         + (f" (broker running: judged up to offset {report['dispatched_bound']})" if report["broker_running"] else "")
     ))  # fmt: skip
     if report.get("repair"):

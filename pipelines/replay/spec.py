@@ -76,7 +76,8 @@ def parse_broker_stores(items: list[str] | None) -> tuple[tuple[str, Path], ...]
 
 
 def new_replay_id() -> str:
-    return "replay-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+    # no "replay-" prefix: the run report is already named replay-<id>-<run>.json (broker/lake/reports.py)
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
 
 @dataclass(frozen=True)
