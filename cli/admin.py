@@ -22,7 +22,7 @@ from rich.table import Table
 
 from cli.messages import body_text
 from store.console import console, print_error, table, time_text
-from store.constants import DEFAULT_NAMESRV_ADDR
+from store.constants import DEFAULT_NAMESRV_ADDR, RETRY_GROUP_TOPIC_PREFIX
 
 if TYPE_CHECKING:  # the client is imported when a command runs: `mqlake up` need not pay for it
     from broker.client.admin import Admin, BrokerInfo, QueueProgress, QueueStatus
@@ -311,7 +311,6 @@ def consumer_progress(
 
 async def _all_groups_progress(a: Admin) -> list[dict[str, Any]]:
     """Every group that has a retry topic (how mqadmin finds them), its connections and its lag."""
-    from broker.client.admin import RETRY_PREFIX
     from broker.client.errors import MQBrokerError, MQClientError
     from broker.client.ops import OpsAdmin
     from broker.remoting.codes import CURRENT_VERSION
@@ -319,8 +318,8 @@ async def _all_groups_progress(a: Admin) -> list[dict[str, Any]]:
 
     assert isinstance(a, OpsAdmin)
     out = []
-    for retry_topic in sorted(t for t in await a.topic_list() if t.startswith(RETRY_PREFIX)):
-        group = retry_topic[len(RETRY_PREFIX):]
+    for retry_topic in sorted(t for t in await a.topic_list() if t.startswith(RETRY_GROUP_TOPIC_PREFIX)):
+        group = retry_topic[len(RETRY_GROUP_TOPIC_PREFIX):]
         queues, tps = await a.consume_stats(group)
         diff = sum(r.lag for r in queues)
         try:

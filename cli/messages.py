@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from store.console import console, print_error, table, time_text
+from store.constants import DEFAULT_NAMESRV_ADDR
 
 if TYPE_CHECKING:
     from broker.client import MessageExt, MessageQueue, PullConsumer, SendResult
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 Namesrv = Annotated[
     str, typer.Option("-n", "--namesrv", envvar="NAMESRV_ADDR", help="NameServer address(es), ';'-separated.")
 ]
-DEFAULT_NAMESRV = "127.0.0.1:9876"
 SEND_GROUP = "mqlake_send"
 CONSUME_GROUP = "mqlake_consume"
 # How long `consume --count N` waits for N messages, and between two empty passes over the queues.
@@ -58,7 +58,7 @@ def send(
     tag: Annotated[str | None, typer.Option("--tag", help="Message tag (TAGS).")] = None,
     key: Annotated[str | None, typer.Option("--key", help="Message key (KEYS), for queryMsgByKey.")] = None,
     count: Annotated[int, typer.Option("--count", min=1, help="Send the body this many times.")] = 1,
-    namesrv: Namesrv = DEFAULT_NAMESRV,
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Send a message (mqadmin sendMessage) and print its SendResult."""
@@ -117,7 +117,7 @@ def consume(
                                                  "not at the group's committed offset.")] = False,
     wait: Annotated[float, typer.Option("--wait", min=0, help="Seconds --count waits for its messages.")
                     ] = DEFAULT_WAIT_S,
-    namesrv: Namesrv = DEFAULT_NAMESRV,
+    namesrv: Namesrv = DEFAULT_NAMESRV_ADDR,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per message and line.")] = False,
 ) -> None:
     """Read messages of a topic (mqadmin consumeMessage) and print each; commit the group's offsets."""
