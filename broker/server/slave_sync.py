@@ -99,7 +99,7 @@ class SlaveSynchronize:
             return
         self.topics.table = _legal(wrapper.topics(), names.stored_topic_error, "topic")
         self.topics.data_version = version
-        await asyncio.to_thread(self.topics.persist)
+        await self.topics.persist_async()
 
     async def _sync_offsets(self) -> None:
         local = self._locally_committed()
@@ -122,7 +122,7 @@ class SlaveSynchronize:
         self._from_master = {k: dict(v) for k, v in table.items()}
         snap = self.offsets.snapshot()
         if snap is not None:
-            await asyncio.to_thread(self.offsets.write, snap)
+            await self.offsets.write_async(snap)
 
     def _locally_committed(self) -> dict[tuple[str, str], dict[int, int]]:
         out: dict[tuple[str, str], dict[int, int]] = {}
@@ -140,7 +140,7 @@ class SlaveSynchronize:
             return
         table = cf.load_lenient_json(body.decode("utf-8"), "master's GET_ALL_DELAY_OFFSET").get("offsetTable", {})
         offsets = {int(k): int(v) for k, v in table.items()}
-        await asyncio.to_thread(cf.save_delay_offsets, self.topics.config_dir, offsets)
+        await cf.write_config_async(self.topics.config_dir / cf.DELAY_OFFSET, cf.delay_offsets_document(offsets))
 
     async def _sync_tiered(self) -> None:
         body = await self._call(RequestCode.GET_BROKER_RUNTIME_INFO)
@@ -163,4 +163,4 @@ class SlaveSynchronize:
         groups = dict(wrapper.subscription_group_table)
         self.groups.table = _legal(groups, names.stored_group_error, "subscription group")
         self.groups.data_version = version
-        await asyncio.to_thread(self.groups.persist)
+        await self.groups.persist_async()
