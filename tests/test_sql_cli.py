@@ -222,3 +222,24 @@ def test_a_query_or_the_shell_not_both():
     result = runner.invoke(app, ["sql", "--lake", ".", "--shell", "SELECT 1"])
     assert result.exit_code == 2 and "one of them" in result.output
     assert runner.invoke(app, ["sql", "--lake", "."]).exit_code == 2
+
+
+@pytest.mark.unit
+def test_the_prompt_continues_a_statement_and_ctrl_c_drops_it(monkeypatch):
+    from pipelines import sql_cli
+
+    typed = iter(["SELECT 1", KeyboardInterrupt, "SELECT 2", "  + 1;", EOFError])
+    prompts: list[str] = []
+
+    def fake_input(prompt: str) -> str:
+        prompts.append(prompt)
+        value = next(typed)
+        if isinstance(value, type):
+            raise value
+        return value
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    buffer: list[str] = []
+    got = list(sql_cli.statements(sql_cli._prompted_lines(buffer), buffer))
+    assert got == ["SELECT 2\n  + 1"]  # the statement Ctrl-C interrupted is dropped, not run
+    assert prompts == [sql_cli.PROMPT, sql_cli.CONTINUATION, sql_cli.PROMPT, sql_cli.CONTINUATION, sql_cli.PROMPT]
