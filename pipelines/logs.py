@@ -82,6 +82,10 @@ def log_error(e: BaseException) -> Path:
 
 
 def error_line(e: BaseException) -> str:
-    """The first line of ``e``'s message, and where the rest is (the full text is written there first)."""
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    """The first line of ``e``'s message (a Java exception pyspark does not convert: its class and message), and
+    where the rest is (the full text, plan and stack trace, is written there first)."""
+    from py4j.protocol import Py4JJavaError
+
+    text = str(e.java_exception.toString()) if isinstance(e, Py4JJavaError) else str(e)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
     return f"{first} (details in {log_error(e)}; --verbose shows Spark's log on the console)"

@@ -9,6 +9,7 @@ and the temp file renamed into place, so a full disk fails the write and loses n
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import logging
 import os
@@ -18,6 +19,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import aiofiles
+import aiofiles.os
+import aiofiles.tempfile
 
 from store.errors import MQLakeError
 
@@ -84,10 +89,18 @@ def _bak(path: Path) -> Path:
 def _load_file(path: Path) -> dict[str, Any]:
     """Parse one file into a JSON object; ConfigFileError if missing, empty or corrupt."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ConfigFileError(path, "missing") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
+        raise ConfigFileError(path, f"unreadable: {e}") from None
+    return _parse_file(path, raw)
+
+
+def _parse_file(path: Path, raw: bytes) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
         raise ConfigFileError(path, f"unreadable: {e}") from None
     if not text.strip():
         raise ConfigFileError(path, "empty")
@@ -126,13 +139,32 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _replaces_backup(path: Path, current: bytes | None) -> bool:
+    """Whether the file about to be replaced (its bytes; None when unreadable) becomes ``<file>.bak``: yes, unless
+    it is not a usable config file and a ``.bak`` already exists (a corrupt file must not replace a good backup)."""
+    if current is not None:
+        try:
+            _parse_file(path, current)
+            return True
+        except ConfigFileError:
+            pass
+    return not _bak(path).exists()
+
+
+def _read_current(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
 def replace_file(path: Path, payload: bytes, *, backup: bool = False) -> None:
     """Make ``payload`` the content of ``path`` crash-safely, and without ever losing the previous content.
 
     The new bytes go to a temp file beside it, are fsynced, and only then take the name (``MixAll.string2File``'s
     ``.tmp``): a write that fails (a full disk) leaves the previous file untouched and no temp file behind.  With
-    ``backup`` the previous file becomes ``<file>.bak`` just before the rename, unless it is unreadable and a
-    ``.bak`` already exists (a corrupt file must not replace a good backup).
+    ``backup`` the previous file becomes ``<file>.bak`` just before the rename (see ``_replaces_backup``).
+    :func:`replace_file_async` is the same steps for the broker's event loop.
     """
     path = Path(path)
     directory = path.parent
@@ -143,14 +175,8 @@ def replace_file(path: Path, payload: bytes, *, backup: bool = False) -> None:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-        if backup and path.exists():
-            try:
-                _load_file(path)
-                keep_old = True
-            except ConfigFileError:
-                keep_old = not _bak(path).exists()
-            if keep_old:
-                os.replace(path, _bak(path))
+        if backup and path.exists() and _replaces_backup(path, _read_current(path)):
+            os.replace(path, _bak(path))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -158,9 +184,57 @@ def replace_file(path: Path, payload: bytes, *, backup: bool = False) -> None:
     _fsync_dir(directory)
 
 
+_afsync = aiofiles.os.wrap(os.fsync)
+_afsync_dir = aiofiles.os.wrap(_fsync_dir)
+
+
+async def replace_file_async(path: Path, payload: bytes, *, backup: bool = False) -> None:
+    """:func:`replace_file` from an event loop: each blocking step (write, fsync, rename) runs in aiofiles' thread
+    pool, so a slow disk never stalls the loop; the steps and the crash-safety are the same."""
+    path = Path(path)
+    directory = path.parent
+    await aiofiles.os.makedirs(directory, exist_ok=True)
+    async with aiofiles.tempfile.NamedTemporaryFile(
+        "wb", dir=directory, prefix=f".{path.name}.", suffix=".tmp", delete=False
+    ) as f:
+        tmp = str(f.name)
+        try:
+            await f.write(payload)
+            await f.flush()
+            await _afsync(f.fileno())
+        except BaseException:
+            await aiofiles.os.remove(tmp)
+            raise
+    try:
+        if backup and await aiofiles.os.path.exists(path):
+            try:
+                async with aiofiles.open(path, "rb") as current:
+                    raw: bytes | None = await current.read()
+            except OSError:
+                raw = None
+            if _replaces_backup(path, raw):
+                await aiofiles.os.replace(path, _bak(path))
+        await aiofiles.os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            await aiofiles.os.remove(tmp)
+        raise
+    await _afsync_dir(directory)
+
+
+def config_payload(data: Mapping[str, Any]) -> bytes:
+    """A config file's bytes: pretty JSON, as every config file is written."""
+    return (json.dumps(data, indent=4, ensure_ascii=False) + "\n").encode("utf-8")
+
+
 def write_config(path: Path, data: Mapping[str, Any]) -> None:
     """Persist ``data`` as pretty JSON (:func:`replace_file`, the previous file kept as ``<file>.bak``)."""
-    replace_file(path, (json.dumps(data, indent=4, ensure_ascii=False) + "\n").encode("utf-8"), backup=True)
+    replace_file(path, config_payload(data), backup=True)
+
+
+async def write_config_async(path: Path, data: Mapping[str, Any]) -> None:
+    """:func:`write_config` from an event loop (:func:`replace_file_async`)."""
+    await replace_file_async(path, config_payload(data), backup=True)
 
 
 # --- the four files ---------------------------------------------------------------------------------
@@ -182,10 +256,14 @@ def load_consumer_offsets(config_dir: Path) -> dict[str, dict[int, int]]:
     return {key: _int_map(path, queues, f"offsetTable[{key!r}]") for key, queues in table.items()}
 
 
+def consumer_offsets_document(table: Mapping[str, Mapping[int, int]]) -> dict[str, Any]:
+    """``consumerOffset.json``'s content in the 4.x shape (5.x reads it too)."""
+    return {"offsetTable": {key: {str(q): int(o) for q, o in sorted(queues.items())} for key, queues in table.items()}}
+
+
 def save_consumer_offsets(config_dir: Path, table: Mapping[str, Mapping[int, int]]) -> None:
-    """Write ``consumerOffset.json`` in the 4.x shape (5.x reads it too)."""
-    offsets = {key: {str(q): int(o) for q, o in sorted(queues.items())} for key, queues in table.items()}
-    write_config(Path(config_dir) / CONSUMER_OFFSET, {"offsetTable": offsets})
+    """Write ``consumerOffset.json``."""
+    write_config(Path(config_dir) / CONSUMER_OFFSET, consumer_offsets_document(table))
 
 
 def load_delay_offsets(config_dir: Path) -> dict[int, int]:
@@ -194,10 +272,14 @@ def load_delay_offsets(config_dir: Path) -> dict[int, int]:
     return _int_map(path, (read_config(path) or {}).get("offsetTable"), "offsetTable")
 
 
+def delay_offsets_document(table: Mapping[int, int]) -> dict[str, Any]:
+    """``delayOffset.json``'s content."""
+    return {"offsetTable": {str(level): int(o) for level, o in sorted(table.items())}}
+
+
 def save_delay_offsets(config_dir: Path, table: Mapping[int, int]) -> None:
     """Write ``delayOffset.json``."""
-    offsets = {str(level): int(o) for level, o in sorted(table.items())}
-    write_config(Path(config_dir) / DELAY_OFFSET, {"offsetTable": offsets})
+    write_config(Path(config_dir) / DELAY_OFFSET, delay_offsets_document(table))
 
 
 def load_deleted_topics(config_dir: Path) -> dict[str, int]:
@@ -259,10 +341,14 @@ def load_topics(config_dir: Path) -> dict[str, Any]:
     return _load_versioned(config_dir, TOPICS, "topicConfigTable")
 
 
+def topics_document(table: Mapping[str, Mapping[str, Any]], data_version: Mapping[str, Any]) -> dict[str, Any]:
+    """``topics.json``'s content."""
+    return {"dataVersion": dict(data_version), "topicConfigTable": {k: dict(v) for k, v in table.items()}}
+
+
 def save_topics(config_dir: Path, table: Mapping[str, Mapping[str, Any]], data_version: Mapping[str, Any]) -> None:
     """Write ``topics.json``; pass ``next_data_version(old)`` when the table changed."""
-    doc = {"dataVersion": dict(data_version), "topicConfigTable": {k: dict(v) for k, v in table.items()}}
-    write_config(Path(config_dir) / TOPICS, doc)
+    write_config(Path(config_dir) / TOPICS, topics_document(table, data_version))
 
 
 def load_subscription_groups(config_dir: Path) -> dict[str, Any]:
@@ -270,12 +356,15 @@ def load_subscription_groups(config_dir: Path) -> dict[str, Any]:
     return _load_versioned(config_dir, SUBSCRIPTION_GROUP, "subscriptionGroupTable")
 
 
+def subscription_groups_document(
+    table: Mapping[str, Mapping[str, Any]], data_version: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``subscriptionGroup.json``'s content."""
+    return {"dataVersion": dict(data_version), "subscriptionGroupTable": {k: dict(v) for k, v in table.items()}}
+
+
 def save_subscription_groups(
     config_dir: Path, table: Mapping[str, Mapping[str, Any]], data_version: Mapping[str, Any]
 ) -> None:
     """Write ``subscriptionGroup.json``; pass ``next_data_version(old)`` when the table changed."""
-    groups = {k: dict(v) for k, v in table.items()}
-    write_config(
-        Path(config_dir) / SUBSCRIPTION_GROUP,
-        {"dataVersion": dict(data_version), "subscriptionGroupTable": groups},
-    )
+    write_config(Path(config_dir) / SUBSCRIPTION_GROUP, subscription_groups_document(table, data_version))

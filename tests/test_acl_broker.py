@@ -358,10 +358,12 @@ def test_a_deleted_file_is_reported_once_and_the_rules_stay(tmp_path: Path, capl
 
     path = write_acl(tmp_path, ACL)
     manager = PlainAclManager(path)
+    assert not run(manager.reload_if_changed_async()), "the watcher's poll: unchanged bytes install nothing"
     path.unlink()
     with caplog.at_level(logging.ERROR, logger="broker.acl.manager"):
-        assert not manager.reload_if_changed() and not manager.reload_if_changed()
+        assert not run(manager.reload_if_changed_async()) and not run(manager.reload_if_changed_async())
     assert caplog.text.count("cannot be read") == 1
     assert "producer-key" in manager.rules.accounts
     write_acl(tmp_path, {"accounts": [ACL["accounts"][0]]})
-    assert manager.reload_if_changed() and "producer-key" not in manager.rules.accounts
+    assert run(manager.reload_if_changed_async()) and "producer-key" not in manager.rules.accounts
+    assert not run(manager.reload_if_changed_async()) and not manager.reload_if_changed()

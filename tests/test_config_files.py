@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -111,6 +112,23 @@ def test_write_over_corrupt_main_keeps_good_bak(tmp_path: Path) -> None:
     cf.save_delay_offsets(tmp_path, {1: 6})
     assert (tmp_path / "delayOffset.json.bak").read_text() == '{"offsetTable":{1:5}}'
     assert cf.load_delay_offsets(tmp_path) == {1: 6}
+
+
+def test_async_write_takes_the_same_steps_as_the_blocking_one(tmp_path: Path) -> None:
+    # the broker's event loop writes through aiofiles: same bytes, same .bak rotation, no temp file left
+    path = tmp_path / "config" / "consumerOffset.json"
+    asyncio.run(cf.write_config_async(path, cf.consumer_offsets_document({"t@g": {0: 1}})))
+    assert not (path.parent / "consumerOffset.json.bak").exists()
+    first = path.read_bytes()
+    asyncio.run(cf.write_config_async(path, cf.consumer_offsets_document({"t@g": {0: 2}})))
+    assert (path.parent / "consumerOffset.json.bak").read_bytes() == first
+    cf.save_consumer_offsets(tmp_path / "sync", {"t@g": {0: 2}})
+    assert path.read_bytes() == (tmp_path / "sync" / "consumerOffset.json").read_bytes()
+    write_text(path, "\x00\x00")  # a corrupt file must not replace the good backup
+    asyncio.run(cf.write_config_async(path, cf.consumer_offsets_document({"t@g": {0: 3}})))
+    assert (path.parent / "consumerOffset.json.bak").read_bytes() == first
+    assert cf.load_consumer_offsets(path.parent) == {"t@g": {0: 3}}
+    assert sorted(p.name for p in path.parent.iterdir()) == ["consumerOffset.json", "consumerOffset.json.bak"]
 
 
 def test_both_corrupt_raises_naming_the_file(tmp_path: Path) -> None:

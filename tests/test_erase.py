@@ -58,3 +58,64 @@ def test_erase_by_key_leaves_no_trace_in_the_tier_and_names_the_live_copies(spar
     audit = lake.to_arrow(root / ERASURES).to_pylist()
     assert [(a["operator"], a["topic"], a["key"], a["rows"]) for a in audit] == [("dpo", TOPIC, KEY, len(erased))]
     assert audit[0]["live_commitlog_offsets"] == live and audit[0]["erased_at"] is not None
+
+
+@pytest.mark.timeout(1800)  # a tier run, two erases and a replay, each Spark jobs, on a busy machine
+def test_erase_by_msg_id_through_the_cli_and_a_replay_after_it_sends_every_other_message(
+    spark, tmp_path, mqlake_server
+):
+    """``mqlake lake erase --msg-id`` on a lake the tier job wrote: by the msgId a producer is given (UNIQ_KEY) and
+    by the offset msgId, one message each; a replay afterwards sends every other message of the topic, tiered and
+    live, and not the erased two."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from pipelines.compaction.job import tier
+    from pipelines.replay.job import replay
+    from pipelines.replay.sender import ORIGIN_MESSAGE_ID, REPLAY_SOURCE_OFFSET, REPLAY_SOURCE_QUEUE
+    from pipelines.replay.spec import ReplaySpec
+    from tests.fixtures_broker import read_topic
+    from tests.fixtures_spark import write_store
+
+    topic = "Orders"
+    written = write_store(tmp_path / "store", 300)
+    root = tmp_path / "lake"
+    report = tier(written.root, root, spark=spark, file_reserved_time=0)
+    tiered = {s.segment for s in report.by_state("tiered")}
+    rows = sorted((r for r in written.expected.values() if r["topic"] == topic), key=lambda r: r["commitlog_offset"])
+    in_lake = [r for r in rows if r["segment"] in tiered]
+    assert tiered and len(in_lake) < len(rows), "the topic is both tiered and live"
+    by_uniq = next(r for r in in_lake if r["uniq_key"])
+    by_offset_id = next(r for r in reversed(in_lake) if r["uniq_key"] is None)  # its msgId is the offset msgId
+    erased = {by_uniq["commitlog_offset"], by_offset_id["commitlog_offset"]}
+    assert by_offset_id["msg_id"] != by_uniq["uniq_key"] and len(erased) == 2
+
+    for msg_id in (by_uniq["uniq_key"], by_offset_id["msg_id"]):
+        result = CliRunner().invoke(app, ["lake", "erase", "--lake", str(root), "--topic", topic, "--msg-id", msg_id,
+                                          "--retain-hours", "0", "--operator", "dpo"])  # fmt: skip
+        assert result.exit_code == 0, result.output
+        out = json.loads(result.stdout.splitlines()[-1])
+        assert (out["rows"], out["msg_id"], out["key"]) == (1, msg_id, None)
+
+    reader = LakeReader(root)
+    assert [reader.message_at(o) for o in sorted(erased)] == [None, None]
+    kept = [r for r in in_lake if r["commitlog_offset"] not in erased]
+    assert all(reader.message_at(r["commitlog_offset"]) for r in kept[::7])
+    audit = lake.to_arrow(root / ERASURES).to_pylist()
+    assert sorted((a["msg_id"], a["rows"]) for a in audit) == sorted(
+        [(by_uniq["uniq_key"], 1), (by_offset_id["msg_id"], 1)])  # fmt: skip
+
+    spec = ReplaySpec(lake=root, source_topics=(topic,), target_topic="ReplayAfterErase", store_dir=written.root,
+                      namesrv=mqlake_server.namesrv_addr, replay_id="after-erase-1", batch_size=32)  # fmt: skip
+    want = [r for r in rows if r["commitlog_offset"] not in erased]
+    assert replay(spec, spark=spark).sent == len(want)
+    got = [m for msgs in read_topic(mqlake_server.namesrv_addr, "ReplayAfterErase", len(want)).values() for m in msgs]
+    source = {(int(m.properties[REPLAY_SOURCE_QUEUE]), int(m.properties[REPLAY_SOURCE_OFFSET])): m for m in got}
+    assert len(source) == len(got) == len(want)
+    assert sorted(source) == sorted((r["queue_id"], r["queue_offset"]) for r in want)
+    assert all(source[(r["queue_id"], r["queue_offset"])].body == r["body"] for r in want)
+    gone = {(r["queue_id"], r["queue_offset"]) for r in (by_uniq, by_offset_id)}
+    assert not gone & set(source)
+    assert by_uniq["uniq_key"] not in {m.properties.get(ORIGIN_MESSAGE_ID) for m in got}

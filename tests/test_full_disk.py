@@ -157,6 +157,23 @@ def test_config_and_manifest_writes_on_a_full_disk_keep_the_previous_file(small_
     assert cf.read_config(config / "topics.json.bak")["dataVersion"]["counter"] == 2
 
 
+@pytest.mark.unit
+def test_an_async_config_write_on_a_full_disk_keeps_the_previous_file(small_disk):
+    config = small_disk("1m") / "config"
+    cf.save_topics(config, {"T": {"topicName": "T"}}, {"counter": 1, "timestamp": 1})
+    cf.save_topics(config, {"T": {"topicName": "T", "readQueueNums": 8}}, {"counter": 2, "timestamp": 2})
+    before = {p.name: p.read_bytes() for p in sorted(config.iterdir())}
+    filler = _fill(config.parent)
+    big = {f"T{i}": {"topicName": f"T{i}", "perm": 6} for i in range(2000)}  # more than one free block
+    with pytest.raises(OSError):
+        asyncio.run(cf.write_config_async(config / cf.TOPICS, cf.topics_document(big, {"counter": 3})))
+    assert {p.name: p.read_bytes() for p in sorted(config.iterdir())} == before, "no temp file, nothing rotated"
+    filler.unlink()
+    asyncio.run(cf.write_config_async(config / cf.TOPICS, cf.topics_document(big, {"counter": 3})))
+    assert len(cf.load_topics(config)["topicConfigTable"]) == 2000
+    assert cf.read_config(config / "topics.json.bak")["dataVersion"]["counter"] == 2
+
+
 # --- the store on a full disk --------------------------------------------------------------------------------------
 def _disk_store(disk: Path, **overrides) -> MessageStore:
     """A store on ``disk`` whose ConsumeQueue files do not roll within a test (unless it says otherwise)."""

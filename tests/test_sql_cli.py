@@ -166,3 +166,80 @@ def test_delta_sql_history_time_travel_delete_merge_and_restore(spark, spark_lak
     assert rows("SELECT count(*) AS n FROM messages WHERE tags = 'merged'") == [{"n": 0}]
     assert rows("SELECT count(*) AS n FROM messages") == [{"n": len(want)}]
     assert [h["operation"] for h in rows("DESCRIBE HISTORY messages")][:3] == ["RESTORE", "MERGE", "DELETE"]
+
+
+@pytest.mark.unit
+def test_shell_statements_end_at_a_semicolon_and_quit_ends_the_input():
+    from pipelines.sql_cli import CANCEL, statements
+
+    lines = ["\n", "SELECT 1;\n", "SELECT topic\n", "  FROM messages\n", "  WHERE a = 'x';\n", "SELECT half\n",
+             CANCEL, "  ;\n", "EXIT;\n", "SELECT never;\n"]  # fmt: skip
+    assert list(statements(lines)) == ["SELECT 1", "SELECT topic\n  FROM messages\n  WHERE a = 'x'"]
+    assert list(statements(["SELECT 1;", "SELECT 2"])) == ["SELECT 1", "SELECT 2"]  # the last needs no ';'
+    assert list(statements(["\\q", "SELECT 1;"])) == []
+
+
+@pytest.mark.spark
+def test_the_shell_runs_statements_in_one_session_and_a_failing_one_is_one_line(spark_lake, spark_store):
+    """``mqlake sql --shell`` (the console script, its own JVM) fed on standard input: every statement answers,
+    a failing one prints one line and the next still runs in the same session."""
+    env = dict(os.environ, JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1")
+    script = (
+        "SET mqlake.test.marker = same-session;\n"
+        "SELECT count(*) AS n FROM messages;\n"
+        "SELECT nope FROM messages;\n"
+        "SELECT topic, count(*) AS n\n  FROM messages GROUP BY topic ORDER BY topic;\n"
+        "SELECT '${mqlake.test.marker}' AS marker;\n"
+        "quit\n"
+        "SELECT 'after quit' AS never;\n"
+    )
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("mqlake")), "sql", "--lake", str(spark_lake), "--master", "local[1]",
+         "--format", "csv", "--shell"],
+        input=script, capture_output=True, text=True, timeout=240, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr  # a statement failed
+    rows = sealed(spark_store)
+    by_topic: dict[str, int] = {}
+    for r in rows:
+        by_topic[r["topic"]] = by_topic.get(r["topic"], 0) + 1
+    out = proc.stdout.splitlines()
+    set_rows = out.index("n")  # SET prints its key and value first
+    assert out[set_rows:] == ["n", str(len(rows)), "topic,n",
+                              *(f"{t},{n}" for t, n in sorted(by_topic.items())), "marker", "same-session"]  # fmt: skip
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "nope" in errors[0], proc.stderr
+    assert "UNRESOLVED_COLUMN" in errors[0]
+    for trace in ("\tat org.apache", "JVM stacktrace", "Traceback", "UnresolvedRelation", "'Project"):
+        assert trace not in proc.stderr, proc.stderr
+    stats = [line for line in proc.stderr.splitlines() if line.startswith("(") and line.endswith(" s)")]
+    assert [s.split(",")[0] for s in stats] == ["(1 row", "(1 row", f"({len(by_topic)} rows", "(1 row"]
+    assert "after quit" not in proc.stdout
+
+
+@pytest.mark.unit
+def test_a_query_or_the_shell_not_both():
+    result = runner.invoke(app, ["sql", "--lake", ".", "--shell", "SELECT 1"])
+    assert result.exit_code == 2 and "one of them" in result.output
+    assert runner.invoke(app, ["sql", "--lake", "."]).exit_code == 2
+
+
+@pytest.mark.unit
+def test_the_prompt_continues_a_statement_and_ctrl_c_drops_it(monkeypatch):
+    from pipelines import sql_cli
+
+    typed = iter(["SELECT 1", KeyboardInterrupt, "SELECT 2", "  + 1;", EOFError])
+    prompts: list[str] = []
+
+    def fake_input(prompt: str) -> str:
+        prompts.append(prompt)
+        value = next(typed)
+        if isinstance(value, type):
+            raise value
+        return value
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    buffer: list[str] = []
+    got = list(sql_cli.statements(sql_cli._prompted_lines(buffer), buffer))
+    assert got == ["SELECT 2\n  + 1"]  # the statement Ctrl-C interrupted is dropped, not run
+    assert prompts == [sql_cli.PROMPT, sql_cli.CONTINUATION, sql_cli.PROMPT, sql_cli.CONTINUATION, sql_cli.PROMPT]

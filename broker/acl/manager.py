@@ -2,19 +2,22 @@
 updates the admin codes make to it (``PlainPermissionManager``).
 
 At start-up a missing or bad file is an AclConfigError (the broker does not start open). Afterwards the file
-is re-read when its bytes change (RocketMQ's watcher compares a hash every 500 ms; ``reload_if_changed`` is
+is re-read when its bytes change (RocketMQ's watcher compares a hash every 500 ms; ``reload_if_changed_async`` is
 called on a timer): a bad version is logged and the last good rules stay in force. Updates through the admin
 codes write the file atomically and take effect at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+
+import aiofiles
 
 from broker.acl.access import Rules
 from broker.acl.rules import MIN_KEY_LENGTH, Account, AclConfigError, AclFile, DataVersion, read_acl, write_acl
@@ -81,6 +84,19 @@ class PlainAclManager:
             log.info("ACL file %s reloaded: %d accounts, %d global white addresses", self.path, len(acl.accounts),
                      len(acl.global_white_remote_addresses))  # fmt: skip
             return True
+
+    async def reload_if_changed_async(self) -> bool:
+        """``reload_if_changed`` for the watcher on the event loop: each poll reads the file through aiofiles and
+        compares its digest on the loop; only a changed (or unreadable) file hops to a worker thread, where the
+        locked re-read, parse and install run (an admin update may hold the lock for a write and fsync)."""
+        try:
+            async with aiofiles.open(self.path, "rb") as f:
+                raw = await f.read()
+        except OSError:
+            return await asyncio.to_thread(self.reload_if_changed)  # it logs the cause once
+        if self._unreadable is None and hashlib.sha256(raw).digest() == self._digest:
+            return False
+        return await asyncio.to_thread(self.reload_if_changed)
 
     # --- updates (the admin codes) ------------------------------------------------------------------------------
 

@@ -67,16 +67,21 @@ class TierSchedule:
         while True:
             try:
                 if self.lake is None or not self.command:
-                    self.log_backlog()
-                elif self._due():
+                    self.log_backlog(await self._entries())
+                elif self._due() and waiting_for_tier(await self._entries())[0] > 0:
                     await self.run_once()
             except Exception:  # a schedule that dies would leave the disk to fill: log and go on
                 log.exception("tier schedule")
             await asyncio.sleep(self.interval)
 
-    def log_backlog(self) -> None:
+    async def _entries(self) -> list[SegmentEntry]:
+        # A worker thread, not aiofiles: the read holds the manifest's flock, which waits for a tier run's
+        # read-modify-write; one thread call takes the lock, reads and parses.
+        return await asyncio.to_thread(self.entries)
+
+    def log_backlog(self, entries: Sequence[SegmentEntry]) -> None:
         """Without the embedded run: the bytes waiting, at start-up and whenever they change."""
-        backlog = waiting_for_tier(self.entries())
+        backlog = waiting_for_tier(entries)
         if backlog == self._logged_backlog:
             return
         self._logged_backlog = backlog
@@ -97,9 +102,7 @@ class TierSchedule:
         now = self.now()
         if not is_deletion_hour(self.store_config.delete_when, now):
             return False
-        if self._skip_hour == int(now // 3600):
-            return False
-        return waiting_for_tier(self.entries())[0] > 0
+        return self._skip_hour != int(now // 3600)
 
     async def run_once(self) -> dict | None:
         """One tier run as a child process; its report (None when it failed, logged)."""

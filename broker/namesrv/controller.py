@@ -107,7 +107,7 @@ class NamesrvController:
         while True:
             await asyncio.sleep(WATCH_INTERVAL)
             try:
-                await asyncio.to_thread(acl.reload_if_changed)  # a bad file is logged and the rules in force stay
+                await acl.reload_if_changed_async()  # a bad file is logged and the rules in force stay
             except Exception:
                 log.exception("checking %s for changes failed", acl.path)
 

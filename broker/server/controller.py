@@ -254,7 +254,7 @@ class BrokerController:
         if self.acl is not None:
             acl = self.acl
             self._timers.append(asyncio.create_task(
-                self._every(WATCH_INTERVAL, lambda: asyncio.to_thread(acl.reload_if_changed))
+                self._every(WATCH_INTERVAL, acl.reload_if_changed_async)
             ))  # fmt: skip
         log.info("broker %s (%s) serving on %s, store %s", self.config.broker_name, self.config.broker_cluster_name,
                  self.addr, self.store_config.store_path_root_dir)  # fmt: skip
@@ -292,13 +292,13 @@ class BrokerController:
             await asyncio.wait(list(self._tasks), timeout=10)
         if self._ready:
             snap = self.offsets.snapshot()
-            persists: list[tuple[str, Callable[[], None]]] = [
-                ("topics", self.topics.persist), ("subscription groups", self.groups.persist)]  # fmt: skip
+            persists: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+                ("topics", self.topics.persist_async), ("subscription groups", self.groups.persist_async)]  # fmt: skip
             if snap is not None:
-                persists.insert(0, ("consumer offsets", functools.partial(self.offsets.write, snap)))
+                persists.insert(0, ("consumer offsets", functools.partial(self.offsets.write_async, snap)))
             for what, persist in persists:
                 try:
-                    await asyncio.to_thread(persist)
+                    await persist()
                 except OSError as e:  # a full disk: the stop goes on, the previous file stays as it was
                     log.warning("%s not saved at shutdown: %s", what, e)
         self._ready = False
@@ -329,7 +329,7 @@ class BrokerController:
     async def _persist_offsets(self) -> None:
         snap = self.offsets.snapshot()
         if snap is not None:
-            await asyncio.to_thread(self.offsets.write, snap)
+            await self.offsets.write_async(snap)
 
     def _scan_clients(self) -> None:
         timeout = self.config.channel_expired_timeout
@@ -338,8 +338,8 @@ class BrokerController:
             conn.close()
 
     def _topics_changed(self) -> None:
-        # The fsync runs in a worker thread: on a busy disk it can take seconds, and the loop serves everyone.
-        self._topics_saved = self._spawn(asyncio.to_thread(self.topics.persist))
+        # The fsync runs off the loop (aiofiles): on a busy disk it can take seconds, and the loop serves everyone.
+        self._topics_saved = self._spawn(self.topics.persist_async())
         self._topics_task = self._spawn(self._after_topics_changed(self._topics_saved))
 
     async def topics_saved(self) -> None:
@@ -347,7 +347,7 @@ class BrokerController:
         if not self.topics.unsaved:
             return
         if saved is None or saved.done():  # the last write failed (or ran before the change): write again
-            saved = self._topics_saved = self._spawn(asyncio.to_thread(self.topics.persist))
+            saved = self._topics_saved = self._spawn(self.topics.persist_async())
         await asyncio.shield(saved)
 
     async def topics_persisted(self) -> None:
@@ -363,7 +363,7 @@ class BrokerController:
         await persisted
 
     def _groups_changed(self) -> None:
-        self._spawn(asyncio.to_thread(self.groups.persist))
+        self._spawn(self.groups.persist_async())
 
     # --- client events ---------------------------------------------------------------------------------------
     def _channel_closed(self, conn: Channel) -> None:

@@ -29,8 +29,8 @@ class SubscriptionGroupManager(VersionedTableManager[SubscriptionGroupConfig]):
     def read_file(self) -> dict[str, Any]:
         return cf.load_subscription_groups(self.config_dir)
 
-    def write_file(self, content: dict[str, Any]) -> None:
-        cf.save_subscription_groups(self.config_dir, content["subscriptionGroupTable"], content["dataVersion"])
+    def document(self, content: dict[str, Any]) -> dict[str, Any]:
+        return cf.subscription_groups_document(content["subscriptionGroupTable"], content["dataVersion"])
 
     def parse_entry(self, name: str, raw: Any) -> SubscriptionGroupConfig:
         # An entry without groupName is named by its key.

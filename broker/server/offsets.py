@@ -1,12 +1,13 @@
 """Committed consumer offsets (``ConsumerOffsetManager``), persisted as ``config/consumerOffset.json``.
 
-Commits happen on the event loop; the periodic persist takes a snapshot there and writes it from a
-worker thread, so a slow fsync never stalls request handling.
+Commits happen on the event loop; the periodic persist takes a snapshot there and writes it through aiofiles
+(``write_async``), so a slow fsync never stalls request handling.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from broker.server.config_manager import ConfigManager
 from store import config_files as cf
@@ -21,6 +22,8 @@ def offset_key(topic: str, group: str) -> str:
 
 
 class ConsumerOffsetManager(ConfigManager[OffsetTable]):
+    file_name = cf.CONSUMER_OFFSET
+
     def __init__(self, config_dir: Path) -> None:
         super().__init__(config_dir)
         self.table: OffsetTable = {}
@@ -29,8 +32,8 @@ class ConsumerOffsetManager(ConfigManager[OffsetTable]):
     def read_file(self) -> OffsetTable:
         return cf.load_consumer_offsets(self.config_dir)
 
-    def write_file(self, content: OffsetTable) -> None:
-        cf.save_consumer_offsets(self.config_dir, content)
+    def document(self, content: OffsetTable) -> dict[str, Any]:
+        return cf.consumer_offsets_document(content)
 
     def decode(self, content: OffsetTable) -> None:
         self.table = content

@@ -119,7 +119,7 @@ class SlaveSynchronize:
             return True
         self.topics.table = _legal(wrapper.topics(), names.stored_topic_error, "topic")
         self.topics.data_version = version
-        await asyncio.to_thread(self.topics.persist)
+        await self.topics.persist_async()
         return True
 
     # --- topics learnt when needed ----------------------------------------------------------------------------
@@ -209,7 +209,7 @@ class SlaveSynchronize:
         self._from_master = {k: dict(v) for k, v in table.items()}
         snap = self.offsets.snapshot()
         if snap is not None:
-            await asyncio.to_thread(self.offsets.write, snap)
+            await self.offsets.write_async(snap)
 
     def _locally_committed(self) -> dict[tuple[str, str], dict[int, int]]:
         out: dict[tuple[str, str], dict[int, int]] = {}
@@ -227,7 +227,7 @@ class SlaveSynchronize:
             return
         table = cf.load_lenient_json(body.decode("utf-8"), "master's GET_ALL_DELAY_OFFSET").get("offsetTable", {})
         offsets = {int(k): int(v) for k, v in table.items()}
-        await asyncio.to_thread(cf.save_delay_offsets, self.topics.config_dir, offsets)
+        await cf.write_config_async(self.topics.config_dir / cf.DELAY_OFFSET, cf.delay_offsets_document(offsets))
 
     async def _sync_tiered(self) -> None:
         body = await self._call(RequestCode.GET_BROKER_RUNTIME_INFO)
@@ -250,4 +250,4 @@ class SlaveSynchronize:
         groups = dict(wrapper.subscription_group_table)
         self.groups.table = _legal(groups, names.stored_group_error, "subscription group")
         self.groups.data_version = version
-        await asyncio.to_thread(self.groups.persist)
+        await self.groups.persist_async()

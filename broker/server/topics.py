@@ -99,8 +99,10 @@ class TopicConfigManager(VersionedTableManager[TopicConfig]):
     def read_file(self) -> dict[str, Any]:
         return cf.load_topics(self.config_dir)
 
-    def write_file(self, content: dict[str, Any]) -> None:
-        cf.save_topics(self.config_dir, content["topicConfigTable"], content["dataVersion"])
+    def document(self, content: dict[str, Any]) -> dict[str, Any]:
+        return cf.topics_document(content["topicConfigTable"], content["dataVersion"])
+
+    def written(self, content: dict[str, Any]) -> None:
         self.unsaved.difference_update(content["topicConfigTable"])  # in place: the loop may add meanwhile
 
     def parse_entry(self, name: str, raw: Any) -> TopicConfig:
