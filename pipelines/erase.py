@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from broker.lake import objectstore
+from lake import objectstore
+from lake.tables import MESSAGES, table_uri
 from pipelines.objectstore_cli import lake_option
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
-from store.tier_tables import MESSAGES, table_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -81,7 +81,7 @@ def erase(
 ) -> EraseReport:
     """Erase the matching messages from the lake's ``messages`` table (DELETE, purge, VACUUM), append the audit
     row, and name the matching messages still in the CommitLog under ``store_dir``."""
-    from pipelines import lake as lk
+    from lake import delta as lk
 
     cond = match_condition(topic, key, msg_id)
     uri = table_uri(lake, MESSAGES)

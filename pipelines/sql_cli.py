@@ -18,7 +18,7 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
-from broker.lake import objectstore
+from lake import objectstore
 from pipelines.objectstore_cli import lake_option
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
 from store.console import console, table
@@ -113,7 +113,7 @@ def run_sql(
         return 2
     from pyspark.errors import PySparkException
 
-    from pipelines.lake import LakeError, register
+    from lake.delta import LakeError, register
     from pipelines.spark import get_spark
 
     spark = get_spark(master=master, app_name="mqlake-sql", conf=conf)

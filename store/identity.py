@@ -33,6 +33,9 @@ STORE_ID_FILE = "mqlake-store-id"
 STORE_ID = "storeId"
 CLUSTER = "brokerClusterName"
 BROKER_NAME = "brokerName"
+# What a broker whose broker.conf sets no brokerName calls itself (broker/config.py), and so the name the tier
+# gives a store written without one
+DEFAULT_BROKER_NAME = "broker-a"
 
 
 class StoreIdentityError(MQLakeError, ValueError):

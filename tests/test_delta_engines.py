@@ -12,8 +12,8 @@ import shutil
 import pytest
 from deltalake import DeltaTable
 
-from broker.lake.reader import LakeReader
-from pipelines import lake
+from lake import delta as lake
+from lake.reader import LakeReader
 from store.format import records
 
 # Spark rewrites and vacuums on a busy machine take minutes; the suite default (300 s) includes the session start
@@ -72,7 +72,7 @@ def test_a_spark_delete_leaving_deletion_vectors_is_refused_by_the_broker_not_se
     assert int(ops[0]["numDeletionVectorsAdded"]) > 0  # the files still hold the rows; a vector hides them
 
     assert lake.read_table(spark, table).where(f"commitlog_offset IN ({', '.join(map(str, deleted))})").count() == 0
-    with caplog.at_level(logging.WARNING, logger="broker.lake.reader"):
+    with caplog.at_level(logging.WARNING, logger="lake.reader"):
         served = _served(LakeReader(own_lake), offsets)
     assert set(served.values()) == {None}  # refused whole: no deleted row, no row from a half-read table
     assert "deletionVectors" in caplog.text and "not served from the tier" in caplog.text
@@ -90,7 +90,7 @@ def test_column_mapping_set_by_spark_is_refused_by_the_broker(spark, own_lake, s
     assert lake.read_table(spark, table).where("tag_text = 'tag2'").count() == sum(
         r["tags"] == "tag2" for r in spark_store.sealed_rows().values()
     )
-    with caplog.at_level(logging.WARNING, logger="broker.lake.reader"):
+    with caplog.at_level(logging.WARNING, logger="lake.reader"):
         assert set(_served(LakeReader(own_lake), _sample(spark_store)).values()) == {None}
     assert "columnMapping" in caplog.text
     with pytest.raises(lake.LakeError, match="columnMapping"):

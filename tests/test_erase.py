@@ -9,8 +9,8 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from broker.lake.reader import LakeReader
-from pipelines import lake
+from lake import delta as lake
+from lake.reader import LakeReader
 from pipelines.erase import ERASURES, erase
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]  # a DELETE and a VACUUM on a busy machine

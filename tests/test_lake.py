@@ -1,4 +1,4 @@
-"""Delta tables through pipelines.lake: idempotent commits, snapshot reads, tables for Spark SQL."""
+"""Delta tables through lake.delta: idempotent commits, snapshot reads, tables for Spark SQL."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from pipelines import lake
-from pipelines.schema import MESSAGE_COLUMNS, MESSAGE_SCHEMA
+from lake import delta as lake
+from lake.schema import MESSAGE_COLUMNS, MESSAGE_SCHEMA
 from tests.fixtures_spark import TOPICS, spark_row
 
 pytestmark = pytest.mark.spark

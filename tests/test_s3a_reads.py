@@ -1,4 +1,4 @@
-"""Spark reads a Delta table on S3 with Delta Lake over Hadoop's S3A (pipelines/lake.py read_table), against
+"""Spark reads a Delta table on S3 with Delta Lake over Hadoop's S3A (lake/delta.py read_table), against
 moto's server (tests/s3_server.py) and a local Spark session: filtered reads skip the files and row groups they do
 not need, and no AWS credential shows in the plan or the session's configuration.
 
@@ -48,8 +48,8 @@ def _rows(broker: str, topic: str) -> list[dict]:
 def _write_table(root: Path, uri: str) -> dict[tuple[str, str], Path]:
     """The Delta table at ``uri``: one file per (broker, topic), ``ROW_GROUP`` rows a row group; returns the
     local copies of the files by partition."""
-    from broker.lake import objectstore
-    from pipelines import lake as lk
+    from lake import delta as lk
+    from lake import objectstore
 
     files = {}
     for broker, topic in FILES:
@@ -91,7 +91,7 @@ def _sorted(rows: list[dict]) -> list[dict]:
 def test_filtered_reads_skip_files_and_row_groups_and_return_the_same_rows(spark, s3, tmp_path):
     from pyspark.sql import functions as F
 
-    from pipelines import lake as lk
+    from lake import delta as lk
 
     uri = f"s3://{BUCKET}/pruning/messages"
     local = _write_table(tmp_path / "table", uri)
@@ -137,7 +137,7 @@ def test_filtered_reads_skip_files_and_row_groups_and_return_the_same_rows(spark
 def test_no_aws_credential_shows_in_the_plan_or_the_configuration(spark, s3, tmp_path):
     from pyspark.sql import functions as F
 
-    from pipelines import lake as lk
+    from lake import delta as lk
 
     uri = f"s3://{BUCKET}/settings/messages"
     _write_table(tmp_path / "table", uri)

@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from pipelines import lake as lk
-from pipelines.compaction import tables
+from lake import delta as lk
+from lake import tables
 from pipelines.compaction.job import CRASH_ENV, tier
 from pipelines.compaction.upkeep import compact
 from store.checkpoint import abort_file

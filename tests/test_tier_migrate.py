@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 import pytest
 from typer.testing import CliRunner
 
-from pipelines.compaction import tables
-from store.tier_tables import STORE_DATE
+from lake import tables
+from lake.tables import STORE_DATE
 from tests.fixtures_spark import WrittenStore, write_store
 
 pytestmark = pytest.mark.unit
@@ -29,7 +29,7 @@ def _old_lake(written: WrittenStore, root: Path | str) -> int:
     from deltalake import CommitProperties, Transaction
     from deltalake import write_deltalake as write_local
 
-    from broker.lake.objectstore import storage_options
+    from lake.objectstore import storage_options
     from pipelines.replay import progress
     from pipelines.segments import read_segment
 
@@ -61,7 +61,7 @@ def _old_lake(written: WrittenStore, root: Path | str) -> int:
 def assert_migrated(dt, lake: Path | str, count: int, before: dict[int, bytes]) -> None:
     """The old lake of :func:`_old_lake`, migrated to ``broker-a``: same rows, partitioned by broker, with the
     transaction id and replay progress it had."""
-    from pipelines.compaction.broker_names import resolve
+    from lake.broker_names import resolve
     from pipelines.replay import progress
     from store.identity import StoreIdentity
 
@@ -79,9 +79,9 @@ def assert_migrated(dt, lake: Path | str, count: int, before: dict[int, bytes]) 
 def test_an_old_lake_is_refused_then_migrated_once_keeping_rows_and_transaction_ids(tmp_path, caplog):
     from deltalake import DeltaTable
 
-    from broker.lake.reader import LakeReader
     from cli.main import app
-    from pipelines.compaction.broker_names import BrokerNameError
+    from lake.broker_names import BrokerNameError
+    from lake.reader import LakeReader
     from pipelines.compaction.job import TierJob
     from pipelines.replay import progress
 

@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from deltalake import DeltaTable, Schema  # noqa: E402
 from deltalake.transaction import AddAction, create_table_with_add_actions  # noqa: E402
 
-from broker.lake.reader import LakeReader  # noqa: E402
-from pipelines.compaction import tables  # noqa: E402
-from pipelines.lake import TABLE_PROPERTIES  # noqa: E402
+from lake import tables  # noqa: E402
+from lake.delta import TABLE_PROPERTIES  # noqa: E402
+from lake.reader import LakeReader  # noqa: E402
 
 INTS = ("queue_id", "queue_offset", "commitlog_offset", "msg_size", "store_timestamp", "born_timestamp", "body_crc",
         "flag", "sys_flag", "reconsume_times", "prepared_txn_offset", "magic")  # fmt: skip

@@ -35,7 +35,7 @@ import socket
 import uuid
 from pathlib import Path
 
-from broker.lake import objectstore
+from lake import objectstore
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def _held(directory: Path) -> bool:
 
 def _untracked(table_root: Path | str) -> set[str] | None:
     """Files under the table that no version of its log names, relative to it (None: no table yet, nothing is)."""
-    from pipelines import lake as lk
+    from lake import delta as lk
 
     if not lk.is_table(table_root):
         return None

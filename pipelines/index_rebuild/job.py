@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker.lake import reports
+from lake import reports
 from pipelines import job_progress
 from pipelines.executor_access import check_executors_see
 from pipelines.index_rebuild import consume_queue as cqmod

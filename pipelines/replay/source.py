@@ -35,7 +35,7 @@ from pipelines.replay.spec import ReplaySpec, ReplaySpecError
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-# What the sender needs of the canonical schema (pipelines/schema.py), and the broker the row comes from.
+# What the sender needs of the canonical schema (lake/schema.py), and the broker the row comes from.
 COLUMNS = [
     "broker_name", "topic", "queue_id", "queue_offset", "msg_id", "uniq_key", "tags", "keys", "properties", "body",
     "born_timestamp", "store_timestamp", "flag", "sys_flag",
@@ -82,9 +82,9 @@ def _time_range(spec: ReplaySpec) -> Column | None:
 def _lake_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame | None:
     from pyspark.sql import functions as F
 
-    from pipelines import lake as lk
-    from pipelines.compaction import tables
-    from pipelines.compaction.broker_names import BrokerNameError, check_layout
+    from lake import delta as lk
+    from lake import tables
+    from lake.broker_names import BrokerNameError, check_layout
 
     uri = tables.table_uri(spec.lake, tables.MESSAGES)
     if not lk.is_table(uri):
@@ -121,8 +121,8 @@ def source_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame:
     from pyspark.errors import PySparkException
     from pyspark.sql import functions as F
 
-    from pipelines.compaction.tables import MESSAGES_SCHEMA
-    from pipelines.schema import spark_schema
+    from lake.schema import spark_schema
+    from lake.tables import MESSAGES_SCHEMA
 
     live = _live_frames(spark, spec)  # the manifests first: see the module docstring
     lake = _lake_frame(spark, spec)

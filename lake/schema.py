@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from store.tier_tables import BROKER_NAME
-
 MESSAGE_FIELDS: list[pa.Field] = [
     pa.field("topic", pa.string(), nullable=False),
     pa.field("queue_id", pa.int32(), nullable=False),
@@ -42,9 +40,10 @@ MESSAGE_COLUMNS: list[str] = [f.name for f in MESSAGE_FIELDS]
 
 # The broker group whose store held the record.  Not in the record itself (a CommitLog knows no broker name),
 # so not in MESSAGE_FIELDS, which is what the commitlog source decodes: the tier adds it to every row of the
-# ``messages`` table (pipelines/compaction/tables.py), where it is the first partition column.  Segment names
+# ``messages`` table (lake/tables.py), where it is the first partition column.  Segment names
 # and CommitLog offsets repeat from broker to broker; (broker_name, segment) and (broker_name, commitlog_offset)
 # do not.
+BROKER_NAME = "broker_name"
 BROKER_NAME_FIELD = pa.field(BROKER_NAME, pa.string(), nullable=False)
 
 

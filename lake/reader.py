@@ -1,5 +1,5 @@
 """Tiered history read back by the broker: the Delta ``messages`` table under ``lakePath``, through delta-rs and
-pyarrow (no Spark), rebuilt into the CommitLog records it was tiered from (``store.format.rebuild``).
+pyarrow (no Spark), rebuilt into the CommitLog records it was tiered from (``lake.rebuild``).
 
 Every read takes one :class:`Snapshot` — a Delta version's file list with each file's statistics — and reads
 only those files, so a tiering run, a compaction or a vacuum committing meanwhile never shows it a half state
@@ -9,8 +9,8 @@ and then deleted locally is found on the first pull that needs it; while neither
 the same snapshot stays, with what reads learnt in it.
 
 Files are pruned by their Delta statistics (queue id, queue offset, CommitLog offset, store time) and row
-groups by their parquet statistics; decoded row groups are kept in a bounded LRU (:mod:`broker.lake.cache`).
-A consumer walking a queue is served from a cursor (:mod:`broker.lake.cursors`): its next records are
+groups by their parquet statistics; decoded row groups are kept in a bounded LRU (:mod:`lake.cache`).
+A consumer walking a queue is served from a cursor (:mod:`lake.cursors`): its next records are
 sliced from the cached row group without searching again.
 
 Several brokers tier into one lake (``broker_name`` is the first partition of ``messages`` and a column of
@@ -35,14 +35,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
-from broker.lake import objectstore
-from broker.lake.cache import DEFAULT_CACHE_BYTES, SizedLRU
-from broker.lake.cursors import Cursor, Cursors
+from lake import objectstore
+from lake.cache import DEFAULT_CACHE_BYTES, SizedLRU
+from lake.cursors import Cursor, Cursors
+from lake.rebuild import RecordBlob, records_blob
+from lake.tables import BROKER_NAME, MESSAGES, SEGMENTS, table_uri
 from store.errors import MQLakeError
 from store.format.hashing import tags_code
-from store.format.rebuild import RecordBlob, records_blob
 from store.format.records import RecordError, read_store_timestamp
-from store.tier_tables import BROKER_NAME, MESSAGES, SEGMENTS, table_uri
 
 log = logging.getLogger(__name__)
 

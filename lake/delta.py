@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from pathlib import Path
@@ -29,8 +31,8 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from broker.lake import objectstore
-from broker.lake.reader import file_unreadable_reason
+from lake import objectstore
+from lake.reader import file_unreadable_reason
 from store.errors import MQLakeError
 
 if TYPE_CHECKING:
@@ -54,7 +56,7 @@ def _uri(table_uri: str | Path) -> str:
 
 
 def open_table(table_uri: str | Path, version: int | None = None):
-    """A delta-rs handle on the table (local or ``s3://``: broker/lake/objectstore.py)."""
+    """A delta-rs handle on the table (local or ``s3://``: lake/objectstore.py)."""
     from deltalake import DeltaTable
 
     uri = _uri(table_uri)
@@ -260,6 +262,37 @@ def commit_files(
         return _version_with_txn(uri, app_id, version, before)
 
 
+def append_arrow(table_uri: str, table: pa.Table, *, app_id: str, version: int) -> int | None:
+    """Append a small driver-side table as one parquet file, committed through commit_files (so the
+    same txn check, table properties and commit path as the Spark-written data)."""
+    import pyarrow.parquet as pq
+
+    remote = objectstore.is_remote(table_uri)
+    if remote:  # written locally (its stats come from the footer), uploaded, then committed
+        recorded = transaction_version(table_uri, app_id)
+        if recorded is not None and version <= recorded:
+            return None
+        root = objectstore.local_staging_root() / f"append-{uuid.uuid4().hex}"
+    else:
+        root = Path(table_uri)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"part-{uuid.uuid4().hex}.parquet"
+    try:
+        pq.write_table(table, path)
+        adds = add_actions(root, [path])
+        if remote:
+            objectstore.upload([path], root, table_uri)
+        committed = commit_files(
+            table_uri, adds, schema=table.schema, partition_by=[], app_id=app_id, version=version
+        )
+    finally:
+        if remote:
+            shutil.rmtree(root, ignore_errors=True)
+    if committed is None and not remote:
+        path.unlink(missing_ok=True)  # already committed by an earlier attempt: this copy is not needed
+    return committed
+
+
 def delete_rows(table_uri: str | Path, predicate: str, *, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
     """Remove the rows matching ``predicate`` (SQL over the table's columns) in one commit carrying
     ``metadata``; a file all of whose rows match leaves the table whole, without being rewritten.  Returns
@@ -462,6 +495,7 @@ __all__ = [
     "TABLE_PROPERTIES",
     "LakeError",
     "add_actions",
+    "append_arrow",
     "commit_files",
     "file_count",
     "file_stats",
