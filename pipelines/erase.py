@@ -82,13 +82,14 @@ def erase(
     """Erase the matching messages from the lake's ``messages`` table (DELETE, purge, VACUUM), append the audit
     row, and name the matching messages still in the CommitLog under ``store_dir``."""
     from lake import delta as lk
+    from pipelines import spark_tables
 
     cond = match_condition(topic, key, msg_id)
     uri = table_uri(lake, MESSAGES)
     rows, version = 0, None
     if lk.is_table(uri):
-        lk.use_lake_settings(spark)
-        rows = lk.read_table(spark, uri).where(cond).count()
+        spark_tables.use_lake_settings(spark)
+        rows = spark_tables.read_table(spark, uri).where(cond).count()
         if rows:
             spark.sql(f"DELETE FROM delta.`{uri}` WHERE {cond}")
             props = dict(spark.sql(f"SHOW TBLPROPERTIES delta.`{uri}`").collect())

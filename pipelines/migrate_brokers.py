@@ -40,13 +40,13 @@ def _rows(uri: str, schema, column: str, broker_name: str):
 
     from lake import delta as lk
     from lake import objectstore
-    from lake.delta import _file_location
+    from lake.delta import file_location
 
     dt = lk.open_table(uri)
     actions = pa.table(dt.get_add_actions(flatten=True))
     parts = list(dt.metadata().partition_columns)
     files = [
-        (_file_location(uri, rel), {c: actions[f"partition.{c}"][i].as_py() for c in parts})
+        (file_location(uri, rel), {c: actions[f"partition.{c}"][i].as_py() for c in parts})
         for i, rel in enumerate(actions["path"].to_pylist())
     ]
 

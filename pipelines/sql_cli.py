@@ -113,8 +113,9 @@ def run_sql(
         return 2
     from pyspark.errors import PySparkException
 
-    from lake.delta import LakeError, register
+    from lake.delta import LakeError
     from pipelines.spark import get_spark
+    from pipelines.spark_tables import register
 
     spark = get_spark(master=master, app_name="mqlake-sql", conf=conf)
     try:

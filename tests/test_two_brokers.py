@@ -188,6 +188,7 @@ def test_two_tier_runs_at_once_on_one_store_one_claims_the_other_finds_nothing(c
 def test_sql_counts_each_brokers_history_in_the_one_lake(cluster, spark) -> None:
     from lake import delta as lk
     from lake import tables
+    from pipelines import spark_tables
 
     counts = _tiered_counts(cluster.lake)
     for name in BROKERS:
@@ -195,7 +196,7 @@ def test_sql_counts_each_brokers_history_in_the_one_lake(cluster, spark) -> None
         assert sum(n for (b, _), n in counts.items() if b == name) == tiered_rows > 0
     # every row is its broker's record at its queue offset: the tiered prefix of each of that broker's queues
     rows = (
-        lk.read_table(spark, tables.table_uri(cluster.lake, tables.MESSAGES))
+        spark_tables.read_table(spark, tables.table_uri(cluster.lake, tables.MESSAGES))
         .where(f"topic = '{TOPIC}'")
         .select("broker_name", "queue_id", "queue_offset", "body")
         .collect()

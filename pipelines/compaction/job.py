@@ -64,7 +64,7 @@ from expectations.runner import QualityReport, validate, write_report
 from lake import broker_names, objectstore, tables
 from lake import delta as lk
 from lake.reports import report_path
-from pipelines import job_progress
+from pipelines import job_progress, spark_tables
 from pipelines.compaction import checks, leftovers, staging
 from pipelines.compaction.checks import QueueRange, RowsDigest, TieredSegment
 from pipelines.compaction.deletion import delete_tiered
@@ -533,7 +533,7 @@ class TierJob:
         if self.remote:  # Spark reads the snapshot through Delta and S3A
             from pyspark.sql import functions as F
 
-            rows = lk.read_table(self.spark, self.messages_uri).where(
+            rows = spark_tables.read_table(self.spark, self.messages_uri).where(
                 (F.col(tables.BROKER_NAME) == self.broker_name)
                 & F.col("commitlog_offset").between(lo, hi - 1)
                 & F.col("segment").isin(sorted(names))

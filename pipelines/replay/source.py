@@ -19,7 +19,7 @@ commits in between is then in both (the dedupe drops the copy); read the other w
 neither (skipped live as ``tiered``, absent from the older snapshot).
 
 Pushdown: the lake side filters on its partition columns (topic, store_date) and on store_timestamp (parquet
-row-group skipping); whole files are not pruned because lake.read_table takes no partition filter (it joins
+row-group skipping); whole files are not pruned because spark_tables.read_table takes no partition filter (it joins
 partition values to rows by file name).  The live side skips whole segments whose store times (from the
 segment manifest) fall outside --from/--to.
 """
@@ -85,6 +85,7 @@ def _lake_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame | None:
     from lake import delta as lk
     from lake import tables
     from lake.broker_names import BrokerNameError, check_layout
+    from pipelines import spark_tables
 
     uri = tables.table_uri(spec.lake, tables.MESSAGES)
     if not lk.is_table(uri):
@@ -93,7 +94,7 @@ def _lake_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame | None:
         check_layout(spec.lake)  # every broker's history is read, told apart by broker_name
     except BrokerNameError as e:
         raise ReplaySpecError(str(e)) from None
-    df = lk.read_table(spark, uri).where(F.col("topic").isin(list(spec.source_topics)))
+    df = spark_tables.read_table(spark, uri).where(F.col("topic").isin(list(spec.source_topics)))
     if spec.from_ms is not None:
         df = df.where(F.col(tables.STORE_DATE) >= F.lit(_utc_date(spec.from_ms)))
     if spec.to_ms is not None:
