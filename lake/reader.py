@@ -56,12 +56,6 @@ DECODERS = 2
 MAX_FILTER_ROWS = 20 * 32  # rows a pull examines under a tag filter, as the local store's MAX_FILTER_UNITS bound
 TOPIC = "topic"
 
-# What a record is rebuilt from (the partition column ``topic`` comes from the file's Delta partition value).
-RECORD_COLUMNS = (
-    "queue_id", "queue_offset", "commitlog_offset", "msg_size", "magic", "body_crc", "flag", "sys_flag",
-    "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times", "prepared_txn_offset",
-    "tags", "keys", "uniq_key", "properties", "body",
-)  # fmt: skip
 _BLOB_ONLY = ("body", "properties")  # read only to rebuild the records
 _STAT_COLUMNS = ("queue_id", "queue_offset", "commitlog_offset", "store_timestamp")
 _HOST_COLUMNS = ["born_host", "store_host"]
@@ -134,7 +128,7 @@ class RowGroup:
     topic: str
     at: tuple[TierFile, int]  # the file and the index of the row group in it
     source: str
-    table: Any  # pa.Table of RECORD_COLUMNS but the record parts only ``blob`` needs (body, properties)
+    table: Any  # pa.Table of lake.schema.RECORD_COLUMNS but the record parts only ``blob`` needs (body, properties)
     blob: RecordBlob
     qid: Any  # np.ndarray, sorted
     qoff: Any  # np.ndarray, sorted within a queue id
@@ -411,11 +405,15 @@ class LakeReader:
     def _load(self, f: TierFile, g: int) -> RowGroup:
         import numpy as np
 
+        from lake.schema import RECORD_COLUMNS
+
         source = f"{f.path} row group {g}"
         # hosts as the dictionary parquet keeps of them: the rebuild parses each distinct one once
         parquet = self._parquet(f.path, metadata=self._file_metadata(f.path), read_dictionary=_HOST_COLUMNS)
         # one thread: a row group is 8 MiB at most, and its columns decode faster than threads start and join
-        table = parquet.read_row_group(g, list(RECORD_COLUMNS), use_threads=False)
+        # what a record is rebuilt from; the partition column ``topic`` is the file's Delta partition value
+        columns = [c for c in RECORD_COLUMNS if c != TOPIC]
+        table = parquet.read_row_group(g, columns, use_threads=False)
         qid = table.column("queue_id").to_numpy()
         qoff = table.column("queue_offset").to_numpy()
         if len(qid) > 1 and not ((qid[1:] > qid[:-1]) | ((qid[1:] == qid[:-1]) & (qoff[1:] >= qoff[:-1]))).all():

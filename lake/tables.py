@@ -1,5 +1,6 @@
 """The tier's Delta tables under a lake root: the names the tier job writes and the broker reads, where each
-table lives, how it is partitioned and its schema.
+table lives and how it is partitioned.  Their columns are lake/schema.py's.  No pyarrow here: the broker imports
+these names at start, and reads the lake only when it has one.
 
 Table properties (log / deleted-file retention, checkpoints, txn ids never expiring) are lake/delta.py's
 ``TABLE_PROPERTIES``, set when a table is created.
@@ -9,13 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
-
-from lake.schema import BROKER_NAME, BROKER_NAME_FIELD, MESSAGE_FIELDS
-
 MESSAGES = "messages"  # one row per tiered record (lake/schema.py), by broker name, topic and UTC store date
 SEGMENTS = "segments"  # one row per tiered CommitLog segment, with the queue offset ranges it held
 STORE_DATE = "store_date"  # UTC date of store_timestamp: partitions close at UTC midnight
+# The broker group whose store held the record: the first partition of ``messages``, a column of ``segments``
+BROKER_NAME = "broker_name"
 QUALITY_RESULTS = "quality_results"
 REPORTS_DIR = "_reports"
 
@@ -24,41 +23,6 @@ REPORTS_DIR = "_reports"
 MESSAGES_PARTITION_BY = [BROKER_NAME, "topic", STORE_DATE]
 ROW_GROUP_BYTES = 8 * 1024 * 1024  # encoded row group size of the messages table
 ROW_GROUP_ROWS = 8192  # and at most this many rows (the compaction writer counts only rows)
-MESSAGES_SCHEMA = pa.schema([*MESSAGE_FIELDS, BROKER_NAME_FIELD, pa.field(STORE_DATE, pa.date32(), nullable=False)])
-
-QUEUE_RANGE = pa.struct(
-    [
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("queue_id", pa.int32(), nullable=False),
-        pa.field("first_offset", pa.int64(), nullable=False),
-        pa.field("last_offset", pa.int64(), nullable=False),
-        pa.field("count", pa.int64(), nullable=False),
-    ]
-)
-
-SEGMENTS_SCHEMA = pa.schema(
-    [
-        pa.field("store_id", pa.string(), nullable=False),
-        BROKER_NAME_FIELD,
-        pa.field("segment", pa.string(), nullable=False),
-        pa.field("base_offset", pa.int64(), nullable=False),
-        pa.field("file_size", pa.int64(), nullable=False),
-        pa.field("record_count", pa.int64(), nullable=False),
-        pa.field("valid_bytes", pa.int64(), nullable=False),
-        pa.field("min_commitlog_offset", pa.int64()),
-        pa.field("max_commitlog_offset", pa.int64()),
-        pa.field("min_queue_offset", pa.int64()),
-        pa.field("max_queue_offset", pa.int64()),
-        pa.field("min_store_timestamp", pa.int64()),
-        pa.field("max_store_timestamp", pa.int64()),
-        pa.field("file_crc32c", pa.int64(), nullable=False),
-        pa.field("body_crc_sum", pa.int64(), nullable=False),
-        pa.field("queue_ranges", pa.list_(QUEUE_RANGE)),
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("messages_version", pa.int64(), nullable=False),
-        pa.field("tiered_at", pa.timestamp("us", tz="UTC"), nullable=False),
-    ]
-)
 
 
 def table_uri(lake: str | Path, name: str) -> str:

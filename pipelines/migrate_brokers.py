@@ -99,6 +99,7 @@ def migrate(lake: Path | str, broker_name: str) -> dict[str, Any]:
     from lake import delta as lk
     from lake import tables
     from lake.broker_names import BrokerNameError, missing_broker_column
+    from lake.schema import MESSAGES_SCHEMA, SEGMENTS_SCHEMA
     from pipelines.replay import progress
 
     if not broker_name:
@@ -109,9 +110,9 @@ def migrate(lake: Path | str, broker_name: str) -> dict[str, Any]:
         old.add(replays)
     out: dict[str, Any] = {}
     for name, schema, column, parts, group_rows in (
-        (tables.MESSAGES, tables.MESSAGES_SCHEMA, tables.BROKER_NAME, tables.MESSAGES_PARTITION_BY,
+        (tables.MESSAGES, MESSAGES_SCHEMA, tables.BROKER_NAME, tables.MESSAGES_PARTITION_BY,
          tables.ROW_GROUP_ROWS),
-        (tables.SEGMENTS, tables.SEGMENTS_SCHEMA, tables.BROKER_NAME, None, None),
+        (tables.SEGMENTS, SEGMENTS_SCHEMA, tables.BROKER_NAME, None, None),
         (progress.PROGRESS, progress.PROGRESS_SCHEMA, "source_broker", None, None),
     ):  # fmt: skip
         uri = tables.table_uri(lake, name)

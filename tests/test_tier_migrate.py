@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lake import tables
+from lake.schema import SEGMENTS_SCHEMA
 from lake.tables import STORE_DATE
 from tests.fixtures_spark import WrittenStore, write_store
 
@@ -42,7 +43,7 @@ def _old_lake(written: WrittenStore, root: Path | str) -> int:
     txn = CommitProperties(app_transactions=[Transaction(f"mqlake-tier:{OLD_STORE}", OLD_VERSION)])
     write_deltalake(tables.table_uri(root, tables.MESSAGES), rows, partition_by=["topic", STORE_DATE],
                     commit_properties=txn)  # fmt: skip
-    old_segments = pa.schema([f for f in tables.SEGMENTS_SCHEMA if f.name != tables.BROKER_NAME])
+    old_segments = pa.schema([f for f in SEGMENTS_SCHEMA if f.name != tables.BROKER_NAME])
     segment = {f.name: None for f in old_segments} | {
         "store_id": OLD_STORE, "segment": "0" * 20, "base_offset": 0, "file_size": 1, "record_count": 1,
         "valid_bytes": 1, "file_crc32c": 0, "body_crc_sum": 0, "run_id": "r", "messages_version": 0,

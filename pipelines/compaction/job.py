@@ -64,6 +64,7 @@ from expectations.runner import QualityReport, validate, write_report
 from lake import broker_names, objectstore, tables
 from lake import delta as lk
 from lake.reports import report_path
+from lake.schema import MESSAGES_SCHEMA, SEGMENTS_SCHEMA
 from pipelines import job_progress, spark_tables
 from pipelines.compaction import checks, leftovers, staging
 from pipelines.compaction.checks import QueueRange, RowsDigest, TieredSegment
@@ -482,7 +483,7 @@ class TierJob:
             version = lk.commit_files(
                 self.messages_uri,
                 adds,
-                schema=tables.MESSAGES_SCHEMA,
+                schema=MESSAGES_SCHEMA,
                 partition_by=tables.MESSAGES_PARTITION_BY,
                 app_id=self.app_id,
                 version=max(passing),
@@ -513,7 +514,7 @@ class TierJob:
             )  # fmt: skip
         except broker_names.BrokerNameError as e:
             lk.remove_files(
-                self.messages_uri, adds, schema=tables.MESSAGES_SCHEMA, partition_by=tables.MESSAGES_PARTITION_BY,
+                self.messages_uri, adds, schema=MESSAGES_SCHEMA, partition_by=tables.MESSAGES_PARTITION_BY,
                 metadata={"mqlake.tier.run": self.run_id, "mqlake.tier.broker": self.broker_name,
                           "mqlake.tier.store": self.store_id, "mqlake.tier.withdrawn": version},
             )  # fmt: skip
@@ -542,7 +543,7 @@ class TierJob:
         else:  # each committed file read and digested where it is read: no body moves into the JVM
             files = [f for f in _files_holding(lk.snapshot_files(self.messages_uri), lo, hi)
                      if f.partition_values.get(tables.BROKER_NAME) == self.broker_name]  # this broker's files only
-            found = checks.files_digest(self.spark, files, tables.MESSAGES_SCHEMA, names, (lo, hi))
+            found = checks.files_digest(self.spark, files, MESSAGES_SCHEMA, names, (lo, hi))
         resumed = [b for b in bases if entries[b].file_name not in expected]
         if resumed:
             # Committed by a run that died before verifying: decode the files again as the reference.
@@ -622,7 +623,7 @@ class TierJob:
             )
         lk.append_arrow(
             self.segments_uri,
-            pa.Table.from_pylist(rows, schema=tables.SEGMENTS_SCHEMA),
+            pa.Table.from_pylist(rows, schema=SEGMENTS_SCHEMA),
             app_id=self.app_id,
             version=max(todo),
         )

@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 from expectations import sequence
 from expectations.rules import MESSAGES, SEGMENT_FIRST_TIME, SEGMENT_LAST_TIME, flag_batch, rules_for
 from lake import tables
-from lake.schema import MESSAGE_SCHEMA
+from lake.schema import MESSAGE_SCHEMA, MESSAGES_SCHEMA
 from pipelines.compaction.checks import DigestParts, RowsDigest, body_checks, digest_accumulator
 
 BODY_LEN = "body_len"
@@ -103,7 +103,7 @@ def write_sorted(table: pa.Table, directory: str, tag: str) -> list[str]:
             zero_copy_only=False
         )
     starts = [*np.flatnonzero(new_part).tolist(), n]
-    data_schema = pa.schema([f for f in tables.MESSAGES_SCHEMA if f.name not in parts])
+    data_schema = pa.schema([f for f in MESSAGES_SCHEMA if f.name not in parts])
     fs, root = pafs.FileSystem.from_uri(directory)
     written = []
     for a, b in zip(starts, starts[1:], strict=False):
@@ -234,7 +234,7 @@ def staged_frame(spark, staged: Staged):
     from lake.schema import spark_schema
 
     files = [f for fs in staged.files.values() for f in fs]
-    reader = spark.read.schema(spark_schema(tables.MESSAGES_SCHEMA)).option("basePath", str(staged.directory))
+    reader = spark.read.schema(spark_schema(MESSAGES_SCHEMA)).option("basePath", str(staged.directory))
     if not files:
-        return spark.createDataFrame([], spark_schema(tables.MESSAGES_SCHEMA))
-    return reader.parquet(*files).select(*tables.MESSAGES_SCHEMA.names)
+        return spark.createDataFrame([], spark_schema(MESSAGES_SCHEMA))
+    return reader.parquet(*files).select(*MESSAGES_SCHEMA.names)

@@ -122,8 +122,7 @@ def source_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame:
     from pyspark.errors import PySparkException
     from pyspark.sql import functions as F
 
-    from lake.schema import spark_schema
-    from lake.tables import MESSAGES_SCHEMA
+    from lake.schema import MESSAGES_SCHEMA, spark_schema
 
     live = _live_frames(spark, spec)  # the manifests first: see the module docstring
     lake = _lake_frame(spark, spec)
