@@ -37,7 +37,8 @@ from lake.reader import file_unreadable_reason
 from store.errors import MQLakeError
 
 if TYPE_CHECKING:
-    from deltalake.transaction import AddAction
+    from deltalake import DeltaTable
+    from deltalake.transaction import AddAction, RemoveAction
 
 TABLE_PROPERTIES: dict[str, str] = {
     "delta.logRetentionDuration": "interval 30 days",
@@ -55,7 +56,7 @@ def _uri(table_uri: str | Path) -> str:
     return str(table_uri)
 
 
-def open_table(table_uri: str | Path, version: int | None = None):
+def open_table(table_uri: str | Path, version: int | None = None) -> DeltaTable:
     """A delta-rs handle on the table (local or ``s3://``: lake/objectstore.py)."""
     from deltalake import DeltaTable
 
@@ -256,8 +257,9 @@ def commit_files(
             return None
         before = dt.version()
         _check_partitioning(dt, partition_by, uri)
+        actions: list[AddAction | RemoveAction] = [*adds]
         dt.create_write_transaction(
-            adds, mode="append", schema=schema, partition_by=partition_by or None, commit_properties=props
+            actions, mode="append", schema=schema, partition_by=partition_by or None, commit_properties=props
         )
         return _version_with_txn(uri, app_id, version, before)
 
@@ -316,7 +318,9 @@ def remove_files(
 
     uri = _uri(table_uri)
     now = int(time.time() * 1000)
-    removes = [RemoveAction(a.path, True, now, a.size, a.partition_values) for a in adds]
+    removes: list[AddAction | RemoveAction] = [
+        RemoveAction(a.path, True, now, a.size, dict(a.partition_values)) for a in adds
+    ]
     props = CommitProperties(custom_metadata={k: str(v) for k, v in (metadata or {}).items()} or None)
     with objectstore.reaching(uri, f"removing {len(removes)} file(s) from the Delta table"):
         open_table(uri).create_write_transaction(
@@ -329,7 +333,7 @@ def sql_text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _check_partitioning(dt, partition_by: list[str], uri: str) -> None:
+def _check_partitioning(dt: DeltaTable, partition_by: list[str], uri: str) -> None:
     have = list(dt.metadata().partition_columns)
     if have != list(partition_by):
         raise LakeError(f"{uri} is partitioned by {have}, the commit by {partition_by}")
@@ -350,7 +354,7 @@ def _version_with_txn(uri: str, app_id: str, version: int, before: int) -> int:
 # =====================================================================================================
 
 
-def _raw_readable(table_uri: str | Path, version: int | None):
+def _raw_readable(table_uri: str | Path, version: int | None) -> DeltaTable:
     """The delta-rs handle of a snapshot whose data files hold exactly its rows (no deletion vector, no column
     mapping): for the readers that take its parquet files as they are (the tier's verify digests them, delta-rs
     reads them on the driver)."""

@@ -8,9 +8,14 @@ carries exactly what the record held and a replay can reproduce it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 
 from lake.tables import BROKER_NAME, STORE_DATE
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 MESSAGE_FIELDS: list[pa.Field] = [
     pa.field("topic", pa.string(), nullable=False),
@@ -94,7 +99,7 @@ SEGMENTS_SCHEMA = pa.schema(
 )
 
 
-def spark_schema(schema: pa.Schema = MESSAGE_SCHEMA):
+def spark_schema(schema: pa.Schema = MESSAGE_SCHEMA) -> StructType:
     """The same schema as a Spark ``StructType`` (pyspark imported only when asked)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
