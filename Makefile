@@ -118,7 +118,7 @@ spark-cluster: install
 	$(PY) -m pipelines.spark_cluster --work-dir .mqlake/spark
 
 # ruff; the import contracts of pyproject's [tool.importlinter]; no import cycle between two modules;
-# mypy over store/ and broker/ (about 5 s from cold, the others under a second).
+# mypy over store/, lake/ and broker/ (about 5 s from cold, the others under a second).
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-logo --no-cache

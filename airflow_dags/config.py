@@ -200,7 +200,7 @@ class Settings:
         """Where ``job`` writes its JSON report for the task after it: ``LAKE/_reports/JOB-airflow-KEY.json`` (for
         a lake on S3, ``_reports`` of the local staging directory: reports stay on local disk), named as every
         run's report is, so the broker's metrics count the DAGs' runs too."""
-        from broker.lake.reports import report_path
+        from lake.reports import report_path
 
         return str(report_path(self.lake, job, f"airflow-{key}"))
 

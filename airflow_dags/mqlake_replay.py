@@ -66,7 +66,7 @@ with DAG(
 
         from airflow.sdk.exceptions import AirflowFailException
 
-        from broker.lake.objectstore import lake_location
+        from lake.objectstore import lake_location
         from pipelines.replay.spec import ReplaySpec, ReplaySpecError, parse_tags, parse_time
 
         p, stores = params, config.broker_stores()

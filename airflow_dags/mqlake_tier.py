@@ -113,7 +113,7 @@ with DAG(
 
     @task(execution_timeout=config.COMPACT_TIMEOUT)
     def compact() -> dict:
-        from broker.lake.objectstore import lake_location
+        from lake.objectstore import lake_location
         from pipelines.compaction.upkeep import compact as run_compact
 
         done = run_compact(lake_location(config.settings(need_store=False).lake))

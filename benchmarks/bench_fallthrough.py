@@ -166,7 +166,7 @@ def broker_walk(tmp: Path, sealed_end: int, lake: Path | None) -> dict:
 
 
 def run(tmp: Path) -> dict:
-    from broker.lake.reader import LakeReader
+    from lake.reader import LakeReader
     from pipelines.compaction.job import tier
     from pipelines.spark import get_spark
 

@@ -100,7 +100,7 @@ def table_files(uri: str) -> dict:
 
 
 def run_kind(spark, tmp: Path, kind: str) -> dict:
-    from pipelines.compaction import tables
+    from lake import tables
     from pipelines.compaction.job import tier
     from pipelines.compaction.upkeep import compact
 

@@ -18,10 +18,10 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from broker.lake.objectstore import ObjectStoreError, lake_location
 from broker.tls_config import TlsConfig
+from lake.objectstore import ObjectStoreError, lake_location
 from store.config import RUNTIME, SAFETY, BrokerRole, MessageStoreConfig, _camel, keys_where
-from store.constants import DEFAULT_CLUSTER, DEFAULT_REGION_ID
+from store.constants import DEFAULT_BROKER_NAME, DEFAULT_CLUSTER, DEFAULT_REGION_ID
 from store.errors import MQLakeError
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class BrokerConfig(AclSettings, ConfigChecks):
     """The ``BrokerConfig`` settings mqlake acts on (RocketMQ names as aliases)."""
 
     broker_cluster_name: str = Field(DEFAULT_CLUSTER, min_length=1)
-    broker_name: str = Field("broker-a", min_length=1)
+    broker_name: str = Field(DEFAULT_BROKER_NAME, min_length=1)
     broker_id: int = Field(0, ge=0)
     broker_ip1: str = Field("127.0.0.1", alias="brokerIP1", min_length=1)
     listen_port: int = Field(10911, ge=0, le=65535)
@@ -150,7 +150,7 @@ class BrokerConfig(AclSettings, ConfigChecks):
     # mqlake: the Delta lake root the tier job writes (messages, segments, ...). Set, the broker serves reads
     # below a queue's local minimum from it, `mqlake up` runs the tier job at deleteWhen, and the metrics
     # report the newest tier/verify-index/replay run from its _reports/; unset, none of these.
-    # A directory or s3://bucket/prefix (broker/lake/objectstore.py: settings from the AWS environment variables).
+    # A directory or s3://bucket/prefix (lake/objectstore.py: settings from the AWS environment variables).
     lake_path: Path | str | None = None
     lake_cache_bytes: int = Field(256 * 1024 * 1024, ge=0)  # decoded row groups of the tier kept in memory
     # The RocketMQ 5 gRPC endpoint (broker.proxy, docs/grpc.md): a proxy in local mode in the broker process, off

@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from broker.lake import objectstore
 from cli.log_files import add_log_files
+from lake import objectstore
 from pipelines.objectstore_cli import lake_option
 from store.console import print_error
 from store.constants import DEFAULT_NAMESRV_PORT

@@ -16,7 +16,7 @@ tables:
 
 ``messages``
     The decoded rows of the segments being tiered, exactly as they will be committed (canonical schema,
-    pipelines/schema.py), with ``body`` replaced by ``body_len`` and ``body_crc32`` (the CRC Spark
+    lake/schema.py), with ``body`` replaced by ``body_len`` and ``body_crc32`` (the CRC Spark
     recomputes from the body), plus ``prev_end`` (where the previous record of the segment ended) and
     ``prev_queue_offset`` (the previous queue offset of the same (topic, queue) in the segment, among
     records of the same consumability, see expectations/sequence.py).  The tiering job builds it while it

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from broker.lake import objectstore
+from lake import objectstore
+from lake.tables import MESSAGES, table_uri
 from pipelines.objectstore_cli import lake_option
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
-from store.tier_tables import MESSAGES, table_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -81,14 +81,15 @@ def erase(
 ) -> EraseReport:
     """Erase the matching messages from the lake's ``messages`` table (DELETE, purge, VACUUM), append the audit
     row, and name the matching messages still in the CommitLog under ``store_dir``."""
-    from pipelines import lake as lk
+    from lake import delta as lk
+    from pipelines import spark_tables
 
     cond = match_condition(topic, key, msg_id)
     uri = table_uri(lake, MESSAGES)
     rows, version = 0, None
     if lk.is_table(uri):
-        lk.use_lake_settings(spark)
-        rows = lk.read_table(spark, uri).where(cond).count()
+        spark_tables.use_lake_settings(spark)
+        rows = spark_tables.read_table(spark, uri).where(cond).count()
         if rows:
             spark.sql(f"DELETE FROM delta.`{uri}` WHERE {cond}")
             props = dict(spark.sql(f"SHOW TBLPROPERTIES delta.`{uri}`").collect())

@@ -11,11 +11,11 @@ in ONE overwrite commit (delta-rs ``schema_mode="overwrite"``), every row gettin
   still skips what was committed before it.
 
 The lake may be local or on S3 (``--lake s3://bucket/prefix``, settings from the AWS variables as every job
-reads them, broker/lake/objectstore.py): each overwrite is a conditional-put commit like the tier's, so a
+reads them, lake/objectstore.py): each overwrite is a conditional-put commit like the tier's, so a
 writer that slipped in meanwhile makes the migration fail with a conflict rather than be overwritten.
 
 Run it with no tier job or broker writing to the lake (the broker only reads it; it serves local data alone
-until the migration commits, see broker/lake/reader.py).  A table already migrated is left alone, so a second
+until the migration commits, see lake/reader.py).  A table already migrated is left alone, so a second
 run does nothing.
 """
 
@@ -38,15 +38,15 @@ def _rows(uri: str, schema, column: str, broker_name: str):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from broker.lake import objectstore
-    from pipelines import lake as lk
-    from pipelines.lake import _file_location
+    from lake import delta as lk
+    from lake import objectstore
+    from lake.delta import file_location
 
     dt = lk.open_table(uri)
     actions = pa.table(dt.get_add_actions(flatten=True))
     parts = list(dt.metadata().partition_columns)
     files = [
-        (_file_location(uri, rel), {c: actions[f"partition.{c}"][i].as_py() for c in parts})
+        (file_location(uri, rel), {c: actions[f"partition.{c}"][i].as_py() for c in parts})
         for i, rel in enumerate(actions["path"].to_pylist())
     ]
 
@@ -81,7 +81,7 @@ def _rewrite(uri: str, schema, column: str, partition_by: list[str] | None, brok
             rows += b.num_rows
             yield b
 
-    from broker.lake import objectstore
+    from lake import objectstore
 
     with objectstore.reaching(uri, "migrating the table"):
         write_deltalake(
@@ -96,9 +96,10 @@ def _rewrite(uri: str, schema, column: str, partition_by: list[str] | None, brok
 
 def migrate(lake: Path | str, broker_name: str) -> dict[str, Any]:
     """Migrate the tier tables under ``lake`` that lack the broker column; returns what was done, per table."""
-    from pipelines import lake as lk
-    from pipelines.compaction import tables
-    from pipelines.compaction.broker_names import BrokerNameError, missing_broker_column
+    from lake import delta as lk
+    from lake import tables
+    from lake.broker_names import BrokerNameError, missing_broker_column
+    from lake.schema import MESSAGES_SCHEMA, SEGMENTS_SCHEMA
     from pipelines.replay import progress
 
     if not broker_name:
@@ -109,9 +110,9 @@ def migrate(lake: Path | str, broker_name: str) -> dict[str, Any]:
         old.add(replays)
     out: dict[str, Any] = {}
     for name, schema, column, parts, group_rows in (
-        (tables.MESSAGES, tables.MESSAGES_SCHEMA, tables.BROKER_NAME, tables.MESSAGES_PARTITION_BY,
+        (tables.MESSAGES, MESSAGES_SCHEMA, tables.BROKER_NAME, tables.MESSAGES_PARTITION_BY,
          tables.ROW_GROUP_ROWS),
-        (tables.SEGMENTS, tables.SEGMENTS_SCHEMA, tables.BROKER_NAME, None, None),
+        (tables.SEGMENTS, SEGMENTS_SCHEMA, tables.BROKER_NAME, None, None),
         (progress.PROGRESS, progress.PROGRESS_SCHEMA, "source_broker", None, None),
     ):  # fmt: skip
         uri = tables.table_uri(lake, name)
@@ -124,7 +125,7 @@ def migrate(lake: Path | str, broker_name: str) -> dict[str, Any]:
 
 
 def _version(uri: str) -> int:
-    from pipelines import lake as lk
+    from lake import delta as lk
 
     return lk.open_table(uri).version()
 
@@ -140,8 +141,8 @@ def migrate_command(
     """Give a lake tiered before several brokers its broker_name column (one overwrite commit per table)."""
     import json
 
-    from broker.lake.objectstore import ObjectStoreError, exists, is_remote
-    from pipelines.compaction.broker_names import BrokerNameError
+    from lake.broker_names import BrokerNameError
+    from lake.objectstore import ObjectStoreError, exists, is_remote
     from pipelines.objectstore_cli import lake_option
 
     root = lake_option(lake)

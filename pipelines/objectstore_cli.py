@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from broker.lake.objectstore import ObjectStoreError, lake_location
+from lake.objectstore import ObjectStoreError, lake_location
 
 
 def lake_option(value: str | Path) -> str | Path:

@@ -3,7 +3,7 @@
 ``path`` is a store root, its ``commitlog`` directory, one segment file or a comma-separated list of
 segment files.  Options:
 
-- ``view``: ``messages`` (default; the canonical schema of ``pipelines/schema.py``) or ``segments``
+- ``view``: ``messages`` (default; the canonical schema of ``lake/schema.py``) or ``segments``
   (one row of :class:`SegmentFacts` per file).
 - ``segments``: comma-separated base offsets to read (others are skipped).
 - ``splitSize``: bytes; a segment larger than this is read by several tasks (default 1 GiB, RocketMQ's
@@ -34,9 +34,10 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from pipelines.schema import MESSAGE_SCHEMA, SEGMENT_FACTS_SCHEMA, spark_schema
+from lake import columnar
+from lake.schema import MESSAGE_SCHEMA, SEGMENT_FACTS_SCHEMA, spark_schema
 from store.errors import MQLakeError
-from store.format import columnar, records, units
+from store.format import records, units
 
 DEFAULT_SPLIT_SIZE = 1024 * 1024 * 1024
 DEFAULT_BATCH_RECORDS = 8192

@@ -9,7 +9,7 @@ path (as they need this interpreter at the same path).
 
 ``s3://`` lake URIs are read by ``S3AFileSystem``: credentials come from the AWS SDK's standard chain in each JVM
 (environment variables, profile, instance role), never from Spark options; only the endpoint, region and
-path-style access (not secrets) are set, from the lake's settings (broker/lake/objectstore.py).
+path-style access (not secrets) are set, from the lake's settings (lake/objectstore.py).
 
 pyspark is imported only inside :func:`get_spark`, so a CLI that imports this module still starts fast.
 """
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from broker.lake import objectstore
+from lake import objectstore
 from store.errors import MQLakeError
 
 if TYPE_CHECKING:

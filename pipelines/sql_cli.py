@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
-from broker.lake import objectstore
+from lake import objectstore
 from pipelines.logs import error_line
 from pipelines.objectstore_cli import lake_option
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
@@ -118,8 +118,9 @@ def _check_lake(lake: Path | str, limit: int | None, err: TextIO) -> int:
 def _session(lake: Path | str, master: str | None, conf: dict[str, str] | None, err: TextIO) -> SparkSession | None:
     """The Spark session with the lake's tables registered; None (the reason written to ``err``) when the lake's
     tables cannot be registered."""
-    from pipelines.lake import LakeError, register
+    from lake.delta import LakeError
     from pipelines.spark import get_spark
+    from pipelines.spark_tables import register
 
     spark = get_spark(master=master, app_name="mqlake-sql", conf=conf)
     try:

@@ -54,11 +54,14 @@ class StoreLockedError(MQLakeError, RuntimeError):
     """Another process holds the store's lock file (a broker runs on it)."""
 
 
+LOCK_FILE = "lock"
+
+
 class StoreLock:
     """Exclusive lock on ``<root>/lock``: a second process on the same store fails at once."""
 
     def __init__(self, root: Path) -> None:
-        self.path = root / "lock"
+        self.path = root / LOCK_FILE
         root.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -76,6 +79,27 @@ class StoreLock:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def flock_held(path: Path) -> bool:
+    """Whether some open file holds an exclusive ``flock`` on ``path`` (no such file: none does).
+
+    The probe takes a shared ``flock`` and drops it at once: it conflicts with a holder's exclusive lock only, so
+    probes never see each other.  A file system that refuses the probe counts as held: a caller never takes a
+    live holder for a dead one.  Never a POSIX ``lockf`` probe: closing its descriptor would drop every POSIX
+    lock this process holds on the file (a broker's own store lock).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # also drops the probe's lock
+    return False
 
 
 def abort_file(root: Path) -> Path:

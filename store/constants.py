@@ -43,6 +43,7 @@ UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 
 # Defaults of BrokerConfig and the clients.
 DEFAULT_CLUSTER = "DefaultCluster"
+DEFAULT_BROKER_NAME = "broker-a"  # BrokerConfig.brokerName defaults to the host name; mqlake to this
 DEFAULT_REGION_ID = "DefaultRegion"  # MixAll.DEFAULT_TRACE_REGION_ID, a record's MSG_REGION
 DEFAULT_NAMESRV_PORT = 9876
 DEFAULT_NAMESRV_ADDR = f"127.0.0.1:{DEFAULT_NAMESRV_PORT}"

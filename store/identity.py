@@ -33,6 +33,8 @@ STORE_ID_FILE = "mqlake-store-id"
 STORE_ID = "storeId"
 CLUSTER = "brokerClusterName"
 BROKER_NAME = "brokerName"
+# What a broker whose broker.conf sets no brokerName calls itself (broker/config.py), and so the name the tier
+# gives a store written without one
 
 
 class StoreIdentityError(MQLakeError, ValueError):

@@ -5,7 +5,7 @@
   BLANK-ended segments and an active tail), many topics / queues / keys / tags / properties, V2
   (long-topic) records; carries the rows each message must decode to.
 - ``spark_lake``: a lake directory whose Delta table ``messages`` holds that store's sealed segments,
-  committed one segment per commit through ``pipelines.lake``.
+  committed one segment per commit through ``lake.delta``.
 """
 
 from __future__ import annotations
@@ -130,8 +130,8 @@ def spark_lake(spark, spark_store, tmp_path_factory) -> Path:
     import pyarrow as pa
     from pyspark.sql import functions as F
 
-    from pipelines import lake
-    from pipelines.schema import MESSAGE_SCHEMA
+    from lake import delta as lake
+    from lake.schema import MESSAGE_SCHEMA
 
     root = tmp_path_factory.mktemp("lake")
     table = root / "messages"

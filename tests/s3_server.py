@@ -39,7 +39,7 @@ class S3Server:
         return f"http://127.0.0.1:{self.port}"
 
     def env(self) -> dict[str, str]:
-        """The AWS settings a client of the lake reads (broker/lake/objectstore.py)."""
+        """The AWS settings a client of the lake reads (lake/objectstore.py)."""
         return {
             "AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": KEY_ID,
             "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ALLOW_HTTP": "true",

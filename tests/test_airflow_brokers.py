@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from pipelines.compaction import tables
+from lake import tables
 from tests.fixtures_spark import write_store
 from tests.test_airflow_dags import airflow_home, child, delta_rows, run_dag, sealed_segments  # noqa: F401 - fixture
 

@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 
 from broker.client import Admin, Message, MessageQueue, Producer
 from broker.remoting.loop import run
-from pipelines.compaction import tables
+from lake import tables
 from store.format import records
 from store.retention import SegmentManifest, SegmentState
 from tests.aio import poll

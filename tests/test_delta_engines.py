@@ -12,8 +12,9 @@ import shutil
 import pytest
 from deltalake import DeltaTable
 
-from broker.lake.reader import LakeReader
-from pipelines import lake
+from lake import delta as lake
+from lake.reader import LakeReader
+from pipelines import spark_tables
 from store.format import records
 
 # Spark rewrites and vacuums on a busy machine take minutes; the suite default (300 s) includes the session start
@@ -71,8 +72,9 @@ def test_a_spark_delete_leaving_deletion_vectors_is_refused_by_the_broker_not_se
     ops = [r.operationMetrics for r in spark.sql(f"DESCRIBE HISTORY delta.`{table}` LIMIT 1").collect()]
     assert int(ops[0]["numDeletionVectorsAdded"]) > 0  # the files still hold the rows; a vector hides them
 
-    assert lake.read_table(spark, table).where(f"commitlog_offset IN ({', '.join(map(str, deleted))})").count() == 0
-    with caplog.at_level(logging.WARNING, logger="broker.lake.reader"):
+    gone = f"commitlog_offset IN ({', '.join(map(str, deleted))})"
+    assert spark_tables.read_table(spark, table).where(gone).count() == 0
+    with caplog.at_level(logging.WARNING, logger="lake.reader"):
         served = _served(LakeReader(own_lake), offsets)
     assert set(served.values()) == {None}  # refused whole: no deleted row, no row from a half-read table
     assert "deletionVectors" in caplog.text and "not served from the tier" in caplog.text
@@ -87,10 +89,10 @@ def test_column_mapping_set_by_spark_is_refused_by_the_broker(spark, own_lake, s
         f"'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5')"
     )
     spark.sql(f"ALTER TABLE delta.`{table}` RENAME COLUMN tags TO tag_text")
-    assert lake.read_table(spark, table).where("tag_text = 'tag2'").count() == sum(
+    assert spark_tables.read_table(spark, table).where("tag_text = 'tag2'").count() == sum(
         r["tags"] == "tag2" for r in spark_store.sealed_rows().values()
     )
-    with caplog.at_level(logging.WARNING, logger="broker.lake.reader"):
+    with caplog.at_level(logging.WARNING, logger="lake.reader"):
         assert set(_served(LakeReader(own_lake), _sample(spark_store)).values()) == {None}
     assert "columnMapping" in caplog.text
     with pytest.raises(lake.LakeError, match="columnMapping"):
@@ -103,7 +105,7 @@ def test_delta_rs_compaction_and_vacuum_read_right_by_spark(spark, own_lake, spa
     dt.optimize.compact()
     dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     want = spark_store.sealed_rows()
-    got = lake.read_table(spark, table).select("commitlog_offset", "body").collect()
+    got = spark_tables.read_table(spark, table).select("commitlog_offset", "body").collect()
     assert {r.commitlog_offset: bytes(r.body) for r in got} == {o: r["body"] for o, r in want.items()}
     ops = [r.operation for r in spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()]
     assert ops[:2] == ["VACUUM END", "VACUUM START"] and "OPTIMIZE" in ops

@@ -9,8 +9,9 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from broker.lake.reader import LakeReader
-from pipelines import lake
+from lake import delta as lake
+from lake.reader import LakeReader
+from pipelines import spark_tables
 from pipelines.erase import ERASURES, erase
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]  # a DELETE and a VACUUM on a busy machine
@@ -45,7 +46,7 @@ def test_erase_by_key_leaves_no_trace_in_the_tier_and_names_the_live_copies(spar
     assert after.query_key(TOPIC, KEY, 1000, 0, 2**62) == []
     assert {o: after.message_at(o) for o in kept} == kept_records
     # Spark SQL over the lake's tables
-    lake.register(spark, root)
+    spark_tables.register(spark, root)
     assert spark.sql(
         f"SELECT count(*) FROM messages WHERE topic = '{TOPIC}' AND array_contains(split(keys, ' '), '{KEY}')"
     ).first()[0] == 0

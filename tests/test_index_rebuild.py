@@ -181,7 +181,7 @@ def test_python_module_entry_point_and_bad_input(base_store, tmp_path):
 
 @pytest.mark.unit
 def test_a_stores_sizes_are_read_off_its_files(base_store):
-    from pipelines.compaction.deletion import infer_store_config
+    from store.file_sizes import infer_store_config
 
     written = make_config(base_store)
     cfg = infer_store_config(base_store)
@@ -195,8 +195,8 @@ def test_a_store_whose_sizes_cannot_be_read_is_a_clear_error(tmp_path):
     from typer.testing import CliRunner
 
     from cli.main import app
-    from pipelines.compaction.deletion import StoreSizeError, infer_store_config
     from store.errors import MQLakeError
+    from store.file_sizes import StoreSizeError, infer_store_config
 
     (tmp_path / "commitlog").mkdir()
     (tmp_path / "index").mkdir()
@@ -394,7 +394,7 @@ def test_repair_then_adopt_restores_a_store_that_serves_and_verifies(spark, base
 
 @pytest.mark.spark
 def test_tiered_store_verifies_from_the_local_minimum(spark, base_store, tmp_path):
-    from pipelines.compaction.deletion import delete_tiered
+    from store.file_sizes import delete_tiered
     from store.retention import SegmentManifest
 
     store_dir = copy_store(base_store, tmp_path)

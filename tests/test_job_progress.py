@@ -78,8 +78,8 @@ def test_verify_index_reports_progress_in_its_log(spark, spark_store, tmp_path, 
     assert len(finished) == 1, lines
     assert f"of {jp._human(total, 'bytes')} (100%)" in finished[0]
     # its report lands beside the tier and replay reports, where the broker's metrics find the last run
-    from broker.lake.objectstore import reports_dir
     from broker.server.metrics import last_job_runs
+    from lake.objectstore import reports_dir
 
     assert last_job_runs(reports_dir(lake))["verify"][1] is True
 

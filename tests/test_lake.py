@@ -1,4 +1,4 @@
-"""Delta tables through pipelines.lake: idempotent commits, snapshot reads, tables for Spark SQL."""
+"""Delta tables through lake.delta: idempotent commits, snapshot reads, tables for Spark SQL."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from pipelines import lake
-from pipelines.schema import MESSAGE_COLUMNS, MESSAGE_SCHEMA
+from lake import delta as lake
+from lake.schema import MESSAGE_COLUMNS, MESSAGE_SCHEMA
+from pipelines import spark_tables
 from tests.fixtures_spark import TOPICS, spark_row
 
 pytestmark = pytest.mark.spark
@@ -77,7 +78,7 @@ def test_add_actions_carry_partition_values_and_footer_stats(spark_lake):
 
 
 def test_register_and_sql_equal_the_messages_written(spark, spark_lake, spark_store):
-    assert lake.register(spark, spark_lake) == ["messages"]
+    assert spark_tables.register(spark, spark_lake) == ["messages"]
     want = spark_store.sealed_rows()
     got = {r["commitlog_offset"]: r for r in map(spark_row, spark.sql(
         f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages").collect())}  # fmt: skip
@@ -121,14 +122,14 @@ def test_read_table_is_exactly_the_snapshot(spark, own_lake, spark_store):
     DeltaTable(str(table)).delete("topic = 'Audit'")  # a partition delete: remove actions only
     assert set(table.rglob("*.parquet")) == files_before  # the removed files are still on disk
 
-    now = lake.read_table(spark, table)
+    now = spark_tables.read_table(spark, table)
     want = spark_store.sealed_rows()
     assert now.count() == sum(r["topic"] != "Audit" for r in want.values())
     assert now.filter("topic = 'Audit'").count() == 0
     # the trap it avoids: a directory read also returns the removed files' rows
     assert spark.read.option("recursiveFileLookup", "true").parquet(str(table)).count() == len(want)
     # time travel to before the delete
-    old = lake.read_table(spark, table, version=before)
+    old = spark_tables.read_table(spark, table, version=before)
     assert old.filter("topic = 'Audit'").count() == sum(r["topic"] == "Audit" for r in want.values())
     assert lake.to_arrow(table, [("topic", "=", "Audit")]).num_rows == 0
     assert lake.to_arrow(table, [("topic", "=", "Orders")]).num_rows == sum(
@@ -140,13 +141,13 @@ def test_unreadable_tables_and_bad_commits_are_clear_errors(spark, tmp_path, own
     dv = tmp_path / "dv"
     write_deltalake(str(dv), pa.table({"a": [1, 2]}), configuration={"delta.enableDeletionVectors": "true"})
     spark.sql(f"DELETE FROM delta.`{dv}` WHERE a = 1")  # delta-spark marks the row in a deletion vector
-    assert [r.a for r in lake.read_table(spark, dv).collect()] == [2]  # Delta's reader applies it
+    assert [r.a for r in spark_tables.read_table(spark, dv).collect()] == [2]  # Delta's reader applies it
     with pytest.raises(lake.LakeError, match="deletionVectors"):
         lake.snapshot_files(dv)  # its data file alone still holds the deleted row
     with pytest.raises(lake.LakeError, match="not a Delta table"):
-        lake.read_table(spark, tmp_path / "nothing")
+        spark_tables.read_table(spark, tmp_path / "nothing")
     with pytest.raises(lake.LakeError, match="does not exist"):
-        lake.register(spark, tmp_path / "no-lake")
+        spark_tables.register(spark, tmp_path / "no-lake")
 
     table = own_lake / "messages"
     outside = tmp_path / "elsewhere.parquet"
@@ -166,9 +167,9 @@ def test_empty_table_reads_as_no_rows(spark, tmp_path):
     table = tmp_path / "quality_results"
     schema = pa.schema([pa.field("segment", pa.string()), pa.field("ok", pa.bool_())])
     assert lake.commit_files(table, [], schema=schema, partition_by=[], app_id="qr", version=1) == 0
-    df = lake.read_table(spark, table)
+    df = spark_tables.read_table(spark, table)
     assert df.count() == 0 and df.columns == ["segment", "ok"]
-    assert json.loads(json.dumps(lake.register(spark, tmp_path))) == ["quality_results"]
+    assert json.loads(json.dumps(spark_tables.register(spark, tmp_path))) == ["quality_results"]
 
 
 def test_files_laid_out_anyhow_read_with_the_log_partition_values(spark, tmp_path):
@@ -184,5 +185,5 @@ def test_files_laid_out_anyhow_read_with_the_log_partition_values(spark, tmp_pat
     adds = lake.add_actions(table, files, ["topic"])
     assert [a.partition_values for a in adds] == [{"topic": "%RETRY%grp"}, {"topic": "a:b c"}, {"topic": "plain"}]
     assert lake.commit_files(table, adds, schema=schema, partition_by=["topic"], app_id="x", version=1) == 0
-    rows = sorted(tuple(r) for r in lake.read_table(spark, table).collect())
+    rows = sorted(tuple(r) for r in spark_tables.read_table(spark, table).collect())
     assert rows == [(0, "%RETRY%grp"), (1, "a:b c"), (2, "plain"), (10, "%RETRY%grp"), (11, "a:b c"), (12, "plain")]

@@ -14,10 +14,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from broker.lake.reports import report_path
 from broker.namesrv.route_table import RouteTable
 from broker.remoting.protocol.topic import DataVersion
 from cli.main import app
+from lake.reports import report_path
 from pipelines.compaction.cli import waiting_segments_note
 from pipelines.index_rebuild.report import print_summary
 from pipelines.replay.spec import new_replay_id

@@ -28,7 +28,7 @@ from broker.client import Admin, Message, Producer, PullConsumer
 from broker.remoting.loop import run
 from cli.main import app
 from expectations import rules
-from pipelines.compaction import tables
+from lake import tables
 from store.format import properties, records, units
 from tests.fixtures_broker import TEST_CONF, MqlakeServer, count_topic, read_queue, stop_servers
 from tests.helpers import wait_until

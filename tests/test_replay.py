@@ -20,8 +20,8 @@ from broker.client import Admin, Message, MessageExt, MessageQueue, Producer
 from broker.client.errors import MQBrokerError, MQClientError
 from broker.client.route import PERM_READ, PERM_WRITE
 from broker.remoting.loop import run
-from pipelines import lake as lk
-from pipelines.compaction import tables
+from lake import delta as lk
+from lake import tables
 from pipelines.compaction.job import tier
 from pipelines.replay import progress as prog
 from pipelines.replay.job import replay

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from broker.lake.objectstore import ObjectStoreError, S3Settings, lake_location
+from lake.objectstore import ObjectStoreError, S3Settings, lake_location
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_broker import MqlakeServer, read_topic, stop_servers
 from tests.s3_server import BUCKET, S3Server, running_s3
@@ -176,8 +176,8 @@ def test_concurrent_commits_to_one_table_on_s3_lose_none(s3, tmp_path):
     another's."""
     import pyarrow.parquet as pq
 
-    from pipelines import lake as lk
-    from pipelines.compaction.tables import append_arrow
+    from lake import delta as lk
+    from lake.delta import append_arrow
 
     uri = f"s3://{BUCKET}/race"
     schema = pa.schema([pa.field("writer", pa.int64(), nullable=False)])
@@ -192,7 +192,7 @@ def test_concurrent_commits_to_one_table_on_s3_lose_none(s3, tmp_path):
         root.mkdir()
         pq.write_table(pa.table({"writer": [i]}, schema=schema), root / f"part-{i}.parquet")
         adds = lk.add_actions(root, [root / f"part-{i}.parquet"])
-        from broker.lake.objectstore import upload
+        from lake.objectstore import upload
 
         upload([root / f"part-{i}.parquet"], root, uri)
         barrier.wait()
@@ -249,7 +249,7 @@ def test_verify_index_appends_its_rows_to_the_bucket_once_per_run_id(spark, s3, 
     from typer.testing import CliRunner
 
     from cli.main import app
-    from pipelines import lake as lk
+    from lake import delta as lk
 
     lake = f"s3://{BUCKET}/verify-lake"
 

@@ -1,4 +1,4 @@
-"""Spark reads a Delta table on S3 with Delta Lake over Hadoop's S3A (pipelines/lake.py read_table), against
+"""Spark reads a Delta table on S3 with Delta Lake over Hadoop's S3A (lake/delta.py read_table), against
 moto's server (tests/s3_server.py) and a local Spark session: filtered reads skip the files and row groups they do
 not need, and no AWS credential shows in the plan or the session's configuration.
 
@@ -48,8 +48,8 @@ def _rows(broker: str, topic: str) -> list[dict]:
 def _write_table(root: Path, uri: str) -> dict[tuple[str, str], Path]:
     """The Delta table at ``uri``: one file per (broker, topic), ``ROW_GROUP`` rows a row group; returns the
     local copies of the files by partition."""
-    from broker.lake import objectstore
-    from pipelines import lake as lk
+    from lake import delta as lk
+    from lake import objectstore
 
     files = {}
     for broker, topic in FILES:
@@ -91,12 +91,12 @@ def _sorted(rows: list[dict]) -> list[dict]:
 def test_filtered_reads_skip_files_and_row_groups_and_return_the_same_rows(spark, s3, tmp_path):
     from pyspark.sql import functions as F
 
-    from pipelines import lake as lk
+    from pipelines import spark_tables
 
     uri = f"s3://{BUCKET}/pruning/messages"
     local = _write_table(tmp_path / "table", uri)
     assert [pq.ParquetFile(p).metadata.num_row_groups for p in local.values()] == [3, 1, 1]
-    reference = _collect(lk.read_table(spark, uri))  # everything, before any damage
+    reference = _collect(spark_tables.read_table(spark, uri))  # everything, before any damage
     assert reference == _sorted([r for key in FILES for r in _rows(*key)])
 
     # Damage what the filters below rule out: the a-T1 file's first and last row groups, the other two files
@@ -113,7 +113,7 @@ def test_filtered_reads_skip_files_and_row_groups_and_return_the_same_rows(spark
     def expect(keep) -> list[dict]:
         return [r for r in reference if keep(r)]
 
-    table = lk.read_table(spark, uri)
+    table = spark_tables.read_table(spark, uri)
     # partition values (=, IN) prune the other files; queue-offset bounds prune a-T1's first and last row groups
     by_partition = table.where((F.col("broker_name") == "broker-a") & F.col("topic").isin("T1", "T9")
                                & F.col("queue_offset").between(12, 17))  # fmt: skip
@@ -128,20 +128,21 @@ def test_filtered_reads_skip_files_and_row_groups_and_return_the_same_rows(spark
 
     # the damage is there: an unfiltered read, or one whose bounds reach it, fails
     with pytest.raises(Exception, match="broker_name=broker-b"):
-        lk.read_table(spark, uri).where(F.col("broker_name") == "broker-b").collect()
+        spark_tables.read_table(spark, uri).where(F.col("broker_name") == "broker-b").collect()
     with pytest.raises(Exception):  # noqa: B017 - a corrupt page: pyarrow's error text is its own
-        lk.read_table(spark, uri).where((F.col("topic") == "T1") & (F.col("broker_name") == "broker-a")).collect()
+        own = (F.col("topic") == "T1") & (F.col("broker_name") == "broker-a")
+        spark_tables.read_table(spark, uri).where(own).collect()
 
 
 @pytest.mark.spark
 def test_no_aws_credential_shows_in_the_plan_or_the_configuration(spark, s3, tmp_path):
     from pyspark.sql import functions as F
 
-    from pipelines import lake as lk
+    from pipelines import spark_tables
 
     uri = f"s3://{BUCKET}/settings/messages"
     _write_table(tmp_path / "table", uri)
-    df = lk.read_table(spark, uri).where(F.col("topic") == "T1")
+    df = spark_tables.read_table(spark, uri).where(F.col("topic") == "T1")
     qe = df._jdf.queryExecution()
     utils = spark.sparkContext._jvm.PythonSQLUtils
     plans = qe.toString() + utils.explainString(qe, "formatted")  # what explain() and the UI's SQL tab show

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.compaction import tables
+from lake import tables
 from pipelines.spark_cluster import StandaloneCluster
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_spark import write_store

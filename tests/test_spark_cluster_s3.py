@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.compaction import tables
+from lake import tables
 from pipelines.spark_cluster import StandaloneCluster
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_broker import MqlakeServer, read_topic, stop_servers
@@ -81,7 +81,7 @@ def tiered(cluster, s3, store, driver_env) -> tuple[list[str], dict[int, dict]]:
 
 @pytest.mark.timeout(600)  # a cold driver JVM per command: minutes when the machine is busy
 def test_tier_into_the_bucket_then_sql_on_the_cluster(cluster, s3, tiered, driver_env):
-    from pipelines import lake as lk
+    from lake import delta as lk
 
     _, want = tiered
     with aws_env(s3.env()):

@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
+from lake.schema import MESSAGE_COLUMNS, SEGMENT_FACTS_SCHEMA
 from pipelines import segments as seg
-from pipelines.schema import MESSAGE_COLUMNS, SEGMENT_FACTS_SCHEMA
 from store.errors import MQLakeError
 from store.format import msgid, properties, records, units
 from tests.fixtures_spark import LONG_TOPIC, TOPICS, spark_row

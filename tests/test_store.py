@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from store.checkpoint import StoreLockedError
+from store.checkpoint import LOCK_FILE, StoreLock, StoreLockedError, flock_held
 from store.commitlog import GroupCommitService
 from store.format import msgid, properties, records, units
 from store.message_store import GetMessageStatus, MessageStore, PutMessageStatus
@@ -922,3 +922,18 @@ def test_a_consume_queue_file_size_must_hold_whole_units(tmp_path: Path) -> None
         ConsumeQueue(tmp_path, "T", 0, 30)
     assert isinstance(e.value, MQLakeError) and isinstance(e.value, ValueError)
     assert ConsumeQueue(tmp_path, "T", 0, 40).file_size == 40
+
+
+@pytest.mark.unit
+def test_flock_held_sees_the_store_lock_and_leaves_it_held(tmp_path):
+    root = tmp_path / "store"
+    assert not flock_held(root / LOCK_FILE)  # no file: nobody holds it
+    lock = StoreLock(root)
+    try:
+        assert flock_held(root / LOCK_FILE)
+        assert flock_held(root / LOCK_FILE)  # the first probe left no lock of its own behind
+        with pytest.raises(StoreLockedError):  # nor dropped the holder's
+            StoreLock(root)
+    finally:
+        lock.release()
+    assert not flock_held(root / LOCK_FILE)

@@ -15,8 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from pipelines import lake as lk
-from pipelines.compaction import tables
+from lake import delta as lk
+from lake import tables
+from pipelines import spark_tables
 from pipelines.compaction.job import CRASH_ENV, tier
 from pipelines.compaction.upkeep import compact
 from store.checkpoint import abort_file
@@ -37,7 +38,7 @@ def states(store_root: Path) -> dict[str, SegmentState]:
 
 
 def table_rows(spark, lake: Path) -> list[dict]:
-    return [spark_row(r) for r in lk.read_table(spark, tables.table_uri(lake, tables.MESSAGES)).collect()]
+    return [spark_row(r) for r in spark_tables.read_table(spark, tables.table_uri(lake, tables.MESSAGES)).collect()]
 
 
 def assert_rows_are(rows: list[dict], expected: dict[int, dict]) -> None:
@@ -96,7 +97,7 @@ def test_tier_store_then_rerun_is_idempotent(spark, tmp_path):
     assert saved["run_id"] == report.run_id and Path(report.report_path).parent == lake / tables.REPORTS_DIR
 
     # Spark SQL over the tier answers with exactly what was sent
-    lk.register(spark, lake)
+    spark_tables.register(spark, lake)
     got = {
         (r["topic"], r["keys"], bytes(r["body"]))
         for r in spark.sql("SELECT topic, keys, body FROM messages WHERE tags = 'tag1'").collect()

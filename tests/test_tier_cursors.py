@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from broker.lake import reader as lake_reader
-from broker.lake.reader import LakeReader
-from store.tier_tables import MESSAGES, STORE_DATE, table_uri
+from lake import reader as lake_reader
+from lake.reader import LakeReader
+from lake.tables import MESSAGES, STORE_DATE, table_uri
 from tests.helpers import make_config, make_message
 
 TOPIC = "Walk"

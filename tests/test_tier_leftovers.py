@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import lake as lk
+from lake import delta as lk
 from pipelines.compaction.leftovers import DONE, RunLease, remove_dead_runs_files
 
 pytestmark = pytest.mark.unit

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.lake import objectstore
-from pipelines import lake as lk
-from pipelines.compaction import tables
+from lake import delta as lk
+from lake import objectstore, tables
 from pipelines.compaction.job import tier
 from pipelines.compaction.leftovers import RunLease
 from tests.fixtures_spark import write_store

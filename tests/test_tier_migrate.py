@@ -13,8 +13,9 @@ import pyarrow.compute as pc
 import pytest
 from typer.testing import CliRunner
 
-from pipelines.compaction import tables
-from store.tier_tables import STORE_DATE
+from lake import tables
+from lake.schema import SEGMENTS_SCHEMA
+from lake.tables import STORE_DATE
 from tests.fixtures_spark import WrittenStore, write_store
 
 pytestmark = pytest.mark.unit
@@ -29,7 +30,7 @@ def _old_lake(written: WrittenStore, root: Path | str) -> int:
     from deltalake import CommitProperties, Transaction
     from deltalake import write_deltalake as write_local
 
-    from broker.lake.objectstore import storage_options
+    from lake.objectstore import storage_options
     from pipelines.replay import progress
     from pipelines.segments import read_segment
 
@@ -42,7 +43,7 @@ def _old_lake(written: WrittenStore, root: Path | str) -> int:
     txn = CommitProperties(app_transactions=[Transaction(f"mqlake-tier:{OLD_STORE}", OLD_VERSION)])
     write_deltalake(tables.table_uri(root, tables.MESSAGES), rows, partition_by=["topic", STORE_DATE],
                     commit_properties=txn)  # fmt: skip
-    old_segments = pa.schema([f for f in tables.SEGMENTS_SCHEMA if f.name != tables.BROKER_NAME])
+    old_segments = pa.schema([f for f in SEGMENTS_SCHEMA if f.name != tables.BROKER_NAME])
     segment = {f.name: None for f in old_segments} | {
         "store_id": OLD_STORE, "segment": "0" * 20, "base_offset": 0, "file_size": 1, "record_count": 1,
         "valid_bytes": 1, "file_crc32c": 0, "body_crc_sum": 0, "run_id": "r", "messages_version": 0,
@@ -61,7 +62,7 @@ def _old_lake(written: WrittenStore, root: Path | str) -> int:
 def assert_migrated(dt, lake: Path | str, count: int, before: dict[int, bytes]) -> None:
     """The old lake of :func:`_old_lake`, migrated to ``broker-a``: same rows, partitioned by broker, with the
     transaction id and replay progress it had."""
-    from pipelines.compaction.broker_names import resolve
+    from lake.broker_names import resolve
     from pipelines.replay import progress
     from store.identity import StoreIdentity
 
@@ -79,9 +80,9 @@ def assert_migrated(dt, lake: Path | str, count: int, before: dict[int, bytes]) 
 def test_an_old_lake_is_refused_then_migrated_once_keeping_rows_and_transaction_ids(tmp_path, caplog):
     from deltalake import DeltaTable
 
-    from broker.lake.reader import LakeReader
     from cli.main import app
-    from pipelines.compaction.broker_names import BrokerNameError
+    from lake.broker_names import BrokerNameError
+    from lake.reader import LakeReader
     from pipelines.compaction.job import TierJob
     from pipelines.replay import progress
 

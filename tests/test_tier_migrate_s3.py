@@ -10,7 +10,7 @@ import uuid
 import pytest
 from typer.testing import CliRunner
 
-from pipelines.compaction import tables
+from lake import tables
 from tests.fixtures_spark import write_store
 from tests.s3_server import BUCKET, running_s3
 from tests.test_tier_migrate import _old_lake, assert_migrated
@@ -27,9 +27,9 @@ def s3(tmp_path):
 def test_an_old_lake_on_s3_is_refused_then_migrated_once_in_place(tmp_path, s3):
     from deltalake import DeltaTable
 
-    from broker.lake.objectstore import storage_options
     from cli.main import app
-    from pipelines.compaction.broker_names import BrokerNameError
+    from lake.broker_names import BrokerNameError
+    from lake.objectstore import storage_options
     from pipelines.compaction.job import TierJob
 
     written = write_store(tmp_path / "store", 300)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.lake import partition_path, partition_values_from_path
+from lake.delta import partition_path, partition_values_from_path
 
 pytestmark = pytest.mark.unit
 

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from pipelines import lake as lk
-from pipelines.compaction import broker_names, tables
+from lake import broker_names, tables
+from lake import delta as lk
 from pipelines.compaction.job import tier
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_spark import write_store

@@ -11,11 +11,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from broker.lake.reader import LakeReader
+from lake.reader import LakeReader
+from lake.rebuild import record_from_row, records_from_table
+from lake.tables import MESSAGES, STORE_DATE, table_uri
 from store.format import hashing
-from store.format.rebuild import record_from_row, records_from_table
 from store.format.records import RecordError
-from store.tier_tables import MESSAGES, STORE_DATE, table_uri
 from tests.fixtures_spark import LONG_TOPIC, TOPICS, WrittenStore, write_store
 
 COUNT = 400
@@ -161,7 +161,7 @@ def test_the_row_group_cache_stays_under_its_bound_while_queues_are_walked(writt
 
 @pytest.mark.unit
 def test_a_missing_or_broken_lake_answers_nothing_and_logs_each_cause_once(tmp_path, lake, caplog):
-    caplog.set_level(logging.WARNING, "broker.lake.reader")
+    caplog.set_level(logging.WARNING, "lake.reader")
     missing = LakeReader(tmp_path / "nowhere")
     for _ in range(3):
         assert missing.pull("Orders", 0, 0, 1 << 62, 32, 1 << 20) is None

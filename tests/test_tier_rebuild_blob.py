@@ -11,9 +11,9 @@ import zlib
 import pyarrow as pa
 import pytest
 
-from pipelines.schema import MESSAGE_SCHEMA
+from lake.rebuild import record_from_row, records_blob, records_from_table
+from lake.schema import MESSAGE_SCHEMA
 from store.format.msgid import host_string
-from store.format.rebuild import record_from_row, records_blob, records_from_table
 from store.format.records import (
     BORNHOST_V6_FLAG,
     MESSAGE_MAGIC_V1,

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from pipelines import lake as lk
-from pipelines.compaction import tables
+from lake import delta as lk
+from lake import tables
 from pipelines.compaction.job import tier
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_spark import write_store

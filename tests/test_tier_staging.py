@@ -110,8 +110,8 @@ def test_a_body_changed_after_staging_is_caught_before_deletion(spark, tmp_path)
     assert {e.file_name: e.state for e in SegmentManifest(written.root).entries()}[job.victim] == (
         SegmentState.QUARANTINED
     )
-    from pipelines import lake as lk
-    from pipelines.compaction import tables
+    from lake import delta as lk
+    from lake import tables
 
     # the victim's committed rows were taken out again; the verified segments' rows stay
     messages = tables.table_uri(tmp_path / "lake", tables.MESSAGES)
@@ -122,15 +122,15 @@ def test_a_body_changed_after_staging_is_caught_before_deletion(spark, tmp_path)
 def _data_files(messages: str, version: int | None = None) -> set[str]:
     from urllib.parse import unquote
 
-    from pipelines import lake as lk
+    from lake import delta as lk
 
     paths = lk.snapshot_files(messages, version).column("path").to_pylist()
     return {str(Path(unquote(p.removeprefix("file://"))).resolve()) for p in paths}
 
 
 def test_a_failed_verify_takes_the_commit_out_again_leaving_the_table_as_it_was(spark, tmp_path):
-    from pipelines import lake as lk
-    from pipelines.compaction import tables
+    from lake import delta as lk
+    from lake import tables
 
     written = write_store(tmp_path / "s", count=900)
     segments = [e.file_name for e in SegmentManifest(written.root).entries() if e.state == SegmentState.SEALED]

@@ -186,8 +186,9 @@ def test_two_tier_runs_at_once_on_one_store_one_claims_the_other_finds_nothing(c
 
 
 def test_sql_counts_each_brokers_history_in_the_one_lake(cluster, spark) -> None:
-    from pipelines import lake as lk
-    from pipelines.compaction import tables
+    from lake import delta as lk
+    from lake import tables
+    from pipelines import spark_tables
 
     counts = _tiered_counts(cluster.lake)
     for name in BROKERS:
@@ -195,7 +196,7 @@ def test_sql_counts_each_brokers_history_in_the_one_lake(cluster, spark) -> None
         assert sum(n for (b, _), n in counts.items() if b == name) == tiered_rows > 0
     # every row is its broker's record at its queue offset: the tiered prefix of each of that broker's queues
     rows = (
-        lk.read_table(spark, tables.table_uri(cluster.lake, tables.MESSAGES))
+        spark_tables.read_table(spark, tables.table_uri(cluster.lake, tables.MESSAGES))
         .where(f"topic = '{TOPIC}'")
         .select("broker_name", "queue_id", "queue_offset", "body")
         .collect()
@@ -227,8 +228,8 @@ def test_a_store_cannot_be_tiered_under_another_brokers_name(cluster) -> None:
 
 
 def test_each_row_is_in_the_lake_once_under_its_own_broker(cluster) -> None:
-    from pipelines import lake as lk
-    from pipelines.compaction import tables
+    from lake import delta as lk
+    from lake import tables
 
     rows = lk.to_arrow(tables.table_uri(cluster.lake, tables.MESSAGES), [("topic", "=", TOPIC)])
     keys = Counter(zip(*(rows.column(c).to_pylist() for c in ("broker_name", "queue_id", "queue_offset")),
@@ -251,8 +252,8 @@ def test_a_second_store_under_a_brokers_name_is_refused_before_its_commit(cluste
     from typer.testing import CliRunner
 
     from cli.main import app
-    from pipelines import lake as lk
-    from pipelines.compaction import tables
+    from lake import delta as lk
+    from lake import tables
     from store.retention import SegmentManifest, SegmentState
     from tests.tiering_broker import produce
 
@@ -279,7 +280,7 @@ def test_a_second_store_under_a_brokers_name_is_refused_before_its_commit(cluste
 
 
 def test_each_broker_serves_only_its_own_tiered_history(cluster) -> None:
-    from broker.lake.reader import LakeReader
+    from lake.reader import LakeReader
     from store.format.records import decode_record
 
     counts = _tiered_counts(cluster.lake)

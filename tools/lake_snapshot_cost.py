@@ -22,9 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from deltalake import DeltaTable, Schema  # noqa: E402
 from deltalake.transaction import AddAction, create_table_with_add_actions  # noqa: E402
 
-from broker.lake.reader import LakeReader  # noqa: E402
-from pipelines.compaction import tables  # noqa: E402
-from pipelines.lake import TABLE_PROPERTIES  # noqa: E402
+from lake import tables  # noqa: E402
+from lake.delta import TABLE_PROPERTIES  # noqa: E402
+from lake.reader import LakeReader  # noqa: E402
+from lake.schema import MESSAGES_SCHEMA  # noqa: E402
 
 INTS = ("queue_id", "queue_offset", "commitlog_offset", "msg_size", "store_timestamp", "born_timestamp", "body_crc",
         "flag", "sys_flag", "reconsume_times", "prepared_txn_offset", "magic")  # fmt: skip
@@ -45,13 +46,13 @@ def main(files: int, per_commit: int) -> dict:
         lake = Path(d)
         uri = tables.table_uri(lake, tables.MESSAGES)
         create_table_with_add_actions(
-            uri, Schema.from_arrow(tables.MESSAGES_SCHEMA), [add(i) for i in range(per_commit)], mode="error",
+            uri, Schema.from_arrow(MESSAGES_SCHEMA), [add(i) for i in range(per_commit)], mode="error",
             partition_by=PARTITIONS, configuration=TABLE_PROPERTIES,
         )  # fmt: skip
         for k in range(per_commit, files, per_commit):
             DeltaTable(uri).create_write_transaction(
                 [add(i) for i in range(k, min(files, k + per_commit))], mode="append",
-                schema=tables.MESSAGES_SCHEMA, partition_by=PARTITIONS,
+                schema=MESSAGES_SCHEMA, partition_by=PARTITIONS,
             )  # fmt: skip
         log_bytes = sum(p.stat().st_size for p in (Path(uri) / "_delta_log").iterdir())
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -1,1 +1,1 @@
-"""Tiered history served by the broker: the Delta tables under ``lakePath`` read back as CommitLog records."""
+"""The broker's side of the lake: its own tier schedule.  Reading the tiered history is lake/'s (lake.reader)."""

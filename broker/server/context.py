@@ -12,7 +12,6 @@ from typing import Protocol
 
 from broker.acl.manager import PlainAclManager
 from broker.config import BrokerConfig
-from broker.lake.reader import LakeReader
 from broker.remoting.connection import Handler
 from broker.remoting.protocol.topic import TopicConfig
 from broker.server.clients import ConsumerManager, ProducerManager
@@ -24,6 +23,7 @@ from broker.server.offsets import ConsumerOffsetManager
 from broker.server.queue_locks import RebalanceLockManager
 from broker.server.stats import BrokerStatsManager
 from broker.server.topics import TopicConfigManager
+from lake.reader import LakeReader
 from store.config import MessageStoreConfig
 from store.format import records
 from store.message_store import MessageStore, PutMessageResult

@@ -17,7 +17,6 @@ from typing import Any
 
 from broker.acl.manager import WATCH_INTERVAL, PlainAclManager
 from broker.config import BrokerConfig
-from broker.lake.reader import LakeReader
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
@@ -51,6 +50,7 @@ from broker.server.slave_sync import SlaveSynchronize
 from broker.server.stats import BrokerStatsManager
 from broker.server.transaction import TransactionProcessor
 from broker.tls_settings import tls_server_context
+from lake.reader import LakeReader
 from store import identity as store_identity
 from store.config import BrokerRole, MessageStoreConfig
 from store.format import records

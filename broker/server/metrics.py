@@ -10,7 +10,7 @@ per request (a histogram cannot be rebuilt later), and only while the exporter i
 Labels common to every metric, as RocketMQ sets them: ``cluster``, ``node_type="broker"``, ``node_id`` (the broker
 name), and the ``metricsLabel`` pairs. The job metrics read the newest report each job writes under
 ``<lakePath>/_reports/`` (``tier-*.json``, ``verify-*.json``, ``replay-*.json``, whatever started the run:
-broker/lake/reports.py): its file time is the run's end, and its content says whether the run succeeded.
+lake/reports.py): its file time is the run's end, and its content says whether the run succeeded.
 Without ``lakePath`` they are absent.
 """
 
@@ -27,13 +27,13 @@ from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from broker.lake.objectstore import reports_dir
-from broker.lake.reports import report_job
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Channel, Handler
 from broker.remoting.errors import RequestRefused
 from broker.server.context import BrokerContext
+from lake.objectstore import reports_dir
+from lake.reports import report_job
 from store.constants import RETRY_GROUP_TOPIC_PREFIX
 from store.errors import MQLakeError
 from store.retention import SegmentState

@@ -86,7 +86,7 @@ def tier_command(
     if lake is None:
         raise typer.BadParameter("give --lake, or a --broker-conf that sets lakePath", param_hint="--lake")
     lake = lake_option(lake)
-    from pipelines.compaction.broker_names import BrokerNameError
+    from lake.broker_names import BrokerNameError
 
     with JobProgress("tier", console(stderr=True)):
         try:

@@ -18,7 +18,7 @@ One run::
     leftovers: delete the staged files no commit took, of this run and of dead runs (leftovers.py)
 
 Several brokers, one lake.  Every row carries the broker name of the store it came from (``broker_name``, the
-first partition column of ``messages``, a column of ``segments``; :mod:`pipelines.compaction.broker_names` says
+first partition column of ``messages``, a column of ``segments``; :mod:`lake.broker_names` says
 where the name comes from).  Two brokers' segments have the same 20-digit names and overlapping CommitLog
 offsets, so everything a run reads back from the lake is keyed by (broker, segment): the verify reads only its
 broker's partition, a resumed commit is found by its broker and segment, and the segments table's rows by store.
@@ -59,12 +59,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from broker.lake import objectstore
-from broker.lake.reports import report_path
 from expectations.rules import MESSAGES, checked_messages, rules_for
 from expectations.runner import QualityReport, validate, write_report
-from pipelines import job_progress
-from pipelines.compaction import broker_names, checks, leftovers, staging, tables
+from lake import broker_names, objectstore, tables
+from lake import delta as lk
+from lake.reports import report_path
+from lake.schema import MESSAGES_SCHEMA, SEGMENTS_SCHEMA
+from pipelines import job_progress, spark_tables
+from pipelines.compaction import checks, leftovers, staging
 from pipelines.compaction.checks import QueueRange, RowsDigest, TieredSegment
 from pipelines.compaction.deletion import delete_tiered
 from pipelines.segments import SegmentFacts
@@ -210,7 +212,6 @@ def due_segments(store_dir: Path | str, file_reserved_time: float | None = None)
 
 
 def _tiered_history(segments_uri: str, sid: str) -> list[TieredSegment]:
-    from pipelines import lake as lk
 
     if not lk.is_table(segments_uri):
         return []
@@ -245,7 +246,6 @@ def _files_holding(actions: pa.Table, lo: int, hi: int) -> list[checks.DataFile]
 def _commit_version_of(messages_uri: str, broker_name: str, segment: str) -> int | None:
     """The table version whose commit added ``broker_name``'s ``segment`` (from the commit metadata the job
     writes; a commit from before brokers were recorded names none, and counts as the broker's own)."""
-    from pipelines import lake as lk
 
     for commit in lk.open_table(messages_uri).history():
         broker = commit.get("mqlake.tier.broker")
@@ -274,7 +274,7 @@ class TierJob:
     ) -> None:
         """``broker_name``: the broker group whose store this is, when the store does not name it (None: the
         name the store records, else the one it was tiered under before, else the broker's default; a name that
-        contradicts the store's is refused; see :func:`pipelines.compaction.broker_names.resolve`)."""
+        contradicts the store's is refused; see :func:`lake.broker_names.resolve`)."""
         self.store_dir = Path(store_dir)
         self.lake = objectstore.lake_location(lake)
         self.remote = objectstore.is_remote(self.lake)
@@ -369,7 +369,6 @@ class TierJob:
         return report
 
     def _tier_claimed(self, claimed, entries, outcomes, report, phase) -> None:
-        from pipelines import lake as lk
         from pipelines.segments import scan_segment
 
         with phase("scan"):
@@ -428,7 +427,6 @@ class TierJob:
         return staging.stage(self.spark, self.store_dir, bases, directory, times, broker_name=self.broker_name)
 
     def _stage_validate_commit(self, batch, entries, outcomes, expected, report, phase) -> int | None:
-        from pipelines import lake as lk
 
         bases = [f.base_offset for f in batch]
         clean = [f.base_offset for f in batch if checks.is_clean(f)]
@@ -452,7 +450,7 @@ class TierJob:
             quality = validate(self.spark, frames, [f.segment for f in batch], self.run_id, counted=counted)
             report.quality = quality
             # results are data even if this run dies later: append them before anything is committed
-            tables.append_arrow(
+            lk.append_arrow(
                 self.quality_uri, quality.to_arrow(), app_id=f"mqlake-quality:{self.store_id}",
                 version=time.time_ns() // 1000,
             )  # fmt: skip
@@ -485,7 +483,7 @@ class TierJob:
             version = lk.commit_files(
                 self.messages_uri,
                 adds,
-                schema=tables.MESSAGES_SCHEMA,
+                schema=MESSAGES_SCHEMA,
                 partition_by=tables.MESSAGES_PARTITION_BY,
                 app_id=self.app_id,
                 version=max(passing),
@@ -508,7 +506,6 @@ class TierJob:
         version just before this run's, and if it finds that store's rows, this run's files leave the table
         again (by file: the rows match the other store's in every column a delete could name), its segments are
         quarantined and the run is refused.  The earlier commit stays, so one of two racing stores always wins."""
-        from pipelines import lake as lk
 
         try:
             broker_names.refuse_rows_of_another_store(
@@ -517,7 +514,7 @@ class TierJob:
             )  # fmt: skip
         except broker_names.BrokerNameError as e:
             lk.remove_files(
-                self.messages_uri, adds, schema=tables.MESSAGES_SCHEMA, partition_by=tables.MESSAGES_PARTITION_BY,
+                self.messages_uri, adds, schema=MESSAGES_SCHEMA, partition_by=tables.MESSAGES_PARTITION_BY,
                 metadata={"mqlake.tier.run": self.run_id, "mqlake.tier.broker": self.broker_name,
                           "mqlake.tier.store": self.store_id, "mqlake.tier.withdrawn": version},
             )  # fmt: skip
@@ -528,7 +525,6 @@ class TierJob:
     def _verify(self, bases, facts, entries, expected, committed_version, outcomes) -> list[int]:
         """Match the committed snapshot's rows of each segment against what was validated; returns the
         base offsets that match."""
-        from pipelines import lake as lk
 
         if not bases:
             return []
@@ -538,7 +534,7 @@ class TierJob:
         if self.remote:  # Spark reads the snapshot through Delta and S3A
             from pyspark.sql import functions as F
 
-            rows = lk.read_table(self.spark, self.messages_uri).where(
+            rows = spark_tables.read_table(self.spark, self.messages_uri).where(
                 (F.col(tables.BROKER_NAME) == self.broker_name)
                 & F.col("commitlog_offset").between(lo, hi - 1)
                 & F.col("segment").isin(sorted(names))
@@ -547,7 +543,7 @@ class TierJob:
         else:  # each committed file read and digested where it is read: no body moves into the JVM
             files = [f for f in _files_holding(lk.snapshot_files(self.messages_uri), lo, hi)
                      if f.partition_values.get(tables.BROKER_NAME) == self.broker_name]  # this broker's files only
-            found = checks.files_digest(self.spark, files, tables.MESSAGES_SCHEMA, names, (lo, hi))
+            found = checks.files_digest(self.spark, files, MESSAGES_SCHEMA, names, (lo, hi))
         resumed = [b for b in bases if entries[b].file_name not in expected]
         if resumed:
             # Committed by a run that died before verifying: decode the files again as the reference.
@@ -571,7 +567,6 @@ class TierJob:
         commit), so no unverified row stays visible; the segments stay quarantined in the store.  The rows are
         found by broker, segment and CommitLog range: each staged file holds one segment's rows, so the commit's
         files of these segments leave whole, and the broker's other segments and stores stay untouched."""
-        from pipelines import lake as lk
 
         names = [entries[b].file_name for b in bases]
         ranges = " OR ".join(
@@ -588,7 +583,6 @@ class TierJob:
         log.error("took the unverified rows of %s out of %s again: %s", names, self.messages_uri, done)
 
     def _write_segments_rows(self, verified: list[int], facts, outcomes, digests: dict[str, RowsDigest]) -> None:
-        from pipelines import lake as lk
 
         recorded = lk.transaction_version(self.segments_uri, self.app_id)
         todo = [b for b in verified if recorded is None or b > recorded]
@@ -627,9 +621,9 @@ class TierJob:
                     "tiered_at": now,
                 }
             )
-        tables.append_arrow(
+        lk.append_arrow(
             self.segments_uri,
-            pa.Table.from_pylist(rows, schema=tables.SEGMENTS_SCHEMA),
+            pa.Table.from_pylist(rows, schema=SEGMENTS_SCHEMA),
             app_id=self.app_id,
             version=max(todo),
         )

@@ -35,7 +35,8 @@ import socket
 import uuid
 from pathlib import Path
 
-from broker.lake import objectstore
+from lake import objectstore
+from store.checkpoint import flock_held
 
 log = logging.getLogger(__name__)
 
@@ -78,24 +79,9 @@ class RunLease:
             self._fd = None
 
 
-def _held(directory: Path) -> bool:
-    """Whether a live run holds the lease in ``directory`` (no lease file: a run directory of no live run)."""
-    try:
-        fd = os.open(directory / LEASE, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing drops this open's lock only
-    return False
-
-
 def _untracked(table_root: Path | str) -> set[str] | None:
     """Files under the table that no version of its log names, relative to it (None: no table yet, nothing is)."""
-    from pipelines import lake as lk
+    from lake import delta as lk
 
     if not lk.is_table(table_root):
         return None
@@ -115,7 +101,7 @@ def remove_dead_runs_files(table_root: Path | str) -> list[str]:
         return []
     dead = [
         d for d in root.iterdir()
-        if d.name.startswith(RUN_DIR_PREFIX) and d.is_dir() and not (d / DONE).exists() and not _held(d)
+        if d.name.startswith(RUN_DIR_PREFIX) and d.is_dir() and not (d / DONE).exists() and not flock_held(d / LEASE)
     ]  # fmt: skip
     if not dead:
         return []
@@ -155,7 +141,7 @@ def remove_dead_runs_uploads(table_uri: str) -> list[str]:
 
     dead = []
     for d in objectstore.local_staging_root().glob(f"*/*/{RUN_DIR_PREFIX}*"):
-        if d.is_dir() and not _held(d) and _lease_table(d) == table_uri:
+        if d.is_dir() and not flock_held(d / LEASE) and _lease_table(d) == table_uri:
             dead.append(d)
     if not dead:
         return []

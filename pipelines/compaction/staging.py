@@ -8,7 +8,7 @@ Each Spark task takes one whole segment file and, in Python:
   per-queue digest (``checks.DigestParts``, a Spark accumulator);
 - sorts the segment's rows as the ``messages`` table keeps them (by its partition columns, then queue id and
   queue offset: a broker pull falling through to the tier reads one small run of a row group,
-  broker/lake/reader.py) and writes them with pyarrow, one file per partition directory under the staging
+  lake/reader.py) and writes them with pyarrow, one file per partition directory under the staging
   directory, in small row groups (``tables.ROW_GROUP_BYTES`` / ``ROW_GROUP_ROWS``: a fall-through pull decodes a
   whole row group);
 - evaluates every ``messages`` rule over the same batches (``expectations.rules.flag_batch``: the rules are
@@ -40,9 +40,9 @@ import pyarrow.compute as pc
 
 from expectations import sequence
 from expectations.rules import MESSAGES, SEGMENT_FIRST_TIME, SEGMENT_LAST_TIME, flag_batch, rules_for
-from pipelines.compaction import tables
+from lake import tables
+from lake.schema import MESSAGE_SCHEMA, MESSAGES_SCHEMA
 from pipelines.compaction.checks import DigestParts, RowsDigest, body_checks, digest_accumulator
-from pipelines.schema import MESSAGE_SCHEMA
 
 BODY_LEN = "body_len"
 BODY_CRC32 = "body_crc32"
@@ -86,7 +86,7 @@ def write_sorted(table: pa.Table, directory: str, tag: str) -> list[str]:
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    from pipelines.lake import partition_path
+    from lake.delta import partition_path
 
     n = table.num_rows
     if n == 0:
@@ -103,7 +103,7 @@ def write_sorted(table: pa.Table, directory: str, tag: str) -> list[str]:
             zero_copy_only=False
         )
     starts = [*np.flatnonzero(new_part).tolist(), n]
-    data_schema = pa.schema([f for f in tables.MESSAGES_SCHEMA if f.name not in parts])
+    data_schema = pa.schema([f for f in MESSAGES_SCHEMA if f.name not in parts])
     fs, root = pafs.FileSystem.from_uri(directory)
     written = []
     for a, b in zip(starts, starts[1:], strict=False):
@@ -231,10 +231,10 @@ def stage(
 
 def staged_frame(spark, staged: Staged):
     """The staged rows, read back (only where a rule failed: for the breaking rows' counts and samples)."""
-    from pipelines.schema import spark_schema
+    from lake.schema import spark_schema
 
     files = [f for fs in staged.files.values() for f in fs]
-    reader = spark.read.schema(spark_schema(tables.MESSAGES_SCHEMA)).option("basePath", str(staged.directory))
+    reader = spark.read.schema(spark_schema(MESSAGES_SCHEMA)).option("basePath", str(staged.directory))
     if not files:
-        return spark.createDataFrame([], spark_schema(tables.MESSAGES_SCHEMA))
-    return reader.parquet(*files).select(*tables.MESSAGES_SCHEMA.names)
+        return spark.createDataFrame([], spark_schema(MESSAGES_SCHEMA))
+    return reader.parquet(*files).select(*MESSAGES_SCHEMA.names)

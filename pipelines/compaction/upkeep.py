@@ -3,7 +3,7 @@
 Only CLOSED partitions of ``messages`` are compacted — ``store_date`` before today (UTC) — because a
 tiering run may still be adding files to today's; rewriting a partition while it grows would only be
 redone tomorrow.  Vacuum deletes files that left the table longer ago than the table's
-``delta.deletedFileRetentionDuration`` (lake.py sets 7 days: far longer than any query or tiering run
+``delta.deletedFileRetentionDuration`` (lake/delta.py sets 7 days: far longer than any query or tiering run
 holds a snapshot), plus files never committed (``full``): the staged files of runs that died before
 their commit.
 """
@@ -14,7 +14,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from pipelines.compaction import tables
+from lake import tables
 
 TARGET_FILE_SIZE = 128 * 1024 * 1024
 COMPRESSION = "SNAPPY"  # Spark's parquet default, which the tier's staged files use
@@ -24,7 +24,7 @@ def compact(lake: Path | str, today: date | None = None, target_size: int = TARG
     """Optimize and vacuum each tier table under ``lake``; returns what was done, per table."""
     from deltalake import WriterProperties
 
-    from pipelines import lake as lk
+    from lake import delta as lk
 
     today = today or datetime.now(UTC).date()
     out: dict[str, Any] = {}

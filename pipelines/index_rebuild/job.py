@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker.lake import reports
+from lake import reports
 from pipelines import job_progress
 from pipelines.executor_access import check_executors_see
 from pipelines.index_rebuild import consume_queue as cqmod
@@ -29,6 +29,7 @@ from pipelines.index_rebuild.live import LiveIndexFile, broker_running, dispatch
 from store.config import MessageStoreConfig
 from store.dump import Problem
 from store.errors import MQLakeError
+from store.file_sizes import infer_store_config
 from store.format import delay, units
 
 if TYPE_CHECKING:
@@ -82,7 +83,6 @@ def verify_index(
     job does).  With ``repair_out`` the rebuilt files are written there in the store's layout.  ``run_id``
     names the run (default: random); a rerun under the same id replaces its ``index_verification`` rows.
     """
-    from pipelines.compaction.deletion import infer_store_config
     from pipelines.index_rebuild.scan import scan_dispatch
     from pipelines.segments import segment_files
 

@@ -3,7 +3,6 @@ and its ConsumeQueue and IndexFile files (read-only; nothing here writes or lock
 
 from __future__ import annotations
 
-import fcntl
 import mmap
 import os
 from pathlib import Path
@@ -11,27 +10,14 @@ from pathlib import Path
 import numpy as np
 
 from store import dump
+from store.checkpoint import LOCK_FILE, flock_held
 from store.dump import Problem
 from store.format import records, units
 
 
 def broker_running(store_dir: Path) -> bool:
-    """True when a process holds the store lock (``StoreLock`` takes an exclusive ``flock``).
-
-    Probed with ``flock`` only: a POSIX ``lockf`` probe from a process that itself runs the store would
-    drop that process's own lock when the probe's descriptor closes.
-    """
-    path = Path(store_dir) / "lock"
-    if not path.exists():
-        return False
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)  # also releases the probe's shared lock
-    return False
+    """True when a process holds the store lock (``StoreLock`` takes an exclusive ``flock``)."""
+    return flock_held(Path(store_dir) / LOCK_FILE)
 
 
 def queue_dirs(store_dir: Path, odd: list[Problem] | None = None) -> dict[tuple[str, int], Path]:

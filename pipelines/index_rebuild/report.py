@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from broker.lake import objectstore
-from store import tier_tables
+from lake import objectstore, tables
 
 TABLE = "index_verification"
 MAX_ROWS_SHOWN = 30
@@ -70,9 +69,9 @@ def append_to_lake(lake: Path | str, report: dict, run_time: datetime) -> str:
     """
     from deltalake import write_deltalake
 
-    from pipelines import lake as lk
+    from lake import delta as lk
 
-    table_dir = tier_tables.table_uri(lake, TABLE)
+    table_dir = tables.table_uri(lake, TABLE)
     if not objectstore.is_remote(table_dir):
         Path(table_dir).parent.mkdir(parents=True, exist_ok=True)
     data = rows(report, run_time)

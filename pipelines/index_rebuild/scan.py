@@ -197,7 +197,7 @@ def scan_dispatch(
     split_size: int = DEFAULT_SPLIT_SIZE,
 ) -> ScanResult:  # fmt: skip
     """Read every local CommitLog segment of ``store_dir`` with Spark; keep records ending at or below ``bound``."""
-    from pipelines.schema import spark_schema
+    from lake.schema import spark_schema
 
     parts = splits(store_dir, split_size)
     if not parts:

@@ -1,6 +1,7 @@
 """Replay history (the Delta ``messages`` table and the live CommitLog) into a new topic through the broker:
-ordered per source queue, rate limited, resumable without duplicates.  ``mqlake replay`` / ``python -m
-pipelines.replay``; the job is :func:`pipelines.replay.job.replay`.
+ordered per source queue, rate limited, resumable without duplicates: the ``mqlake replay`` command
+(``python -m pipelines.replay``), run by the ``mqlake_replay`` Airflow DAG; the job is
+:func:`pipelines.replay.job.replay`.
 
 Imports here stay light (no pyspark), so the CLI starts fast.
 """

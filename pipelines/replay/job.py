@@ -26,9 +26,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from broker.lake import objectstore
-from broker.lake.reports import report_path
 from expectations.runner import write_report
+from lake import objectstore
+from lake.reports import report_path
 from pipelines import job_progress
 from pipelines.executor_access import check_executors_see
 from pipelines.replay import progress as prog
@@ -255,7 +255,7 @@ def _run(spark, spec: ReplaySpec, df, recorded, report: ReplayReport, phase, fin
     from pyspark.sql import functions as F
 
     from broker.remoting.loop import run
-    from pipelines.schema import spark_schema
+    from lake.schema import spark_schema
 
     run_id = report.run_id
     plans = _plan(spark, df, recorded)

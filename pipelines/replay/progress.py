@@ -11,7 +11,7 @@ of one broker: broker-a's queue 0 of a topic and broker-b's are two queues with 
   landed without an answer) after the last commit, so it neither loses nor repeats them;
 - ``spec_hash``: the selection the offsets refer to (``ReplaySpec.fingerprint``).
 
-Rows are appended through ``pipelines.compaction.tables.append_arrow`` (lake.commit_files underneath), each
+Rows are appended through ``lake.delta.append_arrow`` (``commit_files`` underneath), each
 Spark task under its own Delta app id, because delta-rs refuses concurrent commits that share one.
 """
 
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from lake import tables
 from pipelines.replay.spec import ReplaySpecError
-from store import tier_tables
 
 PROGRESS = "replay_progress"
 RUNS = "replay_runs"
@@ -97,19 +97,19 @@ class QueueProgress:
 
 
 def table_uri(lake: Path | str, name: str) -> str:
-    return tier_tables.table_uri(lake, name)
+    return tables.table_uri(lake, name)
 
 
 def read_progress(lake: Path | str, replay_id: str) -> dict[QueueKey, QueueProgress]:
     """The current row of every source queue of ``replay_id`` ({} when there is none)."""
-    from pipelines import lake as lk
+    from lake import delta as lk
 
     uri = table_uri(lake, PROGRESS)
     if not lk.is_table(uri):
         return {}
     dt = lk.open_table(uri)
     if "source_broker" not in {f.name for f in dt.schema().fields}:
-        from pipelines.compaction.broker_names import migration_hint
+        from lake.broker_names import migration_hint
 
         raise ReplaySpecError(f"{uri} was written before replays had a source broker: {migration_hint(lake)}")
     rows = dt.to_pyarrow_table(filters=[("replay_id", "=", replay_id)]).to_pylist()
@@ -157,7 +157,7 @@ def _append_with_retry(uri: str, table: pa.Table, app_id: str, version: int, att
     the few it reports as conflicts are safe to retry (appends never conflict in substance)."""
     from deltalake.exceptions import CommitFailedError
 
-    from pipelines.compaction.tables import append_arrow
+    from lake.delta import append_arrow
 
     for attempt in range(attempts):
         try:

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from broker.client import Message, MessageQueue, Producer, PullConsumer
 from broker.client.message import PullStatus
-from broker.lake import objectstore
+from lake import objectstore
 from pipelines.replay import progress as prog
 from pipelines.replay.progress import QueueKey, QueueProgress, TargetKey
 from store.errors import MQLakeError

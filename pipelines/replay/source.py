@@ -19,7 +19,7 @@ commits in between is then in both (the dedupe drops the copy); read the other w
 neither (skipped live as ``tiered``, absent from the older snapshot).
 
 Pushdown: the lake side filters on its partition columns (topic, store_date) and on store_timestamp (parquet
-row-group skipping); whole files are not pruned because lake.read_table takes no partition filter (it joins
+row-group skipping); whole files are not pruned because spark_tables.read_table takes no partition filter (it joins
 partition values to rows by file name).  The live side skips whole segments whose store times (from the
 segment manifest) fall outside --from/--to.
 """
@@ -35,7 +35,7 @@ from pipelines.replay.spec import ReplaySpec, ReplaySpecError
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-# What the sender needs of the canonical schema (pipelines/schema.py), and the broker the row comes from.
+# What the sender needs of the canonical schema (lake/schema.py), and the broker the row comes from.
 COLUMNS = [
     "broker_name", "topic", "queue_id", "queue_offset", "msg_id", "uniq_key", "tags", "keys", "properties", "body",
     "born_timestamp", "store_timestamp", "flag", "sys_flag",
@@ -82,9 +82,10 @@ def _time_range(spec: ReplaySpec) -> Column | None:
 def _lake_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame | None:
     from pyspark.sql import functions as F
 
-    from pipelines import lake as lk
-    from pipelines.compaction import tables
-    from pipelines.compaction.broker_names import BrokerNameError, check_layout
+    from lake import delta as lk
+    from lake import tables
+    from lake.broker_names import BrokerNameError, check_layout
+    from pipelines import spark_tables
 
     uri = tables.table_uri(spec.lake, tables.MESSAGES)
     if not lk.is_table(uri):
@@ -93,7 +94,7 @@ def _lake_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame | None:
         check_layout(spec.lake)  # every broker's history is read, told apart by broker_name
     except BrokerNameError as e:
         raise ReplaySpecError(str(e)) from None
-    df = lk.read_table(spark, uri).where(F.col("topic").isin(list(spec.source_topics)))
+    df = spark_tables.read_table(spark, uri).where(F.col("topic").isin(list(spec.source_topics)))
     if spec.from_ms is not None:
         df = df.where(F.col(tables.STORE_DATE) >= F.lit(_utc_date(spec.from_ms)))
     if spec.to_ms is not None:
@@ -121,8 +122,7 @@ def source_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame:
     from pyspark.errors import PySparkException
     from pyspark.sql import functions as F
 
-    from pipelines.compaction.tables import MESSAGES_SCHEMA
-    from pipelines.schema import spark_schema
+    from lake.schema import MESSAGES_SCHEMA, spark_schema
 
     live = _live_frames(spark, spec)  # the manifests first: see the module docstring
     lake = _lake_frame(spark, spec)

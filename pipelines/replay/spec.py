@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from broker.lake import objectstore
+from lake import objectstore
+from lake.tables import MESSAGES, table_uri
 from store.errors import MQLakeError
-from store.tier_tables import MESSAGES, table_uri
 
 QUEUE_MAPS = ("preserve", "hash")
 _REPLAY_ID = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
@@ -109,7 +109,7 @@ class ReplaySpec:
 
     def store_broker(self) -> str:
         """The broker name of the live rows read from ``store_dir``."""
-        from pipelines.compaction.broker_names import default_broker_name
+        from lake.broker_names import default_broker_name
 
         return self.broker_name or default_broker_name()
 

@@ -10,7 +10,6 @@
 - :mod:`store.format.units` — ConsumeQueue units, IndexFile header/slots/entries, the checkpoint and file
   names; their numpy dtypes for the pipelines.
 - :mod:`store.format.delay` — delay levels, the tagsCode of a SCHEDULE_TOPIC_XXXX unit, the timer topic's name.
-- :mod:`store.format.columnar` — many records at once into numpy / Arrow arrays (the Spark source).
 - :mod:`store.format.batch_body` — the SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessages``).
 - :mod:`store.format.runs` — a send's records encoded into one run, copied into a segment and back-filled in
   one piece, their offset message ids (the broker's send path).

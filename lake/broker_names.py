@@ -24,7 +24,8 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from pipelines.compaction import tables
+from lake import tables
+from store.constants import DEFAULT_BROKER_NAME
 from store.errors import MQLakeError
 from store.identity import BROKER_NAME, IDENTITY_FILE, StoreIdentity, identity_path
 
@@ -32,9 +33,7 @@ log = logging.getLogger(__name__)
 
 
 def default_broker_name() -> str:
-    from broker.config import BrokerConfig
-
-    return str(BrokerConfig.model_fields["broker_name"].default)
+    return DEFAULT_BROKER_NAME
 
 
 class BrokerNameError(MQLakeError, ValueError):
@@ -50,7 +49,7 @@ def migration_hint(lake: Path | str) -> str:
 
 def missing_broker_column(lake: Path | str) -> list[str]:
     """The tier tables under ``lake`` that predate the broker column (empty: none, or no table yet)."""
-    from pipelines import lake as lk
+    from lake import delta as lk
 
     old = []
     messages = tables.table_uri(lake, tables.MESSAGES)
@@ -75,7 +74,7 @@ def check_layout(lake: Path | str) -> None:
 
 def recorded(lake: Path | str, store_id: str) -> set[str]:
     """The broker names the ``segments`` table records for the store ``store_id``."""
-    from pipelines import lake as lk
+    from lake import delta as lk
 
     uri = tables.table_uri(lake, tables.SEGMENTS)
     if not lk.is_table(uri):
@@ -131,8 +130,8 @@ def refuse_rows_of_another_store(
     run's commit, already taken out again when this is raised (only the message says so)."""
     import pyarrow.dataset as ds
 
-    from broker.lake import objectstore
-    from pipelines import lake as lk
+    from lake import delta as lk
+    from lake import objectstore
 
     uri = tables.table_uri(lake, tables.MESSAGES)
     if not lk.is_table(uri):

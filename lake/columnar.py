@@ -292,7 +292,7 @@ def read_columns(buf: ReadBuffer, layout: RecordLayout, names: tuple[str, ...]) 
 
 
 def decode_columns(buf: ReadBuffer, layout: RecordLayout) -> dict[str, pa.Array]:
-    """Decode the laid-out records into Arrow arrays, one per column of ``pipelines/schema.py`` but
+    """Decode the laid-out records into Arrow arrays, one per column of ``lake/schema.py`` but
     ``segment``: every field, ``crc_ok``, ``properties`` as a map plus ``tags``/``keys``/``uniq_key`` from
     it, ``msg_id`` and ``position``."""
     import numpy as np

@@ -1,5 +1,5 @@
 """Tiered rows back into CommitLog records: a row of the Delta ``messages`` table (the canonical schema of
-``pipelines/schema.py``) encodes to exactly the bytes the CommitLog held, so the broker can serve history it
+``lake/schema.py``) encodes to exactly the bytes the CommitLog held, so the broker can serve history it
 has deleted locally as if from its own files.
 
 Every field of a record is a column of the row; the properties string is rebuilt from the ``properties``

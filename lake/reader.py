@@ -1,5 +1,5 @@
 """Tiered history read back by the broker: the Delta ``messages`` table under ``lakePath``, through delta-rs and
-pyarrow (no Spark), rebuilt into the CommitLog records it was tiered from (``store.format.rebuild``).
+pyarrow (no Spark), rebuilt into the CommitLog records it was tiered from (``lake.rebuild``).
 
 Every read takes one :class:`Snapshot` — a Delta version's file list with each file's statistics — and reads
 only those files, so a tiering run, a compaction or a vacuum committing meanwhile never shows it a half state
@@ -9,8 +9,8 @@ and then deleted locally is found on the first pull that needs it; while neither
 the same snapshot stays, with what reads learnt in it.
 
 Files are pruned by their Delta statistics (queue id, queue offset, CommitLog offset, store time) and row
-groups by their parquet statistics; decoded row groups are kept in a bounded LRU (:mod:`broker.lake.cache`).
-A consumer walking a queue is served from a cursor (:mod:`broker.lake.cursors`): its next records are
+groups by their parquet statistics; decoded row groups are kept in a bounded LRU (:mod:`lake.cache`).
+A consumer walking a queue is served from a cursor (:mod:`lake.cursors`): its next records are
 sliced from the cached row group without searching again.
 
 Several brokers tier into one lake (``broker_name`` is the first partition of ``messages`` and a column of
@@ -35,14 +35,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
-from broker.lake import objectstore
-from broker.lake.cache import DEFAULT_CACHE_BYTES, SizedLRU
-from broker.lake.cursors import Cursor, Cursors
+from lake import objectstore
+from lake.cache import DEFAULT_CACHE_BYTES, SizedLRU
+from lake.cursors import Cursor, Cursors
+from lake.rebuild import RecordBlob, records_blob
+from lake.tables import BROKER_NAME, MESSAGES, SEGMENTS, table_uri
 from store.errors import MQLakeError
 from store.format.hashing import tags_code
-from store.format.rebuild import RecordBlob, records_blob
 from store.format.records import RecordError, read_store_timestamp
-from store.tier_tables import BROKER_NAME, MESSAGES, SEGMENTS, table_uri
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +56,6 @@ DECODERS = 2
 MAX_FILTER_ROWS = 20 * 32  # rows a pull examines under a tag filter, as the local store's MAX_FILTER_UNITS bound
 TOPIC = "topic"
 
-# What a record is rebuilt from (the partition column ``topic`` comes from the file's Delta partition value).
-RECORD_COLUMNS = (
-    "queue_id", "queue_offset", "commitlog_offset", "msg_size", "magic", "body_crc", "flag", "sys_flag",
-    "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times", "prepared_txn_offset",
-    "tags", "keys", "uniq_key", "properties", "body",
-)  # fmt: skip
 _BLOB_ONLY = ("body", "properties")  # read only to rebuild the records
 _STAT_COLUMNS = ("queue_id", "queue_offset", "commitlog_offset", "store_timestamp")
 _HOST_COLUMNS = ["born_host", "store_host"]
@@ -134,7 +128,7 @@ class RowGroup:
     topic: str
     at: tuple[TierFile, int]  # the file and the index of the row group in it
     source: str
-    table: Any  # pa.Table of RECORD_COLUMNS but the record parts only ``blob`` needs (body, properties)
+    table: Any  # pa.Table of lake.schema.RECORD_COLUMNS but the record parts only ``blob`` needs (body, properties)
     blob: RecordBlob
     qid: Any  # np.ndarray, sorted
     qoff: Any  # np.ndarray, sorted within a queue id
@@ -411,11 +405,15 @@ class LakeReader:
     def _load(self, f: TierFile, g: int) -> RowGroup:
         import numpy as np
 
+        from lake.schema import RECORD_COLUMNS
+
         source = f"{f.path} row group {g}"
         # hosts as the dictionary parquet keeps of them: the rebuild parses each distinct one once
         parquet = self._parquet(f.path, metadata=self._file_metadata(f.path), read_dictionary=_HOST_COLUMNS)
         # one thread: a row group is 8 MiB at most, and its columns decode faster than threads start and join
-        table = parquet.read_row_group(g, list(RECORD_COLUMNS), use_threads=False)
+        # what a record is rebuilt from; the partition column ``topic`` is the file's Delta partition value
+        columns = [c for c in RECORD_COLUMNS if c != TOPIC]
+        table = parquet.read_row_group(g, columns, use_threads=False)
         qid = table.column("queue_id").to_numpy()
         qoff = table.column("queue_offset").to_numpy()
         if len(qid) > 1 and not ((qid[1:] > qid[:-1]) | ((qid[1:] == qid[:-1]) & (qoff[1:] >= qoff[:-1]))).all():

@@ -1,4 +1,5 @@
-"""Delta tables of the tier: idempotent commits through delta-rs; reads and Spark SQL tables through delta-spark.
+"""Delta tables of the tier through delta-rs (no Spark): idempotent commits, snapshots, reads on the driver.
+Spark's side (session settings, reads, SQL tables) is :mod:`pipelines.spark_tables`.
 
 Spark tasks write the parquet data files; :func:`commit_files` makes them visible in one Delta commit
 carrying a transaction id ``(app_id, version)``, after checking that id was not committed already
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from pathlib import Path
@@ -29,13 +32,13 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from broker.lake import objectstore
-from broker.lake.reader import file_unreadable_reason
+from lake import objectstore
+from lake.reader import file_unreadable_reason
 from store.errors import MQLakeError
 
 if TYPE_CHECKING:
-    from deltalake.transaction import AddAction
-    from pyspark.sql import DataFrame, SparkSession
+    from deltalake import DeltaTable
+    from deltalake.transaction import AddAction, RemoveAction
 
 TABLE_PROPERTIES: dict[str, str] = {
     "delta.logRetentionDuration": "interval 30 days",
@@ -53,8 +56,8 @@ def _uri(table_uri: str | Path) -> str:
     return str(table_uri)
 
 
-def open_table(table_uri: str | Path, version: int | None = None):
-    """A delta-rs handle on the table (local or ``s3://``: broker/lake/objectstore.py)."""
+def open_table(table_uri: str | Path, version: int | None = None) -> DeltaTable:
+    """A delta-rs handle on the table (local or ``s3://``: lake/objectstore.py)."""
     from deltalake import DeltaTable
 
     uri = _uri(table_uri)
@@ -254,10 +257,42 @@ def commit_files(
             return None
         before = dt.version()
         _check_partitioning(dt, partition_by, uri)
+        actions: list[AddAction | RemoveAction] = [*adds]
         dt.create_write_transaction(
-            adds, mode="append", schema=schema, partition_by=partition_by or None, commit_properties=props
+            actions, mode="append", schema=schema, partition_by=partition_by or None, commit_properties=props
         )
         return _version_with_txn(uri, app_id, version, before)
+
+
+def append_arrow(table_uri: str, table: pa.Table, *, app_id: str, version: int) -> int | None:
+    """Append a small driver-side table as one parquet file, committed through commit_files (so the
+    same txn check, table properties and commit path as the Spark-written data)."""
+    import pyarrow.parquet as pq
+
+    remote = objectstore.is_remote(table_uri)
+    if remote:  # written locally (its stats come from the footer), uploaded, then committed
+        recorded = transaction_version(table_uri, app_id)
+        if recorded is not None and version <= recorded:
+            return None
+        root = objectstore.local_staging_root() / f"append-{uuid.uuid4().hex}"
+    else:
+        root = Path(table_uri)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"part-{uuid.uuid4().hex}.parquet"
+    try:
+        pq.write_table(table, path)
+        adds = add_actions(root, [path])
+        if remote:
+            objectstore.upload([path], root, table_uri)
+        committed = commit_files(
+            table_uri, adds, schema=table.schema, partition_by=[], app_id=app_id, version=version
+        )
+    finally:
+        if remote:
+            shutil.rmtree(root, ignore_errors=True)
+    if committed is None and not remote:
+        path.unlink(missing_ok=True)  # already committed by an earlier attempt: this copy is not needed
+    return committed
 
 
 def delete_rows(table_uri: str | Path, predicate: str, *, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -283,7 +318,9 @@ def remove_files(
 
     uri = _uri(table_uri)
     now = int(time.time() * 1000)
-    removes = [RemoveAction(a.path, True, now, a.size, a.partition_values) for a in adds]
+    removes: list[AddAction | RemoveAction] = [
+        RemoveAction(a.path, True, now, a.size, dict(a.partition_values)) for a in adds
+    ]
     props = CommitProperties(custom_metadata={k: str(v) for k, v in (metadata or {}).items()} or None)
     with objectstore.reaching(uri, f"removing {len(removes)} file(s) from the Delta table"):
         open_table(uri).create_write_transaction(
@@ -296,7 +333,7 @@ def sql_text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _check_partitioning(dt, partition_by: list[str], uri: str) -> None:
+def _check_partitioning(dt: DeltaTable, partition_by: list[str], uri: str) -> None:
     have = list(dt.metadata().partition_columns)
     if have != list(partition_by):
         raise LakeError(f"{uri} is partitioned by {have}, the commit by {partition_by}")
@@ -317,44 +354,7 @@ def _version_with_txn(uri: str, app_id: str, version: int, before: int) -> int:
 # =====================================================================================================
 
 
-_applied_s3a: dict[str, str] = {}
-# The AWS SDK's system properties for the variables the default credentials chain reads from the environment
-_SDK_PROPERTIES = {"AWS_ACCESS_KEY_ID": "aws.accessKeyId", "AWS_SECRET_ACCESS_KEY": "aws.secretAccessKey",
-                   "AWS_SESSION_TOKEN": "aws.sessionToken"}  # fmt: skip
-
-
-def use_lake_settings(spark: SparkSession) -> None:
-    """Bring the session's S3A settings up to the lake settings in effect now (objectstore.S3Settings).
-
-    The driver's JVM was started with the environment of its time; AWS credentials set in this process later
-    are handed to it as the SDK's system properties (the first link of its default chain), never as Spark or
-    Hadoop options, so no plan or configuration shows them.  A process that moves to another endpoint also
-    drops its cached S3A filesystems and Delta logs, which still point at the old one.
-    """
-    env = objectstore.settings_env()
-    wanted = objectstore.S3Settings.from_env().s3a_settings()
-    state = wanted | {prop: env.get(var, "") for var, prop in _SDK_PROPERTIES.items()}
-    if state == _applied_s3a:
-        return
-    jvm = spark.sparkContext._jvm
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    for key, value in wanted.items():
-        hadoop.set(key, value)
-    for key in set(_applied_s3a) - set(state):
-        hadoop.unset(key)
-    for prop in _SDK_PROPERTIES.values():
-        if state[prop]:
-            jvm.java.lang.System.setProperty(prop, state[prop])
-        else:
-            jvm.java.lang.System.clearProperty(prop)
-    if _applied_s3a:
-        jvm.org.apache.hadoop.fs.FileSystem.closeAll()
-        jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
-    _applied_s3a.clear()
-    _applied_s3a.update(state)
-
-
-def _raw_readable(table_uri: str | Path, version: int | None):
+def _raw_readable(table_uri: str | Path, version: int | None) -> DeltaTable:
     """The delta-rs handle of a snapshot whose data files hold exactly its rows (no deletion vector, no column
     mapping): for the readers that take its parquet files as they are (the tier's verify digests them, delta-rs
     reads them on the driver)."""
@@ -374,7 +374,7 @@ def snapshot_files(table_uri: str | Path, version: int | None = None) -> pa.Tabl
     give its rows (deletion vectors, column mapping)."""
     uri = _uri(table_uri)
     actions = pa.table(_raw_readable(uri, version).get_add_actions(flatten=True))
-    locations = pa.array([_file_location(uri, p) for p in actions["path"].to_pylist()], pa.string())
+    locations = pa.array([file_location(uri, p) for p in actions["path"].to_pylist()], pa.string())
     return actions.set_column(actions.schema.get_field_index("path"), "path", locations)
 
 
@@ -386,20 +386,7 @@ def table_schema(table_uri: str | Path, version: int | None = None) -> pa.Schema
     return pa.schema(open_table(uri, version=version).schema().to_arrow())
 
 
-def read_table(spark: SparkSession, table_uri: str | Path, version: int | None = None) -> DataFrame:
-    """The table at ``version`` (default latest), read by Delta Lake's Spark reader (deletion vectors, column
-    mapping and every other reader feature included)."""
-    uri = _uri(table_uri)
-    if not is_table(uri):
-        raise LakeError(f"{uri} is not a Delta table (no _delta_log)")
-    use_lake_settings(spark)
-    reader = spark.read.format("delta")
-    if version is not None:
-        reader = reader.option("versionAsOf", version)
-    return reader.load(uri)
-
-
-def _file_location(root: str, path: str) -> str:
+def file_location(root: str, path: str) -> str:
     """An add action's path (URI-encoded, relative to the root unless absolute) as a location to read."""
     if "://" in path:
         return path
@@ -423,28 +410,6 @@ def lake_tables(lake_root: str | Path) -> list[tuple[str, str]]:
     return [(_table_name(name), uri) for name, uri in found if is_table(uri)]
 
 
-def register(spark: SparkSession, lake_root: str | Path) -> list[str]:
-    """Each Delta table directly under ``lake_root`` (``messages``, ``segments``, ``quality_results``, ...) as a
-    table of the session's catalog at its location; returns the names.
-
-    They are Delta tables to Spark SQL: every query sees the latest snapshot, and history, time travel,
-    OPTIMIZE, VACUUM, RESTORE, DELETE, UPDATE and MERGE work on them.  A name already registered is pointed at
-    this lake (dropping such an external table deletes no file).
-    """
-    tables = lake_tables(lake_root)
-    use_lake_settings(spark)
-    names = []
-    for name, uri in tables:
-        spark.sql(f"DROP TABLE IF EXISTS `{name}`")
-        spark.sql(f"CREATE TABLE `{name}` USING delta LOCATION '{_sql_text(uri)}'")
-        names.append(name)
-    return names
-
-
-def _sql_text(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("'", "\\'")
-
-
 def to_arrow(table_uri: str | Path, filter: Any = None, version: int | None = None) -> pa.Table:
     """A small table read on the driver (delta-rs, no Spark); ``filter`` as deltalake's ``filters``
     (DNF tuples like ``[("topic", "=", "T")]``) or a pyarrow dataset expression.  Refused (LakeError) for a table
@@ -462,18 +427,17 @@ __all__ = [
     "TABLE_PROPERTIES",
     "LakeError",
     "add_actions",
+    "append_arrow",
     "commit_files",
     "file_count",
+    "file_location",
     "file_stats",
     "is_table",
     "lake_tables",
     "open_table",
     "partition_values_from_path",
-    "read_table",
-    "register",
     "snapshot_files",
     "table_schema",
     "to_arrow",
     "transaction_version",
-    "use_lake_settings",
 ]

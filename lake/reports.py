@@ -2,7 +2,7 @@
 
 A run of the tier, verify-index or replay job, started by ``mqlake``, by an Airflow DAG or by the broker's own
 tier schedule, leaves ``<reports dir>/<job>-<run>.json`` (:func:`report_path`; the directory is
-:func:`broker.lake.objectstore.reports_dir`), and the broker's ``/metrics`` reads the newest of each job by that
+:func:`lake.objectstore.reports_dir`), and the broker's ``/metrics`` reads the newest of each job by that
 name (:func:`report_job`).  What started a run shows in ``<run>`` only (the DAGs' runs are ``airflow-...``).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from broker.lake.objectstore import reports_dir
+from lake.objectstore import reports_dir
 
 JOBS = ("tier", "verify", "replay")
 SUFFIX = ".json"
