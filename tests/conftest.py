@@ -14,6 +14,8 @@ from tests import host_disk
 from tests.helpers import make_config
 
 pytest_plugins = [
+    "pytester",  # tests/test_harness.py runs small test sessions to prove the guards of tests/harness.py
+    "tests.harness",
     "tests.fixtures_spark",
     "tests.fixtures_broker",
     "tests.fixtures_vectors",

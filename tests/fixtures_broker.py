@@ -50,7 +50,7 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import Header
 from broker.remoting.loop import run
 from broker.remoting.signing import Credentials
-from tests import host_disk
+from tests import harness, host_disk
 from tests.helpers import wait_until
 
 START_TIMEOUT = 60.0
@@ -133,6 +133,8 @@ class MqlakeServer:
         self.conf_path.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="latin-1")
         self.process: subprocess.Popen | None = None
         self._log_offset = 0
+        self._checked_offset = 0  # how far tests/harness.py has read the log for errors
+        self.name = f"mqlake {command} ({self.broker_addr})"
         self._ended_by_test = False  # stop() or kill() ended the current process
 
     def log_text(self) -> str:
@@ -141,9 +143,22 @@ class MqlakeServer:
         except FileNotFoundError:
             return ""
 
+    def new_log_lines(self) -> list[str]:
+        """The log's complete lines since the last call (tests/harness.py fails the running test on an error)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._checked_offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        complete = data[: data.rfind(b"\n") + 1]
+        self._checked_offset += len(complete)
+        return complete.decode("utf-8", errors="replace").splitlines()
+
     def start(self) -> MqlakeServer:
         assert self.process is None or self.process.poll() is not None, "already running"
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        harness.watch(self)
         self._ended_by_test = False
         # -P: the work dir (the cwd) holds a "store" directory that must not shadow the store package
         pin = "" if self.real_disk else host_disk.PIN
