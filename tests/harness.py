@@ -185,6 +185,9 @@ class Harness:
     # --- per test -----------------------------------------------------------------------------------------
     def begin(self, item: pytest.Item) -> None:
         self.check_sources()  # what a shared server logged between tests belongs to no test
+        root = logging.getLogger()
+        if self._log_handler not in root.handlers:  # a test (or the code it ran) reset the root logger's handlers
+            root.addHandler(self._log_handler)
         marker = item.get_closest_marker("expected_errors")
         patterns = None if marker is None else [re.compile(p) for p in marker.args]
         self.current = _TestState(item.nodeid, item.location, item.get_closest_marker("unit") is not None, patterns)

@@ -398,7 +398,8 @@ def test_sync_master_sigkilled_mid_produce_loses_nothing_acknowledged(cluster_fa
     wait_until(lambda: len(acked) >= 400, 60, what="400 acknowledged sends")  # several 64 KiB segments
     c.master.kill()
     stop.set()
-    t.join(30)
+    t.join(60)
+    assert not t.is_alive(), "the producer thread did not end"
     p.shutdown()
     sent = set(acked)
 
@@ -570,7 +571,7 @@ def test_offsets_committed_to_the_slave_while_the_master_is_down_survive_its_ret
 
 @pytest.mark.integration
 def test_sync_master_answers_flush_slave_timeout_while_the_slave_acks_nothing(cluster_factory) -> None:
-    c = cluster_factory("SYNC_MASTER", proxied=True, master_conf={"syncFlushTimeout": "500"})
+    c = cluster_factory("SYNC_MASTER", proxied=True, master_conf={"syncFlushTimeout": "5000"})
     assert c.proxy is not None
     c.master.start()
     c.slave.start()
