@@ -55,9 +55,12 @@ peers: $(PEER_STAMPS)
 up: python $(SPARK_JARS:%=.peers/%/.fetched)
 	$(VENV)/bin/mqlake up --proxy
 
-# The static checks first (a few seconds), then the whole suite.
+# The static checks first (a few seconds), then the whole suite on TEST_WORKERS processes (pytest-xdist). Tests
+# sharing a JVM, a Spark cluster or Airflow stay on one worker each (their xdist group, tests/conftest.py), so the
+# heavy ones do not all run at once.  The slowest 25 are listed at the end.
+TEST_WORKERS ?= 4
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # Every benchmark on the compiled codec twins, then the broker and store ones again on the Python twins.
 bench: install

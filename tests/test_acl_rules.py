@@ -20,7 +20,6 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.errors import RequestRefused
 from broker.remoting.signing import Credentials, signature, signed_content
 
-
 SECRET = "12345678"
 
 
