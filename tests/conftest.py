@@ -11,7 +11,7 @@ import pytest
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 from tests import host_disk
-from tests.helpers import make_config
+from tests.helpers import local_zone, make_config
 
 pytest_plugins = [
     "pytester",  # tests/test_harness.py runs small test sessions to prove the guards of tests/harness.py
@@ -37,6 +37,19 @@ def store_config(tmp_path):
         return make_config(tmp_path, **overrides)
 
     return factory
+
+
+# A zone that is not UTC (where a local/UTC mix-up would go unseen) and has no daylight saving (no test meets
+# a missing or repeated hour), whatever zone the host is in.
+PINNED_ZONE = "Asia/Shanghai"
+
+
+@pytest.fixture
+def pinned_zone():
+    """Run the test in PINNED_ZONE (TZ + tzset, restored after): for tests of local time (deleteWhen hours,
+    day boundaries, the month start in message ids), which must not depend on the host's zone."""
+    with local_zone(PINNED_ZONE):
+        yield PINNED_ZONE
 
 
 KINDS = ("unit", "integration", "spark", "airflow")  # registered in pyproject.toml

@@ -356,7 +356,7 @@ def test_treat_sealed_as_expired_never_claims_the_active_segment(filled):
 
 
 @pytest.mark.unit
-def test_delete_policy_deletes_expired_segments_without_tiering(filled):
+def test_delete_policy_deletes_expired_segments_without_tiering(filled, pinned_zone):
     hour = time.localtime().tm_hour
     f = filled(segments=3, expired_segment_policy="delete", delete_when=f"{(hour + 2) % 24:02d}")
     root, cfg = f.cfg.store_path_root_dir, f.cfg
