@@ -297,17 +297,17 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
             pytest.fail("\n\n".join(problems), pytrace=False)
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reports that it has finished
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     harness = session.config.stash.get(_KEY, None)
     if harness is None:
         return
     harness.check_sources()
     _report_late(harness, None)
-    if harness.outside:
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_sep("=", "errors outside any test", red=True)
-            for problem in harness.outside:
-                reporter.write_line(problem)
+    if harness.outside:  # logged while no test ran (between tests): a failure of the run, named as such
+        report = pytest.TestReport(
+            nodeid="tests/harness.py::outside-any-test", location=("tests/harness.py", None, "outside any test"),
+            keywords={}, outcome="failed", longrepr="\n\n".join(harness.outside), when="teardown",
+        )  # fmt: skip
+        session.config.hook.pytest_runtest_logreport(report=report)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

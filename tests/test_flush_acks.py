@@ -109,6 +109,7 @@ def test_a_group_commit_answers_its_waiters_in_one_loop_callback_after_its_fdata
         assert acks.groups == 1
 
 
+@pytest.mark.expected_errors("group commit flush failed")
 @pytest.mark.unit
 def test_a_flush_not_done_within_the_timeout_or_failed_is_answered_false(tmp_path) -> None:
     with running(make_config(tmp_path, flush_disk_type="SYNC_FLUSH")) as store:
@@ -286,6 +287,7 @@ def test_held_replies_are_written_only_after_their_fdatasync_and_a_closed_connec
         ]
 
 
+@pytest.mark.expected_errors("group commit flush failed")
 @pytest.mark.unit
 def test_a_failed_fdatasync_answers_every_held_reply_before_it_flush_disk_timeout(tmp_path) -> None:
     with running(make_config(tmp_path, flush_disk_type="SYNC_FLUSH")) as store:
