@@ -74,7 +74,7 @@ def test_bad_master_address(mqlake_server_factory):
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines([
         "*ERROR at teardown of test_bad_master_address*",
-        "mqlake up (127.0.0.1:*) logged during the test: * ERROR *bad master HA address*",
+        "mqlake up (mqlake-0) logged during the test: * ERROR *bad master HA address*",
     ])  # fmt: skip
 
 
