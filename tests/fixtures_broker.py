@@ -1,4 +1,4 @@
-"""Broker fixtures: a real ``mqlake up`` (NameServer + Broker) as a subprocess on free loopback ports.
+"""Broker fixtures: a real ``mqlake up`` (NameServer + Broker) as a subprocess on loopback ports the OS picks.
 
 Fixtures (registered as a pytest plugin by tests/conftest.py):
 
@@ -17,7 +17,13 @@ Both yield :class:`MqlakeServer` objects:
   ``log_text()``.
 
 At the end of a test the fixtures stop their servers the same way, and a server that exited on its own during
-the test (crashed) fails it too: ``stop_servers(servers)`` does that for a fixture of a test module's own.
+the test (crashed) fails it too: ``stop_servers(servers)`` does that for a fixture of a test module's own. An
+ERROR line or a traceback a server logs while a test runs fails that test (tests/harness.py), unless the test
+declares it with ``@pytest.mark.expected_errors``.
+
+The ports (``namesrv_port``, ``broker_port``, and the broker's HA port) are the OS's picks at the first start,
+read off the ready lines and kept in broker.conf, so ``namesrv_addr`` and ``broker_addr`` are known once the
+server has started and a restart serves the same addresses.
 
 ``remoting_call(addr, code, header, body)`` sends one request with mqlake's RemotingClient and returns the
 response, for asserting on a server's state from outside (offsets, consumer lists, routes).
