@@ -76,19 +76,22 @@ class _TestState:
 _active: Harness | None = None  # the harness of the innermost running session (a pytester run nests one)
 
 
+_WATCHED = _PROCESS_EVENTS | {"socket.bind", "socket.connect"}
+
+
 def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event not in _WATCHED:  # first: every audited event of the process (each open(), each import) comes here
+        return
     harness = _active
-    if harness is None or harness.current is None or not harness.current.unit or harness.auditing_off:
+    if harness is None or harness.current is None or not harness.current.unit:
         return
     if event in ("socket.bind", "socket.connect"):
         sock = args[0]
         if getattr(sock, "family", None) not in _IP_FAMILIES:
             return  # a Unix socket pair (an event loop's self-pipe) is no network
         what = f"{event} {args[1]!r}"
-    elif event in _PROCESS_EVENTS:
-        what = f"{event} {args[0]!r}" if args else event
     else:
-        return
+        what = f"{event} {args[0]!r}" if args else event
     message = f"{_ISOLATION}; it did: {what} (mark it integration)"
     harness.current.problems.append(message)
     raise UnitIsolationError(message)
@@ -123,7 +126,6 @@ class Harness:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.current: _TestState | None = None
-        self.auditing_off = False
         self.sources: weakref.WeakSet[Any] = weakref.WeakSet()
         self.late: list[tuple[_TestState, str]] = []  # failures of ended tests not reported yet
         self.outside: list[str] = []  # failures when no test ran (collection, session teardown)
