@@ -55,10 +55,10 @@ peers: $(PEER_STAMPS)
 up: python $(SPARK_JARS:%=.peers/%/.fetched)
 	$(VENV)/bin/mqlake up --proxy
 
-# The static checks first (a few seconds), then the whole suite on TEST_WORKERS processes (pytest-xdist). Tests
-# sharing a JVM, a Spark cluster or Airflow stay on one worker each (their xdist group, tests/conftest.py), so the
-# heavy ones do not all run at once.  The slowest 25 are listed at the end.
-TEST_WORKERS ?= 4
+# The static checks first (a few seconds), then the whole suite on TEST_WORKERS processes (pytest-xdist; auto: one
+# per core). Tests sharing a JVM, a Spark session or Airflow stay on one worker each (their xdist group,
+# tests/conftest.py), so the heavy ones do not all run at once.  The slowest 25 are listed at the end.
+TEST_WORKERS ?= auto
 test: lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
