@@ -25,8 +25,9 @@ from store.errors import MQLakeError
 from store.format import hashing, msgid, records
 from tests.helpers import make_message
 
+pytestmark = pytest.mark.unit
 
-@pytest.mark.unit
+
 @pytest.mark.parametrize("n_queues,n_cids", list(itertools.product(range(0, 10), range(1, 6))))
 def test_allocation_covers_every_queue_once(n_queues, n_cids):
     queues = [MessageQueue("T", "b", i) for i in range(n_queues)]
@@ -41,7 +42,6 @@ def test_allocation_covers_every_queue_once(n_queues, n_cids):
         assert ids == list(range(ids[0], ids[0] + len(ids)) if ids else [])
 
 
-@pytest.mark.unit
 def test_allocation_matches_java_examples():
     qs = [MessageQueue("T", "b", i) for i in range(8)]
     # 8 queues over 3 consumers: 3, 3, 2 — the first `8 % 3` consumers get one more
@@ -59,7 +59,6 @@ OLD_ROUTE = (
 )
 
 
-@pytest.mark.unit
 def test_route_both_dialects_parse_the_same():
     new = OLD_ROUTE.replace("{0:", '{"0":').replace(",1:", ',"1":').replace("{1:", '{"1":')
     new = new.replace("topicSynFlag", "topicSysFlag")
@@ -75,7 +74,6 @@ def test_route_both_dialects_parse_the_same():
     ]
 
 
-@pytest.mark.unit
 def test_route_rejects_garbage_with_a_clear_error():
     with pytest.raises(RouteError, match="malformed TopicRouteData"):
         parse_route(b'{"queueDatas":[{"perm":6}],"brokerDatas":[]}')
@@ -83,7 +81,6 @@ def test_route_rejects_garbage_with_a_clear_error():
         parse_route(b"{not json")
 
 
-@pytest.mark.unit
 def test_message_properties_as_the_java_client_sets_them():
     m = Message("T", "hello", tags="TagA", keys=["k1", "k2"], properties={"color": "red"})
     props = m.wire_properties("UNIQ")
@@ -95,7 +92,6 @@ def test_message_properties_as_the_java_client_sets_them():
         Message("T", b"x", properties={"a": "b\x01c"}).wire_properties(None)
 
 
-@pytest.mark.unit
 def test_decode_messages_reads_raw_records_back_to_back():
     recs = [make_message("T", 1, f"body-{i}", tags="A", keys=f"k{i}", color="red") for i in range(3)]
     for i, r in enumerate(recs):
@@ -111,7 +107,6 @@ def test_decode_messages_reads_raw_records_back_to_back():
         decode_messages(body[:-3], source="pull body")
 
 
-@pytest.mark.unit
 def test_message_ext_json_marks_binary_bodies():
     rec = make_message("T", 0, b"\xff\x00")
     rec.store_host = ("127.0.0.1", 1)
@@ -119,7 +114,6 @@ def test_message_ext_json_marks_binary_bodies():
     assert j["bodyEncoding"] == "hex" and j["body"] == "ff00"
 
 
-@pytest.mark.unit
 def test_subscription_expressions():
     s = Subscription.parse("T", "TagA || TagB")
     assert s.tags == {"TagA", "TagB"} and s.matches("TagB") and not s.matches("TagC") and not s.matches(None)
@@ -129,7 +123,6 @@ def test_subscription_expressions():
     assert Subscription.parse("T", "*").tags is None and Subscription.parse("T", None).matches(None)
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize("expression,tags_set,code_set", [
     (b"*", b"[]", b"[]"),  # FilterAPI.buildSubscriptionData leaves both sets empty for "*"
     (b"a || b", b'["a","b"]', b"[97,98]"),  # String.hashCode("a") = 97, "b" = 98
@@ -152,7 +145,6 @@ def test_our_push_consumers_heartbeat_is_what_a_java_client_sends(expression, ta
     assert sub.tag_codes == (None if expression == b"*" else {97, 98})
 
 
-@pytest.mark.unit
 def test_stats_bodies_keyed_by_queue_objects_decode_as_the_admin_reads_them():
     # fastjson writes a Map<MessageQueue, V> with the key objects themselves as keys, and Map<Integer, V> bare.
     text = (
@@ -175,7 +167,6 @@ def test_stats_bodies_keyed_by_queue_objects_decode_as_the_admin_reads_them():
         TopicStatsTable.decode('{"offsetTable":{{"brokerName":"b","queueId":"x","topic":"T"}:{}}}', "topic stats")
 
 
-@pytest.mark.unit
 def test_admin_tables_render():
     console = Console(width=200, record=True)
     console.print(topic_status_table([QueueStatus("T", "b1", 0, 0, 12, 1_700_000_000_000)]))
