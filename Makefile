@@ -76,9 +76,12 @@ up: python $(SPARK_JARS:%=.peers/%/.fetched)
 	  '+-------------------------------------------------------------------------------------+'
 	$(VENV)/bin/mqlake up --proxy --lake .mqlake/lake $(UP_ARGS)
 
-# The static checks first (a few seconds), then the whole suite.
+# The static checks first (a few seconds), then the whole suite on TEST_WORKERS processes (pytest-xdist; auto: one
+# per core). Tests sharing a JVM, a Spark session or Airflow stay on one worker each (their xdist group,
+# tests/conftest.py), so the heavy ones do not all run at once.  The slowest 25 are listed at the end.
+TEST_WORKERS ?= auto
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # Every benchmark on the compiled codec twins, then the broker and store ones again on the Python twins.
 bench: install

@@ -150,8 +150,10 @@ def namesrv(
 def up(
     config: ConfigOption = None,
     host: Annotated[str | None, typer.Option(help="Address both servers listen on.")] = None,
-    namesrv_port: Annotated[int | None, typer.Option(help="NameServer port (default: namesrvAddr's, or 9876).")] = None,
-    broker_port: Annotated[int | None, typer.Option(help="Broker port (default: listenPort, or 10911).")] = None,
+    namesrv_port: Annotated[int | None, typer.Option(
+        help="NameServer port (default: namesrvAddr's, or 9876); 0 picks a free one.")] = None,
+    broker_port: Annotated[int | None, typer.Option(
+        help="Broker port (default: listenPort, or 10911); 0 picks a free one.")] = None,
     store_dir: Annotated[
         Path | None, typer.Option(help="Store root (default: storePathRootDir, or .mqlake/store).")
     ] = None,
@@ -171,7 +173,9 @@ def up(
     configured = broker_cfg.namesrv_addrs
     if namesrv_port is None:
         namesrv_port = int(configured[0].rpartition(":")[2]) if configured else DEFAULT_NAMESRV_PORT
-    if not configured or namesrv_port != int(configured[0].rpartition(":")[2]):
+    if namesrv_port == 0:  # the broker registers with the port the NameServer was given (run_servers sets it)
+        broker_cfg.namesrv_addr = None
+    elif not configured or namesrv_port != int(configured[0].rpartition(":")[2]):
         broker_cfg.namesrv_addr = f"{ns_host}:{namesrv_port}"
     if broker_cfg.log_dir is not None:
         add_log_files(broker_cfg.log_dir, broker=True, namesrv=True)

@@ -1,4 +1,4 @@
-"""Broker fixtures: a real ``mqlake up`` (NameServer + Broker) as a subprocess on free loopback ports.
+"""Broker fixtures: a real ``mqlake up`` (NameServer + Broker) as a subprocess on loopback ports the OS picks.
 
 Fixtures (registered as a pytest plugin by tests/conftest.py):
 
@@ -17,7 +17,13 @@ Both yield :class:`MqlakeServer` objects:
   ``log_text()``.
 
 At the end of a test the fixtures stop their servers the same way, and a server that exited on its own during
-the test (crashed) fails it too: ``stop_servers(servers)`` does that for a fixture of a test module's own.
+the test (crashed) fails it too: ``stop_servers(servers)`` does that for a fixture of a test module's own. An
+ERROR line or a traceback a server logs while a test runs fails that test (tests/harness.py), unless the test
+declares it with ``@pytest.mark.expected_errors``.
+
+The ports (``namesrv_port``, ``broker_port``, and the broker's HA port) are the OS's picks at the first start,
+read off the ready lines and kept in broker.conf, so ``namesrv_addr`` and ``broker_addr`` are known once the
+server has started and a restart serves the same addresses.
 
 ``remoting_call(addr, code, header, body)`` sends one request with mqlake's RemotingClient and returns the
 response, for asserting on a server's state from outside (offsets, consumer lists, routes).
@@ -35,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -50,7 +57,7 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import Header
 from broker.remoting.loop import run
 from broker.remoting.signing import Credentials
-from tests import host_disk
+from tests import harness, host_disk
 from tests.helpers import wait_until
 
 START_TIMEOUT = 60.0
@@ -113,26 +120,26 @@ class MqlakeServer:
         self.real_disk = real_disk  # the store reads its disk's real usage, not the suite's half-full figure
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.namesrv_port = free_port()
-        self.broker_port = free_port()
-        while self.broker_port == self.namesrv_port:
-            self.broker_port = free_port()
-        self.namesrv_addr = f"127.0.0.1:{self.namesrv_port}"
-        self.broker_addr = f"127.0.0.1:{self.broker_port}"
+        # 0: the OS picks every port at the first start (no port chosen here can be taken by another process before
+        # the server binds it); the ports are read off the ready lines and kept for restarts.
+        self.namesrv_port = 0
+        self.broker_port = 0
         self.store_dir = self.work_dir / "store"
         self.conf_path = self.work_dir / "broker.conf"
         self.log_path = self.work_dir / "mqlake.log"
-        values = {
+        self.values = {
             **TEST_CONF,
             "storePathRootDir": str(self.store_dir),
-            "listenPort": str(self.broker_port),
-            "namesrvAddr": self.namesrv_addr,
-            "haListenPort": str(free_port()),  # a master's HA port; listenPort + 1 may be taken on a busy host
+            "listenPort": "0",  # the broker's HA port too is then the OS's pick (unless haListenPort says)
             **{k: str(v) for k, v in conf.items()},
         }
-        self.conf_path.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="latin-1")
+        if "listenPort" in conf:
+            self.broker_port = int(conf["listenPort"])
+        self._write_conf()
         self.process: subprocess.Popen | None = None
         self._log_offset = 0
+        self._checked_offset = 0  # how far tests/harness.py has read the log for errors
+        self.name = f"mqlake {command} ({self.work_dir.name})"
         self._ended_by_test = False  # stop() or kill() ended the current process
 
     def log_text(self) -> str:
@@ -141,9 +148,48 @@ class MqlakeServer:
         except FileNotFoundError:
             return ""
 
+    @property
+    def namesrv_addr(self) -> str:
+        assert self.namesrv_port, "the NameServer's port is known once the server has started"
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        assert self.broker_port, "the broker's port is known once the server has started"
+        return f"127.0.0.1:{self.broker_port}"
+
+    def _write_conf(self) -> None:
+        self.conf_path.write_text("".join(f"{k}={v}\n" for k, v in self.values.items()), encoding="latin-1")
+
+    def _learn_ports(self) -> None:
+        """Keep the ports the OS picked at the first start, so a restart serves the same addresses."""
+        log = self.run_log()
+        if self.command in ("up", "namesrv") and not self.namesrv_port:
+            self.namesrv_port = int(re.search(r"NameServer ready at [\d.]+:(\d+)", log).group(1))
+        if self.command != "namesrv" and not self.broker_port:
+            self.broker_port = int(re.search(r"Broker ready at [\d.]+:(\d+)", log).group(1))
+            self.values["listenPort"] = str(self.broker_port)
+            ha = re.search(r"HA service listening on [\d.]+:(\d+)", log)
+            if ha is not None and "haListenPort" not in self.values:
+                self.values["haListenPort"] = ha.group(1)
+            self._write_conf()
+
+    def new_log_lines(self) -> list[str]:
+        """The log's complete lines since the last call (tests/harness.py fails the running test on an error)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._checked_offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        complete = data[: data.rfind(b"\n") + 1]
+        self._checked_offset += len(complete)
+        return complete.decode("utf-8", errors="replace").splitlines()
+
     def start(self) -> MqlakeServer:
         assert self.process is None or self.process.poll() is not None, "already running"
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        harness.watch(self)
         self._ended_by_test = False
         # -P: the work dir (the cwd) holds a "store" directory that must not shadow the store package
         pin = "" if self.real_disk else host_disk.PIN
@@ -161,7 +207,8 @@ class MqlakeServer:
                 cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.work_dir, env=env, start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
-        wait_until(self._ready, START_TIMEOUT, what=f"mqlake up on {self.broker_addr} to be ready")
+        wait_until(self._ready, START_TIMEOUT, what=f"{self.name} to be ready")
+        self._learn_ports()
         return self
 
     def _ready(self) -> bool:

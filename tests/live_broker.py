@@ -20,6 +20,7 @@ from broker.remoting.command import RemotingCommand
 from broker.server.controller import BrokerController
 from store.format import msgid, properties
 from store.format.records import MessageRecord, decode_record
+from tests import harness
 from tests.helpers import wait_dispatched
 
 SMALL = {
@@ -39,6 +40,7 @@ class LiveBroker:
         self.store_dir = store_dir
         self.conf = {**SMALL, "listenPort": "0", "storePathRootDir": str(store_dir), **conf}
         self.loop = asyncio.new_event_loop()
+        self.loop.set_exception_handler(harness.loop_exception_handler())
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.controller: BrokerController | None = None
@@ -69,7 +71,9 @@ class LiveBroker:
     def close(self) -> None:
         self.stop()
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "the broker's event-loop thread did not stop"
+        self.loop.close()
 
     def call(self, code: int, header: h.Header | None = None, body: bytes = b"", timeout: float = 10.0, **ext):
         cmd = RemotingCommand.request(code, header, body, ext=ext or None)

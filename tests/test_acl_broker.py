@@ -147,6 +147,7 @@ async def test_tampered_bodies_and_oversized_keys_are_refused_and_the_broker_kee
             await client.close()
 
 
+@pytest.mark.expected_errors("ACL file changed but cannot be used")
 @async_test
 async def test_file_changes_are_reloaded_and_a_bad_version_keeps_the_last_good_rules(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -353,6 +354,7 @@ def test_cpp_client_session_credentials_sign_sends_and_consumption(mqlake_server
     assert "not-the-secret" not in log and "producer-secret" not in log and "consumer-secret" not in log
 
 
+@pytest.mark.expected_errors("plain_acl.yml cannot be read")
 def test_a_deleted_file_is_reported_once_and_the_rules_stay(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from broker.acl.manager import PlainAclManager
 

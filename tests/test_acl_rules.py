@@ -20,8 +20,6 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.errors import RequestRefused
 from broker.remoting.signing import Credentials, signature, signed_content
 
-pytestmark = pytest.mark.unit
-
 SECRET = "12345678"
 
 
@@ -35,6 +33,7 @@ def java_hook_signature(ext: dict[str, str], body: bytes, secret: str) -> str:
     return base64.b64encode(hmac.new(secret.encode(), content, hashlib.sha1).digest()).decode()
 
 
+@pytest.mark.unit
 def test_signature_matches_vectors_computed_with_openssl() -> None:
     # printf 'RocketMQpg3TopicTestHello' | openssl dgst -sha1 -hmac 12345678 -binary | base64
     cmd = RemotingCommand.request(10, ext={"topic": "TopicTest", "producerGroup": "pg", "queueId": "3"}, body=b"Hello")
@@ -53,6 +52,7 @@ def test_signature_matches_vectors_computed_with_openssl() -> None:
     assert signature(b"RocketMQ", "k" * 100) == "xFSAPpBbYfFlf9SijBJWnuHKOOw="
 
 
+@pytest.mark.unit
 def test_signature_covers_every_ext_field_and_the_body_and_ignores_an_old_signature() -> None:
     # OnsChannel is what the C++ client's session credentials add: any ext field is covered alike
     ext = {"a": "pg", "b": "T", "c": "TBW102", "UNIQ": "ü", "AccessKey": "RocketMQ", "OnsChannel": "ALIYUN",
@@ -63,6 +63,7 @@ def test_signature_covers_every_ext_field_and_the_body_and_ignores_an_old_signat
     assert signed_content({"b": "2", "a": "1", "Signature": "x"}, b"!") == b"12!"
 
 
+@pytest.mark.unit
 def test_credentials_repr_hides_the_secret() -> None:
     creds = Credentials("RocketMQ", "very-secret-value", "token-value")
     assert "very-secret-value" not in repr(creds) and "token-value" not in repr(creds)
@@ -71,6 +72,7 @@ def test_credentials_repr_hides_the_secret() -> None:
 # --- address patterns ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("pattern", "inside", "outside"),
     [
@@ -91,6 +93,7 @@ def test_address_patterns_match_as_rocketmq_reads_them(pattern: str, inside: lis
     assert not any(compiled.matches(ip) for ip in outside)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("pattern", ["192.168.1", "192.168.1.300", "192.168.1.10-2", "*.168.1.1x", "host.name",
                                      "192.168.1.{}", "fe80::*"])  # fmt: skip
 def test_bad_address_patterns_are_refused(pattern: str) -> None:
@@ -124,6 +127,7 @@ accounts:
 """
 
 
+@pytest.mark.unit
 def test_rocketmq_sample_file_parses_with_its_permissions() -> None:
     acl = parse_acl(GOOD, "plain_acl.yml")
     rules = Rules.compile(acl)
@@ -136,6 +140,7 @@ def test_rocketmq_sample_file_parses_with_its_permissions() -> None:
     assert rules.white[0].matches("10.10.103.7")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("text", "line", "what"),
     [
@@ -166,6 +171,7 @@ def test_bad_files_name_the_file_and_line(text: str, line: int, what: str) -> No
     assert "1234567890" not in message and "0987654321" not in message  # never a secret
 
 
+@pytest.mark.unit
 def test_missing_and_non_utf8_files_are_named(tmp_path: Path) -> None:
     with pytest.raises(AclConfigError, match=r"plain_acl\.yml: cannot read"):
         read_acl(tmp_path / "plain_acl.yml")
@@ -182,6 +188,7 @@ def _cmd(code: int, body: bytes = b"", **ext: str) -> RemotingCommand:
     return RemotingCommand.request(code, ext=ext, body=body)
 
 
+@pytest.mark.unit
 def test_resources_per_request_code() -> None:
     assert resources(_cmd(RequestCode.SEND_MESSAGE, topic="T", producerGroup="pg")) == {"T": PUB}
     assert resources(_cmd(RequestCode.SEND_MESSAGE_V2, a="pg", b="T")) == {"T": PUB}
@@ -206,6 +213,7 @@ def _refusal(rules: Rules, cmd: RemotingCommand, ip: str = "127.0.0.1") -> str:
     return err.value.remark
 
 
+@pytest.mark.unit
 def test_refusals_in_rocketmq_order_with_its_remarks() -> None:
     rules = Rules.compile(parse_acl(GOOD, "plain_acl.yml"))
     signer = Credentials("RocketMQ", "12345678")
@@ -248,6 +256,7 @@ def test_refusals_in_rocketmq_order_with_its_remarks() -> None:
         "Check signature failed for accessKey=rocketmq2"  # fmt: skip
 
 
+@pytest.mark.unit
 def test_tampered_and_oversized_requests_are_refused() -> None:
     rules = Rules.compile(parse_acl(GOOD, "plain_acl.yml"))
     signed = _cmd(RequestCode.SEND_MESSAGE_V2, b"the whole body", a="pg", b="topicB")
@@ -267,6 +276,7 @@ def test_tampered_and_oversized_requests_are_refused() -> None:
 # --- broker.conf safety settings ------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("conf", "key"),
     [
@@ -284,12 +294,14 @@ def test_settings_the_broker_cannot_honour_stop_start_up(conf: dict[str, str], k
     assert str(err.value).startswith("broker.conf: ") and key in str(err.value)
 
 
+@pytest.mark.unit
 def test_async_master_and_acl_home_are_accepted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("ROCKETMQ_HOME", str(tmp_path))
     broker, _ = build_configs({"brokerRole": "ASYNC_MASTER", "aclEnable": "true", "enableDLegerCommitLog": "false"})
     assert broker.acl_enable and broker.acl_file == tmp_path / "conf" / "plain_acl.yml"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("conf", "expected", "code"),
     [
@@ -311,6 +323,7 @@ def test_mqlake_broker_refuses_to_start(tmp_path: Path, conf: str, expected: str
     assert not (tmp_path / "store").exists()  # refused before the store was touched
 
 
+@pytest.mark.unit
 def test_unique_key_queries_pass_signed_either_way() -> None:
     # RocketMQ's validator leaves _UNIQUE_KEY_QUERY out of the content while its client hook signs it
     rules = Rules.compile(parse_acl(GOOD, "plain_acl.yml"))
@@ -331,6 +344,7 @@ def test_unique_key_queries_pass_signed_either_way() -> None:
 # --- the broker's own signing account, and the NameServer's ACL settings ----------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("value", "problem"),
     [("admin-key:admin-secret", "not JSON"), ('{"accessKey":"admin-key"}', "secretKey"),
@@ -342,6 +356,7 @@ def test_bad_inner_credentials_stop_start_up_without_echoing_the_secret(value: s
     assert "innerClientAuthenticationCredentials" in str(err.value) and "admin-secret" not in str(err.value)
 
 
+@pytest.mark.unit
 def test_inner_credentials_are_read_and_never_shown() -> None:
     from broker.server.runtime_config import all_configs
 
@@ -355,6 +370,7 @@ def test_inner_credentials_are_read_and_never_shown() -> None:
     assert "admin-secret" not in "".join(shown.values())
 
 
+@pytest.mark.unit
 def test_namesrv_conf_reads_the_acl_keys(tmp_path: Path) -> None:
     from broker.config import load_namesrv_conf
 
@@ -368,6 +384,7 @@ def test_namesrv_conf_reads_the_acl_keys(tmp_path: Path) -> None:
         load_namesrv_conf(conf)
 
 
+@pytest.mark.unit
 def test_mqlake_namesrv_with_acl_refuses_to_start_without_its_file(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
@@ -380,6 +397,7 @@ def test_mqlake_namesrv_with_acl_refuses_to_start_without_its_file(tmp_path: Pat
     assert f"{tmp_path}/conf/plain_acl.yml: cannot read the ACL file" in result.output
 
 
+@pytest.mark.unit
 def test_check_admin_and_checks_on_what_a_handler_read() -> None:
     rules = Rules.compile(parse_acl(GOOD, "plain_acl.yml"))
     signed = _cmd(RequestCode.PUT_KV_CONFIG, namespace="n", key="k", value="v")
@@ -395,6 +413,7 @@ def test_check_admin_and_checks_on_what_a_handler_read() -> None:
         rules.check(view, "127.0.0.1", {"topicA": SUB})
 
 
+@pytest.mark.unit
 def test_credentials_recognise_their_own_signature_only() -> None:
     mine, other = Credentials("inner-key", "inner-secret"), Credentials("inner-key", "other-secret")
     cmd = _cmd(RequestCode.REGISTER_BROKER, b"body", brokerName="broker-a")

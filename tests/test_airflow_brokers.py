@@ -1,7 +1,7 @@
 """The Airflow DAGs over several broker stores (``MQLAKE_BROKER_STORES``): one task group per store for tier and
 verify-index, every store into the one lake, and every store's live CommitLog read by the replay, with
-``dag.test()`` in a child process as tests/test_airflow_dags.py runs them (its ``airflow_home`` fixture and
-``run_dag``)."""
+``dag.test()`` in a child process as tests/test_airflow_dags.py runs them (the ``airflow_home`` fixture of
+tests/fixtures_airflow.py and ``run_dag``)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import pytest
 
 from lake import tables
 from tests.fixtures_spark import write_store
-from tests.test_airflow_dags import airflow_home, child, delta_rows, run_dag, sealed_segments  # noqa: F401 - fixture
+from tests.test_airflow_dags import child, delta_rows, run_dag, sealed_segments
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(900)]  # two dag.test() runs, each a cold Spark session
 
 BROKERS = ("broker-a", "broker-b")
 
 
-def test_tier_and_verify_dags_run_one_task_group_per_broker_store_into_one_lake(airflow_home, tmp_path):  # noqa: F811
+def test_tier_and_verify_dags_run_one_task_group_per_broker_store_into_one_lake(airflow_home, tmp_path):
     stores = {b: write_store(tmp_path / b, 300) for b in BROKERS}
     lake = tmp_path / "lake"
     sealed = {b: sealed_segments(w.root) for b, w in stores.items()}
@@ -62,7 +62,7 @@ def test_tier_and_verify_dags_run_one_task_group_per_broker_store_into_one_lake(
     assert {s for r, s in stored if r in run_ids} == {str(w.root) for w in stores.values()}
 
 
-def test_replay_dag_reads_every_broker_stores_live_log(airflow_home, tmp_path, mqlake_server):  # noqa: F811
+def test_replay_dag_reads_every_broker_stores_live_log(airflow_home, tmp_path, mqlake_server):
     stores = {b: write_store(tmp_path / b, 300) for b in BROKERS}
     lake = tmp_path / "lake"
     lake.mkdir()

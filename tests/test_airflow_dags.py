@@ -9,7 +9,6 @@ through the child's environment.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -35,25 +34,6 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SPARK_CONN = json.dumps({"conn_type": "spark", "host": "local[2]"})
 RUN_TIMEOUT = 600
-
-
-@pytest.fixture(scope="module")
-def airflow_home(tmp_path_factory) -> dict[str, str]:
-    """The environment of every child: a migrated temporary AIRFLOW_HOME with this repo's DAG folder."""
-    home = tmp_path_factory.mktemp("airflow_home")
-    env = {
-        k: v for k, v in os.environ.items()
-        if not k.startswith(("AIRFLOW", "MQLAKE_"))  # nothing from the developer's own Airflow or shell
-    }  # fmt: skip
-    env |= {
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "airflow_dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-submit, as `make airflow` sets it
-        "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1",  # the JVM starts ~2 s faster; speed is not tested here
-    }
-    subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    return env
 
 
 def child(env: dict[str, str], args: list[str], tmp_path: Path) -> dict:

@@ -3,6 +3,7 @@ and start-up errors a user can act on."""
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -16,7 +17,7 @@ from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from store.checkpoint import abort_file
 from store.config_files import load_lenient_json
-from tests.fixtures_broker import TEST_CONF, free_port
+from tests.fixtures_broker import TEST_CONF
 from tests.fixtures_broker import remoting_call as broker_call
 from tests.helpers import wait_until
 from tests.peers import lib
@@ -42,12 +43,13 @@ def _log(path: Path) -> str:
 
 
 def test_broker_registers_with_the_name_server_and_unregisters_on_sigterm(mqlake_server, tmp_path: Path) -> None:
-    port = free_port()
     store = tmp_path / "b-store"
+    down = socket.socket()  # bound, never listening: a NameServer address that refuses, and stays ours
+    down.bind(("127.0.0.1", 0))
     conf = _write_conf(
         tmp_path / "broker.conf",
-        **{**TEST_CONF, "brokerName": "broker-b", "brokerClusterName": "OtherCluster", "listenPort": str(port),
-           "namesrvAddr": f"{mqlake_server.namesrv_addr};127.0.0.1:{free_port()}",  # one of two is down
+        **{**TEST_CONF, "brokerName": "broker-b", "brokerClusterName": "OtherCluster", "listenPort": "0",
+           "namesrvAddr": f"{mqlake_server.namesrv_addr};127.0.0.1:{down.getsockname()[1]}",  # one of two is down
            "storePathRootDir": str(store)},
     )  # fmt: skip
     log = tmp_path / "broker.log"
@@ -57,6 +59,7 @@ def test_broker_registers_with_the_name_server_and_unregisters_on_sigterm(mqlake
     try:
         wait_until(lambda: "Broker ready at" in _log(log) or proc.poll() is not None, 60, what="mqlake broker")
         assert proc.poll() is None, _log(log)
+        port = int(re.search(r"Broker ready at 127\.0\.0\.1:(\d+)", _log(log)).group(1))  # the OS's pick
         info = _cluster(mqlake_server.namesrv_addr)
         assert info["clusterAddrTable"]["OtherCluster"] == ["broker-b"]
         assert list(info["brokerAddrTable"]["broker-b"]["brokerAddrs"].values()) == [f"127.0.0.1:{port}"]
@@ -66,6 +69,7 @@ def test_broker_registers_with_the_name_server_and_unregisters_on_sigterm(mqlake
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, _log(log)
     finally:
+        down.close()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
@@ -75,17 +79,20 @@ def test_broker_registers_with_the_name_server_and_unregisters_on_sigterm(mqlake
 
 def test_up_defaults_to_a_store_under_the_working_directory(tmp_path: Path) -> None:
     conf = _write_conf(tmp_path / "small.conf", **TEST_CONF)  # small files; no storePathRootDir
-    ns_port, b_port = free_port(), free_port()
     log = tmp_path / "up.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [*MQLAKE, "up", "-c", str(conf), "--namesrv-port", str(ns_port), "--broker-port", str(b_port)],
+            [*MQLAKE, "up", "-c", str(conf), "--namesrv-port", "0", "--broker-port", "0"],  # the OS picks both
             stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
         )  # fmt: skip
     try:
         wait_until(lambda: "Broker ready at" in _log(log) or proc.poll() is not None, 60, what="mqlake up")
         text = _log(log)
-        assert f"NameServer ready at 127.0.0.1:{ns_port}" in text and f"Broker ready at 127.0.0.1:{b_port}" in text
+        ns_port = int(re.search(r"NameServer ready at 127\.0\.0\.1:(\d+)", text).group(1))
+        b_port = int(re.search(r"Broker ready at 127\.0\.0\.1:(\d+)", text).group(1))
+        assert ns_port and b_port and ns_port != b_port
+        # the broker registered with the NameServer's real port, not with port 0
+        assert _cluster(f"127.0.0.1:{ns_port}")["clusterAddrTable"]["DefaultCluster"] == ["broker-a"]
         assert (tmp_path / ".mqlake" / "store" / "commitlog").is_dir()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0, _log(log)

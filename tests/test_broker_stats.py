@@ -9,7 +9,7 @@ import pytest
 
 from broker.server import stats as st
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("pinned_zone")]  # hours and days are local time
 
 
 class Clock:

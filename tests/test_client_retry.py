@@ -15,7 +15,7 @@ from broker.remoting.loop import run
 from broker.remoting.server import RemotingServer
 from store.format.hashing import java_string_hash
 
-pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]  # a scripted broker on a loopback port
 
 
 class ScriptedPeer:

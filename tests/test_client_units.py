@@ -9,6 +9,7 @@ import re
 import pytest
 from rich.console import Console
 
+from broker.client import instance
 from broker.client.admin import QueueProgress, QueueStatus
 from broker.client.allocate import allocate_averagely
 from broker.client.errors import MessageError
@@ -126,7 +127,8 @@ def test_subscription_expressions():
     (b"*", b"[]", b"[]"),  # FilterAPI.buildSubscriptionData leaves both sets empty for "*"
     (b"a || b", b'["a","b"]', b"[97,98]"),  # String.hashCode("a") = 97, "b" = 98
 ])  # fmt: skip
-def test_our_push_consumers_heartbeat_is_what_a_java_client_sends(expression, tags_set, code_set):
+def test_our_push_consumers_heartbeat_is_what_a_java_client_sends(expression, tags_set, code_set, monkeypatch):
+    monkeypatch.setattr(instance, "local_ip", lambda: "10.0.0.7")  # not the host's: no socket asks for it
     consumer = PushConsumer("cg", "127.0.0.1:9876", MessageModel.BROADCASTING)
     consumer.subscribe("T", expression.decode(), lambda msg: None)
     body = consumer.heartbeat_body()

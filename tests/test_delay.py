@@ -180,6 +180,7 @@ def test_levels_deliver_in_order_and_a_restart_resumes_from_delay_offset_json(tm
         assert store.get_max_offset_in_queue("T", 3) == 6
 
 
+@pytest.mark.expected_errors("delay level 1 offset")
 @pytest.mark.integration
 def test_a_parked_record_that_cannot_be_delivered_is_skipped_and_delivery_goes_on(tmp_path, caplog) -> None:
     cfg = make_config(tmp_path, message_delay_level="1s")

@@ -106,6 +106,7 @@ def test_both_twins_write_the_same_consume_queue_and_index_files(tmp_path, compi
 
 
 @pytest.mark.unit
+@pytest.mark.expected_errors("unreadable record at position")
 def test_a_damaged_record_stops_the_compiled_loop_with_file_and_offset(tmp_path, caplog, compiled_loop):
     good = differential.dispatch_segment_from(bytes([20, *range(1, 21)]))
     walk = records.RecordWalk(good)
@@ -125,18 +126,15 @@ def test_a_damaged_record_stops_the_compiled_loop_with_file_and_offset(tmp_path,
     assert errors == [f"{segment}: unreadable record at position {bad_at} during dispatch: bad magic 0x00000001"]
 
 
-@pytest.mark.unit
-def test_the_switch_keeps_the_reference_dispatch():
-    code = "from store import dispatch_loop; print(dispatch_loop.available())"
-    env = {**os.environ, "MQLAKE_NO_EXTENSIONS": "1"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
-    env = {**os.environ, "MQLAKE_DISPATCH": "reference"}  # dispatch alone, the codec twins kept
-    env.pop("MQLAKE_NO_EXTENSIONS", None)
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
-    env.pop("MQLAKE_DISPATCH")
-    if dispatch_loop.built():  # without the switch the compiled loop is chosen
+@pytest.mark.integration
+def test_the_switch_keeps_the_reference_dispatch(compiled_loop):
+    def chosen(env: dict[str, str]) -> str:
+        code = "from store import dispatch_loop; print(dispatch_loop.available())"
         out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-                             check=True)  # fmt: skip
-        assert out.stdout.strip() == "True"
+                             check=True, timeout=120)  # fmt: skip
+        return out.stdout.strip()
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MQLAKE_NO_EXTENSIONS", "MQLAKE_DISPATCH")}
+    assert chosen({**env, "MQLAKE_NO_EXTENSIONS": "1"}) == "False"
+    assert chosen({**env, "MQLAKE_DISPATCH": "reference"}) == "False"  # dispatch alone, the codec twins kept
+    assert chosen(env) == "True"  # without the switch the compiled loop (built: see compiled_loop) is chosen

@@ -578,7 +578,7 @@ def test_uniq_key_month_start_at_ambiguous_local_midnight_like_java(fv):
 
 
 @pytest.mark.unit
-def test_uniq_key_time_field_in_local_zone_computed_independently():
+def test_uniq_key_time_field_in_local_zone_computed_independently(pinned_zone):
     """Early in a month (no top-bit or DST edge), using time.mktime for the local month start."""
     now_s = time.time()
     lt = time.localtime(now_s)

@@ -182,6 +182,7 @@ def _disk_store(disk: Path, **overrides) -> MessageStore:
     return MessageStore(make_config(disk, **values)).start()
 
 
+@pytest.mark.expected_errors(r"append failed: \[Errno 28\]", "disk maybe full soon")
 @pytest.mark.unit
 def test_a_failed_append_marks_the_disk_full_at_once_and_a_stop_completes(small_disk, real_disk):
     disk = small_disk("4m")
@@ -221,6 +222,7 @@ def test_a_failed_append_marks_the_disk_full_at_once_and_a_stop_completes(small_
         s.shutdown()
 
 
+@pytest.mark.expected_errors("reput failed at offset")
 @pytest.mark.unit
 @pytest.mark.parametrize("rolls", [{"mappedFileSizeConsumeQueue": 20 * 50}, {"maxIndexNum": 50}],
                          ids=["consume-queue", "index-file"])  # fmt: skip
@@ -252,6 +254,7 @@ def test_dispatch_waits_for_room_for_a_new_file_and_loses_nothing(small_disk, re
         s.shutdown()
 
 
+@pytest.mark.expected_errors("disk maybe full soon")
 @pytest.mark.unit
 def test_the_clean_pass_checks_the_disk_before_it_writes_anything(small_disk, real_disk):
     disk = small_disk("2m")
@@ -272,6 +275,7 @@ def test_the_clean_pass_checks_the_disk_before_it_writes_anything(small_disk, re
         s.shutdown()
 
 
+@pytest.mark.expected_errors("disk maybe full soon")
 @pytest.mark.unit
 @pytest.mark.parametrize("kind", ["delay", "timer"])
 def test_a_delivery_refused_on_a_full_disk_is_retried_not_lost(small_disk, real_disk, kind):

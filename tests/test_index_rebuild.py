@@ -337,6 +337,8 @@ def test_broken_chain(spark, base_store, tmp_path):
     assert f"chain broken at entry {e} (byte {units.index_entry_position(SMALL_HASH_SLOTS, e) + 16})" in p["reason"]
 
 
+# the base store parks records on SCHEDULE_TOPIC_XXXX without a real topic: a broker on it discards them
+@pytest.mark.expected_errors("real topic is SCHEDULE_TOPIC_XXXX; discarded")
 @pytest.mark.spark
 def test_repair_then_adopt_restores_a_store_that_serves_and_verifies(spark, base_store, tmp_path):
     from typer.testing import CliRunner
@@ -418,6 +420,8 @@ def test_tiered_store_verifies_from_the_local_minimum(spark, base_store, tmp_pat
     assert first_index["carried"] > 0 or first_index["begin_phy_offset"] >= cl_min
 
 
+# the base store parks records on SCHEDULE_TOPIC_XXXX without a real topic: a broker on it discards them
+@pytest.mark.expected_errors("real topic is SCHEDULE_TOPIC_XXXX; discarded")
 @pytest.mark.spark
 def test_running_broker_is_verified_up_to_the_dispatched_offset(spark, base_store, tmp_path):
     import threading

@@ -20,7 +20,7 @@ from broker.remoting.server import Connection, RemotingServer
 from tests.aio import async_test, poll
 
 # The frame codec runs on both twins (store.format.native): the pure-Python reference and the compiled one.
-pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("twin")]
+pytestmark = pytest.mark.usefixtures("twin")
 
 
 def json_frame(header: bytes, body: bytes = b"", serialize: int = 0) -> bytes:
@@ -40,6 +40,7 @@ def binary_header(code, language, version, opaque, flag, remark: bytes | None, e
 # --- codec ---------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_json_frame_decodes_and_reencodes_byte_for_byte():
     header = (
         b'{"code":310,"extFields":{"a":"PG","b":"Orders","d":"4"},"flag":0,"language":"JAVA",'
@@ -56,6 +57,7 @@ def test_json_frame_decodes_and_reencodes_byte_for_byte():
     assert cmd.encode() == frame
 
 
+@pytest.mark.unit
 def test_json_response_with_remark_and_non_ascii():
     header = (
         '{"code":1,"extFields":{},"flag":1,"language":"JAVA","opaque":2147483647,'
@@ -68,6 +70,7 @@ def test_json_response_with_remark_and_non_ascii():
     assert cmd.encode() == frame
 
 
+@pytest.mark.unit
 def test_rocketmq_binary_frame_decodes_and_reencodes_byte_for_byte():
     header = binary_header(
         11, 3, 409, 42, FLAG_ONEWAY, "bad ä".encode(), [(b"consumerGroup", b"G1"), (b"queueId", b"3")]
@@ -83,6 +86,7 @@ def test_rocketmq_binary_frame_decodes_and_reencodes_byte_for_byte():
     assert cmd.encode() == frame
 
 
+@pytest.mark.unit
 def test_rocketmq_binary_null_remark_and_no_ext():
     header = binary_header(0, 0, 401, 9, FLAG_RESPONSE, None, [])
     frame = json_frame(header, serialize=1)
@@ -91,6 +95,7 @@ def test_rocketmq_binary_null_remark_and_no_ext():
     assert cmd.encode() == frame
 
 
+@pytest.mark.unit
 def test_header_length_uses_24_bits():
     big = "x" * 70_000  # header longer than 16 bits
     cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, ext={"k": big}, body=b"B")
@@ -103,6 +108,7 @@ def test_header_length_uses_24_bits():
         assert back.ext_fields["k"] == big and back.body == b"B"
 
 
+@pytest.mark.unit
 def test_lenient_json_shapes_from_other_clients():
     # numbers and booleans as JSON values, language as a number, no remark/version/flag, an unquoted integer key
     header = b'{"code":"34","language":9,"opaque":"5","extFields":{"queueId":3,"unitMode":false,0:"x"}}'
@@ -114,6 +120,7 @@ def test_lenient_json_shapes_from_other_clients():
     assert cmd.ext_fields == {} and cmd.remark is None and cmd.language == "CPP"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "payload, message",
     [
@@ -135,6 +142,7 @@ def test_malformed_frames_raise_frame_error(payload, message):
         RemotingCommand.decode(payload)
 
 
+@pytest.mark.unit
 def test_request_and_response_flags_and_types():
     req = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, oneway=True, ext={"x": "1"})
     assert req.is_oneway and not req.is_response and req.flag == FLAG_ONEWAY
@@ -149,6 +157,7 @@ def test_request_and_response_flags_and_types():
 # --- headers -------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_header_round_trip_and_java_keys():
     hdr = h.PullMessageRequestHeader(
         consumer_group="G", topic="T", queue_id=1, queue_offset=2**40, max_msg_nums=32, sys_flag=6,
@@ -169,6 +178,7 @@ def test_header_round_trip_and_java_keys():
     ).body_crc32 == -5
 
 
+@pytest.mark.unit
 def test_header_errors_name_the_java_field():
     with pytest.raises(HeaderError, match=r"the custom field <consumerGroup> is null"):
         h.QueryConsumerOffsetRequestHeader.from_ext({"topic": "T", "queueId": "0"})
@@ -179,6 +189,7 @@ def test_header_errors_name_the_java_field():
     assert hdr.accept_standard_json_only is False
 
 
+@pytest.mark.unit
 def test_send_header_v2_maps_to_v1():
     v2 = h.SendMessageRequestHeaderV2.from_ext(
         {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": "2", "f": "0", "g": "1700000000000", "h": "0",
@@ -215,6 +226,7 @@ async def read_frame(reader: asyncio.StreamReader, timeout: float = 5.0) -> Remo
     return RemotingCommand.decode(await asyncio.wait_for(reader.readexactly(length), timeout))
 
 
+@pytest.mark.integration
 @async_test
 async def test_slow_handler_does_not_block_fast_one_on_same_connection():
     release = asyncio.Event()
@@ -235,6 +247,8 @@ async def test_slow_handler_does_not_block_fast_one_on_same_connection():
         await client.close()
 
 
+@pytest.mark.integration
+@pytest.mark.expected_errors("handler for .* failed")  # a handler raises on purpose
 @async_test
 async def test_oneway_is_never_answered_even_when_handler_returns_or_raises():
     seen: list[str] = []
@@ -266,6 +280,8 @@ async def test_oneway_is_never_answered_even_when_handler_returns_or_raises():
         writer.close()
 
 
+@pytest.mark.integration
+@pytest.mark.expected_errors("handler for .* failed")  # a handler raises on purpose
 @async_test
 async def test_unknown_code_header_error_exception_and_sync_handlers():
     async def needs_header(cmd, conn):
@@ -299,6 +315,7 @@ async def test_unknown_code_header_error_exception_and_sync_handlers():
         await client.close()
 
 
+@pytest.mark.integration
 @async_test
 async def test_response_uses_the_request_serialize_type():
     async with serving({7: echo}) as server:
@@ -326,6 +343,7 @@ MALFORMED = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", list(MALFORMED))
 @async_test
 async def test_malformed_frame_closes_only_that_connection(name):
@@ -346,6 +364,7 @@ async def test_malformed_frame_closes_only_that_connection(name):
         await client.close()
 
 
+@pytest.mark.integration
 @async_test
 async def test_truncated_frame_then_close_is_dropped_quietly():
     async with serving({7: echo}) as server:
@@ -362,6 +381,7 @@ async def test_truncated_frame_then_close_is_dropped_quietly():
         await client.close()
 
 
+@pytest.mark.integration
 @async_test
 async def test_large_frame_and_small_max_frame():
     async with serving({7: echo}) as server:
@@ -379,6 +399,7 @@ async def test_large_frame_and_small_max_frame():
         await client.close()
 
 
+@pytest.mark.integration
 @async_test
 async def test_in_flight_limit_stops_reading_until_answers_leave():
     release = asyncio.Event()
@@ -406,6 +427,7 @@ async def test_in_flight_limit_stops_reading_until_answers_leave():
         await client.close()
 
 
+@pytest.mark.integration
 @async_test
 async def test_full_write_buffer_stops_reading_requests():
     answered = 0
@@ -447,6 +469,7 @@ async def test_full_write_buffer_stops_reading_requests():
         writer.close()
 
 
+@pytest.mark.integration
 @async_test
 async def test_server_invokes_and_notifies_the_client_on_its_channel():
     got: list[RemotingCommand] = []
@@ -478,6 +501,7 @@ async def test_server_invokes_and_notifies_the_client_on_its_channel():
         await bare.close()
 
 
+@pytest.mark.integration
 @async_test
 async def test_stop_lets_in_flight_handlers_answer():
     release = asyncio.Event()
@@ -501,6 +525,7 @@ async def test_stop_lets_in_flight_handlers_answer():
     await client.close()
 
 
+@pytest.mark.integration
 @async_test
 async def test_pipelined_invokes_are_matched_by_opaque():
     async def shuffled(cmd, conn):
@@ -520,12 +545,19 @@ async def test_pipelined_invokes_are_matched_by_opaque():
 # --- client --------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @async_test
 async def test_client_reconnects_after_server_restart():
-    server = RemotingServer("127.0.0.1", 0)
+    # The port stays ours while the server is down: a bound, never listening socket holds it (with SO_REUSEADDR,
+    # as the server's own listener has, both may be bound while at most one listens), so no other process on the
+    # host can take it between the stop and the restart, and a connection to it is refused meanwhile.
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", 0))
+    port = holder.getsockname()[1]
+    server = RemotingServer("127.0.0.1", port)
     server.register(7, echo)
     await server.start()
-    port = server.port
     client = RemotingClient()
     addr = f"127.0.0.1:{port}"
     assert (await client.invoke(addr, RemotingCommand.request(7, body=b"1"))).body == b"1"
@@ -541,8 +573,10 @@ async def test_client_reconnects_after_server_restart():
     assert await client.connection(addr) is not first
     await client.close()
     await server.stop()
+    holder.close()
 
 
+@pytest.mark.integration
 @async_test
 async def test_client_timeout_then_connection_still_usable():
     release = asyncio.Event()
@@ -563,6 +597,7 @@ async def test_client_timeout_then_connection_still_usable():
         await client.close()
 
 
+@pytest.mark.integration
 @async_test
 async def test_pending_calls_fail_at_once_when_connection_drops():
     async def hang(cmd, conn):
@@ -585,19 +620,21 @@ async def test_pending_calls_fail_at_once_when_connection_drops():
         await client.close()
 
 
+@pytest.mark.integration
 @async_test
 async def test_connect_refused_and_bad_address():
-    with socket.socket() as s:
+    client = RemotingClient(connect_timeout=2)
+    with socket.socket() as s:  # bound but not listening: the port refuses, and no other process can take it
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    client = RemotingClient(connect_timeout=2)
-    with pytest.raises(RemotingConnectError, match=f"127.0.0.1:{port}"):
-        await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(7))
+        with pytest.raises(RemotingConnectError, match=f"127.0.0.1:{port}"):
+            await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(7))
     with pytest.raises(RemotingConnectError, match="bad address"):
         await client.invoke("no-port-here", RemotingCommand.request(7))
     await client.close()
 
 
+@pytest.mark.unit
 def test_json_header_keys_are_fastjson_order():
     cmd = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, h.GetRouteInfoRequestHeader(topic="T"))
     cmd.opaque = 3

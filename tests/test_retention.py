@@ -356,7 +356,7 @@ def test_treat_sealed_as_expired_never_claims_the_active_segment(filled):
 
 
 @pytest.mark.unit
-def test_delete_policy_deletes_expired_segments_without_tiering(filled):
+def test_delete_policy_deletes_expired_segments_without_tiering(filled, pinned_zone):
     hour = time.localtime().tm_hour
     f = filled(segments=3, expired_segment_policy="delete", delete_when=f"{(hour + 2) % 24:02d}")
     root, cfg = f.cfg.store_path_root_dir, f.cfg
@@ -479,6 +479,7 @@ def test_disk_thresholds_are_clamped_as_rocketmq_5_clamps_them(tmp_path):
     assert (cfg.disk_space_warning_level_ratio, cfg.disk_space_clean_forcibly_ratio) == (35, 85)
 
 
+@pytest.mark.expected_errors("disk maybe full soon")
 @pytest.mark.unit
 def test_a_full_disk_refuses_puts_and_keeps_what_was_acknowledged(filled, monkeypatch):
     # No test can fill the machine's disk: the measurement is replaced, the refusal and the retention are real.

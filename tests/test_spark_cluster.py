@@ -36,11 +36,28 @@ REPO = Path(__file__).resolve().parent.parent
 MESSAGES = 500  # two sealed 64 KiB segments (a task each), more open ones
 
 
+# What unshare(1) and mount(8) say when the kernel (or the container around it) forbids the namespace or the mount.
+KERNEL_REFUSALS = ("Operation not permitted", "Permission denied", "Invalid argument", "not supported")
+
+
 def _hiding_prefix(hidden: Path) -> list[str]:
-    """Run a worker in a private mount namespace where ``hidden`` is an empty tmpfs."""
+    """Run a worker in a private mount namespace where ``hidden`` is an empty tmpfs.
+
+    Tried once first: where the kernel refuses the namespace (a container without user namespaces, say) the
+    calling test is skipped with unshare's own words; any other failure (no unshare installed) fails it."""
     user = [] if os.geteuid() == 0 else ["--map-root-user"]
-    return ["unshare", *user, "--mount", "--propagation", "private", "--",
-            "sh", "-c", 'mount -t tmpfs tmpfs "$0" && exec "$@"', str(hidden)]  # fmt: skip
+    prefix = ["unshare", *user, "--mount", "--propagation", "private", "--",
+              "sh", "-c", 'mount -t tmpfs tmpfs "$0" && exec "$@"', str(hidden)]  # fmt: skip
+    try:
+        probe = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        pytest.fail("unshare(1) (util-linux) is not installed: the workers cannot be given a private mount")
+    if probe.returncode != 0:
+        said = probe.stderr.strip()
+        if any(words in said for words in KERNEL_REFUSALS):
+            pytest.skip(f"the kernel refuses a private mount namespace for the workers here: {said}")
+        pytest.fail(f"unshare failed (exit code {probe.returncode}): {said}")
+    return prefix
 
 
 @pytest.fixture(scope="module")

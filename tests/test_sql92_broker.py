@@ -29,9 +29,18 @@ from broker.remoting.loop import run
 from broker.remoting.protocol.body import CheckClientRequestBody
 from broker.remoting.protocol.heartbeat import ConsumerData, HeartbeatData, SubscriptionData
 from tests.aio import poll
+from tests.fixtures_broker import MqlakeServer, stop_servers
 from tests.test_client_broker import make_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def filter_server(tmp_path_factory):
+    """One broker with enablePropertyFilter for the module (each test has topics and groups of its own)."""
+    server = MqlakeServer(tmp_path_factory.mktemp("sql92"), enablePropertyFilter="true").start()
+    yield server
+    stop_servers([server])
 
 until = functools.partial(poll, timeout=20.0, interval=0.02)
 SQL = "SQL92"
@@ -84,8 +93,8 @@ def _check_config(addr: str, sub: SubscriptionData | None) -> RemotingCommand:
     return run(go())
 
 
-def test_sql92_pull_returns_exactly_the_matching_messages(mqlake_server_factory):
-    server = mqlake_server_factory(enablePropertyFilter="true")
+def test_sql92_pull_returns_exactly_the_matching_messages(filter_server):
+    server = filter_server
     ns, topic = server.namesrv_addr, "sql92_pull"
 
     async def go():
@@ -131,8 +140,8 @@ def test_sql92_needs_enable_property_filter(mqlake_server):
     assert resp.code == ResponseCode.SYSTEM_ERROR
 
 
-def test_check_client_config_answers_as_java(mqlake_server_factory):
-    server = mqlake_server_factory(enablePropertyFilter="true")
+def test_check_client_config_answers_as_java(filter_server):
+    server = filter_server
     good = SubscriptionData(topic="t", sub_string="a > 1 AND b IS NOT NULL", expression_type=SQL)
     assert _check_config(server.broker_addr, good).code == ResponseCode.SUCCESS
     tag = SubscriptionData(topic="t", sub_string="A || B")
@@ -146,8 +155,8 @@ def test_check_client_config_answers_as_java(mqlake_server_factory):
     assert _check_config(server.broker_addr, unknown).code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
 
 
-def test_push_consumer_with_sql92_gets_only_matching_and_a_bad_expression_fails_at_start(mqlake_server_factory):
-    server = mqlake_server_factory(enablePropertyFilter="true")
+def test_push_consumer_with_sql92_gets_only_matching_and_a_bad_expression_fails_at_start(filter_server):
+    server = filter_server
     ns, topic = server.namesrv_addr, "sql92_push"
 
     async def go():
@@ -178,10 +187,10 @@ def test_push_consumer_with_sql92_gets_only_matching_and_a_bad_expression_fails_
     run(go())
 
 
-def test_a_parked_sql92_pull_is_not_woken_by_a_message_that_does_not_match(mqlake_server_factory):
+def test_a_parked_sql92_pull_is_not_woken_by_a_message_that_does_not_match(filter_server):
     """With the filter on the wake-up, the parked pull answers with the matching message; woken by the
     non-matching one it would answer PULL_RETRY_IMMEDIATELY (nothing matched) before the second send."""
-    server = mqlake_server_factory(enablePropertyFilter="true")
+    server = filter_server
     ns, topic, group = server.namesrv_addr, "sql92_park", "cg_sql92_park"
 
     async def go():

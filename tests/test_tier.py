@@ -237,6 +237,7 @@ def test_sigkill_at_each_step_then_rerun_loses_and_duplicates_nothing(spark, tmp
     assert on_disk == {str(Path(unquote(p.removeprefix("file://"))).resolve()) for p in in_log}
 
 
+@pytest.mark.expected_errors("quarantining segment", "deleting tiered segments failed")
 @pytest.mark.spark
 def test_corrupt_segments_are_quarantined_and_kept(spark, tmp_path):
     written = write_store(tmp_path / "s", count=1100)

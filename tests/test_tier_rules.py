@@ -22,6 +22,7 @@ from tests.helpers import flip_byte
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.expected_errors("quarantining segment")
 def test_a_property_that_is_not_utf8_quarantines_its_segment(spark, tmp_path):
     written = write_store(tmp_path / "s", count=700)
     lake = tmp_path / "lake"

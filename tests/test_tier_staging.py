@@ -89,6 +89,7 @@ class BodyChangedAfterStaging(TierJob):
         return staged
 
 
+@pytest.mark.expected_errors("quarantining segment", "took the unverified rows of")
 def test_a_body_changed_after_staging_is_caught_before_deletion(spark, tmp_path):
     written = write_store(tmp_path / "s", count=900)
     segments = [e.file_name for e in SegmentManifest(written.root).entries() if e.state == SegmentState.SEALED]
@@ -128,6 +129,7 @@ def _data_files(messages: str, version: int | None = None) -> set[str]:
     return {str(Path(unquote(p.removeprefix("file://"))).resolve()) for p in paths}
 
 
+@pytest.mark.expected_errors("quarantining segment", "took the unverified rows of")
 def test_a_failed_verify_takes_the_commit_out_again_leaving_the_table_as_it_was(spark, tmp_path):
     from lake import delta as lk
     from lake import tables

@@ -172,6 +172,7 @@ def test_unknown_is_resolved_by_check_back_and_stale_or_bogus_end_transactions_d
     run(go())
 
 
+@pytest.mark.expected_errors("moved to TRANS_CHECK_MAX_TIME_TOPIC")
 def test_check_max_moves_the_half_message_and_immunity_holds_its_check_back(mqlake_server_factory):
     server = mqlake_server_factory(**FAST_CHECKS)
     ns, topic = server.namesrv_addr, "tx_max"

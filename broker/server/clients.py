@@ -90,9 +90,10 @@ class ConsumerManager:
         for group in [g for g, info in self.groups.items() if conn in info.channels]:
             self.unregister(group, conn)
 
-    def scan_expired(self, timeout_ms: int) -> list[Channel]:
-        """Drop channels silent for ``timeout_ms``; returns their connections (to be closed)."""
-        cutoff = now_ms() - timeout_ms
+    def scan_expired(self, timeout_ms: int, now: int | None = None) -> list[Channel]:
+        """Drop channels silent for ``timeout_ms`` at ``now`` (epoch ms, default the clock's); returns their
+        connections (to be closed)."""
+        cutoff = (now_ms() if now is None else now) - timeout_ms
         dropped = []
         for group, info in list(self.groups.items()):
             for conn, ch in list(info.channels.items()):
@@ -132,8 +133,9 @@ class ProducerManager:
         for group in [g for g, chans in self.groups.items() if conn in chans]:
             self.unregister(group, conn)
 
-    def scan_expired(self, timeout_ms: int) -> list[Channel]:
-        cutoff = now_ms() - timeout_ms
+    def scan_expired(self, timeout_ms: int, now: int | None = None) -> list[Channel]:
+        """As :meth:`ConsumerManager.scan_expired`."""
+        cutoff = (now_ms() if now is None else now) - timeout_ms
         dropped = []
         for group, chans in list(self.groups.items()):
             for conn, ch in list(chans.items()):

@@ -331,9 +331,10 @@ class BrokerController:
         if snap is not None:
             await self.offsets.write_async(snap)
 
-    def _scan_clients(self) -> None:
+    def _scan_clients(self, now: int | None = None) -> None:
+        """Close the channels silent for channelExpiredTimeout at ``now`` (epoch ms, default the clock's)."""
         timeout = self.config.channel_expired_timeout
-        for conn in self.consumers.scan_expired(timeout) + self.producers.scan_expired(timeout):
+        for conn in self.consumers.scan_expired(timeout, now) + self.producers.scan_expired(timeout, now):
             log.info("closing %s: no heartbeat for %d ms", conn.remote_addr, timeout)
             conn.close()
 
