@@ -361,9 +361,31 @@ def send_to(addr: str, topic: str, body: bytes) -> int:
     return remoting_call(addr, RequestCode.SEND_MESSAGE, hdr, body).code
 
 
+def consume_all(namesrv_addr: str, topic: str, group: str, sent: set[bytes]) -> set[bytes]:
+    """What a new C++ push consumer group reads of ``topic`` once it has every body in ``sent``."""
+    from rocketmq.client import PushConsumer
+
+    got: set[bytes] = set()
+    lock = threading.Lock()
+
+    def on_message(msg) -> None:
+        with lock:
+            got.add(msg.body)
+
+    consumer = PushConsumer(group)
+    consumer.set_namesrv_addr(namesrv_addr)
+    consumer.subscribe(topic, on_message)
+    consumer.start()
+    try:
+        wait_until(lambda: sent <= got, 60, what=f"{len(sent - got)} of {len(sent)} acknowledged messages")
+    finally:
+        consumer.shutdown()
+    return got
+
+
 @pytest.mark.integration
 def test_sync_master_sigkilled_mid_produce_loses_nothing_acknowledged(cluster_factory) -> None:
-    from rocketmq.client import Message, Producer, PushConsumer
+    from rocketmq.client import Message, Producer
 
     c = cluster_factory("SYNC_MASTER", slaveReadEnable="true")  # as in RocketMQ, a slave serves reads only so
     c.master.start()
@@ -410,21 +432,7 @@ def test_sync_master_sigkilled_mid_produce_loses_nothing_acknowledged(cluster_fa
     assert_same_log(c, slave_end)
 
     # a new consumer group reads every acknowledged message from the slave (the route now has only brokerId 1)
-    got: set[bytes] = set()
-    lock = threading.Lock()
-
-    def on_message(msg) -> None:
-        with lock:
-            got.add(msg.body)
-
-    consumer = PushConsumer(unique("Fresh"))
-    consumer.set_namesrv_addr(c.namesrv_addr)
-    consumer.subscribe(topic, on_message)
-    consumer.start()
-    try:
-        wait_until(lambda: sent <= got, 60, what=f"{len(sent - got)} of {len(sent)} acknowledged messages")
-    finally:
-        consumer.shutdown()
+    got = consume_all(c.namesrv_addr, topic, unique("Fresh"), sent)
     assert b"before-slave" in got  # stored on the master before the slave came, and replicated since
 
 
@@ -746,7 +754,7 @@ NO_PERIODIC_COPY = {"slaveReadEnable": "true", "slaveSyncInterval": "600000"}
 
 @pytest.mark.integration
 def test_a_topic_created_just_before_the_master_is_killed_is_read_whole_from_the_slave(cluster_factory) -> None:
-    from rocketmq.client import Message, Producer, PushConsumer
+    from rocketmq.client import Message, Producer
 
     c = cluster_factory("SYNC_MASTER", **NO_PERIODIC_COPY)  # every SEND_OK is on the slave
     c.master.start()
@@ -774,21 +782,7 @@ def test_a_topic_created_just_before_the_master_is_killed_is_read_whole_from_the
     slave_config = topic_table(c.slave.broker_addr)[1].get(topic)
     assert slave_config is not None, "the slave holds the topic's messages but not its config"
     assert (slave_config.read_queue_nums, slave_config.write_queue_nums, slave_config.perm) == (3, 3, 6)
-    got: set[bytes] = set()
-    lock = threading.Lock()
-
-    def on_message(msg) -> None:
-        with lock:
-            got.add(msg.body)
-
-    consumer = PushConsumer(unique("AfterCrash"))
-    consumer.set_namesrv_addr(c.namesrv_addr)
-    consumer.subscribe(topic, on_message)
-    consumer.start()
-    try:
-        wait_until(lambda: sent <= got, 60, what=f"{len(sent - got)} of {len(sent)} messages from the slave")
-    finally:
-        consumer.shutdown()
+    consume_all(c.namesrv_addr, topic, unique("AfterCrash"), sent)
 
 
 def pull_queue(addr: str, topic: str, queue_id: int) -> tuple[int, int]:
