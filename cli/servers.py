@@ -84,9 +84,12 @@ def _run(fn, *args, store_dir: Path | None = None, **kwargs) -> None:
 
 
 def _check_store_dir(store_dir: Path) -> None:
-    """The store directory exists (made if need be) and this user may write it: the first of many files it gets."""
-    store_dir.mkdir(parents=True, exist_ok=True)
-    if not os.access(store_dir, os.W_OK | os.X_OK):
+    """This user may write the store directory, or make it (its nearest existing parent is writable).  Nothing is
+    created here: a start-up refused later (a bad ACL file, a port in use) leaves no store behind."""
+    existing = next(p for p in (store_dir, *store_dir.parents) if p.exists())
+    if not existing.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
+    if not os.access(existing, os.W_OK | os.X_OK):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(store_dir))
 
 

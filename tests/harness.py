@@ -85,6 +85,10 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     harness = _active
     if harness is None or harness.current is None or not harness.current.unit:
         return
+    if threading.current_thread() is not threading.main_thread():
+        # a thread that outlived an earlier test of this worker (py4j's gateway of a Spark session kept for the
+        # session) is not the unit test's doing; a unit test's own code runs on the main thread
+        return
     if event in ("socket.bind", "socket.connect"):
         sock = args[0]
         if getattr(sock, "family", None) not in _IP_FAMILIES:

@@ -15,7 +15,7 @@ import pytest
 
 from store.message_store import MessageStore
 from tests.helpers import make_config, make_message
-from tests.test_airflow_dags import airflow_home, run_dag  # noqa: F401 - fixture
+from tests.test_airflow_dags import run_dag
 
 pytestmark = pytest.mark.airflow
 

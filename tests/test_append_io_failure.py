@@ -46,6 +46,7 @@ def _store(tmp_path: Path) -> MessageStore:
 
 
 @pytest.mark.unit
+@pytest.mark.expected_errors(r"append failed: .*Read-only file system")
 def test_a_segment_that_cannot_be_created_fails_the_put_and_a_later_put_succeeds(tmp_path):
     s = _store(tmp_path)
     commitlog = tmp_path / "store" / "commitlog"
@@ -117,6 +118,7 @@ async def _send_one(server: MqlakeServer, body: bytes) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.expected_errors(r"append failed: .*Read-only file system")
 def test_a_broker_answers_a_send_that_needs_an_uncreatable_segment_with_a_system_error(tmp_path):
     segment = 1024 * 1024
     server = MqlakeServer(tmp_path / "broker", mappedFileSizeCommitLog=str(segment))

@@ -85,6 +85,7 @@ def test_the_thorough_interval_flushes_fewer_than_the_least_pages(tmp_path, monk
 
 
 @pytest.mark.unit
+@pytest.mark.expected_errors(r"commitlog flush failed: .*cannot flush")
 def test_a_failed_flush_is_logged_with_the_segment_and_retried(tmp_path, monkeypatch, caplog):
     s = _store(tmp_path, flushIntervalCommitLog=10, flushCommitLogLeastPages=1,
                flushCommitLogThoroughInterval=HOUR_MS)  # fmt: skip

@@ -126,7 +126,7 @@ def test_piped_table_prints_long_topics_keys_and_paths_whole_on_one_line(tmp_pat
     assert len(rows) == 3 and all(f"{key}-{i}" in row and "TagA" in row for i, row in enumerate(rows))
 
     units = run([str(MQLAKE), "store", "dump", str(root), "--consume-queue", "--topic", topic])
-    cells = [[c.strip() for c in line.split("│")[1:3]] for line in units.stdout.splitlines() if topic in line]
+    cells = [line.split()[:2] for line in units.stdout.splitlines() if topic in line]  # mqadmin's plain columns
     assert cells == [[topic, "0"], [topic, "1"], [topic, "2"]]
 
     seg = sorted((root / "commitlog").iterdir())[0]

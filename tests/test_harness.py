@@ -4,6 +4,9 @@ and each is reported against the test it belongs to."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -17,10 +20,15 @@ def pytest_configure(config):
 """
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
 @pytest.fixture
-def run(pytester: pytest.Pytester):
+def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
     """``run(source)`` -> the outcome of a child pytest session over one test module."""
     pytester.makeconftest(CONFTEST)
+    # the child runs in a temporary directory: the repository's `tests` package must be importable from there
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
 
     def go(source: str) -> pytest.RunResult:
         pytester.makepyfile(test_inner=source)

@@ -200,7 +200,11 @@ def test_configs_copied_from_a_master_leave_out_names_a_client_could_not_use(fre
 
     master.run(tamper())
     sc = slave.controller
-    sync = SlaveSynchronize(sc.config, sc.topics, sc.offsets, sc.groups, slave.client, lambda segments: [])
+
+    async def build() -> SlaveSynchronize:  # on the slave's loop, as its controller builds it
+        return SlaveSynchronize(sc.config, sc.topics, sc.offsets, sc.groups, slave.client, lambda segments: [])
+
+    sync = slave.run(build())
     sync.master_addr = master.addr
     with caplog.at_level(logging.ERROR, logger="broker.server.slave_sync"):
         slave.run(sync.sync_all())

@@ -100,6 +100,7 @@ def run(spark, s3, tmp_path_factory) -> Run:
 
 
 @pytest.mark.spark
+@pytest.mark.expected_errors(r"tier run failed")
 def test_endpoint_down_at_commit_deletes_nothing_and_the_next_run_commits(run):
     assert f"S3 endpoint {run.s3.endpoint}, s3://{BUCKET}/lake/" in run.fault and "Connection refused" in run.fault
     assert run.claimed

@@ -18,6 +18,7 @@ from tests.test_tier import assert_rows_are, sealed, sealed_expected, table_rows
 
 
 @pytest.mark.spark
+@pytest.mark.expected_errors(r"quarantining segment .* from another store")
 def test_a_store_committing_between_anothers_check_and_commit_wins_the_other_is_taken_out(
     spark, tmp_path, monkeypatch
 ):

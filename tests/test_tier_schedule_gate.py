@@ -51,6 +51,7 @@ class _Clock:
 
 
 @pytest.mark.integration
+@pytest.mark.expected_errors(r"tier run failed")
 def test_the_tier_job_runs_only_in_the_deletion_hour_and_backs_off_after_a_failure(tmp_path, caplog):
     runs, mode = tmp_path / "runs.txt", tmp_path / "mode.txt"
     mode.write_text("fail")
