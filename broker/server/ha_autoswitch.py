@@ -185,14 +185,14 @@ class AutoSwitchHAConnection:
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
-                e = t.exception()
-                if isinstance(e, TimeoutError):
+                err = t.exception()
+                if isinstance(err, TimeoutError):
                     log.warning("HA: slave %d (%s) silent for %d ms, closing", self.slave_id, self.remote,
                                 self.service.config.ha_housekeeping_interval)  # fmt: skip
-                elif isinstance(e, HAProtocolError):
-                    log.warning("HA: slave %d (%s): %s", self.slave_id, self.remote, e)
-                elif e is not None and not isinstance(e, asyncio.IncompleteReadError | ConnectionError | OSError):
-                    log.error("HA: connection to slave %s failed: %r", self.remote, e)
+                elif isinstance(err, HAProtocolError):
+                    log.warning("HA: slave %d (%s): %s", self.slave_id, self.remote, err)
+                elif err is not None and not isinstance(err, asyncio.IncompleteReadError | ConnectionError | OSError):
+                    log.error("HA: connection to slave %s failed: %r", self.remote, err)
         finally:
             for t in tasks:
                 t.cancel()
