@@ -96,9 +96,16 @@ class ConfigChecks(BaseModel):
 
 class NamesrvConfig(AclSettings, ConfigChecks):
     """``mqlake namesrv -c``: the NameServer's keys. With ``aclEnable`` its write codes need a signed admin account
-    of plain_acl.yml (mqlake's; RocketMQ 4.x's NameServer checks nothing)."""
+    of plain_acl.yml (mqlake's; RocketMQ 4.x's NameServer checks nothing).  With ``enableControllerInNamesrv`` it
+    also runs a single-node controller for brokers in controller mode (``broker.namesrv.replicas_controller``) on
+    ``controllerListenPort`` (0: the OS picks), its state in ``controllerStorePath``; ``scanNotActiveBrokerInterval``
+    is how often it looks for a dead master (RocketMQ's ControllerConfig names and defaults)."""
 
     tls: TlsConfig = Field(default_factory=TlsConfig, exclude=True)
+    enable_controller_in_namesrv: bool = False
+    controller_listen_port: int = Field(9878, ge=0, le=65535)
+    controller_store_path: Path = Field(default_factory=lambda: Path.home() / "DledgerController")
+    scan_not_active_broker_interval: int = Field(5000, ge=100)
 
 
 class BrokerConfig(AclSettings, ConfigChecks):

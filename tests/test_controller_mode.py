@@ -5,9 +5,10 @@ AutoSwitch protocol, and a stock C++ producer carrying on through a master's SIG
 from __future__ import annotations
 
 import itertools
+import json
+import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,10 +16,11 @@ from broker.config import BrokerConfigError, build_configs, load_broker_conf
 from store.config import BrokerRole
 from store.epoch_file import EpochFile, consistent_point
 from store.message_store import MessageStore
+from tests.controller_mode import failover_seconds, in_sync, master_and_slave, max_offset, role, runtime
 from tests.fixtures_broker import MqlakeServer, stop_servers
 from tests.helpers import make_message, wait_until
 from tests.peers import ControllerCluster
-from tests.test_ha import SEGMENT, commitlog_bytes, consume_all, max_offset, runtime, unique
+from tests.test_ha import commitlog_bytes, consume_all, unique
 
 
 @pytest.mark.unit
@@ -53,42 +55,6 @@ def test_controller_mode_without_a_usable_controller_address_stops_naming_the_ke
     assert store.broker_role == "SLAVE"  # until the controllers say otherwise
 
 
-def _broker(tmp: Path, name: str, namesrv: str, controllers: list[str]) -> MqlakeServer:
-    return MqlakeServer(
-        tmp / name, "broker", namesrvAddr=namesrv, enableControllerMode="true", controllerAddr=";".join(controllers),
-        allAckInSyncStateSet="true", brokerHeartbeatInterval="500", controllerHeartBeatTimeoutMills="3000",
-        syncBrokerMetadataPeriod="1000", checkSyncStateSetPeriod="1000", haSendHeartbeatInterval="500",
-        haMaxTimeSlaveNotCatchup="5000", slaveSyncInterval="1000", mappedFileSizeCommitLog=str(SEGMENT),
-    )  # fmt: skip
-
-
-def failover_seconds(acked: list[tuple[float, bytes]], killed_at: float) -> float:
-    """From the kill to the first send acknowledged after the longest pause in acknowledgements since it: sends
-    answered by the old master just before it died can arrive a moment after the kill, the new master's come after
-    the pause the failover makes."""
-    times = [killed_at] + [ts for ts, _ in acked if ts > killed_at]
-    gaps = [(b - a, b) for a, b in itertools.pairwise(times)]
-    return max(gaps)[1] - killed_at
-
-
-def _master_and_slave(tmp: Path, controllers: ControllerCluster) -> tuple[MqlakeServer, MqlakeServer, MqlakeServer]:
-    """A NameServer and two brokers of one broker set: ``a`` elected master, ``b`` its slave in the sync state set."""
-    namesrv = MqlakeServer(tmp / "ns", "namesrv").start()
-    a = _broker(tmp, "a", namesrv.namesrv_addr, controllers.addrs)
-    b = _broker(tmp, "b", namesrv.namesrv_addr, controllers.addrs)
-    try:
-        a.start()
-        wait_until(lambda: _role(a) == "SYNC_MASTER", 60, what="the first broker to be elected master")
-        b.start()
-        wait_until(lambda: _role(b) == "SLAVE", 30, what="the second broker to follow it")
-        wait_until(lambda: runtime(a.broker_addr).get("haSyncStateSet") == "1,2", 30,
-                   what="the slave to join the sync state set")  # fmt: skip
-    except BaseException:
-        stop_servers([a, b, namesrv])
-        raise
-    return namesrv, a, b
-
-
 def _send(namesrv: str, topic: str, bodies: list[bytes]) -> None:
     """Send each body with a stock C++ producer; every one must be acknowledged SEND_OK."""
     from rocketmq.client import Message, Producer
@@ -105,19 +71,12 @@ def _send(namesrv: str, topic: str, bodies: list[bytes]) -> None:
         p.shutdown()
 
 
-def _role(server: MqlakeServer) -> str | None:
-    try:
-        return runtime(server.broker_addr).get("brokerRole")
-    except (AssertionError, OSError):
-        return None
-
-
 @pytest.mark.integration
 def test_master_sigkilled_under_sync_load_fails_over_and_loses_nothing_acknowledged(tmp_path) -> None:
     from rocketmq.client import Message, Producer
 
     with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
-        namesrv, a, b = _master_and_slave(tmp_path, controllers)
+        namesrv, a, b = master_and_slave(tmp_path, controllers.addrs)
         try:
 
             topic = unique("FoT")
@@ -147,7 +106,7 @@ def test_master_sigkilled_under_sync_load_fails_over_and_loses_nothing_acknowled
             killed_at = time.monotonic()
             before = len(acked)
             a.kill()
-            wait_until(lambda: _role(b) == "SYNC_MASTER", 60, what="the slave to be elected master")
+            wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the slave to be elected master")
             wait_until(lambda: len(acked) >= before + 100, 120, what="sends acknowledged by the new master")
             stop.set()
             t.join(60)
@@ -157,10 +116,10 @@ def test_master_sigkilled_under_sync_load_fails_over_and_loses_nothing_acknowled
 
             # the old master returns as a slave and its CommitLog becomes the new master's, byte for byte
             a.start()
-            wait_until(lambda: _role(a) == "SLAVE", 60, what="the old master to return as a slave")
-            wait_until(lambda: max_offset(a.broker_addr) == max_offset(b.broker_addr), 60,
+            wait_until(lambda: role(a) == "SLAVE", 60, what="the old master to return as a slave")
+            wait_until(lambda: max_offset(a) == max_offset(b), 60,
                        what="the old master to catch up")  # fmt: skip
-            end = max_offset(b.broker_addr)
+            end = max_offset(b)
             assert commitlog_bytes(a.store_dir, 0, end) == commitlog_bytes(b.store_dir, 0, end)
             assert len(commitlog_bytes(a.store_dir, 0, end)) == end
 
@@ -175,15 +134,15 @@ def test_master_sigkilled_under_sync_load_fails_over_and_loses_nothing_acknowled
 @pytest.mark.integration
 def test_an_old_master_returning_with_unacknowledged_records_is_cut_to_the_epoch_boundary(tmp_path) -> None:
     with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
-        namesrv, a, b = _master_and_slave(tmp_path, controllers)
+        namesrv, a, b = master_and_slave(tmp_path, controllers.addrs)
         try:
             topic = unique("CutT")
             first = [f"first-{i}".encode() * 10 for i in range(200)]
             _send(namesrv.namesrv_addr, topic, first)
-            wait_until(lambda: max_offset(b.broker_addr) == max_offset(a.broker_addr), 30, what="the slave to catch up")
-            boundary = max_offset(a.broker_addr)
+            wait_until(lambda: max_offset(b) == max_offset(a), 30, what="the slave to catch up")
+            boundary = max_offset(a)
             a.stop()
-            wait_until(lambda: _role(b) == "SYNC_MASTER", 60, what="the slave to be elected master")
+            wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the slave to be elected master")
             # while it is away, the old master's log gains records no replica has: as if written and never acked
             _, store_conf = load_broker_conf(a.conf_path)
             store_conf.broker_role = BrokerRole.ASYNC_MASTER
@@ -198,11 +157,11 @@ def test_an_old_master_returning_with_unacknowledged_records_is_cut_to_the_epoch
             _send(namesrv.namesrv_addr, topic, later)
 
             a.start()
-            wait_until(lambda: _role(a) == "SLAVE", 60, what="the old master to return as a slave")
-            wait_until(lambda: max_offset(a.broker_addr) == max_offset(b.broker_addr), 60,
+            wait_until(lambda: role(a) == "SLAVE", 60, what="the old master to return as a slave")
+            wait_until(lambda: max_offset(a) == max_offset(b), 60,
                        what="the old master to catch up")  # fmt: skip
             assert "CommitLog cut from" in a.run_log() and f"to {boundary}," in a.run_log()
-            end = max_offset(b.broker_addr)
+            end = max_offset(b)
             log_a = commitlog_bytes(a.store_dir, 0, end)
             assert log_a == commitlog_bytes(b.store_dir, 0, end) and len(log_a) == end
             assert b"extra-" not in log_a
@@ -212,3 +171,60 @@ def test_an_old_master_returning_with_unacknowledged_records_is_cut_to_the_epoch
             assert not any(body.startswith(b"extra-") for body in got)
         finally:
             stop_servers([a, b, namesrv])
+
+
+@pytest.mark.integration
+def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins_once_caught_up(tmp_path) -> None:
+    with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
+        namesrv, a, b = master_and_slave(tmp_path, controllers.addrs)
+        try:
+            topic = unique("SlowT")
+            _send(namesrv.namesrv_addr, topic, [b"both-%d" % i for i in range(20)])
+            assert b.process is not None
+            b.process.send_signal(signal.SIGSTOP)  # a slave that stops reading: it falls behind
+            try:
+                # a send now waits for the stalled member until haMaxTimeSlaveNotCatchup shrinks the set to the master
+                wait_until(lambda: in_sync(a) == "1", 30,
+                           what="the stalled slave to leave the sync state set")  # fmt: skip
+                _send(namesrv.namesrv_addr, topic, [b"alone-%d" % i for i in range(50)])  # acknowledged by {1}
+                assert max_offset(a) > int(runtime(a.broker_addr)["haSlaveAckOffsets"].split("=")[1])
+            finally:
+                b.process.send_signal(signal.SIGCONT)
+            wait_until(lambda: in_sync(a) == "1,2", 30,
+                       what="the slave to rejoin once caught up")  # fmt: skip
+            end = max_offset(a)
+            wait_until(lambda: max_offset(b) == end, 30, what="the slave to hold the master's end")
+            assert commitlog_bytes(a.store_dir, 0, end) == commitlog_bytes(b.store_dir, 0, end)
+        finally:
+            stop_servers([a, b, namesrv])
+
+
+@pytest.mark.integration
+def test_the_namesrvs_embedded_controller_fails_over_and_keeps_its_state_across_its_restart(tmp_path) -> None:
+    namesrv = MqlakeServer(tmp_path / "ns", "namesrv", enableControllerInNamesrv="true", controllerListenPort="0",
+                           controllerStorePath=str(tmp_path / "controller"), scanNotActiveBrokerInterval="500")
+    namesrv.start()
+    assert namesrv.controller_addr is not None
+    _, a, b = master_and_slave(tmp_path, [namesrv.controller_addr], namesrv, registerNameServerPeriod="1000")
+    try:
+        topic = unique("EmbT")
+        first = [b"first-%d" % i for i in range(100)]
+        _send(namesrv.namesrv_addr, topic, first)
+        a.kill()
+        wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the embedded controller to elect the slave")
+        later = [b"later-%d" % i for i in range(50)]
+        _send(namesrv.namesrv_addr, topic, later)
+
+        # restarted, the controller has its state back: broker ids, the master, the epochs
+        namesrv.restart()
+        state = json.loads((tmp_path / "controller" / "controller.json").read_text())["brokerSets"]["broker-a"]
+        assert (state["master"], state["masterEpoch"], sorted(state["members"])) == (2, 2, ["1", "2"])
+        a.start()  # the old master registers with the restarted controller and follows the master it names
+        wait_until(lambda: role(a) == "SLAVE", 60, what="the old master to return as a slave")
+        wait_until(lambda: max_offset(a) == max_offset(b), 60, what="the old master to catch up")
+        end = max_offset(b)
+        assert commitlog_bytes(a.store_dir, 0, end) == commitlog_bytes(b.store_dir, 0, end)
+        assert set(first) | set(later) <= consume_all(namesrv.namesrv_addr, topic, unique("Fresh"),
+                                                      set(first) | set(later))  # fmt: skip
+    finally:
+        stop_servers([a, b, namesrv])
