@@ -198,23 +198,33 @@ class ReplicasManager:
                     raise ControllerModeError(f"controllerAddr: GET_NEXT_BROKER_ID refused: {resp.code} {resp.remark}")
                 temp = [self.cluster, self.broker_name, str(next_id), f"{self.broker_addr};{int(time.time() * 1000)}"]
                 replace_file(self.temp_identity_path, "#".join(temp).encode())
-            resp = await self._call(RequestCode.CONTROLLER_APPLY_BROKER_ID, cp.ApplyBrokerIdRequestHeader(
-                cluster_name=self.cluster, broker_name=self.broker_name, applied_broker_id=int(temp[2]),
-                register_check_code=temp[3] if len(temp) > 3 else ""))  # fmt: skip
-            if resp.code == ResponseCode.SUCCESS:
+            if await self._apply(int(temp[2]), temp[3] if len(temp) > 3 else ""):
                 replace_file(self.identity_path, "#".join(temp[:3]).encode())
                 self.temp_identity_path.unlink(missing_ok=True)
                 log.info("controller gave this broker id %s (%s)", temp[2], self.identity_path)
                 return int(temp[2])
-            log.warning("controller refused broker id %s: %d %s; asking for another", temp[2], resp.code, resp.remark)
-            self.temp_identity_path.unlink(missing_ok=True)
+            self.temp_identity_path.unlink(missing_ok=True)  # taken meanwhile: ask for another
         raise ControllerModeError(f"{self.identity_path}: the controller refused every broker id this broker asked for")
 
-    async def _register(self) -> None:
+    async def _apply(self, broker_id: int, check_code: str) -> bool:
+        resp = await self._call(RequestCode.CONTROLLER_APPLY_BROKER_ID, cp.ApplyBrokerIdRequestHeader(
+            cluster_name=self.cluster, broker_name=self.broker_name, applied_broker_id=broker_id,
+            register_check_code=check_code))  # fmt: skip
+        if resp.code != ResponseCode.SUCCESS:
+            log.warning("controller refused broker id %d: %d %s", broker_id, resp.code, resp.remark)
+        return resp.code == ResponseCode.SUCCESS
+
+    async def _register(self, retry: bool = False) -> None:
         assert self.broker_id is not None
         resp = await self._call(RequestCode.CONTROLLER_REGISTER_BROKER, cp.RegisterBrokerToControllerRequestHeader(
             cluster_name=self.cluster, broker_name=self.broker_name, broker_id=self.broker_id,
             broker_address=self.broker_addr, invoke_time=int(time.time() * 1000)))  # fmt: skip
+        if resp.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED and not retry:
+            # a controller that never gave out this id (a new controller group, this broker's store kept): apply
+            # for the id this store already holds, then register (RocketMQ's broker would retry in vain)
+            await self._apply(self.broker_id, f"{self.broker_addr};{int(time.time() * 1000)}")
+            await self._register(retry=True)
+            return
         if resp.code != ResponseCode.SUCCESS:
             raise RemotingError(f"REGISTER_BROKER refused: {resp.code} {resp.remark}")
         await self._follow(resp.read_header(cp.MasterInfoHeader), self._set_of(resp))
