@@ -5,6 +5,9 @@ and an mqlake NameServer, with intervals short enough that a failover takes seco
 from __future__ import annotations
 
 import itertools
+import os
+import threading
+import time
 from pathlib import Path
 
 from broker.remoting.codes import RequestCode, ResponseCode
@@ -76,3 +79,50 @@ def failover_seconds(acked: list[tuple[float, bytes]], killed_at: float) -> floa
     times = [killed_at] + [ts for ts, _ in acked if ts > killed_at]
     gaps = [(later - earlier, later) for earlier, later in itertools.pairwise(times)]
     return max(gaps)[1] - killed_at
+
+
+class SyncLoad:
+    """A stock C++ producer (``rocketmq.client``) sending unique 200-byte bodies with ``send_sync``, one after the
+    other, until stopped; a body counts as acknowledged when answered SEND_OK, and when is remembered."""
+
+    def __init__(self, namesrv: str, topic: str) -> None:
+        from rocketmq.client import Producer
+
+        self.topic = topic
+        self.acked: list[tuple[float, bytes]] = []
+        self.failed = 0
+        self._stop = threading.Event()
+        self._producer = Producer(f"sync-load-{os.getpid()}-{topic}")
+        self._producer.set_namesrv_addr(namesrv)
+        self._producer.start()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from rocketmq.client import Message
+
+        for i in itertools.count():
+            if self._stop.is_set():
+                return
+            body = f"m-{i:08d}-" + "p" * 188
+            m = Message(self.topic)
+            m.set_body(body)
+            try:
+                if self._producer.send_sync(m).status == 0:
+                    self.acked.append((time.monotonic(), body.encode()))
+            except Exception:  # noqa: BLE001 - no master yet: the loop sends the next body
+                self.failed += 1
+
+    def wait_acked(self, more: int, timeout: float = 120) -> None:
+        """Until ``more`` sends beyond those acknowledged now are."""
+        target = len(self.acked) + more
+        wait_until(lambda: len(self.acked) >= target, timeout, what=f"{more} more acknowledged sends")
+
+    @property
+    def bodies(self) -> set[bytes]:
+        return {body for _, body in self.acked}
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        self._producer.shutdown()

@@ -4,10 +4,8 @@ AutoSwitch protocol, and a stock C++ producer carrying on through a master's SIG
 
 from __future__ import annotations
 
-import itertools
 import json
 import signal
-import threading
 import time
 
 import pytest
@@ -16,11 +14,20 @@ from broker.config import BrokerConfigError, build_configs, load_broker_conf
 from store.config import BrokerRole
 from store.epoch_file import EpochFile, consistent_point
 from store.message_store import MessageStore
-from tests.controller_mode import failover_seconds, in_sync, master_and_slave, max_offset, role, runtime
-from tests.fixtures_broker import MqlakeServer, stop_servers
+from tests.controller_mode import (
+    SyncLoad,
+    controller_broker,
+    failover_seconds,
+    in_sync,
+    master_and_slave,
+    max_offset,
+    role,
+    runtime,
+)
+from tests.fixtures_broker import MqlakeServer, free_port, stop_servers
 from tests.helpers import make_message, wait_until
 from tests.peers import ControllerCluster
-from tests.test_ha import commitlog_bytes, consume_all, unique
+from tests.test_ha import CuttableProxy, commitlog_bytes, consume_all, unique
 
 
 @pytest.mark.unit
@@ -73,62 +80,71 @@ def _send(namesrv: str, topic: str, bodies: list[bytes]) -> None:
 
 @pytest.mark.integration
 def test_master_sigkilled_under_sync_load_fails_over_and_loses_nothing_acknowledged(tmp_path) -> None:
-    from rocketmq.client import Message, Producer
-
     with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
         namesrv, a, b = master_and_slave(tmp_path, controllers.addrs)
         try:
-
-            topic = unique("FoT")
-            p = Producer(unique("PG"))
-            p.set_namesrv_addr(namesrv.namesrv_addr)
-            p.start()
-            acked: list[tuple[float, bytes]] = []
-            failed: list[float] = []  # when a send failed (the client had tried its retries)
-            stop = threading.Event()
-
-            def produce() -> None:
-                for i in itertools.count():
-                    if stop.is_set():
-                        return
-                    body = f"m-{i:06d}-" + "p" * 200
-                    m = Message(topic)
-                    m.set_body(body)
-                    try:
-                        if p.send_sync(m).status == 0:  # SEND_OK: every member of the sync state set holds it
-                            acked.append((time.monotonic(), body.encode()))
-                    except Exception:  # the master is gone: sent again until the client's route names the new one
-                        failed.append(time.monotonic())
-
-            t = threading.Thread(target=produce, daemon=True)
-            t.start()
-            wait_until(lambda: len(acked) >= 300, 120, what="300 acknowledged sends")
+            load = SyncLoad(namesrv.namesrv_addr, unique("FoT"))
+            load.wait_acked(300)
             killed_at = time.monotonic()
-            before = len(acked)
             a.kill()
             wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the slave to be elected master")
-            wait_until(lambda: len(acked) >= before + 100, 120, what="sends acknowledged by the new master")
-            stop.set()
-            t.join(60)
-            p.shutdown()
-            print(f"failover: {failover_seconds(acked, killed_at):.1f} s from SIGKILL to the first send the new "
-                  f"master acknowledged ({len(failed)} sends failed after the client's own retries)")
+            load.wait_acked(100)  # the stock client carries on through its own retries and route refresh
+            load.stop()
+            print(f"failover: {failover_seconds(load.acked, killed_at):.1f} s from SIGKILL to the first send the new "
+                  f"master acknowledged ({load.failed} sends failed after the client's own retries)")
 
             # the old master returns as a slave and its CommitLog becomes the new master's, byte for byte
             a.start()
             wait_until(lambda: role(a) == "SLAVE", 60, what="the old master to return as a slave")
-            wait_until(lambda: max_offset(a) == max_offset(b), 60,
-                       what="the old master to catch up")  # fmt: skip
+            wait_until(lambda: max_offset(a) == max_offset(b), 60, what="the old master to catch up")
             end = max_offset(b)
-            assert commitlog_bytes(a.store_dir, 0, end) == commitlog_bytes(b.store_dir, 0, end)
-            assert len(commitlog_bytes(a.store_dir, 0, end)) == end
+            log_a = commitlog_bytes(a.store_dir, 0, end)
+            assert log_a == commitlog_bytes(b.store_dir, 0, end) and len(log_a) == end
 
             # a new consumer group reads every acknowledged message
-            sent = {body for _, body in acked}
-            got = consume_all(namesrv.namesrv_addr, topic, unique("Fresh"), sent)
-            assert sent <= got
+            assert load.bodies <= consume_all(namesrv.namesrv_addr, load.topic, unique("Fresh"), load.bodies)
         finally:
             stop_servers([a, b, namesrv])
+
+
+@pytest.mark.integration
+def test_a_master_cut_off_from_the_controllers_and_its_slave_is_replaced_and_steps_down(tmp_path) -> None:
+    """The master's heartbeats to every controller and its HA stream to the slave go through relays the test
+    isolates (its requests to the controller leader do not: it learns of the election from it)."""
+    with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
+        heartbeat_relays = [CuttableProxy(("127.0.0.1", port)) for port in controllers.ports]
+        ha_port = free_port()
+        ha_relay = CuttableProxy(("127.0.0.1", ha_port))
+        namesrv = MqlakeServer(tmp_path / "ns", "namesrv").start()
+        a = controller_broker(tmp_path, "a", namesrv.namesrv_addr,
+                              [f"127.0.0.1:{r.port}" for r in heartbeat_relays], haListenPort=str(ha_port))
+        b = controller_broker(tmp_path, "b", namesrv.namesrv_addr, controllers.addrs,
+                              haMasterAddress=f"127.0.0.1:{ha_relay.port}")  # fmt: skip
+        try:
+            a.start()
+            wait_until(lambda: role(a) == "SYNC_MASTER", 60, what="the first broker to be elected master")
+            b.start()
+            wait_until(lambda: in_sync(a) == "1,2", 60, what="the slave to join the sync state set")
+            load = SyncLoad(namesrv.namesrv_addr, unique("CutT"))
+            load.wait_acked(200)
+            for relay in [*heartbeat_relays, ha_relay]:
+                relay.isolate()
+            # the controllers no longer hear the master: they elect the slave, which held every acknowledged send
+            wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the slave to be elected master")
+            # and the old master, told by the controller leader, steps down and follows the new master
+            wait_until(lambda: role(a) == "SLAVE", 60, what="the cut-off master to step down")
+            load.wait_acked(100)
+            for relay in heartbeat_relays:
+                relay.heal()
+            wait_until(lambda: max_offset(a) == max_offset(b), 60, what="the old master to catch up")
+            load.stop()
+            end = max_offset(b)
+            assert commitlog_bytes(a.store_dir, 0, end) == commitlog_bytes(b.store_dir, 0, end)
+            assert load.bodies <= consume_all(namesrv.namesrv_addr, load.topic, unique("Fresh"), load.bodies)
+        finally:
+            stop_servers([a, b, namesrv])
+            for relay in [*heartbeat_relays, ha_relay]:
+                relay.close()
 
 
 @pytest.mark.integration
@@ -228,3 +244,28 @@ def test_the_namesrvs_embedded_controller_fails_over_and_keeps_its_state_across_
                                                       set(first) | set(later))  # fmt: skip
     finally:
         stop_servers([a, b, namesrv])
+
+
+@pytest.mark.integration
+def test_the_controller_leader_killed_with_the_master_still_elects_the_slave(tmp_path) -> None:
+    with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
+        namesrv, a, b = master_and_slave(tmp_path, controllers.addrs)
+        try:
+            leader = controllers.metadata_info(controllers.addrs[0])
+            assert leader is not None
+            leader_index = controllers.ids.index(leader["controllerLeaderId"])
+            load = SyncLoad(namesrv.namesrv_addr, unique("LdrT"))
+            load.wait_acked(200)
+            # the master and the controller that would elect its successor die together: the two controllers left
+            # elect a leader of their own, which finds the master's heartbeats gone and elects the slave
+            a.kill()
+            controllers.servers[leader_index].kill()
+            wait_until(lambda: role(b) == "SYNC_MASTER", 90, what="the slave to be elected by the new leader")
+            survivors = [addr for i, addr in enumerate(controllers.addrs) if i != leader_index]
+            new_leader = controllers.metadata_info(survivors[0])
+            assert new_leader is not None and new_leader["controllerLeaderId"] != leader["controllerLeaderId"]
+            load.wait_acked(100)
+            load.stop()
+            assert load.bodies <= consume_all(namesrv.namesrv_addr, load.topic, unique("Fresh"), load.bodies)
+        finally:
+            stop_servers([a, b, namesrv])

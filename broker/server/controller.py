@@ -372,9 +372,11 @@ class BrokerController:
         slave learns it), once they route to the master the controller named."""
         learned = asyncio.Event()
 
+        fixed = self.store_config.ha_master_address  # a configured route to the master's HA port wins (a relay)
+
         def on_registered(ha_addr: str | None, master: str | None) -> None:
             if master == master_addr and ha_addr and self.auto_client is not None:
-                self.auto_client.update_master(ha_addr)
+                self.auto_client.update_master(fixed or ha_addr)
                 learned.set()
 
         self.registrar.on_registered = on_registered
