@@ -15,13 +15,13 @@ What is measured, exactly:
     with ``send_sync`` in a loop for the whole run; a send counts as acknowledged when it answers SEND_OK.
   * Each round: once the slave is in the sync state set and 200 more sends were acknowledged, and a random 0-30 s
     later (uniform, seeded: a kill can fall at any point of the client's 30 s route refresh, else the rounds fall
-    into step with it), the master is SIGKILLed.  Two failover times: (1) from the kill until the slave itself answers SUCCESS to a SEND_MESSAGE
-    (a probe sending to its address every 50 ms, SYNC: the sync state set holds it); (2) from the kill to the
-    producer's first acknowledgement after the longest pause in acknowledgements since it: the client's retries
-    and its route refresh included (the C++ client asks the NameServer every 30 s; its Python binding has no
-    setting for that, Java's is ``pollNameServerInterval``).  The killed broker is started
-    again; it returns as a slave, cut to the epoch boundary if it held records no replica had, and once it has the
-    new master's end its CommitLog is compared with the new master's, byte for byte from offset 0.
+    into step with it), the master is SIGKILLed.  Two failover times: (1) from the kill until the slave itself
+    answers SUCCESS to a SEND_MESSAGE (a probe sending to its address every 50 ms; SYNC: the sync state set holds
+    it); (2) from the kill to the producer's first acknowledgement after the longest pause in acknowledgements
+    since it: the client's retries and its route refresh included (the C++ client asks the NameServer every 30 s;
+    its Python binding has no setting for that, Java's is ``pollNameServerInterval``).  The killed broker is
+    started again; it returns as a slave, cut to the epoch boundary if it held records no replica had, and once it
+    has the new master's end its CommitLog is compared with the new master's, byte for byte from offset 0.
   * At the end a new C++ push consumer group reads the topic: lost = acknowledged bodies never read; duplicates =
     bodies read more than once (what a consumer of an at-least-once log may see).
 """
