@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 
 import pytest
 
 from broker.config import BrokerConfigError, build_configs, load_broker_conf
+from broker.remoting.codes import ResponseCode
 from store.config import BrokerRole
 from store.epoch_file import EpochFile, consistent_point
 from store.message_store import MessageStore
+from tests.clients4 import clients4
+from tests.clients4 import run as run_java4
 from tests.controller_mode import (
     SyncLoad,
     controller_broker,
@@ -27,7 +31,9 @@ from tests.controller_mode import (
 from tests.fixtures_broker import MqlakeServer, free_port, stop_servers
 from tests.helpers import make_message, wait_until
 from tests.peers import ControllerCluster
-from tests.test_ha import CuttableProxy, commitlog_bytes, consume_all, unique
+from tests.test_ha import CuttableProxy, commitlog_bytes, consume_all, send_to, unique
+
+__all__ = ["clients4"]  # the fixture, used by name
 
 
 @pytest.mark.unit
@@ -85,6 +91,8 @@ def test_master_sigkilled_under_sync_load_fails_over_and_loses_nothing_acknowled
         try:
             load = SyncLoad(namesrv.namesrv_addr, unique("FoT"))
             load.wait_acked(300)
+            # the slave refuses sends until it is elected
+            assert send_to(b.broker_addr, load.topic, b"to-slave") == ResponseCode.SERVICE_NOT_AVAILABLE
             killed_at = time.monotonic()
             a.kill()
             wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the slave to be elected master")
@@ -267,5 +275,35 @@ def test_the_controller_leader_killed_with_the_master_still_elects_the_slave(tmp
             load.wait_acked(100)
             load.stop()
             assert load.bodies <= consume_all(namesrv.namesrv_addr, load.topic, unique("Fresh"), load.bodies)
+        finally:
+            stop_servers([a, b, namesrv])
+
+
+@pytest.mark.integration
+def test_a_stock_java_4x_producer_keeps_sending_through_a_failover(tmp_path, clients4) -> None:
+    with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
+        namesrv, a, b = master_and_slave(tmp_path, controllers.addrs)
+        try:
+            topic = unique("J4T")
+            stop = tmp_path / "stop-producing"
+            result: dict = {}
+
+            def produce() -> None:
+                result.update(run_java4("ProduceUntil", clients4, tmp_path / "java", namesrv=namesrv.namesrv_addr,
+                                        topic=topic, group=unique("PG"), stop=stop))  # fmt: skip
+
+            t = threading.Thread(target=produce, daemon=True)
+            t.start()
+            wait_until(lambda: max_offset(a) > 50_000, 120, what="the Java producer's sends to the first master")
+            a.kill()
+            wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the slave to be elected master")
+            start = max_offset(b)
+            wait_until(lambda: max_offset(b) > start + 20_000, 120, what="the Java producer's sends to the new master")
+            stop.touch()
+            t.join(120)
+            assert not t.is_alive()
+            acked = set(result["acked"])
+            got = consume_all(namesrv.namesrv_addr, topic, unique("Fresh"), {s.encode() for s in acked})
+            assert {s.encode() for s in acked} <= got
         finally:
             stop_servers([a, b, namesrv])
