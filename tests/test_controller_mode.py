@@ -224,6 +224,7 @@ def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins_once_caught_up(tm
 
 
 @pytest.mark.integration
+@pytest.mark.expected_errors("two brokers claim one id")
 def test_the_namesrvs_embedded_controller_fails_over_and_keeps_its_state_across_its_restart(tmp_path) -> None:
     namesrv = MqlakeServer(tmp_path / "ns", "namesrv", enableControllerInNamesrv="true", controllerListenPort="0",
                            controllerStorePath=str(tmp_path / "controller"), scanNotActiveBrokerInterval="500")
@@ -250,6 +251,12 @@ def test_the_namesrvs_embedded_controller_fails_over_and_keeps_its_state_across_
         assert commitlog_bytes(a.store_dir, 0, end) == commitlog_bytes(b.store_dir, 0, end)
         assert set(first) | set(later) <= consume_all(namesrv.namesrv_addr, topic, unique("Fresh"),
                                                       set(first) | set(later))  # fmt: skip
+        # it knows who holds which id: a copy of the master's store cannot start as a second broker 2
+        c = controller_broker(tmp_path, "c", namesrv.namesrv_addr, [namesrv.controller_addr])
+        c.store_dir.mkdir(parents=True)
+        (c.store_dir / "brokerIdentity").write_bytes((b.store_dir / "brokerIdentity").read_bytes())
+        with pytest.raises(AssertionError, match="broker id 2 of broker-a is held by the live broker"):
+            c.start()
     finally:
         stop_servers([a, b, namesrv])
 
@@ -307,3 +314,23 @@ def test_a_stock_java_4x_producer_keeps_sending_through_a_failover(tmp_path, cli
             assert {s.encode() for s in acked} <= got
         finally:
             stop_servers([a, b, namesrv])
+
+
+@pytest.mark.integration
+@pytest.mark.expected_errors("two brokers claim one id")
+def test_a_second_broker_claiming_a_live_brokers_id_stops_at_start_naming_the_file(tmp_path) -> None:
+    with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
+        namesrv = MqlakeServer(tmp_path / "ns", "namesrv").start()
+        a = controller_broker(tmp_path, "a", namesrv.namesrv_addr, controllers.addrs)
+        try:
+            a.start()
+            wait_until(lambda: role(a) == "SYNC_MASTER", 60, what="the first broker to be elected master")
+            # a store copied from the live master's: same brokerIdentity, another address
+            c = controller_broker(tmp_path, "c", namesrv.namesrv_addr, controllers.addrs)
+            c.store_dir.mkdir(parents=True)
+            (c.store_dir / "brokerIdentity").write_bytes((a.store_dir / "brokerIdentity").read_bytes())
+            with pytest.raises(AssertionError, match="brokerIdentity: broker id 1 of broker-a is held by the live"):
+                c.start()
+            assert role(a) == "SYNC_MASTER"  # the master is untouched
+        finally:
+            stop_servers([a, namesrv])

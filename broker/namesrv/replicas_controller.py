@@ -77,6 +77,7 @@ class EmbeddedController:
             RequestCode.CONTROLLER_GET_REPLICA_INFO: self.replica_info,
             RequestCode.CONTROLLER_ELECT_MASTER: self.elect_master,
             RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: self.alter_sync_state_set,
+            RequestCode.CONTROLLER_GET_SYNC_STATE_DATA: self.sync_state_data,
         }
         for code, handler in handlers.items():
             self.server.register(code, self._checked(handler))
@@ -210,6 +211,28 @@ class EmbeddedController:
         header = self._master_header(bs, h.broker_name)
         header.sync_state_set_epoch = None
         return cmd.response(ResponseCode.SUCCESS, header=header, body=self._set_body(bs))
+
+    def sync_state_data(self, cmd: RemotingCommand) -> RemotingCommand:
+        """CONTROLLER_GET_SYNC_STATE_DATA: ``BrokerReplicasInfo`` for the broker names in the body (a JSON list)."""
+        try:
+            names = json.loads(cmd.body or b"[]")
+        except ValueError:
+            return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST, "the body is not a JSON list of broker names")
+        table = {}
+        for name in names if isinstance(names, list) else []:
+            bs = self.sets.get(name)
+            if bs is None:
+                continue
+            def replica(bid: int, name: str = name, bs: BrokerSet = bs) -> dict[str, object]:
+                return {"brokerName": name, "brokerId": bid, "brokerAddress": bs.members[bid],
+                        "alive": self._alive(name, bid)}  # fmt: skip
+            table[name] = {
+                "masterBrokerId": bs.master, "masterAddress": bs.members.get(bs.master) if bs.master else None,
+                "masterEpoch": bs.master_epoch, "syncStateSetEpoch": bs.sync_state_set_epoch,
+                "inSyncReplicas": [replica(b) for b in sorted(bs.members) if b in bs.sync_state_set],
+                "notInSyncReplicas": [replica(b) for b in sorted(bs.members) if b not in bs.sync_state_set],
+            }  # fmt: skip
+        return cmd.response(ResponseCode.SUCCESS, body=json.dumps({"replicasInfoTable": table}).encode())
 
     def elect_master(self, cmd: RemotingCommand) -> RemotingCommand:
         h = cmd.read_header(cp.ElectMasterRequestHeader)

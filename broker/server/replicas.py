@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -153,7 +154,7 @@ class ReplicasManager:
                 return True
         return False
 
-    async def _call(self, code: RequestCode, header: Header, body: bytes = b"") -> RemotingCommand:
+    async def _call(self, code: RequestCode, header: Header | None, body: bytes = b"") -> RemotingCommand:
         """A request to the leader; asked again of the new leader when it moved."""
         for _ in range(2):
             if self.leader is None and not await self._find_leader():
@@ -186,6 +187,7 @@ class ReplicasManager:
         """``register()``'s id steps: the id in ``brokerIdentity``, else a new one applied for."""
         known = self._read_identity(self.identity_path)
         if known is not None:
+            await self._check_not_claimed(int(known[2]))
             return int(known[2])
         for _ in range(10):
             temp = self._read_identity(self.temp_identity_path)
@@ -205,6 +207,25 @@ class ReplicasManager:
                 return int(temp[2])
             self.temp_identity_path.unlink(missing_ok=True)  # taken meanwhile: ask for another
         raise ControllerModeError(f"{self.identity_path}: the controller refused every broker id this broker asked for")
+
+    async def _check_not_claimed(self, broker_id: int) -> None:
+        """CONTROLLER_GET_SYNC_STATE_DATA: a live broker at another address holding this id (a copied store) stops
+        start-up; a controller that does not answer it (or knows no such broker) lets it go on."""
+        resp = await self._call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, None,
+                                json.dumps([self.broker_name]).encode())  # fmt: skip
+        if resp.code != ResponseCode.SUCCESS or not resp.body:
+            return
+        try:
+            info = json.loads(resp.body)["replicasInfoTable"][self.broker_name]
+            replicas = (info.get("inSyncReplicas") or []) + (info.get("notInSyncReplicas") or [])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return
+        for r in replicas:
+            if r.get("brokerId") == broker_id and r.get("alive") and r.get("brokerAddress") != self.broker_addr:
+                raise ControllerModeError(
+                    f"{self.identity_path}: broker id {broker_id} of {self.broker_name} is held by the live broker at "
+                    f"{r.get('brokerAddress')} (this one is {self.broker_addr}): two brokers claim one id; give this "
+                    f"broker its own store directory")  # fmt: skip
 
     async def _apply(self, broker_id: int, check_code: str) -> bool:
         resp = await self._call(RequestCode.CONTROLLER_APPLY_BROKER_ID, cp.ApplyBrokerIdRequestHeader(
