@@ -243,7 +243,9 @@ def test_the_namesrvs_embedded_controller_fails_over_and_keeps_its_state_across_
         # restarted, the controller has its state back: broker ids, the master, the epochs
         namesrv.restart()
         state = json.loads((tmp_path / "controller" / "controller.json").read_text())["brokerSets"]["broker-a"]
-        assert (state["master"], state["masterEpoch"], sorted(state["members"])) == (2, 2, ["1", "2"])
+        assert (state["master"], sorted(state["members"])) == (2, ["1", "2"])
+        assert state["masterEpoch"] >= 2  # 2, or more if a loaded machine made a heartbeat late and it re-elected
+        assert role(b) == "SYNC_MASTER"
         a.start()  # the old master registers with the restarted controller and follows the master it names
         wait_until(lambda: role(a) == "SLAVE", 60, what="the old master to return as a slave")
         wait_until(lambda: max_offset(a) == max_offset(b), 60, what="the old master to catch up")
