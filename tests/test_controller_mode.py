@@ -336,3 +336,17 @@ def test_a_second_broker_claiming_a_live_brokers_id_stops_at_start_naming_the_fi
             assert role(a) == "SYNC_MASTER"  # the master is untouched
         finally:
             stop_servers([a, namesrv])
+
+
+@pytest.mark.integration
+@pytest.mark.expected_errors("controllerAddr: .* is not a controller")
+def test_a_controller_address_that_is_no_controller_stops_start_up_naming_the_key(tmp_path) -> None:
+    namesrv = MqlakeServer(tmp_path / "ns", "namesrv").start()
+    try:
+        # the NameServer's own address, given as the controller's by mistake
+        broker = controller_broker(tmp_path, "a", namesrv.namesrv_addr, [namesrv.namesrv_addr])
+        with pytest.raises(AssertionError, match=f"controllerAddr: {namesrv.namesrv_addr} is not a controller"):
+            broker.start()
+        assert not (broker.store_dir / "brokerIdentity").exists()
+    finally:
+        stop_servers([namesrv])
