@@ -15,6 +15,7 @@ from broker.config import BrokerConfigError, build_configs, load_broker_conf
 from broker.remoting.codes import ResponseCode
 from store.config import BrokerRole
 from store.epoch_file import EpochFile, consistent_point
+from store.format import ha
 from store.message_store import MessageStore
 from tests.clients4 import clients4
 from tests.clients4 import run as run_java4
@@ -54,6 +55,24 @@ def test_epoch_file_is_rocketmqs_checkpoint_text_and_finds_the_common_point(tmp_
     assert consistent_point([(1, 0), (2, 4096)], 4500, [(1, 0), (2, 4096)], 5000) == 4500
     # nothing in common: -1 (the broker refuses to replicate)
     assert consistent_point([(3, 100)], 9000, [(1, 0), (2, 4096)], 5000) == -1
+
+
+@pytest.mark.unit
+def test_autoswitch_frames_are_rocketmqs_big_endian_layouts() -> None:
+    # slave handshake: int state HANDSHAKE(1), short isSyncFromLastFile, short isAsyncLearner, long slaveBrokerId
+    assert ha.encode_slave_handshake(2) == bytes.fromhex("00000001" "0000" "0000" "0000000000000002")
+    # slave report: int state TRANSFER(2), long max offset
+    assert ha.encode_slave_report(0x1234) == bytes.fromhex("00000002" "0000000000001234")
+    # master handshake: int state, int body size, long max offset, int last epoch, then 12 bytes per epoch
+    assert ha.encode_master_handshake(0x100, 2, [(1, 0), (2, 0x80)]) == bytes.fromhex(
+        "00000001" "00000018" "0000000000000100" "00000002" "00000001" "0000000000000000" "00000002" "0000000000000080")
+    # master transfer header (36 bytes): state, body size, offset, epoch, epoch start offset, confirm offset
+    header = ha.encode_master_transfer_header(0x40, 3, 2, 0x20, 0x30)
+    assert header == bytes.fromhex(
+        "00000002" "00000003" "0000000000000040" "00000002" "0000000000000020" "0000000000000030")
+    assert len(header) == ha.MASTER_TRANSFER_SIZE
+    assert ha.decode_master_header(header) == (2, 3, 0x40, 2)
+    assert ha.decode_master_transfer_tail(header[ha.MASTER_HANDSHAKE_SIZE :]) == (0x20, 0x30)
 
 
 @pytest.mark.unit

@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from broker.remoting import controller_protocol as cp
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
-from broker.remoting.connection import Channel
+from broker.remoting.connection import Channel, Handler
 from broker.remoting.errors import HeaderError, RemotingError
 from broker.remoting.server import RemotingServer
 from store.config_files import replace_file
@@ -86,7 +87,10 @@ class EmbeddedController:
     def address(self) -> str:
         return f"{self.host}:{self.server.port}"
 
-    def _checked(self, handler):  # type: ignore[no-untyped-def]
+    @staticmethod
+    def _checked(handler: Callable[[RemotingCommand], RemotingCommand | None]) -> Handler:
+        """A header that does not parse is answered CONTROLLER_INVALID_REQUEST, naming the field."""
+
         def run(cmd: RemotingCommand, conn: Channel) -> RemotingCommand | None:
             try:
                 return handler(cmd)

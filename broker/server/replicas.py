@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -123,7 +124,7 @@ class ReplicasManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
 
-    async def _every(self, interval: float, fn) -> None:  # type: ignore[no-untyped-def]
+    async def _every(self, interval: float, fn: Callable[[], Awaitable[object]]) -> None:
         while True:
             await asyncio.sleep(interval)
             try:

@@ -55,6 +55,7 @@ _SLAVE_REPORT = struct.Struct(">iq")
 _MASTER_HANDSHAKE = struct.Struct(">iiqi")
 _MASTER_TRANSFER = struct.Struct(">iiqiqq")
 _EPOCH_ENTRY = struct.Struct(">iq")
+_TRANSFER_TAIL = struct.Struct(">qq")
 
 
 def encode_slave_handshake(slave_broker_id: int, sync_from_last_file: bool = False,
@@ -91,7 +92,12 @@ def decode_master_header(buf: ReadBuffer) -> tuple[int, int, int, int]:
 
 
 def decode_epoch_entries(body: ReadBuffer) -> list[tuple[int, int]]:
-    return [tuple(map(int, _EPOCH_ENTRY.unpack_from(body, i))) for i in range(0, len(body), EPOCH_ENTRY_SIZE)]  # type: ignore[misc]
+    """The master handshake's body: (epoch, start offset) per 12 bytes."""
+    out = []
+    for i in range(0, len(body) - EPOCH_ENTRY_SIZE + 1, EPOCH_ENTRY_SIZE):
+        epoch, start = _EPOCH_ENTRY.unpack_from(body, i)
+        out.append((int(epoch), int(start)))
+    return out
 
 
 def encode_master_transfer_header(offset: int, size: int, epoch: int, epoch_start: int, confirm_offset: int) -> bytes:
@@ -100,4 +106,5 @@ def encode_master_transfer_header(offset: int, size: int, epoch: int, epoch_star
 
 def decode_master_transfer_tail(buf: ReadBuffer) -> tuple[int, int]:
     """(epoch start offset, confirm offset): the 16 bytes after a transfer header's first 20."""
-    return tuple(map(int, struct.unpack_from(">qq", buf, 0)))  # type: ignore[return-value]
+    start, confirm = _TRANSFER_TAIL.unpack_from(buf, 0)
+    return int(start), int(confirm)
