@@ -96,9 +96,16 @@ class ConfigChecks(BaseModel):
 
 class NamesrvConfig(AclSettings, ConfigChecks):
     """``mqlake namesrv -c``: the NameServer's keys. With ``aclEnable`` its write codes need a signed admin account
-    of plain_acl.yml (mqlake's; RocketMQ 4.x's NameServer checks nothing)."""
+    of plain_acl.yml (mqlake's; RocketMQ 4.x's NameServer checks nothing).  With ``enableControllerInNamesrv`` it
+    also runs a single-node controller for brokers in controller mode (``broker.namesrv.replicas_controller``) on
+    ``controllerListenPort`` (0: the OS picks), its state in ``controllerStorePath``; ``scanNotActiveBrokerInterval``
+    is how often it looks for a dead master (RocketMQ's ControllerConfig names and defaults)."""
 
     tls: TlsConfig = Field(default_factory=TlsConfig, exclude=True)
+    enable_controller_in_namesrv: bool = False
+    controller_listen_port: int = Field(9878, ge=0, le=65535)
+    controller_store_path: Path = Field(default_factory=lambda: Path.home() / "DledgerController")
+    scan_not_active_broker_interval: int = Field(5000, ge=100)
 
 
 class BrokerConfig(AclSettings, ConfigChecks):
@@ -139,6 +146,16 @@ class BrokerConfig(AclSettings, ConfigChecks):
         None, exclude=True, repr=False
     )
     enable_dleger_commit_log: bool = Field(False, alias="enableDLegerCommitLog")
+    # Controller mode (RocketMQ 5's BrokerConfig names and defaults, docs/ha.md): the controllers elect the master;
+    # brokerRole and brokerId are then the controller's to decide (the broker starts as a slave).
+    enable_controller_mode: Annotated[bool, SAFETY] = False
+    controller_addr: str | None = None  # ';'-separated host:port list
+    sync_broker_metadata_period: int = Field(5_000, ge=10)
+    sync_controller_metadata_period: int = Field(10_000, ge=10)
+    check_sync_state_set_period: int = Field(5_000, ge=10)
+    broker_heartbeat_interval: int = Field(1_000, ge=10)
+    controller_heart_beat_timeout_mills: int = Field(10_000, ge=100)
+    broker_election_priority: int = Field(2**31 - 1, ge=0)  # lower is preferred; Java's default Integer.MAX_VALUE
     tls: TlsConfig = Field(default_factory=TlsConfig, exclude=True)
     # Metrics (RocketMQ 5's exporter settings; mqlake exports PROM only: /metrics over HTTP)
     metrics_exporter_type: Literal["DISABLE", "PROM"] = "DISABLE"
@@ -182,6 +199,22 @@ class BrokerConfig(AclSettings, ConfigChecks):
         if v:
             raise ValueError("enableDLegerCommitLog=true is not supported: mqlake has no DLedger (Raft) CommitLog")
         return v
+
+    @model_validator(mode="after")
+    def _controllers(self) -> Self:
+        if self.enable_controller_mode:
+            addrs = self.controller_addrs
+            if not addrs:
+                raise ValueError("enableControllerMode=true needs controllerAddr (host:port;host:port;...)")
+            for a in addrs:
+                host, _, port = a.rpartition(":")
+                if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                    raise ValueError(f"controllerAddr={self.controller_addr!r}: {a!r} is not host:port")
+        return self
+
+    @property
+    def controller_addrs(self) -> list[str]:
+        return [a.strip() for a in (self.controller_addr or "").split(";") if a.strip()]
 
     @field_validator("inner_client_authentication_credentials", mode="before")
     @classmethod
@@ -377,8 +410,11 @@ def build_configs(
         store = MessageStoreConfig(**store_values)
     except ValidationError as e:
         raise _error(source, e, store_values) from None
-    # As BrokerStartup: a master is brokerId 0 whatever the file says; a slave needs an id of its own.
-    if store.broker_role == BrokerRole.SLAVE:
+    # As BrokerStartup: a master is brokerId 0 whatever the file says; a slave needs an id of its own.  In
+    # controller mode the controllers decide both: the broker starts as a slave with the id they give it.
+    if broker.enable_controller_mode:
+        store.broker_role = BrokerRole.SLAVE
+    elif store.broker_role == BrokerRole.SLAVE:
         if broker.broker_id == 0:
             raise BrokerConfigError(f"{source}: brokerRole=SLAVE needs brokerId > 0 (0 is the master's id)")
     elif broker.broker_id != 0:

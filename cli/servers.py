@@ -126,13 +126,15 @@ def namesrv(
     port: Annotated[int, typer.Option(help="NameServer port; 0 picks a free one.")] = DEFAULT_NAMESRV_PORT,
     config: Annotated[Path | None, typer.Option(
         "--config", "-c", help="Properties file: RocketMQ's tls.server.* keys (TLS on the port), aclEnable and "
-        "rocketmqHome (write codes need a signed admin account of {rocketmqHome}/conf/plain_acl.yml).")] = None,
+        "rocketmqHome (write codes need a signed admin account of {rocketmqHome}/conf/plain_acl.yml), "
+        "enableControllerInNamesrv (a single-node controller for brokers in controller mode).")] = None,
     log_level: LogLevel = "INFO",
     log_dir: Annotated[Path | None, typer.Option(help="Also log to a rotating namesrv.log here.")] = None,
 ) -> None:
     """Run a NameServer alone; SIGTERM/SIGINT stop it."""
     from broker.config import BrokerConfigError, load_namesrv_conf
     from broker.namesrv.controller import serve_namesrv
+    from broker.namesrv.replicas_controller import EmbeddedController
     from broker.remoting.loop import run
     from broker.tls_settings import tls_server_context
 
@@ -146,8 +148,14 @@ def namesrv(
         add_log_files(log_dir, broker=False, namesrv=True)
     tls = conf.tls
     acl_file = conf.acl_file if conf.acl_enable else None
+    controller = (
+        EmbeddedController(host, conf.controller_listen_port, conf.controller_store_path,
+                           conf.scan_not_active_broker_interval / 1000)  # fmt: skip
+        if conf.enable_controller_in_namesrv
+        else None
+    )
     _run(lambda: run(serve_namesrv(host, port, tls_mode=tls.server_mode, ssl_context=tls_server_context(tls),
-                                   acl_file=acl_file)))  # fmt: skip
+                                   acl_file=acl_file, controller=controller)))  # fmt: skip
 
 
 def up(

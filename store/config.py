@@ -114,6 +114,10 @@ class MessageStoreConfig(BaseModel):
     ha_transfer_batch_size: int = Field(32 * 1024, ge=1)
     ha_max_gap_not_in_sync: int = Field(256 * 1024 * 1024, ge=0)
     access_message_in_memory_max_ratio: int = Field(40, ge=0, le=100)
+    # Controller mode (RocketMQ 5, docs/ha.md): a send that waits for slaves waits for every member of the sync state
+    # set (else for the first slave's ack), and a slave behind for haMaxTimeSlaveNotCatchup ms leaves the set.
+    all_ack_in_sync_state_set: Annotated[bool, SAFETY] = False
+    ha_max_time_slave_not_catchup: int = Field(15_000, ge=1)
 
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     flush_delay_offset_interval: int = Field(10_000, ge=1)  # ms between delayOffset.json writes

@@ -36,7 +36,7 @@ from store.dispatch import (
 )
 from store.format import appender, delay, msgid, records, runs, units
 from store.index import IndexService
-from store.recovery import RecoveryReport, recover
+from store.recovery import RecoveryReport, recover, store_time_at
 from store.retention import SegmentManifest, SegmentState, disk_free_bytes, disk_used_ratio, is_deletion_hour
 from store.schedule import ParkRefused, ScheduleMessageService, TimerMessageService, may_park, park
 from store.segment_deletion import delete_leading_segments
@@ -573,6 +573,49 @@ class MessageStore:
         end = self.commitlog.append_raw(offset, data)
         self.reput.notify_appended()
         return end
+
+    def change_role(self, role: BrokerRole) -> None:
+        """Controller mode: the broker was made master or slave while running (``changeToMaster`` /
+        ``changeToSlave``); its HA client, if any, has stopped.  A new master first dispatches everything it copied,
+        cuts a record its old master had not finished sending (``truncateInvalidMsg``) and takes each queue's next
+        offset from its ConsumeQueues; only a master takes puts and delivers delayed and timer messages."""
+        if role == self.config.broker_role:
+            return
+        if role == BrokerRole.SLAVE:
+            if self._delivers:
+                self.schedule.shutdown()
+                self.timers.shutdown()
+                self._delivers = False
+            self.config.broker_role = role
+            self.reput.replica = True
+            self._refresh_appender()
+            return
+        while self.reput.do_reput() > 0:
+            pass
+        end = self.reput.reput_from
+        if end < self.commitlog.max_offset:  # the reput service stopped at a record whose rest never came
+            log.warning("CommitLog %s: a half-received record at offset %d (%d bytes) is cut before serving as master",
+                        self.commitlog.queue.directory, end, self.commitlog.max_offset - end)  # fmt: skip
+            self.truncate_to(end)
+        self.reput.replica = False
+        self._recover_topic_queue_table()
+        self.config.broker_role = role
+        if not self._delivers:
+            self._delivers = True
+            self.schedule.start()
+            self.timers.start()
+        self._refresh_appender()
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the CommitLog at ``offset`` (a record boundary) with the ConsumeQueue units and index entries of the
+        records past it; dispatch resumes there.  For a replica whose log must end where its master's agrees."""
+        with self.reput.paused(), self.commitlog.put_lock:
+            self.index.truncate(offset, lambda phy: store_time_at(self.commitlog, phy))  # reads records before the cut
+            self.commitlog.queue.truncate_dirty_files(offset)
+            for cq in self.consume_queues.all():
+                cq.truncate_dirty_logic_files(offset)
+            self.reput.set_reput_from(min(self.reput.reput_from, offset))
+            self._recover_topic_queue_table()
 
     def replica_opens_segment(self, offset: int) -> bool:
         """Whether replicated bytes at ``offset`` start a new segment file (a blocking create: off the event loop)."""

@@ -47,7 +47,7 @@ class RecoveryReport:
     queue_ends: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
-def _store_time_at(cl: CommitLog, phy: int) -> int | None:
+def store_time_at(cl: CommitLog, phy: int) -> int | None:
     data = cl.read_record_at(phy)
     return records.read_store_timestamp(data, 0) if data else None
 
@@ -214,7 +214,7 @@ def recover(
     cl.queue.truncate_dirty_files(process)
     # RocketMQ leaves its IndexFiles alone here (only files newer than the checkpoint go, at load): entries past the
     # cut then answer queries with whatever is written there next, and hide the keys written there next.
-    index_dropped = index.truncate(process, lambda phy: _store_time_at(cl, phy))
+    index_dropped = index.truncate(process, lambda phy: store_time_at(cl, phy))
     if max_cq_phy >= process or not last_exit_ok:
         for cq in cqs:
             cq.truncate_dirty_logic_files(process)

@@ -184,6 +184,7 @@ class _Service:
         return ok
 
     def start(self) -> None:
+        self._stop.clear()  # a broker made master again (controller mode) starts the service a second time
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
 

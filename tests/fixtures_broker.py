@@ -135,6 +135,9 @@ class MqlakeServer:
         }
         if "listenPort" in conf:
             self.broker_port = int(conf["listenPort"])
+        # a NameServer alone reads only its own keys (-c namesrv.conf): those given here, e.g. its embedded controller's
+        self.namesrv_values = {k: str(v) for k, v in conf.items()} if command == "namesrv" else {}
+        self.controller_addr: str | None = None  # the embedded controller's (enableControllerInNamesrv)
         self._write_conf()
         self.process: subprocess.Popen | None = None
         self._log_offset = 0
@@ -160,12 +163,20 @@ class MqlakeServer:
 
     def _write_conf(self) -> None:
         self.conf_path.write_text("".join(f"{k}={v}\n" for k, v in self.values.items()), encoding="latin-1")
+        if self.namesrv_values:
+            text = "".join(f"{k}={v}\n" for k, v in self.namesrv_values.items())
+            (self.work_dir / "namesrv.conf").write_text(text, encoding="latin-1")
 
     def _learn_ports(self) -> None:
         """Keep the ports the OS picked at the first start, so a restart serves the same addresses."""
         log = self.run_log()
         if self.command in ("up", "namesrv") and not self.namesrv_port:
             self.namesrv_port = int(re.search(r"NameServer ready at [\d.]+:(\d+)", log).group(1))
+        controller = re.search(r"Controller ready at ([\d.]+):(\d+)", log)
+        if controller is not None and self.controller_addr is None:
+            self.controller_addr = f"{controller.group(1)}:{controller.group(2)}"
+            self.namesrv_values["controllerListenPort"] = controller.group(2)  # the same port after a restart
+            self._write_conf()
         if self.command != "namesrv" and not self.broker_port:
             self.broker_port = int(re.search(r"Broker ready at [\d.]+:(\d+)", log).group(1))
             self.values["listenPort"] = str(self.broker_port)
@@ -196,6 +207,8 @@ class MqlakeServer:
         cmd = [sys.executable, "-P", "-c", pin + "from cli.main import main; main()", self.command]
         if self.command == "namesrv":
             cmd += ["--port", str(self.namesrv_port)]
+            if self.namesrv_values:
+                cmd += ["-c", str(self.work_dir / "namesrv.conf")]
         else:
             cmd += ["-c", str(self.conf_path)]
         if self.command == "up":

@@ -25,6 +25,7 @@ import subprocess
 from pathlib import Path
 
 from broker.client import Admin
+from broker.remoting.codes import RequestCode
 from broker.remoting.loop import run
 from tests.fixtures_broker import _die_with_parent, free_port, remoting_call
 from tests.helpers import wait_until
@@ -287,7 +288,6 @@ def java_json(main: str, peer: str, *args: str, classes: Path, home: Path, timeo
 # A controller node keeps little: its Raft log and state machine in a few MiB
 CONTROLLER_JVM_OPTS = ("-Xms64m", "-Xmx192m", *JVM_OPTS[2:])
 MQADMIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
-CONTROLLER_GET_METADATA_INFO = 1005  # RequestCode; mqlake's broker has no use for it, so it is not in codes.py
 
 
 class ControllerCluster:
@@ -298,7 +298,9 @@ class ControllerCluster:
 
     GROUP = "mqlake-controllers"
 
-    def __init__(self, home: Path, nodes: int = 3, jvm_opts: tuple[str, ...] = CONTROLLER_JVM_OPTS) -> None:
+    def __init__(self, home: Path, nodes: int = 3, jvm_opts: tuple[str, ...] = CONTROLLER_JVM_OPTS,
+                 **conf: object) -> None:
+        """``conf``: more ``ControllerConfig`` keys for every node (e.g. ``scanNotActiveBrokerInterval``)."""
         self.home = Path(home)
         self.ports = [free_port() for _ in range(nodes)]
         self.ids = [f"n{i}" for i in range(nodes)]
@@ -307,14 +309,15 @@ class ControllerCluster:
         self.servers: list[JavaServer] = []
         for node, port in zip(self.ids, self.ports, strict=True):
             node_home = self.home / node
-            conf = write_conf(node_home / "controller.conf", {
+            path = write_conf(node_home / "controller.conf", {
                 "controllerType": "DLedger", "controllerDLegerGroup": self.GROUP, "controllerDLegerPeers": peers,
                 "controllerDLegerSelfId": node, "controllerStorePath": node_home / "store",
                 "configStorePath": node_home / "controller.properties",
                 "listenPort": port, "bindAddress": "127.0.0.1",
                 "mappedFileSize": 4 * 1024 * 1024,  # the Raft log's segment (1 GiB by default)
+                **conf,
             })  # fmt: skip
-            self.servers.append(JavaServer("controller", "rocketmq-5", node_home, "-c", str(conf), jvm_opts=jvm_opts))
+            self.servers.append(JavaServer("controller", "rocketmq-5", node_home, "-c", str(path), jvm_opts=jvm_opts))
 
     def start(self) -> ControllerCluster:
         """Start every node at once (a node's election waits for the others) and return when all say they booted."""
@@ -332,7 +335,7 @@ class ControllerCluster:
         """CONTROLLER_GET_METADATA_INFO (1005) asked of the node at ``addr``: its answer's header fields (group,
         controllerLeaderId, controllerLeaderAddress, isLeader, peers); None while it refuses (a node just booted
         answers SYSTEM_BUSY for a while)."""
-        r = remoting_call(addr, CONTROLLER_GET_METADATA_INFO)
+        r = remoting_call(addr, RequestCode.CONTROLLER_GET_METADATA_INFO)
         return dict(r.ext_fields) if r.code == 0 else None
 
     def metadata(self, addr: str) -> dict[str, str]:

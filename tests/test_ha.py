@@ -225,6 +225,7 @@ class CuttableProxy:
         self.relayed = 0
         self.flowing = threading.Event()  # cleared: bytes from the master are held back (the slave acks nothing new)
         self.flowing.set()
+        self.isolated = False
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -234,6 +235,9 @@ class CuttableProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
+            if self.isolated:
+                client.close()
+                continue
             try:
                 upstream = socket.create_connection(self.target)
             except OSError:
@@ -260,6 +264,14 @@ class CuttableProxy:
         finally:
             src.close()
             dst.close()
+
+    def isolate(self) -> None:
+        """A network partition: the connections are cut and new ones closed at once, until ``heal``."""
+        self.isolated = True
+        self.cut()
+
+    def heal(self) -> None:
+        self.isolated = False
 
     def cut(self) -> None:
         with self._lock:

@@ -12,6 +12,7 @@ from pathlib import Path
 from broker.acl.manager import WATCH_INTERVAL, PlainAclManager
 from broker.namesrv.kv_config import DEFAULT_KV_CONFIG_PATH, KVConfigManager
 from broker.namesrv.processor import WRITE_CODES, NamesrvProcessor
+from broker.namesrv.replicas_controller import EmbeddedController
 from broker.namesrv.route_table import RouteTable
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Handler, HandlerResult
@@ -139,13 +140,22 @@ async def serve_namesrv(
     ssl_context: ssl.SSLContext | None = None,
     kv_config_path: Path | None = DEFAULT_KV_CONFIG_PATH,
     acl_file: Path | None = None,
+    controller: EmbeddedController | None = None,
 ) -> None:
-    """Run a NameServer until SIGTERM/SIGINT (``mqlake namesrv``); logs ``NameServer ready at host:port``."""
+    """Run a NameServer until SIGTERM/SIGINT (``mqlake namesrv``); logs ``NameServer ready at host:port``, and
+    ``Controller ready at host:port`` first when it embeds ``controller``."""
     namesrv = NamesrvController(host, port, tls_mode=tls_mode, ssl_context=ssl_context, kv_config_path=kv_config_path,
                                 acl_file=acl_file)  # fmt: skip
-    await namesrv.start()
+    if controller is not None:
+        await controller.start()
+        logging.getLogger("mqlake").info("Controller ready at %s", controller.address)
     try:
-        logging.getLogger("mqlake").info("NameServer ready at %s", namesrv.address)
-        await wait_for_signal()
+        await namesrv.start()
+        try:
+            logging.getLogger("mqlake").info("NameServer ready at %s", namesrv.address)
+            await wait_for_signal()
+        finally:
+            await namesrv.stop()
     finally:
-        await namesrv.stop()
+        if controller is not None:
+            await controller.stop()

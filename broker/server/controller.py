@@ -32,6 +32,7 @@ from broker.server.clients import ConsumerManager, ProducerManager
 from broker.server.context import Processor
 from broker.server.flush_acks import FlushAcks
 from broker.server.groups import SubscriptionGroupManager
+from broker.server.ha_autoswitch import AutoSwitchHAClient, AutoSwitchHAService
 from broker.server.ha_master import HAService
 from broker.server.ha_slave import HAClient
 from broker.server.half_messages import RecentHalves
@@ -44,6 +45,7 @@ from broker.server.query import QueryProcessor
 from broker.server.queue_locks import RebalanceLockManager
 from broker.server.queue_offsets import OffsetProcessor
 from broker.server.registration import NamesrvRegistrar
+from broker.server.replicas import ReplicasManager
 from broker.server.schedule import ScheduleProcessor
 from broker.server.send import SendProcessor
 from broker.server.slave_sync import SlaveSynchronize
@@ -53,6 +55,7 @@ from broker.tls_settings import tls_server_context
 from lake.reader import LakeReader
 from store import identity as store_identity
 from store.config import BrokerRole, MessageStoreConfig
+from store.epoch_file import EpochFile
 from store.format import records
 from store.message_store import MessageStore, PutMessageResult, PutMessageStatus, wants_wait
 
@@ -103,6 +106,13 @@ class BrokerController:
         self.ha_client: HAClient | None = None
         self.slave_sync: SlaveSynchronize | None = None
         self._ha_remoting: RemotingClient | None = None
+        # Controller mode (broker.server.replicas): the controllers decide the role; replication is AutoSwitch's
+        self.replicas: ReplicasManager | None = None
+        self.epochs: EpochFile | None = None
+        self.auto_ha: AutoSwitchHAService | None = None
+        self.auto_client: AutoSwitchHAClient | None = None
+        self._master_search: asyncio.Task | None = None
+        self._checked_back = False  # the transaction check-back runs from the first time this broker is master
         self.server = RemotingServer(self.host, broker_config.listen_port, name="broker",
                                      tls_mode=broker_config.tls.server_mode,
                                      ssl_context=tls_server_context(broker_config.tls))  # fmt: skip
@@ -134,6 +144,8 @@ class BrokerController:
     def _ha_port(self) -> int:
         if self.ha_service is not None:
             return self.ha_service.port
+        if self.auto_ha is not None:
+            return self.auto_ha.port
         port = self.store_config.ha_listen_port
         if port is not None:
             return port
@@ -141,6 +153,16 @@ class BrokerController:
         return 0 if self._os_picks_port else self.config.listen_port + 1
 
     async def _start_replication(self) -> None:
+        if self.config.enable_controller_mode:  # the role comes later, from the controllers
+            creds = self.registrar.credentials
+            self._ha_remoting = RemotingClient(language="JAVA", rpc_hook=creds.sign if creds is not None else None)
+            self.epochs = await asyncio.to_thread(EpochFile, self.store_config.store_path_root_dir)
+            self.slave_sync = SlaveSynchronize(
+                self.config, self.topics, self.offsets, self.groups, self._ha_remoting, self.store.adopt_tiered
+            )
+            self.slave_sync.loaded()
+            self.store.add_arrival_listener(self.slave_sync.on_arrival)
+            return
         if self.is_slave:
             # Signed as the registrations are: a master with aclEnable answers its slave's config copies (and the
             # runtime info the HA client compares offsets with) only for a known account.
@@ -171,12 +193,20 @@ class BrokerController:
         info = {"brokerRole": str(self.store_config.broker_role)}
         if self.ha_service is not None:  # what a slave may delete (as the master's tiering job marked it)
             info["tieredSegments"] = ",".join(map(str, self.store.tiered_segments()))
-        for part in (self.ha_service, self.ha_client):
+        for part in (self.ha_service, self.ha_client, self.auto_ha, self.auto_client, self.replicas):
             if part is not None:
                 info.update(part.runtime_info())
         return info
 
     async def _stop_replication(self) -> None:
+        if self.replicas is not None:
+            await self.replicas.stop()
+        if self._master_search is not None:
+            self._master_search.cancel()
+        if self.auto_client is not None:
+            await self.auto_client.stop()
+        if self.auto_ha is not None:
+            await self.auto_ha.stop()
         if self.ha_client is not None:
             await self.ha_client.stop()
         if self.ha_service is not None:
@@ -237,6 +267,8 @@ class BrokerController:
         if before_register is not None:
             await before_register()
         self._registered = True
+        if self.config.enable_controller_mode:
+            await self._start_controller_mode()
         await self.registrar.register_all()
         if self.slave_sync is not None:
             self._timers.append(
@@ -258,6 +290,108 @@ class BrokerController:
             ))  # fmt: skip
         log.info("broker %s (%s) serving on %s, store %s", self.config.broker_name, self.config.broker_cluster_name,
                  self.addr, self.store_config.store_path_root_dir)  # fmt: skip
+
+    # --- controller mode (RoleTarget) -------------------------------------------------------------------------
+    async def _start_controller_mode(self) -> None:
+        c = self.config
+        assert self._ha_remoting is not None
+        self.replicas = ReplicasManager(
+            cluster=c.broker_cluster_name, broker_name=c.broker_name, broker_addr=self.addr,
+            controller_addrs=c.controller_addrs, store_root=self.store_config.store_path_root_dir, target=self,
+            client=self._ha_remoting, heartbeat_interval=c.broker_heartbeat_interval / 1000,
+            heartbeat_timeout_ms=c.controller_heart_beat_timeout_mills, election_priority=c.broker_election_priority,
+            sync_broker_period=c.sync_broker_metadata_period / 1000,
+            sync_controller_period=c.sync_controller_metadata_period / 1000,
+        )  # fmt: skip
+        await self.replicas.start(wait=c.controller_heart_beat_timeout_mills / 1000 * 3)
+        self._timers.append(asyncio.create_task(self._every(c.check_sync_state_set_period / 1000,
+                                                            self._check_sync_state_set)))  # fmt: skip
+
+    def replica_state(self) -> tuple[int, int, int]:
+        epoch = self.epochs.last_epoch if self.epochs is not None else 0
+        end = self.store.max_phy_offset
+        return epoch, end, self.auto_ha.confirm_offset() if self.auto_ha is not None else end
+
+    def set_sync_state_set(self, members: set[int]) -> None:
+        if self.auto_ha is not None:
+            self.auto_ha.set_sync_state_set(members)
+
+    def _propose_set(self, members: set[int]) -> None:
+        if self.replicas is not None:
+            self._spawn(self.replicas.propose_sync_state_set(members))
+
+    async def _check_sync_state_set(self) -> None:
+        """``checkSyncStateSetAndDoReport``: a slave behind for haMaxTimeSlaveNotCatchup leaves the set."""
+        if self.auto_ha is not None and self.replicas is not None and self.replicas.is_master:
+            shrunk = self.auto_ha.shrunk_set()
+            if shrunk != self.auto_ha.sync_state_set:
+                await self.replicas.propose_sync_state_set(shrunk)
+
+    async def become_master(self, epoch: int, sync_state_set: set[int]) -> None:
+        assert self.replicas is not None and self.epochs is not None and self.replicas.broker_id is not None
+        if self._master_search is not None:
+            self._master_search.cancel()
+        if self.slave_sync is not None:  # no table copies while master
+            self.slave_sync.master_addr = None
+        if self.auto_client is not None:
+            await self.auto_client.stop()
+            self.auto_client = None
+        await asyncio.to_thread(self.store.change_role, BrokerRole.SYNC_MASTER)
+        if epoch > self.epochs.last_epoch:
+            await asyncio.to_thread(self.epochs.append, epoch, self.store.max_phy_offset)
+        if self.auto_ha is None:
+            self.auto_ha = AutoSwitchHAService(self.store, self.store_config, self.epochs, self.host, self._ha_port(),
+                                               self.replicas.broker_id, self._propose_set)  # fmt: skip
+            await self.auto_ha.start()
+        self.auto_ha.set_sync_state_set(sync_state_set)
+        self.config.broker_id = 0  # the NameServers route sends to brokerId 0
+        if not self._checked_back:
+            self._checked_back = True
+            self.transactions.start()
+        self._spawn(self.registrar.register_all())
+
+    async def become_slave(self, master_addr: str, epoch: int) -> None:
+        assert self.replicas is not None and self.epochs is not None and self.replicas.broker_id is not None
+        assert self.slave_sync is not None
+        if self.auto_ha is not None:
+            self.store_config.ha_listen_port = self.auto_ha.port  # the same port when it is master again
+            await self.auto_ha.stop()
+            self.auto_ha = None
+        await asyncio.to_thread(self.store.change_role, BrokerRole.SLAVE)
+        self.config.broker_id = self.replicas.broker_id
+        if self.auto_client is None:
+            self.auto_client = AutoSwitchHAClient(self.store, self.store_config, self.epochs, self.replicas.broker_id)
+            self.auto_client.start()
+        self.slave_sync.master_addr = master_addr  # the periodic table copy (started with the broker) resumes
+        if self._master_search is not None:
+            self._master_search.cancel()
+        self._master_search = asyncio.create_task(self._learn_master_ha(master_addr))
+
+    async def _learn_master_ha(self, master_addr: str) -> None:
+        """The master's HA address, from the NameServers' answer to this slave's registration (as RocketMQ's
+        slave learns it), once they route to the master the controller named."""
+        learned = asyncio.Event()
+
+        fixed = self.store_config.ha_master_address  # a configured route to the master's HA port wins (a relay)
+
+        def on_registered(ha_addr: str | None, master: str | None) -> None:
+            if master == master_addr and ha_addr and self.auto_client is not None:
+                self.auto_client.update_master(fixed or ha_addr)
+                learned.set()
+
+        self.registrar.on_registered = on_registered
+        while not learned.is_set():
+            await self.registrar.register_all()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    await learned.wait()
+        self._spawn(self.slave_sync.sync_all() if self.slave_sync is not None else asyncio.sleep(0))
+
+    async def _notify_role_changed(self, cmd: RemotingCommand, conn: Channel) -> RemotingCommand:
+        if self.replicas is None:
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "broker is not in controller mode or starting")
+        await self.replicas.notify_role_changed(cmd)
+        return cmd.response(ResponseCode.SUCCESS)
 
     @property
     def _client_scan_interval(self) -> float:
@@ -409,6 +543,8 @@ class BrokerController:
                 result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         if self.ha_service is not None and self.store_config.broker_role == BrokerRole.SYNC_MASTER:
             await self._wait_for_slave(msgs[0], result)
+        elif self.auto_ha is not None:
+            await self._wait_for_replicas(msgs[0], result)
         if result.ok and msgs:
             self.stats.put(msgs[0].topic, len(msgs), result.append.wrote_bytes if result.append else 0)
         return result
@@ -424,6 +560,17 @@ class BrokerController:
         if not self.ha_service.is_slave_ok(end):
             result.status = PutMessageStatus.SLAVE_NOT_AVAILABLE
         elif not await self.ha_service.wait_for_slave(end, self.store_config.sync_flush_timeout / 1000):
+            result.status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+
+    async def _wait_for_replicas(self, first: records.MessageRecord, result: PutMessageResult) -> None:
+        """Controller mode (``handleHA``): answer once the sync state set holds the messages (every member with
+        allAckInSyncStateSet, else one slave when the set has one); FLUSH_SLAVE_TIMEOUT after syncFlushTimeout."""
+        append = result.append
+        if append is None or result.status != PutMessageStatus.PUT_OK or not wants_wait(first):
+            return
+        assert self.auto_ha is not None
+        end = append.wrote_offset + append.wrote_bytes
+        if not await self.auto_ha.wait_for_replicas(end, self.store_config.sync_flush_timeout / 1000):
             result.status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
 
     def config_changed(self, keys: set[str]) -> None:
@@ -473,6 +620,7 @@ class BrokerController:
             AdminProcessor(self), QueryProcessor(self), AclAdminProcessor(self.config, self.acl), self.transactions,
             OperationsProcessor(self), ScheduleProcessor(self),
         ]  # fmt: skip
+        self.server.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self._guard(self._notify_role_changed))
         for processor in processors:
             for code, handler in processor.routes().items():
                 if self.metrics is not None:

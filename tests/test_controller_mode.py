@@ -1,0 +1,371 @@
+"""Controller mode (RocketMQ 5's automatic failover, docs/ha.md): mqlake brokers registered with Apache RocketMQ
+5.4.0's own controller group (three DLedger nodes, ``tests.peers.ControllerCluster``), replicating with the
+AutoSwitch protocol, and a stock C++ producer carrying on through a master's SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+import pytest
+
+from broker.config import BrokerConfigError, build_configs, load_broker_conf
+from broker.remoting.codes import ResponseCode
+from store.config import BrokerRole
+from store.epoch_file import EpochFile, consistent_point
+from store.format import ha
+from store.message_store import MessageStore
+from tests.clients4 import clients4
+from tests.clients4 import run as run_java4
+from tests.controller_mode import (
+    SyncLoad,
+    controller_broker,
+    failover_seconds,
+    in_sync,
+    master_and_slave,
+    max_offset,
+    role,
+    runtime,
+)
+from tests.fixtures_broker import MqlakeServer, free_port, stop_servers
+from tests.helpers import make_message, wait_until
+from tests.peers import ControllerCluster
+from tests.test_ha import CuttableProxy, commitlog_bytes, consume_all, send_to, unique
+
+__all__ = ["clients4"]  # the fixture, used by name
+
+
+@pytest.mark.unit
+def test_epoch_file_is_rocketmqs_checkpoint_text_and_finds_the_common_point(tmp_path) -> None:
+    f = EpochFile(tmp_path)
+    f.append(1, 0)
+    f.append(2, 4096)
+    text = (tmp_path / "epochFileCheckpoint").read_text()
+    lines = text.splitlines()
+    assert lines[0] == "2" and lines[2:] == ["1-0", "2-4096"]
+    import zlib
+
+    assert int(lines[1]) == zlib.crc32(b"1-0\n2-4096\n") & 0x7FFFFFFF
+    assert EpochFile(tmp_path).entries == [(1, 0), (2, 4096)]  # read back, CRC checked
+    # an old master (epoch 1 up to 9000) meets the new one (epoch 1 up to 4096, epoch 2 since): common to 4096
+    assert consistent_point([(1, 0)], 9000, [(1, 0), (2, 4096)], 5000) == 4096
+    # a slave behind the master keeps its whole log
+    assert consistent_point([(1, 0), (2, 4096)], 4500, [(1, 0), (2, 4096)], 5000) == 4500
+    # nothing in common: -1 (the broker refuses to replicate)
+    assert consistent_point([(3, 100)], 9000, [(1, 0), (2, 4096)], 5000) == -1
+
+
+@pytest.mark.unit
+def test_autoswitch_frames_are_rocketmqs_big_endian_layouts() -> None:
+    # slave handshake: int state HANDSHAKE(1), short isSyncFromLastFile, short isAsyncLearner, long slaveBrokerId
+    assert ha.encode_slave_handshake(2) == bytes.fromhex("00000001" "0000" "0000" "0000000000000002")
+    # slave report: int state TRANSFER(2), long max offset
+    assert ha.encode_slave_report(0x1234) == bytes.fromhex("00000002" "0000000000001234")
+    # master handshake: int state, int body size, long max offset, int last epoch, then 12 bytes per epoch
+    assert ha.encode_master_handshake(0x100, 2, [(1, 0), (2, 0x80)]) == bytes.fromhex(
+        "00000001" "00000018" "0000000000000100" "00000002" "00000001" "0000000000000000" "00000002" "0000000000000080")
+    # master transfer header (36 bytes): state, body size, offset, epoch, epoch start offset, confirm offset
+    header = ha.encode_master_transfer_header(0x40, 3, 2, 0x20, 0x30)
+    assert header == bytes.fromhex(
+        "00000002" "00000003" "0000000000000040" "00000002" "0000000000000020" "0000000000000030")
+    assert len(header) == ha.MASTER_TRANSFER_SIZE
+    assert ha.decode_master_header(header) == (2, 3, 0x40, 2)
+    assert ha.decode_master_transfer_tail(header[ha.MASTER_HANDSHAKE_SIZE :]) == (0x20, 0x30)
+
+
+@pytest.mark.unit
+def test_controller_mode_without_a_usable_controller_address_stops_naming_the_key() -> None:
+    with pytest.raises(BrokerConfigError, match="controllerAddr"):
+        build_configs({"enableControllerMode": "true"})
+    with pytest.raises(BrokerConfigError, match="controllerAddr"):
+        build_configs({"enableControllerMode": "true", "controllerAddr": "127.0.0.1:9878;nowhere"})
+    broker, store = build_configs({"enableControllerMode": "true", "controllerAddr": "127.0.0.1:1;127.0.0.1:2",
+                                   "brokerRole": "ASYNC_MASTER"})  # fmt: skip
+    assert broker.controller_addrs == ["127.0.0.1:1", "127.0.0.1:2"]
+    assert store.broker_role == "SLAVE"  # until the controllers say otherwise
+
+
+def _send(namesrv: str, topic: str, bodies: list[bytes]) -> None:
+    """Send each body with a stock C++ producer; every one must be acknowledged SEND_OK."""
+    from rocketmq.client import Message, Producer
+
+    p = Producer(unique("PG"))
+    p.set_namesrv_addr(namesrv)
+    p.start()
+    try:
+        for body in bodies:
+            m = Message(topic)
+            m.set_body(body)
+            assert p.send_sync(m).status == 0
+    finally:
+        p.shutdown()
+
+
+@pytest.mark.integration
+def test_master_sigkilled_under_sync_load_fails_over_and_loses_nothing_acknowledged(tmp_path) -> None:
+    with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
+        namesrv, a, b = master_and_slave(tmp_path, controllers.addrs)
+        try:
+            load = SyncLoad(namesrv.namesrv_addr, unique("FoT"))
+            load.wait_acked(300)
+            # the slave refuses sends until it is elected
+            assert send_to(b.broker_addr, load.topic, b"to-slave") == ResponseCode.SERVICE_NOT_AVAILABLE
+            killed_at = time.monotonic()
+            a.kill()
+            wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the slave to be elected master")
+            load.wait_acked(100)  # the stock client carries on through its own retries and route refresh
+            load.stop()
+            print(f"failover: {failover_seconds(load.acked, killed_at):.1f} s from SIGKILL to the first send the new "
+                  f"master acknowledged ({load.failed} sends failed after the client's own retries)")
+
+            # the old master returns as a slave and its CommitLog becomes the new master's, byte for byte
+            a.start()
+            wait_until(lambda: role(a) == "SLAVE", 60, what="the old master to return as a slave")
+            wait_until(lambda: max_offset(a) == max_offset(b), 60, what="the old master to catch up")
+            end = max_offset(b)
+            log_a = commitlog_bytes(a.store_dir, 0, end)
+            assert log_a == commitlog_bytes(b.store_dir, 0, end) and len(log_a) == end
+
+            # a new consumer group reads every acknowledged message
+            assert load.bodies <= consume_all(namesrv.namesrv_addr, load.topic, unique("Fresh"), load.bodies)
+        finally:
+            stop_servers([a, b, namesrv])
+
+
+@pytest.mark.integration
+def test_a_master_cut_off_from_the_controllers_and_its_slave_is_replaced_and_steps_down(tmp_path) -> None:
+    """The master's heartbeats to every controller and its HA stream to the slave go through relays the test
+    isolates (its requests to the controller leader do not: it learns of the election from it)."""
+    with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
+        heartbeat_relays = [CuttableProxy(("127.0.0.1", port)) for port in controllers.ports]
+        ha_port = free_port()
+        ha_relay = CuttableProxy(("127.0.0.1", ha_port))
+        namesrv = MqlakeServer(tmp_path / "ns", "namesrv").start()
+        a = controller_broker(tmp_path, "a", namesrv.namesrv_addr,
+                              [f"127.0.0.1:{r.port}" for r in heartbeat_relays], haListenPort=str(ha_port))
+        b = controller_broker(tmp_path, "b", namesrv.namesrv_addr, controllers.addrs,
+                              haMasterAddress=f"127.0.0.1:{ha_relay.port}")  # fmt: skip
+        try:
+            a.start()
+            wait_until(lambda: role(a) == "SYNC_MASTER", 60, what="the first broker to be elected master")
+            b.start()
+            wait_until(lambda: in_sync(a) == "1,2", 60, what="the slave to join the sync state set")
+            load = SyncLoad(namesrv.namesrv_addr, unique("CutT"))
+            load.wait_acked(200)
+            for relay in [*heartbeat_relays, ha_relay]:
+                relay.isolate()
+            # the controllers no longer hear the master: they elect the slave, which held every acknowledged send
+            wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the slave to be elected master")
+            # and the old master, told by the controller leader, steps down and follows the new master
+            wait_until(lambda: role(a) == "SLAVE", 60, what="the cut-off master to step down")
+            load.wait_acked(100)
+            for relay in heartbeat_relays:
+                relay.heal()
+            wait_until(lambda: max_offset(a) == max_offset(b), 60, what="the old master to catch up")
+            load.stop()
+            end = max_offset(b)
+            assert commitlog_bytes(a.store_dir, 0, end) == commitlog_bytes(b.store_dir, 0, end)
+            assert load.bodies <= consume_all(namesrv.namesrv_addr, load.topic, unique("Fresh"), load.bodies)
+        finally:
+            stop_servers([a, b, namesrv])
+            for relay in [*heartbeat_relays, ha_relay]:
+                relay.close()
+
+
+@pytest.mark.integration
+def test_an_old_master_returning_with_unacknowledged_records_is_cut_to_the_epoch_boundary(tmp_path) -> None:
+    with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
+        namesrv, a, b = master_and_slave(tmp_path, controllers.addrs)
+        try:
+            topic = unique("CutT")
+            first = [f"first-{i}".encode() * 10 for i in range(200)]
+            _send(namesrv.namesrv_addr, topic, first)
+            wait_until(lambda: max_offset(b) == max_offset(a), 30, what="the slave to catch up")
+            boundary = max_offset(a)
+            a.stop()
+            wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the slave to be elected master")
+            # while it is away, the old master's log gains records no replica has: as if written and never acked
+            _, store_conf = load_broker_conf(a.conf_path)
+            store_conf.broker_role = BrokerRole.ASYNC_MASTER
+            store = MessageStore(store_conf).start()
+            try:
+                for i in range(50):
+                    assert store.put_message(make_message(topic, i % 4, f"extra-{i}".encode() * 10)).ok
+                assert store.max_phy_offset > boundary
+            finally:
+                store.shutdown()
+            later = [f"later-{i}".encode() * 10 for i in range(100)]
+            _send(namesrv.namesrv_addr, topic, later)
+
+            a.start()
+            wait_until(lambda: role(a) == "SLAVE", 60, what="the old master to return as a slave")
+            wait_until(lambda: max_offset(a) == max_offset(b), 60,
+                       what="the old master to catch up")  # fmt: skip
+            assert "CommitLog cut from" in a.run_log() and f"to {boundary}," in a.run_log()
+            end = max_offset(b)
+            log_a = commitlog_bytes(a.store_dir, 0, end)
+            assert log_a == commitlog_bytes(b.store_dir, 0, end) and len(log_a) == end
+            assert b"extra-" not in log_a
+            # the old master's epoch file is the new master's: epoch 1 from 0, epoch 2 from the boundary
+            assert EpochFile(a.store_dir).entries == EpochFile(b.store_dir).entries == [(1, 0), (2, boundary)]
+            got = consume_all(namesrv.namesrv_addr, topic, unique("Fresh"), set(first) | set(later))
+            assert not any(body.startswith(b"extra-") for body in got)
+        finally:
+            stop_servers([a, b, namesrv])
+
+
+@pytest.mark.integration
+def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins_once_caught_up(tmp_path) -> None:
+    with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
+        namesrv, a, b = master_and_slave(tmp_path, controllers.addrs)
+        try:
+            topic = unique("SlowT")
+            _send(namesrv.namesrv_addr, topic, [b"both-%d" % i for i in range(20)])
+            assert b.process is not None
+            b.process.send_signal(signal.SIGSTOP)  # a slave that stops reading: it falls behind
+            try:
+                # a send now waits for the stalled member until haMaxTimeSlaveNotCatchup shrinks the set to the master
+                wait_until(lambda: in_sync(a) == "1", 30,
+                           what="the stalled slave to leave the sync state set")  # fmt: skip
+                _send(namesrv.namesrv_addr, topic, [b"alone-%d" % i for i in range(50)])  # acknowledged by {1}
+                assert max_offset(a) > int(runtime(a.broker_addr)["haSlaveAckOffsets"].split("=")[1])
+            finally:
+                b.process.send_signal(signal.SIGCONT)
+            wait_until(lambda: in_sync(a) == "1,2", 30,
+                       what="the slave to rejoin once caught up")  # fmt: skip
+            end = max_offset(a)
+            wait_until(lambda: max_offset(b) == end, 30, what="the slave to hold the master's end")
+            assert commitlog_bytes(a.store_dir, 0, end) == commitlog_bytes(b.store_dir, 0, end)
+        finally:
+            stop_servers([a, b, namesrv])
+
+
+@pytest.mark.integration
+@pytest.mark.expected_errors("two brokers claim one id")
+def test_the_namesrvs_embedded_controller_fails_over_and_keeps_its_state_across_its_restart(tmp_path) -> None:
+    namesrv = MqlakeServer(tmp_path / "ns", "namesrv", enableControllerInNamesrv="true", controllerListenPort="0",
+                           controllerStorePath=str(tmp_path / "controller"), scanNotActiveBrokerInterval="500")
+    namesrv.start()
+    assert namesrv.controller_addr is not None
+    _, a, b = master_and_slave(tmp_path, [namesrv.controller_addr], namesrv, registerNameServerPeriod="1000")
+    try:
+        topic = unique("EmbT")
+        first = [b"first-%d" % i for i in range(100)]
+        _send(namesrv.namesrv_addr, topic, first)
+        a.kill()
+        wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the embedded controller to elect the slave")
+        later = [b"later-%d" % i for i in range(50)]
+        _send(namesrv.namesrv_addr, topic, later)
+
+        # restarted, the controller has its state back: broker ids, the master, the epochs
+        namesrv.restart()
+        state = json.loads((tmp_path / "controller" / "controller.json").read_text())["brokerSets"]["broker-a"]
+        assert (state["master"], sorted(state["members"])) == (2, ["1", "2"])
+        assert state["masterEpoch"] >= 2  # 2, or more if a loaded machine made a heartbeat late and it re-elected
+        assert role(b) == "SYNC_MASTER"
+        a.start()  # the old master registers with the restarted controller and follows the master it names
+        wait_until(lambda: role(a) == "SLAVE", 60, what="the old master to return as a slave")
+        wait_until(lambda: max_offset(a) == max_offset(b), 60, what="the old master to catch up")
+        end = max_offset(b)
+        assert commitlog_bytes(a.store_dir, 0, end) == commitlog_bytes(b.store_dir, 0, end)
+        assert set(first) | set(later) <= consume_all(namesrv.namesrv_addr, topic, unique("Fresh"),
+                                                      set(first) | set(later))  # fmt: skip
+        # it knows who holds which id: a copy of the master's store cannot start as a second broker 2
+        c = controller_broker(tmp_path, "c", namesrv.namesrv_addr, [namesrv.controller_addr])
+        c.store_dir.mkdir(parents=True)
+        (c.store_dir / "brokerIdentity").write_bytes((b.store_dir / "brokerIdentity").read_bytes())
+        with pytest.raises(AssertionError, match="broker id 2 of broker-a is held by the live broker"):
+            c.start()
+    finally:
+        stop_servers([a, b, namesrv])
+
+
+@pytest.mark.integration
+def test_the_controller_leader_killed_with_the_master_still_elects_the_slave(tmp_path) -> None:
+    with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
+        namesrv, a, b = master_and_slave(tmp_path, controllers.addrs)
+        try:
+            leader = controllers.metadata_info(controllers.addrs[0])
+            assert leader is not None
+            leader_index = controllers.ids.index(leader["controllerLeaderId"])
+            load = SyncLoad(namesrv.namesrv_addr, unique("LdrT"))
+            load.wait_acked(200)
+            # the master and the controller that would elect its successor die together: the two controllers left
+            # elect a leader of their own, which finds the master's heartbeats gone and elects the slave
+            a.kill()
+            controllers.servers[leader_index].kill()
+            wait_until(lambda: role(b) == "SYNC_MASTER", 90, what="the slave to be elected by the new leader")
+            survivors = [addr for i, addr in enumerate(controllers.addrs) if i != leader_index]
+            new_leader = controllers.metadata_info(survivors[0])
+            assert new_leader is not None and new_leader["controllerLeaderId"] != leader["controllerLeaderId"]
+            load.wait_acked(100)
+            load.stop()
+            assert load.bodies <= consume_all(namesrv.namesrv_addr, load.topic, unique("Fresh"), load.bodies)
+        finally:
+            stop_servers([a, b, namesrv])
+
+
+@pytest.mark.integration
+def test_a_stock_java_4x_producer_keeps_sending_through_a_failover(tmp_path, clients4) -> None:
+    with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
+        namesrv, a, b = master_and_slave(tmp_path, controllers.addrs)
+        try:
+            topic = unique("J4T")
+            stop = tmp_path / "stop-producing"
+            result: dict = {}
+
+            def produce() -> None:
+                result.update(run_java4("ProduceUntil", clients4, tmp_path / "java", namesrv=namesrv.namesrv_addr,
+                                        topic=topic, group=unique("PG"), stop=stop))  # fmt: skip
+
+            t = threading.Thread(target=produce, daemon=True)
+            t.start()
+            wait_until(lambda: max_offset(a) > 50_000, 120, what="the Java producer's sends to the first master")
+            a.kill()
+            wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the slave to be elected master")
+            start = max_offset(b)
+            wait_until(lambda: max_offset(b) > start + 20_000, 120, what="the Java producer's sends to the new master")
+            stop.touch()
+            t.join(120)
+            assert not t.is_alive()
+            acked = set(result["acked"])
+            got = consume_all(namesrv.namesrv_addr, topic, unique("Fresh"), {s.encode() for s in acked})
+            assert {s.encode() for s in acked} <= got
+        finally:
+            stop_servers([a, b, namesrv])
+
+
+@pytest.mark.integration
+@pytest.mark.expected_errors("two brokers claim one id")
+def test_a_second_broker_claiming_a_live_brokers_id_stops_at_start_naming_the_file(tmp_path) -> None:
+    with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
+        namesrv = MqlakeServer(tmp_path / "ns", "namesrv").start()
+        a = controller_broker(tmp_path, "a", namesrv.namesrv_addr, controllers.addrs)
+        try:
+            a.start()
+            wait_until(lambda: role(a) == "SYNC_MASTER", 60, what="the first broker to be elected master")
+            # a store copied from the live master's: same brokerIdentity, another address
+            c = controller_broker(tmp_path, "c", namesrv.namesrv_addr, controllers.addrs)
+            c.store_dir.mkdir(parents=True)
+            (c.store_dir / "brokerIdentity").write_bytes((a.store_dir / "brokerIdentity").read_bytes())
+            with pytest.raises(AssertionError, match="brokerIdentity: broker id 1 of broker-a is held by the live"):
+                c.start()
+            assert role(a) == "SYNC_MASTER"  # the master is untouched
+        finally:
+            stop_servers([a, namesrv])
+
+
+@pytest.mark.integration
+@pytest.mark.expected_errors("controllerAddr: .* is not a controller")
+def test_a_controller_address_that_is_no_controller_stops_start_up_naming_the_key(tmp_path) -> None:
+    namesrv = MqlakeServer(tmp_path / "ns", "namesrv").start()
+    try:
+        # the NameServer's own address, given as the controller's by mistake
+        broker = controller_broker(tmp_path, "a", namesrv.namesrv_addr, [namesrv.namesrv_addr])
+        with pytest.raises(AssertionError, match=f"controllerAddr: {namesrv.namesrv_addr} is not a controller"):
+            broker.start()
+        assert not (broker.store_dir / "brokerIdentity").exists()
+    finally:
+        stop_servers([namesrv])
