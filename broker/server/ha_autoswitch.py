@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from broker.remoting.errors import port_in_use
+from broker.server.ha_slave import append_replicated
 from store.commitlog import ReplicaAppendError
 from store.config import MessageStoreConfig
 from store.epoch_file import EpochFile, consistent_point
@@ -389,10 +390,7 @@ class AutoSwitchHAClient:
                     self.epochs.append(epoch, epoch_start)
                 current_epoch = epoch
             if body:
-                if self.store.replica_opens_segment(offset):
-                    await asyncio.to_thread(self.store.append_replica, offset, body)
-                else:
-                    self.store.append_replica(offset, body)
+                await append_replicated(self.store, offset, body)
                 await self._report(writer)
 
     def runtime_info(self) -> dict[str, str]:

@@ -33,6 +33,14 @@ from store.message_store import MessageStore
 log = logging.getLogger(__name__)
 
 
+async def append_replicated(store: MessageStore, offset: int, body: bytes) -> None:
+    """Store a master's pushed bytes at ``offset``, the same for either replication protocol."""
+    if store.replica_opens_segment(offset):  # creating a segment file blocks: off the loop
+        await asyncio.to_thread(store.append_replica, offset, body)
+    else:  # a memcpy into the mapped segment: a thread hop would cost more than it saves
+        store.append_replica(offset, body)
+
+
 class HATransferError(MQLakeError):
     """A transfer this slave cannot take; the connection is closed and made again."""
 
@@ -168,10 +176,7 @@ class HAClient:
                 body = await reader.readexactly(size) if size else b""
             self._last_read = time.monotonic()
             if body:
-                if self.store.replica_opens_segment(offset):  # creating a segment file blocks: off the loop
-                    await asyncio.to_thread(self.store.append_replica, offset, body)
-                else:  # a memcpy into the mapped segment: a thread hop would cost more than it saves
-                    self.store.append_replica(offset, body)
+                await append_replicated(self.store, offset, body)
                 await self._report(writer)
 
     def runtime_info(self) -> dict[str, str]:
