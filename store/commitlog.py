@@ -1,7 +1,8 @@
 """The CommitLog: one append-only log of every message, in fixed-size segments.
 
-Appends go through one lock (``putMessageLock``); what can be done outside it (encoding, the body
-CRC) is done by the caller beforehand, so the lock covers a back-fill of three fields and a memcpy.
+Appends go through one locked section (:meth:`CommitLog.put`, ``putMessageLock``) that hands the segment's end
+to a pure encoder from ``store.format``; a slave's copy of its master's bytes (:meth:`CommitLog.append_raw`) is
+the only other writer.
 """
 
 from __future__ import annotations
@@ -10,17 +11,23 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from store.errors import MQLakeError
-from store.format import records, runs, units
+from store.format import records, units
+from store.format.buffers import WriteBuffer
 from store.mapped_file import MappedFile, MappedFileQueue
 
 log = logging.getLogger(__name__)
+
+# encode(dest, pos, limit, item, queue_offset, physical_offset, store_timestamp) -> bytes written, or minus the
+# bytes needed when they would end past limit (see CommitLog.put)
+Encoder = Callable[[WriteBuffer, int, int, Any, int, int, int], int]
 
 
 class ReplicaAppendError(MQLakeError, ValueError):
@@ -55,33 +62,20 @@ class CommitLog:
         self.writable = True  # cleared under put_lock at shutdown, so no append races the unmapping
 
     # --- append --------------------------------------------------------------------------------------
-    def append(self, record: bytes, topic: str, queue_id: int, sys_flag: int) -> AppendResult:
-        """Append one pre-encoded record, rolling to a new segment at end of file."""
-        return self.append_batch((record,), topic, queue_id, sys_flag, len(record))
+    def put(self, encode: Encoder, item: Any, key: str, advances: bool, count: int = 1) -> AppendResult:
+        """The one append (``CommitLog.asyncPutMessage`` with its ``AppendMessageCallback``): under the put lock,
+        find the newest segment (rolling to a new one, after a BLANK, when the records do not fit), take the queue
+        offset of ``key`` ("topic-queueId") from the queue table, have ``encode`` write ``item``'s ``count``
+        records at the segment's end, and record where they went.
 
-    def append_batch(
-        self, encoded: Sequence[bytes], topic: str, queue_id: int, sys_flag: int, total: int | None = None
-    ) -> AppendResult:
-        """Append consecutive records of one topic-queue (:meth:`append_run` of their concatenation)."""
-        run = encoded[0] if len(encoded) == 1 else b"".join(encoded)
-        return self.append_run(run, len(encoded), topic, queue_id, sys_flag)
-
-    def append_run(self, run: bytes, count: int, topic: str, queue_id: int, sys_flag: int) -> AppendResult:
-        """Append ``count`` consecutive records of one topic-queue, encoded into one ``run``; they never straddle
-        two segments.
-
-        The run is copied into the segment in one piece and only then back-filled with what is known inside the
-        lock (queue offsets, physical offsets, store time), its first record's TOTALSIZE and MAGIC last
-        (``runs.write_run``): until then the segment holds zeros there, which recovery reads as the end of the
-        log.  A process killed mid-append so leaves no record behind, rather than a complete-looking one with
-        queue offset 0 and physical offset 0.
-        """
-        total = len(run)
-        if total + records.END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            return AppendResult(AppendStatus.MESSAGE_SIZE_EXCEEDED)
-        key = f"{topic}-{queue_id}"
-        # Half and rollback records take queue offset 0 and do not advance the queue (doAppend).
-        advances = records.is_consumable(sys_flag)
+        ``encode(dest, pos, limit, item, queue_offset, physical_offset, store_timestamp)`` is a pure codec
+        (``records.put_record``, ``runs.put_run``, ``appender.put_prepared``): it writes the records into
+        ``dest[pos:]`` with what only the lock knows back-filled and their first TOTALSIZE and MAGIC last (until
+        then the segment holds zeros there, which recovery reads as the end of the log: a process killed
+        mid-append leaves no complete-looking record behind), and returns the bytes written; or, writing nothing,
+        minus the bytes it needs when they would end past ``limit``.  Half and rollback records (``advances``
+        false) take queue offset 0 and do not advance the queue (``doAppend``).  An encoder's exception leaves the
+        log as it was."""
         with self.put_lock:
             if not self.writable:
                 return AppendResult(AppendStatus.NOT_WRITABLE)
@@ -89,55 +83,27 @@ class CommitLog:
             self.begin_time_in_lock = store_ts
             try:
                 mf = self.queue.last_or_new()
-                if mf.file_size - mf.wrote < total + records.END_FILE_MIN_BLANK_LENGTH:
-                    self._write_blank(mf)
-                    mf = self.queue.last_or_new()
-                queue_offset = self.topic_queue_table.get(key, 0) if advances else 0
+                table = self.topic_queue_table
+                queue_offset = table.get(key, 0) if advances else 0
+                limit = self.file_size - records.END_FILE_MIN_BLANK_LENGTH
                 start = mf.wrote
                 base = mf.file_from_offset
-                runs.write_run(mf.view, start, run, count, queue_offset, base + start, store_ts, advances)
-                mf.wrote = start + total
-                mf.last_store_timestamp = self.last_store_timestamp = store_ts
-                if advances:
-                    self.topic_queue_table[key] = queue_offset + count
-            finally:
-                self.begin_time_in_lock = 0
-        return AppendResult(AppendStatus.PUT_OK, base + start, total, store_ts, queue_offset, count)
-
-    def append_record(self, rec: records.MessageRecord) -> AppendResult:
-        """Append one message, encoded straight into the segment under the lock (``records.put_record``: one
-        native call), with the guarantees of :meth:`append_run`.  A single put needs no run: encoding in place
-        saves the copy and the calls of encoding outside the lock, and one appender rarely waits for it."""
-        key = f"{rec.topic}-{rec.queue_id}"
-        # Half and rollback records take queue offset 0 and do not advance the queue (doAppend).
-        advances = records.is_consumable(rec.sys_flag)
-        with self.put_lock:
-            if not self.writable:
-                return AppendResult(AppendStatus.NOT_WRITABLE)
-            store_ts = time.time_ns() // 1_000_000
-            self.begin_time_in_lock = store_ts
-            try:
-                mf = self.queue.last_or_new()
-                queue_offset = self.topic_queue_table.get(key, 0) if advances else 0
-                start = mf.wrote
-                base = mf.file_from_offset
-                limit = mf.file_size - records.END_FILE_MIN_BLANK_LENGTH
-                n = records.put_record(mf.view, start, limit, rec, queue_offset, base + start, store_ts)
+                n = encode(mf.view, start, limit, item, queue_offset, base + start, store_ts)
                 if n < 0:
-                    if records.END_FILE_MIN_BLANK_LENGTH - n > self.file_size:
+                    if -n > limit:
                         return AppendResult(AppendStatus.MESSAGE_SIZE_EXCEEDED)
                     self._write_blank(mf)
                     mf = self.queue.last_or_new()
                     start = mf.wrote
                     base = mf.file_from_offset
-                    n = records.put_record(mf.view, start, limit, rec, queue_offset, base + start, store_ts)
+                    n = encode(mf.view, start, limit, item, queue_offset, base + start, store_ts)
                 mf.wrote = start + n
                 mf.last_store_timestamp = self.last_store_timestamp = store_ts
                 if advances:
-                    self.topic_queue_table[key] = queue_offset + 1
+                    table[key] = queue_offset + count
             finally:
                 self.begin_time_in_lock = 0
-        return AppendResult(AppendStatus.PUT_OK, base + start, n, store_ts, queue_offset, 1)
+        return AppendResult(AppendStatus.PUT_OK, base + start, n, store_ts, queue_offset, count)
 
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         """A slave's append (``appendData``): ``data`` is the master's CommitLog from ``offset``, copied as it is.
@@ -213,9 +179,6 @@ class CommitLog:
     @property
     def max_offset(self) -> int:
         return self.queue.max_offset
-
-    def roll_next_file(self, offset: int) -> int:
-        return offset + self.file_size - offset % self.file_size
 
     # --- reads -----------------------------------------------------------------------------------------
     def read(self, offset: int, size: int) -> bytes | None:

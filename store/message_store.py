@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ from store.commitlog import (
     AppendResult,
     AppendStatus,
     CommitLog,
+    Encoder,
     FlushRealTimeService,
     GroupCommitService,
 )
@@ -83,6 +85,18 @@ class PutMessageResult:
     def ok(self) -> bool:
         """Stored here (``PutMessageResult.isOk``), whether or not it is on disk or on the slave yet."""
         return self.status in _STORED
+
+
+@dataclass(slots=True)
+class Run:
+    """Records of one topic-queue already encoded into one run (``store.format.runs``: the broker's send paths,
+    transactions' op and final messages), for :meth:`MessageStore.put_nowait`."""
+
+    data: bytes
+    count: int
+    topic: str
+    queue_id: int
+    sys_flag: int
 
 
 class GetMessageStatus(Enum):
@@ -171,15 +185,8 @@ class MessageStore:
         self._no_room = False
         self._disk_lock = threading.Lock()
         self._append_listeners: list[Callable[[int], None]] = []  # told the new end of the log after each put
-        # A plain single put in one call (compiled where built); off until the store runs (_refresh_appender)
-        self._appender = appender.Appender(
-            self.commitlog, config, self.store_host, self.reput.notify_appended,
-            PutMessageResult, AppendResult, PutMessageStatus.PUT_OK, AppendStatus.PUT_OK,
-        )  # fmt: skip
-        # A SEND_MESSAGE_V2's put from its header's fields in one call, never waiting (``Appender.put_send``): (offset
-        # message id, offset, size, queue offset), or None, nothing stored, for put_run_nowait to take.  On in
-        # SYNC_FLUSH too: its caller holds the reply until the group commit covers the record (``FlushAcks``).
-        self.put_send: Callable[..., tuple[str, int, int, int] | None] = self._appender.put_send
+        # Whether this store takes puts now (running, a master, room on disk): put_send's gate, _refusal's answer
+        self._takes_puts = False
         # Only a master delivers delayed and timer messages (Java starts ScheduleMessageService unless SLAVE): a
         # slave's log is its master's copy, and its delay offsets are the master's (copied by the broker)
         self._delivers = config.broker_role != BrokerRole.SLAVE
@@ -215,7 +222,7 @@ class MessageStore:
                 self._on_commitlog_flushed,
             )
         self._flush_service.start()
-        self._refresh_appender()
+        self._refresh_takes_puts()
         self._housekeeping = _Housekeeping(self)
         self._housekeeping.start()
         return self
@@ -305,7 +312,7 @@ class MessageStore:
             self.schedule.shutdown()  # before puts stop: a delivery under way completes and its offset is saved
             self.timers.shutdown()
         self._running = False
-        self._refresh_appender()
+        self._refresh_takes_puts()
         with self.commitlog.put_lock:
             self.commitlog.writable = False  # appends already past the running check stop here
         if self._housekeeping is not None:
@@ -370,15 +377,10 @@ class MessageStore:
     @disk_full.setter
     def disk_full(self, full: bool) -> None:
         self._disk_full = full
-        self._refresh_appender()
+        self._refresh_takes_puts()
 
-    def _refresh_appender(self) -> None:
-        """The appender takes plain single puts while this store takes puts at all (running, a master, room on
-        disk); ``put`` only in ASYNC_FLUSH (a SYNC_FLUSH put waits for its group commit, on the general path),
-        ``put_send`` in either (it never waits: the broker holds the reply for the group commit)."""
-        takes = self._running and not self._disk_full and self.config.broker_role != BrokerRole.SLAVE
-        self._appender.sends_enabled = takes
-        self._appender.enabled = takes and self._group_commit is None
+    def _refresh_takes_puts(self) -> None:
+        self._takes_puts = self._running and not self._disk_full and self.config.broker_role != BrokerRole.SLAVE
 
     def _check(self, msg: records.MessageRecord) -> PutMessageResult | None:
         refused = self._refusal()
@@ -417,49 +419,39 @@ class MessageStore:
             )
         return None
 
-    def put_message_nowait(self, msg: records.MessageRecord) -> tuple[PutMessageResult, Future | None]:
-        """Append one message; in SYNC_FLUSH also return the future of its group commit.
+    def put_nowait(
+        self, msgs: Sequence[records.MessageRecord] | Run, wait: bool = True
+    ) -> tuple[PutMessageResult, Future | None]:
+        """The one put (``asyncPutMessage`` / ``asyncPutMessages``): one message, a batch of one topic-queue's
+        messages as consecutive records, or a :class:`Run` already encoded; in SYNC_FLUSH also the future of its
+        group commit (none when ``wait`` is false or, for messages, the first says WAIT=false).
 
-        A message with a delay level or a timer is parked for later delivery (``store.schedule``), as Java's put
-        does.  The record is encoded straight into the segment: by the appender in one call where it takes the
-        message (``store.format.appender``), else by ``CommitLog.append_record``."""
-        result = self._appender.put(msg)
-        if result is not None:
-            return result, None
-        return self._put_general(msg)
-
-    def _put_general(self, msg: records.MessageRecord) -> tuple[PutMessageResult, Future | None]:
-        """:meth:`put_message_nowait` of a message the appender declined."""
-        if may_park(msg.properties):
-            try:
-                park(
-                    msg, len(self.delay_millis), timer_enable=self.config.timer_wheel_enable,
-                    timer_max_delay_sec=self.config.timer_max_delay_sec,
-                    timer_precision_ms=self.config.timer_precision_ms,
-                )  # fmt: skip
-            except ParkRefused as e:
-                status = PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL
-                if e.not_enabled:
-                    status = PutMessageStatus.WHEEL_TIMER_NOT_ENABLE
-                return PutMessageResult(status, error=str(e)), None
-        bad = self._check(msg)
-        if bad is not None:
-            return bad, None
-        msg.store_host = self.store_host
-        try:
-            res = self.commitlog.append_record(msg)
-        except OSError as e:
-            return self._append_failed(e), None
-        result, fut = self._appended(res, wants_wait(msg))
-        if result.status is PutMessageStatus.PUT_OK:
-            result.msg_ids.append(msgid.create_offset_msg_id(self.store_host, res.wrote_offset))
-        return result, fut
-
-    def put_messages_nowait(self, msgs: Sequence[records.MessageRecord]) -> tuple[PutMessageResult, Future | None]:
-        """Append messages of one topic-queue as consecutive records (a batch); a single message is
-        :meth:`put_message_nowait` (which may park it), batches are stored as they come."""
+        A single message with a delay level or a timer is parked for later delivery (``store.schedule``), as
+        Java's put does, and is encoded straight into the segment (``records.put_record``); a batch is encoded,
+        then copied in one piece (``runs.put_run``).  A run's caller has held each message to the checks messages
+        get here (topic, body and properties sizes) and parks nothing; its result carries no message ids
+        (``runs.offset_msg_ids`` gives them from the run)."""
+        if isinstance(msgs, Run):
+            refused = self._refusal()
+            if refused is not None:
+                return refused, None
+            item = (msgs.data, msgs.count, records.is_consumable(msgs.sys_flag))
+            return self._append(runs.put_run, item, msgs.topic, msgs.queue_id, msgs.sys_flag, msgs.count, wait)
+        first = msgs[0]
+        wait = wait and wants_wait(first)
         if len(msgs) == 1:
-            return self.put_message_nowait(msgs[0])
+            if may_park(first.properties):
+                refused = self._park(first)
+                if refused is not None:
+                    return refused, None
+            bad = self._check(first)
+            if bad is not None:
+                return bad, None
+            first.store_host = self.store_host
+            result, fut = self._append(records.put_record, first, first.topic, first.queue_id, first.sys_flag, 1, wait)
+            if result.status is PutMessageStatus.PUT_OK and result.append is not None:
+                result.msg_ids.append(msgid.create_offset_msg_id(self.store_host, result.append.wrote_offset))
+            return result, fut
         encoded = []
         for m in msgs:
             bad = self._check(m)
@@ -467,33 +459,75 @@ class MessageStore:
                 return bad, None
             m.store_host = self.store_host
             encoded.append(records.encode_record(m))
-        first = msgs[0]
-        return self._append(b"".join(encoded), len(encoded), first.topic, first.queue_id, first.sys_flag,
-                            wants_wait(first))  # fmt: skip
+        run = b"".join(encoded)
+        item = (run, len(encoded), records.is_consumable(first.sys_flag))
+        result, fut = self._append(runs.put_run, item, first.topic, first.queue_id, first.sys_flag, len(msgs), wait)
+        if result.status is PutMessageStatus.PUT_OK and result.append is not None:
+            offset = result.append.wrote_offset
+            result.msg_ids = runs.offset_msg_ids(self.store_host, offset, run, len(msgs)).split(",")
+        return result, fut
 
-    def put_run_nowait(
-        self, run: bytes, count: int, topic: str, queue_id: int, sys_flag: int, wait: bool = True
-    ) -> tuple[PutMessageResult, Future | None]:
-        """Append ``count`` records of one topic-queue already encoded into one run (``store.format.runs``: the
-        broker's send path), copied into the segment in one piece.  The caller has held each message to the
-        checks of :meth:`put_messages_nowait` (topic, body and properties sizes) and parks nothing; the result
-        carries no message ids (``runs.offset_msg_ids`` gives them from the run)."""
-        refused = self._refusal()
-        if refused is not None:
-            return refused, None
-        return self._append(run, count, topic, queue_id, sys_flag, wait, ids=False)
+    def put_message(self, msgs: records.MessageRecord | Sequence[records.MessageRecord]) -> PutMessageResult:
+        """:meth:`put_nowait` of one message or a batch; in SYNC_FLUSH wait for its group commit
+        (FLUSH_DISK_TIMEOUT after syncFlushTimeout)."""
+        result, fut = self.put_nowait([msgs] if isinstance(msgs, records.MessageRecord) else msgs)
+        if fut is not None:
+            try:
+                flushed = fut.result(timeout=self.config.sync_flush_timeout / 1000)
+            except FutureTimeout:
+                flushed = False
+            if not flushed:
+                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return result
+
+    def put_send(
+        self, topic: str, queue_id: int, body: bytes, props: bytes, flag: int, sys_flag: int, born_timestamp: int,
+        born_host: msgid.Host, reconsume_times: int, cluster: str,
+    ) -> tuple[str, int, int, int] | None:  # fmt: skip
+        """A SEND_MESSAGE_V2's put from its header's fields, never waiting (the broker's fast path: in SYNC_FLUSH
+        it holds the reply until the group commit covers the record): the record ``runs.encode_message`` makes of
+        them (``cluster`` added as the CLUSTER property unless there is one) encoded straight into the segment
+        (``store.format.appender``); (its offset message id, offset, size, queue offset), or None, nothing stored,
+        for a message the encoder declines or a put refused: the caller's general path answers it."""
+        if not self._takes_puts:
+            return None
+        item = appender.prepare_send(
+            topic, queue_id, body, props, flag, sys_flag, born_timestamp, born_host, reconsume_times, cluster,
+            self.store_host, self.config.max_message_size,
+        )  # fmt: skip
+        if item is None:
+            return None
+        try:
+            res = self.commitlog.put(appender.put_prepared, item, f"{topic}-{queue_id}", True)
+        except (OSError, ValueError, struct.error):  # no room for a new segment, a field out of its range
+            return None
+        if res.status is not AppendStatus.PUT_OK:
+            return None
+        self._appended(res, False)
+        offset = res.wrote_offset
+        return msgid.create_offset_msg_id(self.store_host, offset), offset, res.wrote_bytes, res.queue_offset
+
+    def _park(self, msg: records.MessageRecord) -> PutMessageResult | None:
+        """Park a delayed or timer message (``store.schedule.park``); None when it is, else why it cannot be."""
+        cfg = self.config
+        try:
+            park(msg, len(self.delay_millis), timer_enable=cfg.timer_wheel_enable,
+                 timer_max_delay_sec=cfg.timer_max_delay_sec, timer_precision_ms=cfg.timer_precision_ms)  # fmt: skip
+        except ParkRefused as e:
+            status = PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL
+            if e.not_enabled:
+                status = PutMessageStatus.WHEEL_TIMER_NOT_ENABLE
+            return PutMessageResult(status, error=str(e))
+        return None
 
     def _append(
-        self, run: bytes, count: int, topic: str, queue_id: int, sys_flag: int, wait: bool, ids: bool = True
+        self, encode: Encoder, item: object, topic: str, queue_id: int, sys_flag: int, count: int, wait: bool
     ) -> tuple[PutMessageResult, Future | None]:
         try:
-            res = self.commitlog.append_run(run, count, topic, queue_id, sys_flag)
+            res = self.commitlog.put(encode, item, f"{topic}-{queue_id}", records.is_consumable(sys_flag), count)
         except OSError as e:
             return self._append_failed(e), None
-        result, fut = self._appended(res, wait)
-        if ids and result.status is PutMessageStatus.PUT_OK:
-            result.msg_ids = runs.offset_msg_ids(self.store_host, res.wrote_offset, run, count).split(",")
-        return result, fut
+        return self._appended(res, wait)
 
     def _append_failed(self, e: OSError) -> PutMessageResult:
         """A new segment could not be created: on a full disk the store is marked full at once (the disk check
@@ -524,32 +558,12 @@ class MessageStore:
         return result, None
 
     def _put_delivered(self, topic: str, queue_id: int, encoded: list[bytes]) -> bool:
-        """Append copies of parked messages, already encoded (``records.retarget_record``), as one batch; like
+        """Append copies of parked messages, already encoded (``records.retarget_record``), as one run; like
         Java's re-put with WAIT=false it never waits for a flush."""
         if not self._running or self.disk_full:
             return False
-        run = b"".join(encoded)
-        return self._append(run, len(encoded), topic, queue_id, records.TRANSACTION_NOT_TYPE, False)[0].ok
-
-    def put_message(self, msg: records.MessageRecord) -> PutMessageResult:
-        """Append; in SYNC_FLUSH wait for the group commit (FLUSH_DISK_TIMEOUT after syncFlushTimeout)."""
-        result = self._appender.put(msg)  # the common case in one call (it never waits: ASYNC_FLUSH only)
-        if result is not None:
-            return result
-        return self._waited(*self._put_general(msg))
-
-    def put_messages(self, msgs: list[records.MessageRecord]) -> PutMessageResult:
-        return self._waited(*self.put_messages_nowait(msgs))
-
-    def _waited(self, result: PutMessageResult, fut: Future | None) -> PutMessageResult:
-        if fut is not None:
-            try:
-                flushed = fut.result(timeout=self.config.sync_flush_timeout / 1000)
-            except FutureTimeout:
-                flushed = False
-            if not flushed:
-                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        return result
+        run = Run(b"".join(encoded), len(encoded), topic, queue_id, records.TRANSACTION_NOT_TYPE)
+        return self.put_nowait(run, wait=False)[0].ok
 
     @property
     def group_commit(self) -> GroupCommitService | None:
@@ -561,7 +575,6 @@ class MessageStore:
     def add_append_listener(self, listener: Callable[[int], None]) -> None:
         """Called on the appending thread after each put with the new end of the CommitLog (HA wake-ups)."""
         self._append_listeners = [*self._append_listeners, listener]
-        self._appender.listeners = self._append_listeners
 
     # =================================================================================================
     # replication
