@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from store.errors import MQLakeError
-from store.format import records, units
+from store.format import native, records, units
 from store.format.buffers import WriteBuffer
 from store.mapped_file import MappedFile, MappedFileQueue
 
@@ -63,47 +63,8 @@ class CommitLog:
 
     # --- append --------------------------------------------------------------------------------------
     def put(self, encode: Encoder, item: Any, key: str, advances: bool, count: int = 1) -> AppendResult:
-        """The one append (``CommitLog.asyncPutMessage`` with its ``AppendMessageCallback``): under the put lock,
-        find the newest segment (rolling to a new one, after a BLANK, when the records do not fit), take the queue
-        offset of ``key`` ("topic-queueId") from the queue table, have ``encode`` write ``item``'s ``count``
-        records at the segment's end, and record where they went.
-
-        ``encode(dest, pos, limit, item, queue_offset, physical_offset, store_timestamp)`` is a pure codec
-        (``records.put_record``, ``runs.put_run``, ``appender.put_prepared``): it writes the records into
-        ``dest[pos:]`` with what only the lock knows back-filled and their first TOTALSIZE and MAGIC last (until
-        then the segment holds zeros there, which recovery reads as the end of the log: a process killed
-        mid-append leaves no complete-looking record behind), and returns the bytes written; or, writing nothing,
-        minus the bytes it needs when they would end past ``limit``.  Half and rollback records (``advances``
-        false) take queue offset 0 and do not advance the queue (``doAppend``).  An encoder's exception leaves the
-        log as it was."""
-        with self.put_lock:
-            if not self.writable:
-                return AppendResult(AppendStatus.NOT_WRITABLE)
-            store_ts = time.time_ns() // 1_000_000
-            self.begin_time_in_lock = store_ts
-            try:
-                mf = self.queue.last_or_new()
-                table = self.topic_queue_table
-                queue_offset = table.get(key, 0) if advances else 0
-                limit = self.file_size - records.END_FILE_MIN_BLANK_LENGTH
-                start = mf.wrote
-                base = mf.file_from_offset
-                n = encode(mf.view, start, limit, item, queue_offset, base + start, store_ts)
-                if n < 0:
-                    if -n > limit:
-                        return AppendResult(AppendStatus.MESSAGE_SIZE_EXCEEDED)
-                    self._write_blank(mf)
-                    mf = self.queue.last_or_new()
-                    start = mf.wrote
-                    base = mf.file_from_offset
-                    n = encode(mf.view, start, limit, item, queue_offset, base + start, store_ts)
-                mf.wrote = start + n
-                mf.last_store_timestamp = self.last_store_timestamp = store_ts
-                if advances:
-                    table[key] = queue_offset + count
-            finally:
-                self.begin_time_in_lock = 0
-        return AppendResult(AppendStatus.PUT_OK, base + start, n, store_ts, queue_offset, count)
+        """The one append (``CommitLog.asyncPutMessage`` with its ``AppendMessageCallback``): :func:`put`."""
+        return put(self, encode, item, key, advances, count)
 
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         """A slave's append (``appendData``): ``data`` is the master's CommitLog from ``offset``, copied as it is.
@@ -166,7 +127,8 @@ class CommitLog:
                 del self.topic_queue_table[key]
             return self.queue.max_offset
 
-    def _write_blank(self, mf: MappedFile) -> None:
+    def write_blank(self, mf: MappedFile) -> None:
+        """End ``mf`` with a BLANK record over the rest of it (under the put lock): the next put rolls."""
         remaining = mf.file_size - mf.wrote
         mf.view[mf.wrote : mf.wrote + 8] = records.encode_blank(remaining)
         mf.wrote = mf.file_size
@@ -216,6 +178,56 @@ class CommitLog:
         with self.put_lock:
             self.writable = False
         self.queue.close()
+
+
+def put(cl: CommitLog, encode: Encoder, item: Any, key: str, advances: bool, count: int = 1) -> AppendResult:
+    """The one locked section of ``cl``: under its put lock, find the newest segment (rolling to a new one, after
+    a BLANK, when the records do not fit), take the queue offset of ``key`` ("topic-queueId") from the queue
+    table, have ``encode`` write ``item``'s ``count`` records at the segment's end, and record where they went.
+    ``store/_commitlog.pyx`` is its compiled twin.
+
+    ``encode(dest, pos, limit, item, queue_offset, physical_offset, store_timestamp)`` is a pure codec
+    (``records.put_record``, ``runs.put_run``, ``appender.put_prepared``): it writes the records into ``dest[pos:]``
+    with what only the lock knows back-filled and their first TOTALSIZE and MAGIC last (until then the segment
+    holds zeros there, which recovery reads as the end of the log: a process killed mid-append leaves no
+    complete-looking record behind), and returns the bytes written; or, writing nothing, minus the bytes it needs
+    when they would end past ``limit``.  Half and rollback records (``advances`` false) take queue offset 0 and do
+    not advance the queue (``doAppend``).  An encoder's exception leaves the log as it was."""
+    with cl.put_lock:
+        if not cl.writable:
+            return AppendResult(AppendStatus.NOT_WRITABLE)
+        store_ts = time.time_ns() // 1_000_000
+        cl.begin_time_in_lock = store_ts
+        try:
+            files = cl.queue.files
+            mf = files[-1] if files else None
+            if mf is None or mf.wrote >= mf.file_size:
+                mf = cl.queue.last_or_new()
+            table = cl.topic_queue_table
+            queue_offset = table.get(key, 0) if advances else 0
+            limit = cl.file_size - records.END_FILE_MIN_BLANK_LENGTH
+            start = mf.wrote
+            base = mf.file_from_offset
+            n = encode(mf.view, start, limit, item, queue_offset, base + start, store_ts)
+            if n < 0:
+                if -n > limit:
+                    return AppendResult(AppendStatus.MESSAGE_SIZE_EXCEEDED)
+                cl.write_blank(mf)
+                mf = cl.queue.last_or_new()
+                start = mf.wrote
+                base = mf.file_from_offset
+                n = encode(mf.view, start, limit, item, queue_offset, base + start, store_ts)
+            mf.wrote = start + n
+            mf.last_store_timestamp = cl.last_store_timestamp = store_ts
+            if advances:
+                table[key] = queue_offset + count
+        finally:
+            cl.begin_time_in_lock = 0
+    return AppendResult(AppendStatus.PUT_OK, base + start, n, store_ts, queue_offset, count)
+
+
+# The compiled twin (store/_commitlog.pyx) replaces it when it is built; see store.format.native.
+native.install(globals(), "store._commitlog", ("put",))
 
 
 class GroupCommitService(threading.Thread):

@@ -383,9 +383,8 @@ class MessageStore:
         self._takes_puts = self._running and not self._disk_full and self.config.broker_role != BrokerRole.SLAVE
 
     def _check(self, msg: records.MessageRecord) -> PutMessageResult | None:
-        refused = self._refusal()
-        if refused is not None:
-            return refused
+        if not self._takes_puts:
+            return self._refusal()
         if not msg.topic or (len(msg.topic) > 127 and len(msg.topic.encode("utf-8")) > 0x7FFF):
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="topic is empty or too long")
         if len(msg.body) > self.config.max_message_size:
@@ -400,8 +399,8 @@ class MessageStore:
             )
         return None
 
-    def _refusal(self) -> PutMessageResult | None:
-        """Why this store takes no put now (not running, a slave, a full disk), or None."""
+    def _refusal(self) -> PutMessageResult:
+        """Why this store takes no put now (not running, a slave, a full disk)."""
         if not self._running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is not running")
         if self.config.broker_role == BrokerRole.SLAVE:
@@ -417,7 +416,7 @@ class MessageStore:
                 f"disk is full [CL: {cl:5.2f} CQ: {cq:5.2f} INDEX: {index:5.2f}], messages are put to the slave, "
                 "message store has been shut down, etc.",
             )
-        return None
+        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store takes no puts")
 
     def put_nowait(
         self, msgs: Sequence[records.MessageRecord] | Run, wait: bool = True
@@ -432,13 +431,11 @@ class MessageStore:
         get here (topic, body and properties sizes) and parks nothing; its result carries no message ids
         (``runs.offset_msg_ids`` gives them from the run)."""
         if isinstance(msgs, Run):
-            refused = self._refusal()
-            if refused is not None:
-                return refused, None
+            if not self._takes_puts:
+                return self._refusal(), None
             item = (msgs.data, msgs.count, records.is_consumable(msgs.sys_flag))
             return self._append(runs.put_run, item, msgs.topic, msgs.queue_id, msgs.sys_flag, msgs.count, wait)
         first = msgs[0]
-        wait = wait and wants_wait(first)
         if len(msgs) == 1:
             if may_park(first.properties):
                 refused = self._park(first)
@@ -447,10 +444,15 @@ class MessageStore:
             bad = self._check(first)
             if bad is not None:
                 return bad, None
-            first.store_host = self.store_host
-            result, fut = self._append(records.put_record, first, first.topic, first.queue_id, first.sys_flag, 1, wait)
-            if result.status is PutMessageStatus.PUT_OK and result.append is not None:
-                result.msg_ids.append(msgid.create_offset_msg_id(self.store_host, result.append.wrote_offset))
+            first.store_host = host = self.store_host
+            key = f"{first.topic}-{first.queue_id}"
+            try:
+                res = self.commitlog.put(records.put_record, first, key, records.is_consumable(first.sys_flag))
+            except OSError as e:
+                return self._append_failed(e), None
+            result, fut = self._appended(res, wait and wants_wait(first))
+            if result.status is PutMessageStatus.PUT_OK:
+                result.msg_ids.append(msgid.create_offset_msg_id(host, res.wrote_offset))
             return result, fut
         encoded = []
         for m in msgs:
@@ -461,7 +463,8 @@ class MessageStore:
             encoded.append(records.encode_record(m))
         run = b"".join(encoded)
         item = (run, len(encoded), records.is_consumable(first.sys_flag))
-        result, fut = self._append(runs.put_run, item, first.topic, first.queue_id, first.sys_flag, len(msgs), wait)
+        result, fut = self._append(runs.put_run, item, first.topic, first.queue_id, first.sys_flag, len(msgs),
+                                   wait and wants_wait(first))  # fmt: skip
         if result.status is PutMessageStatus.PUT_OK and result.append is not None:
             offset = result.append.wrote_offset
             result.msg_ids = runs.offset_msg_ids(self.store_host, offset, run, len(msgs)).split(",")
@@ -536,9 +539,8 @@ class MessageStore:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             self._no_room = True
             self.check_disk_space()
-            refused = self._refusal()
-            if refused is not None:
-                return refused
+            if not self._takes_puts:
+                return self._refusal()
         return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(e))
 
     def _appended(self, res: AppendResult, wait: bool) -> tuple[PutMessageResult, Future | None]:
@@ -553,8 +555,9 @@ class MessageStore:
         result = PutMessageResult(PutMessageStatus.PUT_OK, res, [])
         for listener in self._append_listeners:
             listener(off)
-        if self._group_commit is not None and wait:
-            return result, self._group_commit.submit(off)
+        commit = self._group_commit
+        if commit is not None and wait:
+            return result, commit.submit(off)
         return result, None
 
     def _put_delivered(self, topic: str, queue_id: int, encoded: list[bytes]) -> bool:

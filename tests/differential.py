@@ -656,7 +656,7 @@ def _dispatch_once(root: Path, segment: bytes, compiled: bool) -> tuple[Any, ...
     reput = ReputService(cl, [BuildConsumeQueue(queues), BuildIndex(index)])
     reput.use_compiled = compiled
     if compiled and reput._compiled_loop() is None:
-        raise RuntimeError(f"store.format._dispatch is not built ({native.missing_cause}): nothing to compare")
+        raise RuntimeError(f"store._dispatch is not built ({native.missing_cause}): nothing to compare")
     heard: list[tuple[Any, ...]] = []
     reput.add_arrival_listener(lambda *a: heard.append(a))
     reput.set_reput_from(0)
