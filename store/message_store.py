@@ -433,8 +433,9 @@ class MessageStore:
         if isinstance(msgs, Run):
             if not self._takes_puts:
                 return self._refusal(), None
-            item = (msgs.data, msgs.count, records.is_consumable(msgs.sys_flag))
-            return self._append(runs.put_run, item, msgs.topic, msgs.queue_id, msgs.sys_flag, msgs.count, wait)
+            advances = records.is_consumable(msgs.sys_flag)
+            item = (msgs.data, msgs.count, advances)
+            return self._append(runs.put_run, item, msgs.topic, msgs.queue_id, advances, msgs.count, wait)
         first = msgs[0]
         if len(msgs) == 1:
             if may_park(first.properties):
@@ -444,15 +445,12 @@ class MessageStore:
             bad = self._check(first)
             if bad is not None:
                 return bad, None
-            first.store_host = host = self.store_host
-            key = f"{first.topic}-{first.queue_id}"
-            try:
-                res = self.commitlog.put(records.put_record, first, key, records.is_consumable(first.sys_flag))
-            except OSError as e:
-                return self._append_failed(e), None
-            result, fut = self._appended(res, wait and wants_wait(first))
-            if result.status is PutMessageStatus.PUT_OK:
-                result.msg_ids.append(msgid.create_offset_msg_id(host, res.wrote_offset))
+            first.store_host = self.store_host
+            advances = records.is_consumable(first.sys_flag)
+            result, fut = self._append(records.put_record, first, first.topic, first.queue_id, advances, 1,
+                                       wait and wants_wait(first))  # fmt: skip
+            if result.status is PutMessageStatus.PUT_OK and result.append is not None:
+                result.msg_ids.append(msgid.create_offset_msg_id(self.store_host, result.append.wrote_offset))
             return result, fut
         encoded = []
         for m in msgs:
@@ -462,9 +460,9 @@ class MessageStore:
             m.store_host = self.store_host
             encoded.append(records.encode_record(m))
         run = b"".join(encoded)
-        item = (run, len(encoded), records.is_consumable(first.sys_flag))
-        result, fut = self._append(runs.put_run, item, first.topic, first.queue_id, first.sys_flag, len(msgs),
-                                   wait and wants_wait(first))  # fmt: skip
+        advances = records.is_consumable(first.sys_flag)
+        result, fut = self._append(runs.put_run, (run, len(msgs), advances), first.topic, first.queue_id, advances,
+                                   len(msgs), wait and wants_wait(first))  # fmt: skip
         if result.status is PutMessageStatus.PUT_OK and result.append is not None:
             offset = result.append.wrote_offset
             result.msg_ids = runs.offset_msg_ids(self.store_host, offset, run, len(msgs)).split(",")
@@ -524,10 +522,11 @@ class MessageStore:
         return None
 
     def _append(
-        self, encode: Encoder, item: object, topic: str, queue_id: int, sys_flag: int, count: int, wait: bool
+        self, encode: Encoder, item: object, topic: str, queue_id: int, advances: bool, count: int, wait: bool
     ) -> tuple[PutMessageResult, Future | None]:
+        """``CommitLog.put`` of ``item`` by ``encode``, answered as a put (:meth:`_appended`)."""
         try:
-            res = self.commitlog.put(encode, item, f"{topic}-{queue_id}", records.is_consumable(sys_flag), count)
+            res = self.commitlog.put(encode, item, f"{topic}-{queue_id}", advances, count)
         except OSError as e:
             return self._append_failed(e), None
         return self._appended(res, wait)

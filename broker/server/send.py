@@ -300,17 +300,6 @@ class SendProcessor:
         acks.wait(end, settle)
         return fut
 
-    def _fast_target(self, topic: str, queue_id: int, body_len: int) -> tp.TopicConfig | None:
-        """The fast paths' check: the topic when the send passes :class:`SendCheck` as it is (an existing topic,
-        not a retry topic, on disk); None hands anything else to the general path, which answers it."""
-        try:
-            tc = self.check.target(topic, queue_id, body_len)
-        except RequestRefused:
-            return None
-        if tc is None or topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX) or topic in self.broker.topics.unsaved:
-            return None
-        return tc
-
     def _put_run(
         self, cmd: RemotingCommand, run: Run, stat_topic: str, reply_queue_id: int, uniq: str | None
     ) -> tuple[bytes, AppendResult] | None:
@@ -341,10 +330,10 @@ class SendProcessor:
         if f is None:
             return None
         topic, queue_id, sys_flag, flag, born_ts, props, reconsume, uniq = f
-        tc = self._fast_target(topic, queue_id, len(cmd.body))
-        if tc is None:
+        checked = self.check.plain(topic, queue_id, len(cmd.body), sys_flag)
+        if checked is None:
             return None
-        sys_flag = record_sys_flag(tc, sys_flag)
+        sys_flag = checked
         b = self.broker
         store = b.store
         c = b.config
@@ -381,11 +370,11 @@ class SendProcessor:
         if f is None or b.config.reject_transaction_message:
             return None
         topic, queue_id, sys_flag, flag, born_ts, props, reconsume = f
-        tc = self._fast_target(topic, queue_id, len(cmd.body))
+        checked = self.check.plain(topic, queue_id, len(cmd.body), sys_flag)
         half = half_messages.HALF_TOPIC
-        if tc is None or b.topics.get(half) is None or half in b.topics.unsaved:
+        if checked is None or b.topics.get(half) is None or half in b.topics.unsaved:
             return None
-        sys_flag = record_sys_flag(tc, sys_flag)
+        sys_flag = checked
         try:
             run, uniq, half_props = tx_format.encode_half(topic, queue_id, cmd.body, props, flag, sys_flag, born_ts,
                                                           conn.remote_host, b.store.store_host, reconsume,

@@ -80,6 +80,18 @@ class SendCheck:
             self.body(body_len)
         return tc
 
+    def plain(self, topic: str, queue_id: int, body_len: int, sys_flag: int) -> int | None:
+        """The fast paths' check: the record's sys flag (:func:`record_sys_flag`) when the send passes
+        :meth:`target` as it is, to an existing topic that is not a retry topic and is on disk; None hands
+        anything else to the general path, which answers it."""
+        try:
+            tc = self.target(topic, queue_id, body_len)
+        except RequestRefused:
+            return None
+        if tc is None or topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX) or topic in self.broker.topics.unsaved:
+            return None
+        return record_sys_flag(tc, sys_flag)
+
     def body(self, body_len: int) -> None:
         limit = self.broker.store_config.max_message_size
         if body_len > limit:
