@@ -44,17 +44,16 @@ def put(cl, encode, item, key, bint advances, count=1):
             table = cl.topic_queue_table
             queue_offset = table.get(key, 0) if advances else 0
             limit = cl.file_size - END_FILE_MIN_BLANK_LENGTH
-            start = mf.wrote
-            base = mf.file_from_offset
-            n = encode(mf.view, start, limit, item, queue_offset, base + start, ts)
-            if n < 0:
-                if -n > limit:
-                    return _AppendResult(_TOO_BIG)
-                cl.write_blank(mf)
-                mf = queue.last_or_new()
+            for fresh in (False, True):
                 start = mf.wrote
                 base = mf.file_from_offset
                 n = encode(mf.view, start, limit, item, queue_offset, base + start, ts)
+                if n >= 0:
+                    break
+                if fresh or -n > limit:
+                    return _AppendResult(_TOO_BIG)
+                cl.write_blank(mf)
+                mf = queue.last_or_new()
             mf.wrote = start + n
             mf.last_store_timestamp = ts
             cl.last_store_timestamp = ts

@@ -206,17 +206,16 @@ def put(cl: CommitLog, encode: Encoder, item: Any, key: str, advances: bool, cou
             table = cl.topic_queue_table
             queue_offset = table.get(key, 0) if advances else 0
             limit = cl.file_size - records.END_FILE_MIN_BLANK_LENGTH
-            start = mf.wrote
-            base = mf.file_from_offset
-            n = encode(mf.view, start, limit, item, queue_offset, base + start, store_ts)
-            if n < 0:
-                if -n > limit:
-                    return AppendResult(AppendStatus.MESSAGE_SIZE_EXCEEDED)
-                cl.write_blank(mf)
-                mf = cl.queue.last_or_new()
+            for fresh in (False, True):  # at most one roll: a new segment holds whatever fits one
                 start = mf.wrote
                 base = mf.file_from_offset
                 n = encode(mf.view, start, limit, item, queue_offset, base + start, store_ts)
+                if n >= 0:
+                    break
+                if fresh or -n > limit:
+                    return AppendResult(AppendStatus.MESSAGE_SIZE_EXCEEDED)
+                cl.write_blank(mf)
+                mf = cl.queue.last_or_new()
             mf.wrote = start + n
             mf.last_store_timestamp = cl.last_store_timestamp = store_ts
             if advances:

@@ -504,7 +504,7 @@ class MessageStore:
             return None
         if res.status is not AppendStatus.PUT_OK:
             return None
-        self._appended(res, False)
+        self._told(res)
         offset = res.wrote_offset
         return msgid.create_offset_msg_id(self.store_host, offset), offset, res.wrote_bytes, res.queue_offset
 
@@ -549,15 +549,20 @@ class MessageStore:
             if res.status is AppendStatus.NOT_WRITABLE:
                 return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is shutting down"), None
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, res, error=res.status.value), None
-        self.reput.notify_appended()
-        off = res.wrote_offset + res.wrote_bytes
+        off = self._told(res)
         result = PutMessageResult(PutMessageStatus.PUT_OK, res, [])
-        for listener in self._append_listeners:
-            listener(off)
         commit = self._group_commit
         if commit is not None and wait:
             return result, commit.submit(off)
         return result, None
+
+    def _told(self, res: AppendResult) -> int:
+        """Dispatch and the append listeners told of an append; the new end of the log."""
+        self.reput.notify_appended()
+        end = res.wrote_offset + res.wrote_bytes
+        for listener in self._append_listeners:
+            listener(end)
+        return end
 
     def _put_delivered(self, topic: str, queue_id: int, encoded: list[bytes]) -> bool:
         """Append copies of parked messages, already encoded (``records.retarget_record``), as one run; like
