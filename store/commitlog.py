@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -19,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from store.errors import MQLakeError
-from store.format import native, records, units
+from store.format import appender, msgid, native, records, units
 from store.format.buffers import WriteBuffer
+from store.format.msgid import Host
 from store.mapped_file import MappedFile, MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -225,8 +227,81 @@ def put(cl: CommitLog, encode: Encoder, item: Any, key: str, advances: bool, cou
     return AppendResult(AppendStatus.PUT_OK, base + start, n, store_ts, queue_offset, count)
 
 
-# The compiled twin (store/_commitlog.pyx) replaces it when it is built; see store.format.native.
-native.install(globals(), "store._commitlog", ("put",))
+class FastPut:
+    """The store's two most common puts, each in one call and never waiting, both through :func:`put`: a single
+    plain message (:meth:`put_record`) and a SEND_MESSAGE_V2 from its header's fields (:meth:`put_send`, the
+    broker's fast path; in SYNC_FLUSH the broker holds the reply until the group commit covers the record).
+
+    Each tells dispatch (``notify``) and the listeners of the record, or answers None, nothing stored, when the
+    store takes no put (``enabled`` false), the message is not plain (``appender.plain``, ``prepare_send``) or
+    the section refuses it: ``MessageStore``'s general path then answers it.  The compiled twin
+    (``_commitlog.pyx``) is the same steps in one C call each, the result and message id included."""
+
+    def __init__(
+        self, cl: CommitLog, config: Any, store_host: Host, notify: Callable[[], None], put_result: Callable[..., Any],
+        put_ok: Any,
+    ) -> None:  # fmt: skip
+        self._cl, self._config, self._store_host, self._notify = cl, config, store_host, notify
+        self._put_result, self._put_ok = put_result, put_ok  # MessageStore's PutMessageResult and its PUT_OK
+        # the codecs' twins as they are when the store is made (the tests choose one before that)
+        self._prepare, self._encode_send, self._encode = (
+            appender.prepare_send,
+            appender.put_prepared,
+            records.put_record,
+        )
+        self.enabled = False  # whether the store takes puts now (running, a master, room on disk)
+        self.listeners: list[Callable[[int], None]] = []  # told the new end of the log after each put
+
+    def put_record(self, rec: records.MessageRecord) -> Any:
+        """``MessageStore.put_nowait`` of one plain message: its PutMessageResult, or None."""
+        if (
+            not self.enabled
+            or type(rec) is not records.MessageRecord
+            or not appender.plain(rec, self._config.max_message_size)
+        ):
+            return None
+        rec.store_host = self._store_host
+        res = self._put(self._encode, rec, f"{rec.topic}-{rec.queue_id}")
+        if res is None:
+            return None
+        return self._put_result(self._put_ok, res, [msgid.create_offset_msg_id(self._store_host, res.wrote_offset)])
+
+    def put_send(
+        self, topic: str, queue_id: int, body: bytes, props: bytes, flag: int, sys_flag: int, born_timestamp: int,
+        born_host: Host, reconsume_times: int, cluster: str,
+    ) -> tuple[str, int, int, int] | None:  # fmt: skip
+        """The record ``runs.encode_message`` makes of the fields (``cluster`` added as the CLUSTER property unless
+        there is one): (its offset message id, offset, size, queue offset), or None."""
+        if not self.enabled:
+            return None
+        item = self._prepare(
+            topic, queue_id, body, props, flag, sys_flag, born_timestamp, born_host, reconsume_times, cluster,
+            self._store_host, self._config.max_message_size,
+        )  # fmt: skip
+        if item is None:
+            return None
+        res = self._put(self._encode_send, item, f"{topic}-{queue_id}")
+        if res is None:
+            return None
+        offset = res.wrote_offset
+        return msgid.create_offset_msg_id(self._store_host, offset), offset, res.wrote_bytes, res.queue_offset
+
+    def _put(self, encode: Encoder, item: Any, key: str) -> AppendResult | None:
+        try:
+            res = put(self._cl, encode, item, key, True)
+        except (OSError, ValueError, struct.error):  # no room for a new segment, a field out of its range
+            return None
+        if res.status is not AppendStatus.PUT_OK:
+            return None
+        self._notify()
+        end = res.wrote_offset + res.wrote_bytes
+        for listener in self.listeners:
+            listener(end)
+        return res
+
+
+# The compiled twins (store/_commitlog.pyx) replace them when built; see store.format.native.
+native.install(globals(), "store._commitlog", ("put", "FastPut"))
 
 
 class GroupCommitService(threading.Thread):

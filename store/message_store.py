@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from store.commitlog import (
     AppendStatus,
     CommitLog,
     Encoder,
+    FastPut,
     FlushRealTimeService,
     GroupCommitService,
 )
@@ -36,7 +36,7 @@ from store.dispatch import (
     ReputService,
     count_records,
 )
-from store.format import appender, delay, msgid, records, runs, units
+from store.format import delay, msgid, records, runs, units
 from store.index import IndexService
 from store.recovery import RecoveryReport, recover
 from store.retention import SegmentManifest, SegmentState, disk_free_bytes, disk_used_ratio, is_deletion_hour
@@ -185,6 +185,13 @@ class MessageStore:
         self._no_room = False
         self._disk_lock = threading.Lock()
         self._append_listeners: list[Callable[[int], None]] = []  # told the new end of the log after each put
+        self._fast = FastPut(
+            self.commitlog, config, self.store_host, self.reput.notify_appended, PutMessageResult,
+            PutMessageStatus.PUT_OK,
+        )  # fmt: skip
+        # A SEND_MESSAGE_V2's put from its header's fields in one call, never waiting (FastPut.put_send): (its
+        # offset message id, offset, size, queue offset), or None, nothing stored, for the broker's general path
+        self.put_send: Callable[..., tuple[str, int, int, int] | None] = self._fast.put_send
         # Whether this store takes puts now (running, a master, room on disk): put_send's gate, _refusal's answer
         self._takes_puts = False
         # Only a master delivers delayed and timer messages (Java starts ScheduleMessageService unless SLAVE): a
@@ -381,6 +388,7 @@ class MessageStore:
 
     def _refresh_takes_puts(self) -> None:
         self._takes_puts = self._running and not self._disk_full and self.config.broker_role != BrokerRole.SLAVE
+        self._fast.enabled = self._takes_puts
 
     def _check(self, msg: records.MessageRecord) -> PutMessageResult | None:
         if not self._takes_puts:
@@ -438,20 +446,7 @@ class MessageStore:
             return self._append(runs.put_run, item, msgs.topic, msgs.queue_id, advances, msgs.count, wait)
         first = msgs[0]
         if len(msgs) == 1:
-            if may_park(first.properties):
-                refused = self._park(first)
-                if refused is not None:
-                    return refused, None
-            bad = self._check(first)
-            if bad is not None:
-                return bad, None
-            first.store_host = self.store_host
-            advances = records.is_consumable(first.sys_flag)
-            result, fut = self._append(records.put_record, first, first.topic, first.queue_id, advances, 1,
-                                       wait and wants_wait(first))  # fmt: skip
-            if result.status is PutMessageStatus.PUT_OK and result.append is not None:
-                result.msg_ids.append(msgid.create_offset_msg_id(self.store_host, result.append.wrote_offset))
-            return result, fut
+            return self._put_one(first, wait)
         encoded = []
         for m in msgs:
             bad = self._check(m)
@@ -471,7 +466,10 @@ class MessageStore:
     def put_message(self, msgs: records.MessageRecord | Sequence[records.MessageRecord]) -> PutMessageResult:
         """:meth:`put_nowait` of one message or a batch; in SYNC_FLUSH wait for its group commit
         (FLUSH_DISK_TIMEOUT after syncFlushTimeout)."""
-        result, fut = self.put_nowait([msgs] if isinstance(msgs, records.MessageRecord) else msgs)
+        if type(msgs) is records.MessageRecord:
+            result, fut = self._put_one(msgs, True)
+        else:
+            result, fut = self.put_nowait(msgs)  # type: ignore[arg-type]
         if fut is not None:
             try:
                 flushed = fut.result(timeout=self.config.sync_flush_timeout / 1000)
@@ -481,32 +479,40 @@ class MessageStore:
                 result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return result
 
-    def put_send(
-        self, topic: str, queue_id: int, body: bytes, props: bytes, flag: int, sys_flag: int, born_timestamp: int,
-        born_host: msgid.Host, reconsume_times: int, cluster: str,
-    ) -> tuple[str, int, int, int] | None:  # fmt: skip
-        """A SEND_MESSAGE_V2's put from its header's fields, never waiting (the broker's fast path: in SYNC_FLUSH
-        it holds the reply until the group commit covers the record): the record ``runs.encode_message`` makes of
-        them (``cluster`` added as the CLUSTER property unless there is one) encoded straight into the segment
-        (``store.format.appender``); (its offset message id, offset, size, queue offset), or None, nothing stored,
-        for a message the encoder declines or a put refused: the caller's general path answers it."""
-        if not self._takes_puts:
-            return None
-        item = appender.prepare_send(
-            topic, queue_id, body, props, flag, sys_flag, born_timestamp, born_host, reconsume_times, cluster,
-            self.store_host, self.config.max_message_size,
-        )  # fmt: skip
-        if item is None:
-            return None
+    def _put_one(self, msg: records.MessageRecord, wait: bool) -> tuple[PutMessageResult, Future | None]:
+        """:meth:`put_nowait` of one message (parked first when it has a delay level or a timer).
+
+        The most common put, so its success is answered here in one frame rather than through
+        :meth:`_append` and :meth:`_appended`, which answer its failures."""
+        if not wait or self._group_commit is None:
+            result = self._fast.put_record(msg)  # a plain message's whole put in one call
+            if result is not None:
+                return result, None
+        if may_park(msg.properties):
+            refused = self._park(msg)
+            if refused is not None:
+                return refused, None
+        bad = self._check(msg)
+        if bad is not None:
+            return bad, None
+        store_host = msg.store_host = self.store_host
+        advances = records.is_consumable(msg.sys_flag)
         try:
-            res = self.commitlog.put(appender.put_prepared, item, f"{topic}-{queue_id}", True)
-        except (OSError, ValueError, struct.error):  # no room for a new segment, a field out of its range
-            return None
+            res = self.commitlog.put(records.put_record, msg, f"{msg.topic}-{msg.queue_id}", advances)
+        except OSError as e:
+            return self._append_failed(e), None
         if res.status is not AppendStatus.PUT_OK:
-            return None
-        self._told(res)
+            return self._appended(res, False)
         offset = res.wrote_offset
-        return msgid.create_offset_msg_id(self.store_host, offset), offset, res.wrote_bytes, res.queue_offset
+        self.reput.notify_appended()
+        end = offset + res.wrote_bytes
+        for listener in self._append_listeners:
+            listener(end)
+        result = PutMessageResult(PutMessageStatus.PUT_OK, res, [msgid.create_offset_msg_id(store_host, offset)])
+        commit = self._group_commit
+        if commit is not None and wait and wants_wait(msg):
+            return result, commit.submit(end)
+        return result, None
 
     def _park(self, msg: records.MessageRecord) -> PutMessageResult | None:
         """Park a delayed or timer message (``store.schedule.park``); None when it is, else why it cannot be."""
@@ -581,7 +587,7 @@ class MessageStore:
 
     def add_append_listener(self, listener: Callable[[int], None]) -> None:
         """Called on the appending thread after each put with the new end of the CommitLog (HA wake-ups)."""
-        self._append_listeners = [*self._append_listeners, listener]
+        self._append_listeners = self._fast.listeners = [*self._append_listeners, listener]
 
     # =================================================================================================
     # replication
