@@ -4,11 +4,11 @@ references; their docstrings say what they do).  The same steps on the same obje
 cost per step; the encoder the section calls is the caller's, compiled or not."""
 
 from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcpy
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+from store.format._slots cimport _fill, _get, _slot
 
 import struct
 
@@ -22,16 +22,14 @@ from store.format.records import (
 cdef bytes _DELAY = PARK_MARKERS[0]
 cdef bytes _TIMER = PARK_MARKERS[1]
 
-cdef extern from "Python.h":
-    ctypedef struct PyMemberDef:
-        int type
-        Py_ssize_t offset
-        int flags
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-    int T_OBJECT_EX
-    int READONLY
 
+cdef extern from "string.h":
+    void* memmem(const void* haystack, size_t haystack_len, const void* needle, size_t needle_len) nogil
+
+
+cdef inline bint _has(bytes data, bytes part):
+    # ``part in data`` without the TypeError bytes.__contains__ raises and clears for a bytes operand
+    return memmem(<const char*>data, len(data), <const char*>part, len(part)) != NULL
 
 cdef object _AppendResult = None
 cdef object _OK, _NOT_WRITABLE, _TOO_BIG
@@ -39,17 +37,6 @@ cdef tuple _NO_ARGS = ()
 # where an AppendResult holds its fields, in the order of its __init__
 _FIELDS = ("status", "wrote_offset", "wrote_bytes", "store_timestamp", "queue_offset", "msg_num")
 cdef Py_ssize_t _at[6]
-
-
-cdef Py_ssize_t _slot(object cls, str name) except -1:
-    """Where an instance of ``cls`` holds field ``name``: a writable object slot (``dataclass(slots=True)``)."""
-    descr = cls.__dict__.get(name)
-    if type(descr).__name__ != "member_descriptor":
-        raise TypeError(f"{cls.__name__}.{name} is not a slot")
-    cdef PyMemberDef* member = (<PyMemberDescrObject*><PyObject*>descr).d_member
-    if member.type != T_OBJECT_EX or member.flags & READONLY:
-        raise TypeError(f"{cls.__name__}.{name} is not a writable object slot")
-    return member.offset
 
 
 cdef int _results() except -1:
@@ -61,12 +48,6 @@ cdef int _results() except -1:
     _AppendResult = AppendResult
     _OK, _NOT_WRITABLE, _TOO_BIG = AppendStatus.PUT_OK, AppendStatus.NOT_WRITABLE, AppendStatus.MESSAGE_SIZE_EXCEEDED
     return 0
-
-
-cdef inline void _fill(object obj, Py_ssize_t offset, object value):
-    # a slot of an object fresh from tp_new (NULL until now): the reference moves into it
-    Py_INCREF(value)
-    (<PyObject**>((<char*><PyObject*>obj) + offset))[0] = <PyObject*>value
 
 
 cdef object _done(object offset, object n, object ts, object queue_offset, object count):
@@ -132,11 +113,6 @@ cdef object _put(cl, encode, item, key, bint advances, count):
     return _done(base + start, n, ts, queue_offset, count)
 
 
-cdef inline object _slot_value(object obj, Py_ssize_t offset):
-    # a filled slot of an AppendResult from _done
-    return <object>(<PyObject**>((<char*><PyObject*>obj) + offset))[0]
-
-
 cdef const char* _HEX = b"0123456789ABCDEF"
 
 
@@ -162,29 +138,18 @@ cdef class FastPut:
         self.listeners = []
 
     def put_record(self, rec):
-        # appender.plain's checks, each in C
         if not self.enabled or type(rec) is not MessageRecord:
             return None
         props, body, topic, sys_flag = rec.properties, rec.body, rec.topic, rec.sys_flag
-        if type(props) is not bytes or type(body) is not bytes or type(topic) is not str or not topic:
+        if type(props) is not bytes or type(body) is not bytes or type(topic) is not str or type(sys_flag) is not int:
             return None
-        if len(body) > self._config.max_message_size or len(props) > MAX_PROPERTIES_LENGTH:
+        if not 0 < len(<str>topic) <= MAX_TOPIC_LENGTH_V1:
             return None
-        if _DELAY in <bytes>props or _TIMER in <bytes>props:
+        if len(<bytes>body) > self._config.max_message_size or len(<bytes>props) > MAX_PROPERTIES_LENGTH:
             return None
-        if rec.magic is not None or rec.body_crc is not None or type(sys_flag) is not int:
+        if _has(<bytes>props, _DELAY) or _has(<bytes>props, _TIMER):  # delay.may_park
             return None
-        if not (-0x80000000 <= sys_flag <= 0x7FFFFFFF and (sys_flag & 0xC) in (0, 8)):  # records.is_consumable
-            return None
-        if len(<str>topic) > MAX_TOPIC_LENGTH_V1 // 4 and len((<str>topic).encode("utf-8")) > MAX_TOPIC_LENGTH_V1:
-            return None
-        born_host = rec.born_host
-        if not (
-            type(rec.queue_id) is int and type(rec.flag) is int and type(rec.reconsume_times) is int
-            and type(born_host[1]) is int and type(rec.born_timestamp) is int
-            and type(rec.prepared_transaction_offset) is int and type(rec.queue_offset) is int
-            and type(rec.physical_offset) is int and type(rec.store_timestamp) is int
-        ):
+        if (sys_flag & 0xC) not in (0, 8):  # records.is_consumable
             return None
         rec.store_host = self._store_host
         res = self._put(self._encode, rec, f"{topic}-{rec.queue_id}")
@@ -193,7 +158,7 @@ cdef class FastPut:
         result = (<PyTypeObject*>self._put_result).tp_new(self._put_result, <PyObject*>_NO_ARGS, NULL)
         _fill(result, self._p_at[0], self._put_ok)
         _fill(result, self._p_at[1], res)
-        _fill(result, self._p_at[2], [self._msg_id(<uint64_t>(_slot_value(res, _at[1]) & 0xFFFFFFFFFFFFFFFF))])
+        _fill(result, self._p_at[2], [self._msg_id(<uint64_t>(_get(res, _at[1]) & 0xFFFFFFFFFFFFFFFF))])
         _fill(result, self._p_at[3], "")
         return result
 
@@ -210,9 +175,9 @@ cdef class FastPut:
         res = self._put(self._encode_send, item, f"{topic}-{queue_id}")
         if res is None:
             return None
-        offset = _slot_value(res, _at[1])
-        return (self._msg_id(<uint64_t>(offset & 0xFFFFFFFFFFFFFFFF)), offset, _slot_value(res, _at[2]),
-                _slot_value(res, _at[4]))
+        offset = _get(res, _at[1])
+        return (self._msg_id(<uint64_t>(offset & 0xFFFFFFFFFFFFFFFF)), offset, _get(res, _at[2]),
+                _get(res, _at[4]))
 
     cdef object _put(self, encode, item, key):
         if _AppendResult is None:
@@ -221,11 +186,11 @@ cdef class FastPut:
             res = _put(self._cl, encode, item, key, True, 1)
         except (OSError, ValueError, struct.error):
             return None
-        if _slot_value(res, _at[0]) is not _OK:
+        if _get(res, _at[0]) is not _OK:
             return None
         self._notify()
         if self.listeners:
-            end = _slot_value(res, _at[1]) + _slot_value(res, _at[2])
+            end = _get(res, _at[1]) + _get(res, _at[2])
             for listener in self.listeners:
                 listener(end)
         return res

@@ -22,6 +22,7 @@ from typing import Any
 from store.errors import MQLakeError
 from store.format import appender, msgid, native, records, units
 from store.format.buffers import WriteBuffer
+from store.format.delay import may_park
 from store.format.msgid import Host
 from store.mapped_file import MappedFile, MappedFileQueue
 
@@ -253,12 +254,19 @@ class FastPut:
         self.listeners: list[Callable[[int], None]] = []  # told the new end of the log after each put
 
     def put_record(self, rec: records.MessageRecord) -> Any:
-        """``MessageStore.put_nowait`` of one plain message: its PutMessageResult, or None."""
+        """``MessageStore.put_nowait`` of one message that needs nothing but the append: its PutMessageResult, or
+        None for one the general path must park (delay level, timer), refuse (``MessageStore._check``: an empty
+        topic, a body or properties over their limits), or put without a queue offset (half, rollback); also for
+        a topic over 127 characters (the general path decides whether it fits) and fields of other types."""
+        if not self.enabled or type(rec) is not records.MessageRecord:
+            return None
+        props, body, topic, sys_flag = rec.properties, rec.body, rec.topic, rec.sys_flag
         if (
-            not self.enabled
-            or type(rec) is not records.MessageRecord
-            or not appender.plain(rec, self._config.max_message_size)
-        ):
+            type(props) is not bytes or type(body) is not bytes or type(topic) is not str or type(sys_flag) is not int
+            or not 0 < len(topic) <= records.MAX_TOPIC_LENGTH_V1
+            or len(body) > self._config.max_message_size or len(props) > records.MAX_PROPERTIES_LENGTH
+            or may_park(props) or not records.is_consumable(sys_flag)
+        ):  # fmt: skip
             return None
         rec.store_host = self._store_host
         res = self._put(self._encode, rec, f"{rec.topic}-{rec.queue_id}")

@@ -446,6 +446,10 @@ class MessageStore:
             return self._append(runs.put_run, item, msgs.topic, msgs.queue_id, advances, msgs.count, wait)
         first = msgs[0]
         if len(msgs) == 1:
+            if not wait or self._group_commit is None:
+                result = self._fast.put_record(first)  # a plain message's whole put in one call
+                if result is not None:
+                    return result, None
             return self._put_one(first, wait)
         encoded = []
         for m in msgs:
@@ -467,6 +471,10 @@ class MessageStore:
         """:meth:`put_nowait` of one message or a batch; in SYNC_FLUSH wait for its group commit
         (FLUSH_DISK_TIMEOUT after syncFlushTimeout)."""
         if type(msgs) is records.MessageRecord:
+            if self._group_commit is None:
+                fast = self._fast.put_record(msgs)  # a plain message's whole put in one call
+                if fast is not None:
+                    return fast
             result, fut = self._put_one(msgs, True)
         else:
             result, fut = self.put_nowait(msgs)  # type: ignore[arg-type]
@@ -480,14 +488,9 @@ class MessageStore:
         return result
 
     def _put_one(self, msg: records.MessageRecord, wait: bool) -> tuple[PutMessageResult, Future | None]:
-        """:meth:`put_nowait` of one message (parked first when it has a delay level or a timer).
-
-        The most common put, so its success is answered here in one frame rather than through
-        :meth:`_append` and :meth:`_appended`, which answer its failures."""
-        if not wait or self._group_commit is None:
-            result = self._fast.put_record(msg)  # a plain message's whole put in one call
-            if result is not None:
-                return result, None
+        """:meth:`put_nowait` of one message that ``FastPut.put_record`` declined or must not take (it would wait
+        for a group commit): parked first when it has a delay level or a timer, refused with its answer, or put;
+        a success is answered here in one frame, failures by :meth:`_append` and :meth:`_appended`."""
         if may_park(msg.properties):
             refused = self._park(msg)
             if refused is not None:
@@ -984,7 +987,7 @@ def _mtime_ms(store: MessageStore, base: int) -> int:
 
 def wants_wait(msg: records.MessageRecord) -> bool:
     """``isWaitStoreMsgOK``: unless the producer said WAIT=false, a send waits for the flush (and the slave)."""
-    return b"WAIT\x01false\x02" not in msg.properties
+    return msg.properties.find(b"WAIT\x01false\x02") < 0  # (find: ``in`` raises and clears a TypeError first)
 
 
 def _java_int(v: int) -> int:
