@@ -8,11 +8,14 @@ from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcpy
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+from store.format._appender cimport Prepared, write_prepared
+from store.format._bigendian cimport _fits64
 from store.format._slots cimport _fill, _get, _slot
 
 import struct
 
 from store.format import appender, records
+from store.format._appender import put_prepared as _put_prepared
 from store.format.delay import PARK_MARKERS
 from store.format.msgid import create_offset_msg_id
 from store.format.records import (
@@ -69,6 +72,7 @@ def put(cl, encode, item, key, bint advances, count=1):
 
 
 cdef object _put(cl, encode, item, key, bint advances, count):
+    cdef bint direct = encode is _put_prepared and type(item) is Prepared
     cdef timespec now
     cdef int64_t store_ts
     if _AppendResult is None:
@@ -94,7 +98,13 @@ cdef object _put(cl, encode, item, key, bint advances, count):
             for fresh in (False, True):
                 start = mf.wrote
                 base = mf.file_from_offset
-                n = encode(mf.view, start, limit, item, queue_offset, base + start, ts)
+                phys = base + start
+                if (direct and type(start) is int and type(limit) is int and start <= 0x7FFFFFFFFFFF
+                        and limit <= 0x7FFFFFFFFFFF and _fits64(queue_offset) and _fits64(phys)):
+                    # put_prepared's checks passed: its writer called straight, without a Python call
+                    n = write_prepared(<Prepared>item, mf.view, start, limit, queue_offset, phys, store_ts)
+                else:
+                    n = encode(mf.view, start, limit, item, queue_offset, phys, ts)
                 if n >= 0:
                     break
                 if fresh or -n > limit:

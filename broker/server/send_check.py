@@ -21,6 +21,7 @@ from store import names
 from store.format import records
 
 _NAMES_CACHED = 4096  # topic names whose verdict is remembered (the check runs on every send)
+_UNSEEN = object()  # a topic name with no verdict remembered
 
 
 def record_sys_flag(tc: tp.TopicConfig, sys_flag: int) -> int:
@@ -54,11 +55,16 @@ class SendCheck:
         RocketMQ's answer when it may not.  A topic that does not exist is created as the header ``create`` asks
         (a ``%RETRY%`` topic as its group's); without one (the fast paths, which create nothing) the answer is
         None."""
-        self.broker_writable()
-        verdict = self._names[topic] if topic in self._names else self._name_verdict(topic)
-        if verdict is not None:
-            raise RequestRefused(*verdict)
+        # Each refusal is raised by the method that says it; the checks are also made here first, so a send that
+        # passes (nearly every one, on every send path) calls none of them.
         b = self.broker
+        if not tp.is_writeable(b.config.broker_permission):
+            self.broker_writable()
+        verdict = self._names.get(topic, _UNSEEN)
+        if verdict is _UNSEEN:
+            verdict = self._name_verdict(topic)
+        if verdict is not None:
+            raise RequestRefused(*verdict)  # type: ignore[misc]
         tc = b.topics.get(topic)
         if tc is None:
             if create is None:
@@ -70,13 +76,14 @@ class SendCheck:
                 tc = b.topics.create_in_send(topic, create.default_topic, create.default_topic_queue_nums, unit)
             if tc is None:
                 raise RequestRefused(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist; auto-create refused")
-        self.topic_writable(tc)
+        if not tp.is_writeable(tc.perm):
+            self.topic_writable(tc)
         if queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
                 f"queue {queue_id} is out of range: {tc.topic_name} has {tc.write_queue_nums} write queues",
             )
-        if body_len is not None:
+        if body_len is not None and body_len > b.store_config.max_message_size:
             self.body(body_len)
         return tc
 

@@ -54,11 +54,7 @@ cdef inline bint _may_park(bytes props):
 
 
 cdef class Prepared:
-    """A send's record read into ``f``; ``keep`` holds the objects ``f`` points into."""
-
-    cdef Fields f
-    cdef tuple keep
-    cdef bytes extra
+    """A send's record read into ``f``; ``keep`` holds the objects ``f`` points into (declared in the .pxd)."""
 
 
 cdef inline bytes _topic_bytes(str topic):
@@ -129,25 +125,29 @@ def put_prepared(dest, pos, limit, item, queue_offset, physical_offset, store_ti
     """Mirrors ``appender.put_prepared`` for a :class:`Prepared`."""
     if type(item) is not Prepared:
         return records.put_record(dest, pos, limit, item, queue_offset, physical_offset, store_timestamp)
-    cdef Prepared prepared = <Prepared>item
-    cdef Py_buffer view
-    cdef Py_ssize_t at, end
-    cdef uint8_t* p
     if not (type(pos) is int and type(limit) is int and pos <= 0x7FFFFFFFFFFF and limit <= 0x7FFFFFFFFFFF
             and _fits64(queue_offset) and _fits64(physical_offset) and _fits64(store_timestamp)):
         raise struct.error(f"a record at {pos} up to {limit}: a value out of its field's range")
-    at, end = pos, limit
+    return write_prepared(<Prepared>item, dest, pos, limit, queue_offset, physical_offset, store_timestamp)
+
+
+cdef Py_ssize_t write_prepared(Prepared prepared, object dest, Py_ssize_t pos, Py_ssize_t limit, int64_t queue_offset,
+                               int64_t physical_offset, int64_t store_timestamp) except? -1:
+    """:func:`put_prepared` of values already in their ranges (``CommitLog.put``'s compiled twin calls it
+    straight)."""
+    cdef Py_buffer view
+    cdef uint8_t* p
     PyObject_GetBuffer(dest, &view, PyBUF_WRITABLE)
     try:
-        if at < 0 or end > view.len:  # the reference's words
+        if pos < 0 or limit > view.len:  # the reference's words
             raise records.RecordEncodeError(
                 f"a record at {pos} up to {limit} does not fit a buffer of {view.len} bytes")
-        if at + prepared.f.total > end:
+        if pos + prepared.f.total > limit:
             return -prepared.f.total
-        prepared.f.qoff = <int64_t>queue_offset
-        prepared.f.phys = <int64_t>physical_offset
-        prepared.f.store_ts = <int64_t>store_timestamp
-        p = <uint8_t*>view.buf + at
+        prepared.f.qoff = queue_offset
+        prepared.f.phys = physical_offset
+        prepared.f.store_ts = store_timestamp
+        p = <uint8_t*>view.buf + pos
         # The GIL is kept: released for a µs, it would go to the dispatch thread for a switch interval.
         _write_after_head(p, &prepared.f)
         _write_head(p, &prepared.f)  # last: until then the segment holds zeros there
