@@ -74,6 +74,29 @@ def test_single_put_writes_the_reference_record_and_continues_the_queue(tmp_path
         assert store.commitlog.last_store_timestamp == res.append.store_timestamp
 
 
+def test_a_plain_single_put_is_one_fast_put_and_the_rest_are_left_to_the_general_path(tmp_path):
+    """``FastPut.put_record`` (the store's single put in one call) writes the reference record of a plain message
+    and declines, writing nothing, every message the general path must park, refuse or put differently."""
+    with running(tmp_path, max_message_size=2000) as store:
+        store.put_message(make_message(TOPIC, 0, b"makes the segment"))
+        msg = make_message(TOPIC, 0, b"plain" * 50, tags="TagA", keys=["k"])
+        before = time.time_ns() // 1_000_000
+        res = store._fast.put_record(msg)
+        assert res is not None and res.status is PutMessageStatus.PUT_OK and res.append.queue_offset == 1
+        _assert_reference_record(store, msg, res, before)
+        end = store.max_phy_offset
+        for declined in (
+            make_message(TOPIC, 0, b"delayed", DELAY="3"),
+            make_message(TOPIC, 0, b"timer", TIMER_DELAY_SEC="5"),
+            make_message(TOPIC, 0, b"half", sys_flag=records.TRANSACTION_PREPARED_TYPE),
+            make_message(TOPIC, 0, b"x" * 2001),
+            make_message("", 0, b"no topic"),
+            make_message("T" * 128, 0, b"a topic for the general path to size"),
+        ):
+            assert store._fast.put_record(declined) is None, declined
+        assert store.max_phy_offset == end and store.commitlog.topic_queue_table[f"{TOPIC}-0"] == 2
+
+
 def test_single_put_answers(tmp_path):
     """Parked, half, oversized and refused puts get the store's answers; the queue offsets skip none."""
     with running(tmp_path, max_message_size=2000, timer_wheel_enable=True) as store:
