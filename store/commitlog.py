@@ -234,8 +234,8 @@ class FastPut:
     broker's fast path; in SYNC_FLUSH the broker holds the reply until the group commit covers the record).
 
     Each tells dispatch (``notify``) and the listeners of the record, or answers None, nothing stored, when the
-    store takes no put (``enabled`` false), the message is not plain (``appender.plain``, ``prepare_send``) or
-    the section refuses it: ``MessageStore``'s general path then answers it.  The compiled twin
+    store takes no put (``enabled`` false), the message is not one it takes (each method says which) or the
+    section refuses it: ``MessageStore``'s general path then answers it.  The compiled twin
     (``_commitlog.pyx``) is the same steps in one C call each, the result and message id included."""
 
     def __init__(
