@@ -253,7 +253,7 @@ class FastPut:
         self.enabled = False  # whether the store takes puts now (running, a master, room on disk)
         self.listeners: list[Callable[[int], None]] = []  # told the new end of the log after each put
 
-    def put_record(self, rec: records.MessageRecord) -> Any:
+    def put_record(self, rec: object) -> Any:
         """``MessageStore.put_nowait`` of one message that needs nothing but the append: its PutMessageResult, or
         None for one the general path must park (delay level, timer), refuse (``MessageStore._check``: an empty
         topic, a body or properties over their limits), or put without a queue offset (half, rollback); also for

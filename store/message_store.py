@@ -470,11 +470,11 @@ class MessageStore:
     def put_message(self, msgs: records.MessageRecord | Sequence[records.MessageRecord]) -> PutMessageResult:
         """:meth:`put_nowait` of one message or a batch; in SYNC_FLUSH wait for its group commit
         (FLUSH_DISK_TIMEOUT after syncFlushTimeout)."""
+        if self._group_commit is None:
+            fast = self._fast.put_record(msgs)  # a plain message's whole put in one call (None for a batch)
+            if fast is not None:
+                return fast
         if type(msgs) is records.MessageRecord:
-            if self._group_commit is None:
-                fast = self._fast.put_record(msgs)  # a plain message's whole put in one call
-                if fast is not None:
-                    return fast
             result, fut = self._put_one(msgs, True)
         else:
             result, fut = self.put_nowait(msgs)  # type: ignore[arg-type]

@@ -10,10 +10,11 @@ import zlib
 import pytest
 
 from store.commitlog import AppendStatus, CommitLog
-from store.format import msgid, records, runs
+from store.format import msgid, native, records, runs
 from store.message_store import MessageStore, PutMessageStatus
 from tests.helpers import make_config, make_message
 from tests.test_send_runs import CRC_123456789, expected_record
+from tests.twins import twin_functions
 
 pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("twin")]
 
@@ -95,6 +96,27 @@ def test_commitlog_put_rolls_to_a_new_segment_and_refuses_what_no_segment_holds(
         half = _put(cl, _message(sys_flag=records.TRANSACTION_PREPARED_TYPE))
         assert half.queue_offset == 0
         assert _put(cl, _message()).queue_offset == 5
+    finally:
+        cl.close()
+
+
+@pytest.mark.parametrize("encoder", ["python", "compiled"])
+def test_commitlog_put_writes_the_reference_record_through_either_encoder_twin(tmp_path, encoder: str):
+    """The section (of either twin) calls a compiled encoder through its C entry (``Encoder.write``) and a Python
+    one as a function: both write the reference record, back-filled with what the lock knew, twice in a row (the
+    queue advances) and into a new segment after a roll."""
+    put_record = twin_functions(encoder)["store.format.records.put_record"]
+    reference = native.TWINS["store.format.records"].python["encode_record"]
+    msg = _message(bytes(range(256)) * 4)  # 1 KiB: the compiled twin's ISA-L CRC
+    cl = CommitLog(tmp_path, 4096)
+    try:
+        results = [cl.put(put_record, msg, "T-1", True) for _ in range(4)]  # three fit a segment
+        assert [(r.status, r.queue_offset) for r in results] == [(AppendStatus.PUT_OK, i) for i in range(4)]
+        assert results[3].wrote_offset == 4096
+        for r in results:
+            want = _backfilled(reference(msg), r.queue_offset, r.wrote_offset, r.store_timestamp)
+            assert r.wrote_bytes == len(want)
+            assert cl.read(r.wrote_offset, r.wrote_bytes) == want
     finally:
         cl.close()
 

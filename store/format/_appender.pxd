@@ -1,6 +1,6 @@
-# What CommitLog.put's compiled twin (store/_commitlog.pyx) calls of store/format/_appender.pyx straight, without
-# a Python call: the item prepare_send makes and the encoder that writes it.
-from libc.stdint cimport int64_t
+# What FastPut's compiled twin (store/_commitlog.pyx) calls of store/format/_appender.pyx straight, without a
+# Python call: the reader of a send's fields, the item it makes (written by the ``put_prepared`` encoder), and
+# ``delay.may_park``.
 from store.format._record_writer cimport Fields
 
 
@@ -10,5 +10,9 @@ cdef class Prepared:
     cdef bytes extra
 
 
-cdef Py_ssize_t write_prepared(Prepared prepared, object dest, Py_ssize_t pos, Py_ssize_t limit, int64_t queue_offset,
-                               int64_t physical_offset, int64_t store_timestamp) except? -1
+cdef object prepare(object topic, object queue_id, object body, object props, object flag, object sys_flag,
+                    object born_timestamp, object born_host, object reconsume_times, object cluster,
+                    object store_host, object max_body)
+
+
+cdef bint may_park(bytes props)

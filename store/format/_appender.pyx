@@ -9,12 +9,14 @@ held throughout, its TOTALSIZE and MAGIC last (until then the segment holds zero
 recovery).
 """
 
+cimport cython
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcmp
 from store.format._bigendian cimport _fits64
 from store.format._record_writer cimport Fields, _has_cluster, _read_values, _unclosed, _write_after_head, _write_head
+from store.format._records cimport Encoder
 
 import struct
 
@@ -41,8 +43,8 @@ cdef inline bint _consumable(object sys_flag):
     return -0x80000000 <= sys_flag <= 0x7FFFFFFF and (sys_flag & 0xC) in (0, 8)
 
 
-cdef inline bint _may_park(bytes props):
-    # delay.may_park in one pass: b"DELAY\x01" or b"TIMER_" anywhere in it
+cdef bint may_park(bytes props):
+    """``delay.may_park`` in one pass: b"DELAY\x01" or b"TIMER_" anywhere in ``props``."""
     cdef const char* p = PyBytes_AS_STRING(props)
     cdef Py_ssize_t i, n = PyBytes_GET_SIZE(props) - 5
     for i in range(n):
@@ -53,6 +55,7 @@ cdef inline bint _may_park(bytes props):
     return False
 
 
+@cython.freelist(8)
 cdef class Prepared:
     """A send's record read into ``f``; ``keep`` holds the objects ``f`` points into (declared in the .pxd)."""
 
@@ -69,6 +72,14 @@ cdef inline bytes _topic_bytes(str topic):
 def prepare_send(topic, queue_id, body, props, flag, sys_flag, born_timestamp, born_host, reconsume_times,
                  cluster, store_host, max_body):
     """Mirrors ``appender.prepare_send``: a :class:`Prepared`, or None to decline."""
+    return prepare(topic, queue_id, body, props, flag, sys_flag, born_timestamp, born_host, reconsume_times, cluster,
+                   store_host, max_body)
+
+
+cdef object prepare(object topic, object queue_id, object body, object props, object flag, object sys_flag,
+                    object born_timestamp, object born_host, object reconsume_times, object cluster,
+                    object store_host, object max_body):
+    """:func:`prepare_send`, called straight by ``FastPut``'s compiled twin."""
     if not (
         type(topic) is str and type(queue_id) is int and type(body) is bytes and type(props) is bytes
         and type(flag) is int and type(sys_flag) is int and type(born_timestamp) is int
@@ -90,7 +101,7 @@ def prepare_send(topic, queue_id, body, props, flag, sys_flag, born_timestamp, b
                 return None
             if len(_clusters) >= 64:
                 _clusters.clear()
-            known = _clusters[cluster] = (made, _may_park(made))
+            known = _clusters[cluster] = (made, may_park(made))
         extra, extra_parks = known
         extra_len = PyBytes_GET_SIZE(extra) - 1 + _unclosed(pp, props_len)
     if not topic or len(body) > max_body:
@@ -99,7 +110,7 @@ def prepare_send(topic, queue_id, body, props, flag, sys_flag, born_timestamp, b
         return None
     # may_park of the joined properties: no marker can straddle the join, the CLUSTER property opening with a
     # 'C' that neither marker holds
-    if _may_park(props) or (add and extra_parks):
+    if may_park(props) or (add and extra_parks):
         return None
     if not _consumable(sys_flag):
         return None
@@ -121,36 +132,42 @@ def prepare_send(topic, queue_id, body, props, flag, sys_flag, born_timestamp, b
     return item
 
 
-def put_prepared(dest, pos, limit, item, queue_offset, physical_offset, store_timestamp):
-    """Mirrors ``appender.put_prepared`` for a :class:`Prepared`."""
-    if type(item) is not Prepared:
-        return records.put_record(dest, pos, limit, item, queue_offset, physical_offset, store_timestamp)
-    if not (type(pos) is int and type(limit) is int and pos <= 0x7FFFFFFFFFFF and limit <= 0x7FFFFFFFFFFF
-            and _fits64(queue_offset) and _fits64(physical_offset) and _fits64(store_timestamp)):
-        raise struct.error(f"a record at {pos} up to {limit}: a value out of its field's range")
-    return write_prepared(<Prepared>item, dest, pos, limit, queue_offset, physical_offset, store_timestamp)
+cdef class PreparedEncoder(Encoder):
+    """``put_prepared``: mirrors ``appender.put_prepared`` for a :class:`Prepared`, and is ``records.put_record``
+    for any other item."""
+
+    def __call__(self, dest, pos, limit, item, queue_offset, physical_offset, store_timestamp):
+        if type(item) is not Prepared:
+            return records.put_record(dest, pos, limit, item, queue_offset, physical_offset, store_timestamp)
+        if not (type(pos) is int and type(limit) is int and pos <= 0x7FFFFFFFFFFF and limit <= 0x7FFFFFFFFFFF
+                and _fits64(queue_offset) and _fits64(physical_offset) and _fits64(store_timestamp)):
+            raise struct.error(f"a record at {pos} up to {limit}: a value out of its field's range")
+        return self.write(dest, pos, limit, item, queue_offset, physical_offset, store_timestamp)
+
+    cdef Py_ssize_t write(self, object dest, Py_ssize_t pos, Py_ssize_t limit, object item, int64_t queue_offset,
+                          int64_t physical_offset, int64_t store_timestamp) except? -1:
+        cdef Py_buffer view
+        cdef uint8_t* p
+        if type(item) is not Prepared:
+            return records.put_record(dest, pos, limit, item, queue_offset, physical_offset, store_timestamp)
+        cdef Prepared prepared = <Prepared>item
+        PyObject_GetBuffer(dest, &view, PyBUF_WRITABLE)
+        try:
+            if pos < 0 or limit > view.len:  # the reference's words
+                raise records.RecordEncodeError(
+                    f"a record at {pos} up to {limit} does not fit a buffer of {view.len} bytes")
+            if pos + prepared.f.total > limit:
+                return -prepared.f.total
+            prepared.f.qoff = queue_offset
+            prepared.f.phys = physical_offset
+            prepared.f.store_ts = store_timestamp
+            p = <uint8_t*>view.buf + pos
+            # The GIL is kept: released for a µs, it would go to the dispatch thread for a switch interval.
+            _write_after_head(p, &prepared.f)
+            _write_head(p, &prepared.f)  # last: until then the segment holds zeros there
+        finally:
+            PyBuffer_Release(&view)
+        return prepared.f.total
 
 
-cdef Py_ssize_t write_prepared(Prepared prepared, object dest, Py_ssize_t pos, Py_ssize_t limit, int64_t queue_offset,
-                               int64_t physical_offset, int64_t store_timestamp) except? -1:
-    """:func:`put_prepared` of values already in their ranges (``CommitLog.put``'s compiled twin calls it
-    straight)."""
-    cdef Py_buffer view
-    cdef uint8_t* p
-    PyObject_GetBuffer(dest, &view, PyBUF_WRITABLE)
-    try:
-        if pos < 0 or limit > view.len:  # the reference's words
-            raise records.RecordEncodeError(
-                f"a record at {pos} up to {limit} does not fit a buffer of {view.len} bytes")
-        if pos + prepared.f.total > limit:
-            return -prepared.f.total
-        prepared.f.qoff = queue_offset
-        prepared.f.phys = physical_offset
-        prepared.f.store_ts = store_timestamp
-        p = <uint8_t*>view.buf + pos
-        # The GIL is kept: released for a µs, it would go to the dispatch thread for a switch interval.
-        _write_after_head(p, &prepared.f)
-        _write_head(p, &prepared.f)  # last: until then the segment holds zeros there
-    finally:
-        PyBuffer_Release(&view)
-    return prepared.f.total
+put_prepared = PreparedEncoder()

@@ -79,35 +79,53 @@ def encode_record(rec):
     return out
 
 
-def put_record(dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp):
-    """Mirrors ``records.put_record``: the record encoded straight into ``dest``, back-filled, its head last."""
-    cdef Fields f
-    cdef Py_buffer view
-    if not (type(pos) is int and type(limit) is int and 0 <= pos <= 0x7FFFFFFFFFFF and limit <= 0x7FFFFFFFFFFF
-            and _fits64(queue_offset) and _fits64(physical_offset) and _fits64(store_timestamp)):
-        return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
-    keep = _read_record(rec, &f)
-    if keep is None:
-        return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
-    try:
-        PyObject_GetBuffer(dest, &view, PyBUF_WRITABLE)
-    except (BufferError, TypeError):
-        return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
-    cdef Py_ssize_t at = pos, end = limit
-    cdef uint8_t* p
-    try:
-        if end > view.len:
+cdef class Encoder:
+    """Base of the compiled encoders (declared in ``_records.pxd``); a subclass defines both entries."""
+
+    cdef Py_ssize_t write(self, object dest, Py_ssize_t pos, Py_ssize_t limit, object item, int64_t queue_offset,
+                          int64_t physical_offset, int64_t store_timestamp) except? -1:
+        raise NotImplementedError
+
+
+cdef class RecordEncoder(Encoder):
+    """``put_record``: mirrors ``records.put_record``, the record encoded straight into ``dest``, back-filled, its
+    head last."""
+
+    def __call__(self, dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp):
+        if not (type(pos) is int and type(limit) is int and 0 <= pos <= 0x7FFFFFFFFFFF and limit <= 0x7FFFFFFFFFFF
+                and _fits64(queue_offset) and _fits64(physical_offset) and _fits64(store_timestamp)):
             return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
-        if at + f.total > end:
-            return -f.total
-        f.qoff, f.phys, f.store_ts = queue_offset, physical_offset, store_timestamp
-        p = <uint8_t*>view.buf + at
-        # The GIL is kept: released for a µs, it would go to the dispatch thread for a switch interval.
-        _write_after_head(p, &f)
-        _write_head(p, &f)  # last: until then the segment holds zeros there, the end of the log to recovery
-    finally:
-        PyBuffer_Release(&view)
-    return f.total
+        return self.write(dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
+
+    cdef Py_ssize_t write(self, object dest, Py_ssize_t pos, Py_ssize_t limit, object rec, int64_t queue_offset,
+                          int64_t physical_offset, int64_t store_timestamp) except? -1:
+        cdef Fields f
+        cdef Py_buffer view
+        cdef uint8_t* p
+        keep = _read_record(rec, &f) if pos >= 0 else None
+        if keep is None:
+            return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
+        try:
+            PyObject_GetBuffer(dest, &view, PyBUF_WRITABLE)
+        except (BufferError, TypeError):
+            return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
+        try:
+            if limit > view.len:
+                return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset,
+                                                store_timestamp)
+            if pos + f.total > limit:
+                return -f.total
+            f.qoff, f.phys, f.store_ts = queue_offset, physical_offset, store_timestamp
+            p = <uint8_t*>view.buf + pos
+            # The GIL is kept: released for a µs, it would go to the dispatch thread for a switch interval.
+            _write_after_head(p, &f)
+            _write_head(p, &f)  # last: until then the segment holds zeros there, the end of the log to recovery
+        finally:
+            PyBuffer_Release(&view)
+        return f.total
+
+
+put_record = RecordEncoder()
 
 
 def patch_record(buf, Py_ssize_t pos, queue_offset, physical_offset, store_timestamp):

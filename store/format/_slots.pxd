@@ -1,7 +1,7 @@
 # The fields of a ``dataclass(slots=True)`` instance read and filled straight through their slots, for the
 # compiled twins (cimported; inlined into each): what the member descriptors do, without a look-up per field.
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 
 cdef extern from "Python.h":
@@ -38,3 +38,12 @@ cdef inline void _fill(object obj, Py_ssize_t offset, object value):
     # a slot of an object fresh from tp_new (NULL until now): the reference moves into it
     Py_INCREF(value)
     (<PyObject**>((<char*><PyObject*>obj) + offset))[0] = <PyObject*>value
+
+
+cdef inline void _replace(object obj, Py_ssize_t offset, object value):
+    # a slot that may hold a value already: the old reference released after the new one is in place
+    cdef PyObject** at = <PyObject**>((<char*><PyObject*>obj) + offset)
+    cdef PyObject* old = at[0]
+    Py_INCREF(value)
+    at[0] = <PyObject*>value
+    Py_XDECREF(old)
