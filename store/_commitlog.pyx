@@ -96,6 +96,13 @@ def put(cl, encode, item, key, bint advances, count=1):
     return _append_result(&a, count)
 
 
+cdef inline bint _show(cl, ts, bint shown) except -1:
+    # the section's CommitLog.begin_time_in_lock, set once
+    if not shown:
+        cl.begin_time_in_lock = ts
+    return True
+
+
 cdef int _section(cl, acquire, release, queue, Py_ssize_t file_size, encode, item, key, bint advances,
                   Py_ssize_t count, Appended* out) except -1:
     """``put``'s locked section, its outcome in ``out``; ``acquire``, ``release``, ``queue`` and ``file_size``
@@ -104,6 +111,10 @@ cdef int _section(cl, acquire, release, queue, Py_ssize_t file_size, encode, ite
     cdef int64_t store_ts, queue_offset = 0, base
     cdef Py_ssize_t start, limit, n = 0
     cdef int fresh
+    # CommitLog.begin_time_in_lock is set only while other threads may run inside the section: before a roll
+    # (file I/O) and a call to an encoder that is not compiled.  Elsewhere the GIL is held from the lock to its
+    # release, so no other thread could see it set.
+    cdef bint shown = False
     acquire()
     try:
         if not cl.writable:
@@ -112,12 +123,12 @@ cdef int _section(cl, acquire, release, queue, Py_ssize_t file_size, encode, ite
         clock_gettime(CLOCK_REALTIME, &now)
         store_ts = <int64_t>now.tv_sec * 1000 + now.tv_nsec // 1000000
         ts = store_ts
-        cl.begin_time_in_lock = ts
         try:
             files = queue.files
             mf = files[len(files) - 1] if files else None
             wrote = mf.wrote if mf is not None else None
             if mf is None or wrote >= mf.file_size:
+                shown = _show(cl, ts, shown)
                 mf = queue.last_or_new()
                 wrote = mf.wrote
             table = cl.topic_queue_table
@@ -133,12 +144,14 @@ cdef int _section(cl, acquire, release, queue, Py_ssize_t file_size, encode, ite
                 if isinstance(encode, Encoder):
                     n = (<Encoder>encode).write(mf.view, start, limit, item, queue_offset, base + start, store_ts)
                 else:
+                    shown = _show(cl, ts, shown)
                     n = encode(mf.view, start, limit, item, queue_offset, base + start, ts)
                 if n >= 0:
                     break
                 if fresh or -n > limit:
                     out.status = TOO_BIG
                     return 0
+                shown = _show(cl, ts, shown)
                 cl.write_blank(mf)
                 mf = queue.last_or_new()
                 wrote = mf.wrote
@@ -151,7 +164,8 @@ cdef int _section(cl, acquire, release, queue, Py_ssize_t file_size, encode, ite
                 else:
                     table[key] = queue_offset + count
         finally:
-            cl.begin_time_in_lock = 0
+            if shown:
+                cl.begin_time_in_lock = 0
     finally:
         release()
     out.status = PUT_OK

@@ -60,7 +60,7 @@ class CommitLog:
         self.file_size = file_size
         self.put_lock = threading.Lock()
         self.topic_queue_table: dict[str, int] = {}  # "topic-queueId" -> next queue offset
-        self.begin_time_in_lock = 0  # 0 when not in the lock; the broker reads it for OS_PAGE_CACHE_BUSY
+        self.begin_time_in_lock = 0  # when the holder of the put lock took it (RocketMQ's beginTimeInLock), else 0
         self.last_store_timestamp = 0
         self.writable = True  # cleared under put_lock at shutdown, so no append races the unmapping
 

@@ -31,6 +31,8 @@ _fast_crc32 = native.fast_crc32()
 cdef dict _ip_cache = {}
 cdef dict _topics = {}  # topic -> its UTF-8 bytes
 cdef dict _clusters = {}  # cluster name -> (its CLUSTER property with separators, whether that may_park)
+cdef object _last_cluster = None  # the cluster name prepare saw last (a broker sends one) and its entry
+cdef object _last_known = None
 cdef bytes _DELAY = PARK_MARKERS[0]
 cdef bytes _TIMER = PARK_MARKERS[1]
 assert len(_DELAY) == len(_TIMER) == 6
@@ -80,6 +82,7 @@ cdef object prepare(object topic, object queue_id, object body, object props, ob
                     object born_timestamp, object born_host, object reconsume_times, object cluster,
                     object store_host, object max_body):
     """:func:`prepare_send`, called straight by ``FastPut``'s compiled twin."""
+    global _last_cluster, _last_known
     if not (
         type(topic) is str and type(queue_id) is int and type(body) is bytes and type(props) is bytes
         and type(flag) is int and type(sys_flag) is int and type(born_timestamp) is int
@@ -93,7 +96,7 @@ cdef object prepare(object topic, object queue_id, object body, object props, ob
     cdef Py_ssize_t extra_len = 0
     extra, extra_parks = b"", False
     if add:
-        known = _clusters.get(cluster)
+        known = _last_known if cluster is _last_cluster else _clusters.get(cluster)
         if known is None:
             try:  # properties.append_properties', with its leading separator (written after unclosed properties)
                 made = ("\x02CLUSTER\x01" + <str>cluster + "\x02").encode("utf-8")
@@ -102,6 +105,7 @@ cdef object prepare(object topic, object queue_id, object body, object props, ob
             if len(_clusters) >= 64:
                 _clusters.clear()
             known = _clusters[cluster] = (made, may_park(made))
+        _last_cluster, _last_known = cluster, known
         extra, extra_parks = known
         extra_len = PyBytes_GET_SIZE(extra) - 1 + _unclosed(pp, props_len)
     if not topic or len(body) > max_body:
