@@ -19,13 +19,14 @@ TWINS = [
     "store.format._properties",
     "store.format._records",
     "store.format._units",
-    "store.format._dispatch",
+    "store._dispatch",
     "broker.remoting._command",
     "store.format._runs",
     "broker.remoting._send",
     "store.format._transaction",
     "broker.remoting._tx",
     "store.format._appender",
+    "store._commitlog",
 ]
 # C libraries a twin links against (the record and run encoders call zlib's crc32 directly).
 LIBRARIES = {"store.format._runs": ["z"], "store.format._records": ["z"], "store.format._appender": ["z"]}

@@ -53,7 +53,7 @@ from benchmarks.report import emit
 from store import dispatch_loop
 from store.commitlog import CommitLog
 from store.config import FlushDiskType, MessageStoreConfig
-from store.format import msgid, native, properties, records
+from store.format import msgid, native, properties, records, runs
 from store.mapped_file import preallocate
 from store.message_store import MessageStore
 
@@ -333,28 +333,28 @@ def bench_raw_mmap(tmp: Path, recs: list[bytes]) -> dict:
 
 
 def bench_commitlog(tmp: Path, recs: list[bytes], batch: int) -> dict:
-    """``CommitLog.append`` (batch 1) or ``append_batch`` on pre-encoded records: the lock + copy path."""
+    """``CommitLog.put`` of pre-encoded records as runs of ``batch`` (``runs.put_run``): the lock + copy path."""
     d = tmp / f"cl-{batch}"
     cl = CommitLog(d / "commitlog", SEGMENT)
+    keys = [f"{TOPIC}-{q}" for q in range(QUEUES)]
+    put, put_run = cl.put, runs.put_run
     try:
-        cl.append(bytearray(recs[0]), TOPIC, 0, 0)
+        put(put_run, (recs[0], 1, True), keys[0], True)
         wait_preallocated(cl.queue)
         work = [bytearray(r) for r in recs]  # bytearray: also what an in-place back-fill would need
         counts, secs = [], []
         with measured() as cpu:
             for chunk in chunked(work):
                 if batch == 1:
-                    append = cl.append
                     t0 = time.perf_counter()
                     for i, r in enumerate(chunk):
-                        append(r, TOPIC, i % QUEUES, 0)
+                        put(put_run, (r, 1, True), keys[i % QUEUES], True)
                     el = time.perf_counter() - t0
                 else:
                     groups = [chunk[i : i + batch] for i in range(0, len(chunk), batch)]
-                    append_batch = cl.append_batch
                     t0 = time.perf_counter()
                     for i, g in enumerate(groups):
-                        append_batch(g, TOPIC, i % QUEUES, 0)
+                        put(put_run, (b"".join(g), len(g), True), keys[i % QUEUES], True, len(g))
                     el = time.perf_counter() - t0
                 counts.append(len(chunk))
                 secs.append(el)
@@ -368,7 +368,7 @@ NO_FLUSH = {"flush_interval_commit_log": 600_000, "flush_commit_log_thorough_int
 
 
 def bench_put_batches(tmp: Path, msgs: list[records.MessageRecord], batch: int) -> dict:
-    """``MessageStore.put_messages`` with ``batch`` messages of one topic-queue per call (reput idle):
+    """``MessageStore.put_message`` with ``batch`` messages of one topic-queue per call (reput idle):
     what a batch send (one request, many messages) costs per message through the facade."""
     root = tmp / f"batch-{len(msgs[0].body)}-{batch}"
     per_queue: dict[int, list[records.MessageRecord]] = {}
@@ -380,7 +380,7 @@ def bench_put_batches(tmp: Path, msgs: list[records.MessageRecord], batch: int) 
         store.reput.shutdown()
         warm(store, msgs[0])
         with measured() as cpu:
-            counts, secs, bad = timed_puts(store.put_messages, groups, len)
+            counts, secs, bad = timed_puts(store.put_message, groups, len)
         rec_len = len(records.encode_record(msgs[0]))
         drain(store)
     shutil.rmtree(root, ignore_errors=True)
@@ -501,7 +501,7 @@ def _count_flushes(queue) -> _FlushCounter:
 
 def bench_put_sync(tmp: Path, threads: int, seconds: float, pool: list[records.MessageRecord], window: int = 0) -> dict:
     """``threads`` writers each calling ``put_message`` (which waits for the group commit); or, with
-    ``window``, ONE thread keeping ``window`` puts in flight via ``put_message_nowait`` and their futures —
+    ``window``, ONE thread keeping ``window`` puts in flight via ``put_nowait`` and their futures —
     how an asyncio broker would drive the store (one wake-up per commit instead of one thread per request).
     """
     root = tmp / f"sync-{threads}-{window}"
@@ -535,7 +535,7 @@ def bench_put_sync(tmp: Path, threads: int, seconds: float, pool: list[records.M
 
         def pipelined(i: int) -> None:
             mine = pool[1:]
-            nowait = store.put_message_nowait
+            nowait = store.put_nowait
             timeout = store.config.sync_flush_timeout / 1000
             out = lats[i]
             inflight: collections.deque = collections.deque()
@@ -547,7 +547,7 @@ def bench_put_sync(tmp: Path, threads: int, seconds: float, pool: list[records.M
                     m = mine[k % len(mine)]
                     k += 1
                     a = time.perf_counter_ns()
-                    res, fut = nowait(m)
+                    res, fut = nowait((m,))
                     if not res.ok or fut is None:
                         fails[i] += 1
                         continue
@@ -759,12 +759,12 @@ def print_report(r: dict) -> None:
             ("raw mmap, one bulk copy (ceiling)", {"msgs": raw["msgs"], "msgs_per_s": raw["bulk_copy_mb_per_s"]
                                                   * 1e6 / rec, "mb_per_s": raw["bulk_copy_mb_per_s"],
                                                   "other_cpu_cores": raw["other_cpu_cores"]}),
-            ("CommitLog.append (pre-encoded)", s["commitlog_append"]),
-            ("CommitLog.append_batch x32 (pre-encoded)", s["commitlog_append_batch32"]),
+            ("CommitLog.put, runs of 1 (pre-encoded)", s["commitlog_append"]),
+            ("CommitLog.put, runs of 32 (pre-encoded)", s["commitlog_append_batch32"]),
             ("MessageStore.put_message, reput idle", s["put_async_reput_idle"]),
             ("MessageStore.put_message, reput running", s["put_async"]),
             ("  diagnostic: reput idle, flush thread asleep", s["put_async_reput_idle_no_flush"]),
-            ("  diagnostic: put_messages x32, reput idle", s["put_batches32_reput_idle"]),
+            ("  diagnostic: put_message of 32, reput idle", s["put_batches32_reput_idle"]),
         ]  # fmt: skip
         for name, d in rows:
             ratio = d["msgs_per_s"] / raw["msgs_per_s"]
@@ -788,7 +788,7 @@ def print_report(r: dict) -> None:
               f"{_fmt_num(d['ops_per_s']):>8}{1:>7}{'':>6}{'':>5}{'':>7}{_bg(d):>7}")  # fmt: skip
     for key, d in r["sync"].items():
         if d["window"]:
-            name = f"put_message_nowait, 1 thread, {d['window']} in flight"
+            name = f"put_nowait, 1 thread, {d['window']} in flight"
         else:
             name = f"put_message SYNC_FLUSH, {key} writer thread(s)"
         print(f"{name:<44}{_fmt_num(d['acked_per_s']):>9}{d['p50_ms']:>8.3f}{d['p99_ms']:>8.3f}"

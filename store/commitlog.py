@@ -1,26 +1,36 @@
 """The CommitLog: one append-only log of every message, in fixed-size segments.
 
-Appends go through one lock (``putMessageLock``); what can be done outside it (encoding, the body
-CRC) is done by the caller beforehand, so the lock covers a back-fill of three fields and a memcpy.
+Appends go through one locked section (:meth:`CommitLog.put`, ``putMessageLock``) that hands the segment's end
+to a pure encoder from ``store.format``; a slave's copy of its master's bytes (:meth:`CommitLog.append_raw`) is
+the only other writer.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from store.errors import MQLakeError
-from store.format import records, runs, units
+from store.format import appender, msgid, native, records, units
+from store.format.buffers import WriteBuffer
+from store.format.delay import may_park
+from store.format.msgid import Host
 from store.mapped_file import MappedFile, MappedFileQueue
 
 log = logging.getLogger(__name__)
+
+# encode(dest, pos, limit, item, queue_offset, physical_offset, store_timestamp) -> bytes written, or minus the
+# bytes needed when they would end past limit (see CommitLog.put)
+Encoder = Callable[[WriteBuffer, int, int, Any, int, int, int], int]
 
 
 class ReplicaAppendError(MQLakeError, ValueError):
@@ -50,94 +60,14 @@ class CommitLog:
         self.file_size = file_size
         self.put_lock = threading.Lock()
         self.topic_queue_table: dict[str, int] = {}  # "topic-queueId" -> next queue offset
-        self.begin_time_in_lock = 0  # 0 when not in the lock; the broker reads it for OS_PAGE_CACHE_BUSY
+        self.begin_time_in_lock = 0  # when the holder of the put lock took it (RocketMQ's beginTimeInLock), else 0
         self.last_store_timestamp = 0
         self.writable = True  # cleared under put_lock at shutdown, so no append races the unmapping
 
     # --- append --------------------------------------------------------------------------------------
-    def append(self, record: bytes, topic: str, queue_id: int, sys_flag: int) -> AppendResult:
-        """Append one pre-encoded record, rolling to a new segment at end of file."""
-        return self.append_batch((record,), topic, queue_id, sys_flag, len(record))
-
-    def append_batch(
-        self, encoded: Sequence[bytes], topic: str, queue_id: int, sys_flag: int, total: int | None = None
-    ) -> AppendResult:
-        """Append consecutive records of one topic-queue (:meth:`append_run` of their concatenation)."""
-        run = encoded[0] if len(encoded) == 1 else b"".join(encoded)
-        return self.append_run(run, len(encoded), topic, queue_id, sys_flag)
-
-    def append_run(self, run: bytes, count: int, topic: str, queue_id: int, sys_flag: int) -> AppendResult:
-        """Append ``count`` consecutive records of one topic-queue, encoded into one ``run``; they never straddle
-        two segments.
-
-        The run is copied into the segment in one piece and only then back-filled with what is known inside the
-        lock (queue offsets, physical offsets, store time), its first record's TOTALSIZE and MAGIC last
-        (``runs.write_run``): until then the segment holds zeros there, which recovery reads as the end of the
-        log.  A process killed mid-append so leaves no record behind, rather than a complete-looking one with
-        queue offset 0 and physical offset 0.
-        """
-        total = len(run)
-        if total + records.END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            return AppendResult(AppendStatus.MESSAGE_SIZE_EXCEEDED)
-        key = f"{topic}-{queue_id}"
-        # Half and rollback records take queue offset 0 and do not advance the queue (doAppend).
-        advances = records.is_consumable(sys_flag)
-        with self.put_lock:
-            if not self.writable:
-                return AppendResult(AppendStatus.NOT_WRITABLE)
-            store_ts = time.time_ns() // 1_000_000
-            self.begin_time_in_lock = store_ts
-            try:
-                mf = self.queue.last_or_new()
-                if mf.file_size - mf.wrote < total + records.END_FILE_MIN_BLANK_LENGTH:
-                    self._write_blank(mf)
-                    mf = self.queue.last_or_new()
-                queue_offset = self.topic_queue_table.get(key, 0) if advances else 0
-                start = mf.wrote
-                base = mf.file_from_offset
-                runs.write_run(mf.view, start, run, count, queue_offset, base + start, store_ts, advances)
-                mf.wrote = start + total
-                mf.last_store_timestamp = self.last_store_timestamp = store_ts
-                if advances:
-                    self.topic_queue_table[key] = queue_offset + count
-            finally:
-                self.begin_time_in_lock = 0
-        return AppendResult(AppendStatus.PUT_OK, base + start, total, store_ts, queue_offset, count)
-
-    def append_record(self, rec: records.MessageRecord) -> AppendResult:
-        """Append one message, encoded straight into the segment under the lock (``records.put_record``: one
-        native call), with the guarantees of :meth:`append_run`.  A single put needs no run: encoding in place
-        saves the copy and the calls of encoding outside the lock, and one appender rarely waits for it."""
-        key = f"{rec.topic}-{rec.queue_id}"
-        # Half and rollback records take queue offset 0 and do not advance the queue (doAppend).
-        advances = records.is_consumable(rec.sys_flag)
-        with self.put_lock:
-            if not self.writable:
-                return AppendResult(AppendStatus.NOT_WRITABLE)
-            store_ts = time.time_ns() // 1_000_000
-            self.begin_time_in_lock = store_ts
-            try:
-                mf = self.queue.last_or_new()
-                queue_offset = self.topic_queue_table.get(key, 0) if advances else 0
-                start = mf.wrote
-                base = mf.file_from_offset
-                limit = mf.file_size - records.END_FILE_MIN_BLANK_LENGTH
-                n = records.put_record(mf.view, start, limit, rec, queue_offset, base + start, store_ts)
-                if n < 0:
-                    if records.END_FILE_MIN_BLANK_LENGTH - n > self.file_size:
-                        return AppendResult(AppendStatus.MESSAGE_SIZE_EXCEEDED)
-                    self._write_blank(mf)
-                    mf = self.queue.last_or_new()
-                    start = mf.wrote
-                    base = mf.file_from_offset
-                    n = records.put_record(mf.view, start, limit, rec, queue_offset, base + start, store_ts)
-                mf.wrote = start + n
-                mf.last_store_timestamp = self.last_store_timestamp = store_ts
-                if advances:
-                    self.topic_queue_table[key] = queue_offset + 1
-            finally:
-                self.begin_time_in_lock = 0
-        return AppendResult(AppendStatus.PUT_OK, base + start, n, store_ts, queue_offset, 1)
+    def put(self, encode: Encoder, item: Any, key: str, advances: bool, count: int = 1) -> AppendResult:
+        """The one append (``CommitLog.asyncPutMessage`` with its ``AppendMessageCallback``): :func:`put`."""
+        return put(self, encode, item, key, advances, count)
 
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         """A slave's append (``appendData``): ``data`` is the master's CommitLog from ``offset``, copied as it is.
@@ -200,7 +130,8 @@ class CommitLog:
                 del self.topic_queue_table[key]
             return self.queue.max_offset
 
-    def _write_blank(self, mf: MappedFile) -> None:
+    def write_blank(self, mf: MappedFile) -> None:
+        """End ``mf`` with a BLANK record over the rest of it (under the put lock): the next put rolls."""
         remaining = mf.file_size - mf.wrote
         mf.view[mf.wrote : mf.wrote + 8] = records.encode_blank(remaining)
         mf.wrote = mf.file_size
@@ -213,9 +144,6 @@ class CommitLog:
     @property
     def max_offset(self) -> int:
         return self.queue.max_offset
-
-    def roll_next_file(self, offset: int) -> int:
-        return offset + self.file_size - offset % self.file_size
 
     # --- reads -----------------------------------------------------------------------------------------
     def read(self, offset: int, size: int) -> bytes | None:
@@ -253,6 +181,135 @@ class CommitLog:
         with self.put_lock:
             self.writable = False
         self.queue.close()
+
+
+def put(cl: CommitLog, encode: Encoder, item: Any, key: str, advances: bool, count: int = 1) -> AppendResult:
+    """The one locked section of ``cl``: under its put lock, find the newest segment (rolling to a new one, after
+    a BLANK, when the records do not fit), take the queue offset of ``key`` ("topic-queueId") from the queue
+    table, have ``encode`` write ``item``'s ``count`` records at the segment's end, and record where they went.
+    ``store/_commitlog.pyx`` is its compiled twin.
+
+    ``encode(dest, pos, limit, item, queue_offset, physical_offset, store_timestamp)`` is a pure codec
+    (``records.put_record``, ``runs.put_run``, ``appender.put_prepared``): it writes the records into ``dest[pos:]``
+    with what only the lock knows back-filled and their first TOTALSIZE and MAGIC last (until then the segment
+    holds zeros there, which recovery reads as the end of the log: a process killed mid-append leaves no
+    complete-looking record behind), and returns the bytes written; or, writing nothing, minus the bytes it needs
+    when they would end past ``limit``.  Half and rollback records (``advances`` false) take queue offset 0 and do
+    not advance the queue (``doAppend``).  An encoder's exception leaves the log as it was."""
+    with cl.put_lock:
+        if not cl.writable:
+            return AppendResult(AppendStatus.NOT_WRITABLE)
+        store_ts = time.time_ns() // 1_000_000
+        cl.begin_time_in_lock = store_ts
+        try:
+            files = cl.queue.files
+            mf = files[-1] if files else None
+            if mf is None or mf.wrote >= mf.file_size:
+                mf = cl.queue.last_or_new()
+            table = cl.topic_queue_table
+            queue_offset = table.get(key, 0) if advances else 0
+            limit = cl.file_size - records.END_FILE_MIN_BLANK_LENGTH
+            for fresh in (False, True):  # at most one roll: a new segment holds whatever fits one
+                start = mf.wrote
+                base = mf.file_from_offset
+                n = encode(mf.view, start, limit, item, queue_offset, base + start, store_ts)
+                if n >= 0:
+                    break
+                if fresh or -n > limit:
+                    return AppendResult(AppendStatus.MESSAGE_SIZE_EXCEEDED)
+                cl.write_blank(mf)
+                mf = cl.queue.last_or_new()
+            mf.wrote = start + n
+            mf.last_store_timestamp = cl.last_store_timestamp = store_ts
+            if advances:
+                table[key] = queue_offset + count
+        finally:
+            cl.begin_time_in_lock = 0
+    return AppendResult(AppendStatus.PUT_OK, base + start, n, store_ts, queue_offset, count)
+
+
+class FastPut:
+    """The store's two most common puts, each in one call and never waiting, both through :func:`put`: a single
+    plain message (:meth:`put_record`) and a SEND_MESSAGE_V2 from its header's fields (:meth:`put_send`, the
+    broker's fast path; in SYNC_FLUSH the broker holds the reply until the group commit covers the record).
+
+    Each tells dispatch (``notify``) and the listeners of the record, or answers None, nothing stored, when the
+    store takes no put (``enabled`` false), the message is not one it takes (each method says which) or the
+    section refuses it: ``MessageStore``'s general path then answers it.  The compiled twin
+    (``_commitlog.pyx``) is the same steps in one C call each, the result and message id included."""
+
+    def __init__(
+        self, cl: CommitLog, config: Any, store_host: Host, notify: Callable[[], None], put_result: Callable[..., Any],
+        put_ok: Any,
+    ) -> None:  # fmt: skip
+        self._cl, self._config, self._store_host, self._notify = cl, config, store_host, notify
+        self._put_result, self._put_ok = put_result, put_ok  # MessageStore's PutMessageResult and its PUT_OK
+        # the codecs' twins as they are when the store is made (the tests choose one before that)
+        self._prepare, self._encode_send, self._encode = (
+            appender.prepare_send,
+            appender.put_prepared,
+            records.put_record,
+        )
+        self.enabled = False  # whether the store takes puts now (running, a master, room on disk)
+        self.listeners: list[Callable[[int], None]] = []  # told the new end of the log after each put
+
+    def put_record(self, rec: object) -> Any:
+        """``MessageStore.put_nowait`` of one message that needs nothing but the append: its PutMessageResult, or
+        None for one the general path must park (delay level, timer), refuse (``MessageStore._check``: an empty
+        topic, a body or properties over their limits), or put without a queue offset (half, rollback); also for
+        a topic over 127 characters (the general path decides whether it fits) and fields of other types."""
+        if not self.enabled or type(rec) is not records.MessageRecord:
+            return None
+        props, body, topic, sys_flag = rec.properties, rec.body, rec.topic, rec.sys_flag
+        if (
+            type(props) is not bytes or type(body) is not bytes or type(topic) is not str or type(sys_flag) is not int
+            or not 0 < len(topic) <= records.MAX_TOPIC_LENGTH_V1
+            or len(body) > self._config.max_message_size or len(props) > records.MAX_PROPERTIES_LENGTH
+            or may_park(props) or not records.is_consumable(sys_flag)
+        ):  # fmt: skip
+            return None
+        rec.store_host = self._store_host
+        res = self._put(self._encode, rec, f"{rec.topic}-{rec.queue_id}")
+        if res is None:
+            return None
+        return self._put_result(self._put_ok, res, [msgid.create_offset_msg_id(self._store_host, res.wrote_offset)])
+
+    def put_send(
+        self, topic: str, queue_id: int, body: bytes, props: bytes, flag: int, sys_flag: int, born_timestamp: int,
+        born_host: Host, reconsume_times: int, cluster: str,
+    ) -> tuple[str, int, int, int] | None:  # fmt: skip
+        """The record ``runs.encode_message`` makes of the fields (``cluster`` added as the CLUSTER property unless
+        there is one): (its offset message id, offset, size, queue offset), or None."""
+        if not self.enabled:
+            return None
+        item = self._prepare(
+            topic, queue_id, body, props, flag, sys_flag, born_timestamp, born_host, reconsume_times, cluster,
+            self._store_host, self._config.max_message_size,
+        )  # fmt: skip
+        if item is None:
+            return None
+        res = self._put(self._encode_send, item, f"{topic}-{queue_id}")
+        if res is None:
+            return None
+        offset = res.wrote_offset
+        return msgid.create_offset_msg_id(self._store_host, offset), offset, res.wrote_bytes, res.queue_offset
+
+    def _put(self, encode: Encoder, item: Any, key: str) -> AppendResult | None:
+        try:
+            res = put(self._cl, encode, item, key, True)
+        except (OSError, ValueError, struct.error):  # no room for a new segment, a field out of its range
+            return None
+        if res.status is not AppendStatus.PUT_OK:
+            return None
+        self._notify()
+        end = res.wrote_offset + res.wrote_bytes
+        for listener in self.listeners:
+            listener(end)
+        return res
+
+
+# The compiled twins (store/_commitlog.pyx) replace them when built; see store.format.native.
+native.install(globals(), "store._commitlog", ("put", "FastPut"))
 
 
 class GroupCommitService(threading.Thread):

@@ -137,7 +137,7 @@ class ReputService(threading.Thread):
         self.quarantined = 0  # records left undispatched because of their name (_quarantine)
         self.sealed_stats: dict[int, SegmentStats] = {}  # base offset -> stats of finished segments
         self._current: tuple[int, SegmentStats] | None = None
-        # Runs of records by the compiled loop (store/format/_dispatch.pyx), the rest by the per-record reference
+        # Runs of records by the compiled loop (store/_dispatch.pyx), the rest by the per-record reference
         # below; False (or MQLAKE_NO_EXTENSIONS=1, or no build) keeps every record on the reference.
         self.use_compiled = available()
         self._compiled: CompiledDispatch | None = None

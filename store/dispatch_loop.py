@@ -1,4 +1,4 @@
-"""The Python side of the compiled dispatch loop (``store/format/_dispatch.pyx``): what it needs per run.
+"""The Python side of the compiled dispatch loop (``store/_dispatch.pyx``): what it needs per run.
 
 The loop takes runs of records with the GIL released; this module does what only Python can: registering each
 queue's current ConsumeQueue file and the current IndexFile with it (after the reference path created or rolled
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from store.index import IndexService
     from store.mapped_file import MappedFile
 
-EXTENSION = "store.format._dispatch"
+EXTENSION = "store._dispatch"
 ENV_DISPATCH = "MQLAKE_DISPATCH"
 ENV_HOLD_GIL = "MQLAKE_DISPATCH_HOLD_GIL"  # 0: every run releases the GIL (an A/B of HOLD_GIL_BYTES)
 _chosen = None if os.environ.get(ENV_DISPATCH, "") == "reference" else native.compiled_module(EXTENSION)

@@ -21,6 +21,8 @@ from store.commitlog import (
     AppendResult,
     AppendStatus,
     CommitLog,
+    Encoder,
+    FastPut,
     FlushRealTimeService,
     GroupCommitService,
 )
@@ -34,7 +36,7 @@ from store.dispatch import (
     ReputService,
     count_records,
 )
-from store.format import appender, delay, msgid, records, runs, units
+from store.format import delay, msgid, records, runs, units
 from store.index import IndexService
 from store.recovery import RecoveryReport, recover, store_time_at
 from store.retention import SegmentManifest, SegmentState, disk_free_bytes, disk_used_ratio, is_deletion_hour
@@ -83,6 +85,18 @@ class PutMessageResult:
     def ok(self) -> bool:
         """Stored here (``PutMessageResult.isOk``), whether or not it is on disk or on the slave yet."""
         return self.status in _STORED
+
+
+@dataclass(slots=True)
+class Run:
+    """Records of one topic-queue already encoded into one run (``store.format.runs``: the broker's send paths,
+    transactions' op and final messages), for :meth:`MessageStore.put_nowait`."""
+
+    data: bytes
+    count: int
+    topic: str
+    queue_id: int
+    sys_flag: int
 
 
 class GetMessageStatus(Enum):
@@ -171,15 +185,15 @@ class MessageStore:
         self._no_room = False
         self._disk_lock = threading.Lock()
         self._append_listeners: list[Callable[[int], None]] = []  # told the new end of the log after each put
-        # A plain single put in one call (compiled where built); off until the store runs (_refresh_appender)
-        self._appender = appender.Appender(
-            self.commitlog, config, self.store_host, self.reput.notify_appended,
-            PutMessageResult, AppendResult, PutMessageStatus.PUT_OK, AppendStatus.PUT_OK,
+        self._fast = FastPut(
+            self.commitlog, config, self.store_host, self.reput.notify_appended, PutMessageResult,
+            PutMessageStatus.PUT_OK,
         )  # fmt: skip
-        # A SEND_MESSAGE_V2's put from its header's fields in one call, never waiting (``Appender.put_send``): (offset
-        # message id, offset, size, queue offset), or None, nothing stored, for put_run_nowait to take.  On in
-        # SYNC_FLUSH too: its caller holds the reply until the group commit covers the record (``FlushAcks``).
-        self.put_send: Callable[..., tuple[str, int, int, int] | None] = self._appender.put_send
+        # A SEND_MESSAGE_V2's put from its header's fields in one call, never waiting (FastPut.put_send): (its
+        # offset message id, offset, size, queue offset), or None, nothing stored, for the broker's general path
+        self.put_send: Callable[..., tuple[str, int, int, int] | None] = self._fast.put_send
+        # Whether this store takes puts now (running, a master, room on disk): put_send's gate, _refusal's answer
+        self._takes_puts = False
         # Only a master delivers delayed and timer messages (Java starts ScheduleMessageService unless SLAVE): a
         # slave's log is its master's copy, and its delay offsets are the master's (copied by the broker)
         self._delivers = config.broker_role != BrokerRole.SLAVE
@@ -215,7 +229,7 @@ class MessageStore:
                 self._on_commitlog_flushed,
             )
         self._flush_service.start()
-        self._refresh_appender()
+        self._refresh_takes_puts()
         self._housekeeping = _Housekeeping(self)
         self._housekeeping.start()
         return self
@@ -305,7 +319,7 @@ class MessageStore:
             self.schedule.shutdown()  # before puts stop: a delivery under way completes and its offset is saved
             self.timers.shutdown()
         self._running = False
-        self._refresh_appender()
+        self._refresh_takes_puts()
         with self.commitlog.put_lock:
             self.commitlog.writable = False  # appends already past the running check stop here
         if self._housekeeping is not None:
@@ -370,20 +384,15 @@ class MessageStore:
     @disk_full.setter
     def disk_full(self, full: bool) -> None:
         self._disk_full = full
-        self._refresh_appender()
+        self._refresh_takes_puts()
 
-    def _refresh_appender(self) -> None:
-        """The appender takes plain single puts while this store takes puts at all (running, a master, room on
-        disk); ``put`` only in ASYNC_FLUSH (a SYNC_FLUSH put waits for its group commit, on the general path),
-        ``put_send`` in either (it never waits: the broker holds the reply for the group commit)."""
-        takes = self._running and not self._disk_full and self.config.broker_role != BrokerRole.SLAVE
-        self._appender.sends_enabled = takes
-        self._appender.enabled = takes and self._group_commit is None
+    def _refresh_takes_puts(self) -> None:
+        self._takes_puts = self._running and not self._disk_full and self.config.broker_role != BrokerRole.SLAVE
+        self._fast.enabled = self._takes_puts
 
     def _check(self, msg: records.MessageRecord) -> PutMessageResult | None:
-        refused = self._refusal()
-        if refused is not None:
-            return refused
+        if not self._takes_puts:
+            return self._refusal()
         if not msg.topic or (len(msg.topic) > 127 and len(msg.topic.encode("utf-8")) > 0x7FFF):
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="topic is empty or too long")
         if len(msg.body) > self.config.max_message_size:
@@ -398,8 +407,8 @@ class MessageStore:
             )
         return None
 
-    def _refusal(self) -> PutMessageResult | None:
-        """Why this store takes no put now (not running, a slave, a full disk), or None."""
+    def _refusal(self) -> PutMessageResult:
+        """Why this store takes no put now (not running, a slave, a full disk)."""
         if not self._running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is not running")
         if self.config.broker_role == BrokerRole.SLAVE:
@@ -415,51 +424,33 @@ class MessageStore:
                 f"disk is full [CL: {cl:5.2f} CQ: {cq:5.2f} INDEX: {index:5.2f}], messages are put to the slave, "
                 "message store has been shut down, etc.",
             )
-        return None
+        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store takes no puts")
 
-    def put_message_nowait(self, msg: records.MessageRecord) -> tuple[PutMessageResult, Future | None]:
-        """Append one message; in SYNC_FLUSH also return the future of its group commit.
+    def put_nowait(
+        self, msgs: Sequence[records.MessageRecord] | Run, wait: bool = True
+    ) -> tuple[PutMessageResult, Future | None]:
+        """The one put (``asyncPutMessage`` / ``asyncPutMessages``): one message, a batch of one topic-queue's
+        messages as consecutive records, or a :class:`Run` already encoded; in SYNC_FLUSH also the future of its
+        group commit (none when ``wait`` is false or, for messages, the first says WAIT=false).
 
-        A message with a delay level or a timer is parked for later delivery (``store.schedule``), as Java's put
-        does.  The record is encoded straight into the segment: by the appender in one call where it takes the
-        message (``store.format.appender``), else by ``CommitLog.append_record``."""
-        result = self._appender.put(msg)
-        if result is not None:
-            return result, None
-        return self._put_general(msg)
-
-    def _put_general(self, msg: records.MessageRecord) -> tuple[PutMessageResult, Future | None]:
-        """:meth:`put_message_nowait` of a message the appender declined."""
-        if may_park(msg.properties):
-            try:
-                park(
-                    msg, len(self.delay_millis), timer_enable=self.config.timer_wheel_enable,
-                    timer_max_delay_sec=self.config.timer_max_delay_sec,
-                    timer_precision_ms=self.config.timer_precision_ms,
-                )  # fmt: skip
-            except ParkRefused as e:
-                status = PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL
-                if e.not_enabled:
-                    status = PutMessageStatus.WHEEL_TIMER_NOT_ENABLE
-                return PutMessageResult(status, error=str(e)), None
-        bad = self._check(msg)
-        if bad is not None:
-            return bad, None
-        msg.store_host = self.store_host
-        try:
-            res = self.commitlog.append_record(msg)
-        except OSError as e:
-            return self._append_failed(e), None
-        result, fut = self._appended(res, wants_wait(msg))
-        if result.status is PutMessageStatus.PUT_OK:
-            result.msg_ids.append(msgid.create_offset_msg_id(self.store_host, res.wrote_offset))
-        return result, fut
-
-    def put_messages_nowait(self, msgs: Sequence[records.MessageRecord]) -> tuple[PutMessageResult, Future | None]:
-        """Append messages of one topic-queue as consecutive records (a batch); a single message is
-        :meth:`put_message_nowait` (which may park it), batches are stored as they come."""
+        A single message with a delay level or a timer is parked for later delivery (``store.schedule``), as
+        Java's put does, and is encoded straight into the segment (``records.put_record``); a batch is encoded,
+        then copied in one piece (``runs.put_run``).  A run's caller has held each message to the checks messages
+        get here (topic, body and properties sizes) and parks nothing; its result carries no message ids
+        (``runs.offset_msg_ids`` gives them from the run)."""
+        if isinstance(msgs, Run):
+            if not self._takes_puts:
+                return self._refusal(), None
+            advances = records.is_consumable(msgs.sys_flag)
+            item = (msgs.data, msgs.count, advances)
+            return self._append(runs.put_run, item, msgs.topic, msgs.queue_id, advances, msgs.count, wait)
+        first = msgs[0]
         if len(msgs) == 1:
-            return self.put_message_nowait(msgs[0])
+            if not wait or self._group_commit is None:
+                result = self._fast.put_record(first)  # a plain message's whole put in one call
+                if result is not None:
+                    return result, None
+            return self._put_one(first, wait)
         encoded = []
         for m in msgs:
             bad = self._check(m)
@@ -467,33 +458,87 @@ class MessageStore:
                 return bad, None
             m.store_host = self.store_host
             encoded.append(records.encode_record(m))
-        first = msgs[0]
-        return self._append(b"".join(encoded), len(encoded), first.topic, first.queue_id, first.sys_flag,
-                            wants_wait(first))  # fmt: skip
+        run = b"".join(encoded)
+        advances = records.is_consumable(first.sys_flag)
+        result, fut = self._append(runs.put_run, (run, len(msgs), advances), first.topic, first.queue_id, advances,
+                                   len(msgs), wait and wants_wait(first))  # fmt: skip
+        if result.status is PutMessageStatus.PUT_OK and result.append is not None:
+            offset = result.append.wrote_offset
+            result.msg_ids = runs.offset_msg_ids(self.store_host, offset, run, len(msgs)).split(",")
+        return result, fut
 
-    def put_run_nowait(
-        self, run: bytes, count: int, topic: str, queue_id: int, sys_flag: int, wait: bool = True
-    ) -> tuple[PutMessageResult, Future | None]:
-        """Append ``count`` records of one topic-queue already encoded into one run (``store.format.runs``: the
-        broker's send path), copied into the segment in one piece.  The caller has held each message to the
-        checks of :meth:`put_messages_nowait` (topic, body and properties sizes) and parks nothing; the result
-        carries no message ids (``runs.offset_msg_ids`` gives them from the run)."""
-        refused = self._refusal()
-        if refused is not None:
-            return refused, None
-        return self._append(run, count, topic, queue_id, sys_flag, wait, ids=False)
+    def put_message(self, msgs: records.MessageRecord | Sequence[records.MessageRecord]) -> PutMessageResult:
+        """:meth:`put_nowait` of one message or a batch; in SYNC_FLUSH wait for its group commit
+        (FLUSH_DISK_TIMEOUT after syncFlushTimeout)."""
+        if self._group_commit is None:
+            fast = self._fast.put_record(msgs)  # a plain message's whole put in one call (None for a batch)
+            if fast is not None:
+                return fast
+        if type(msgs) is records.MessageRecord:
+            result, fut = self._put_one(msgs, True)
+        else:
+            result, fut = self.put_nowait(msgs)  # type: ignore[arg-type]
+        if fut is not None:
+            try:
+                flushed = fut.result(timeout=self.config.sync_flush_timeout / 1000)
+            except FutureTimeout:
+                flushed = False
+            if not flushed:
+                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return result
 
-    def _append(
-        self, run: bytes, count: int, topic: str, queue_id: int, sys_flag: int, wait: bool, ids: bool = True
-    ) -> tuple[PutMessageResult, Future | None]:
+    def _put_one(self, msg: records.MessageRecord, wait: bool) -> tuple[PutMessageResult, Future | None]:
+        """:meth:`put_nowait` of one message that ``FastPut.put_record`` declined or must not take (it would wait
+        for a group commit): parked first when it has a delay level or a timer, refused with its answer, or put;
+        a success is answered here in one frame, failures by :meth:`_append` and :meth:`_appended`."""
+        if may_park(msg.properties):
+            refused = self._park(msg)
+            if refused is not None:
+                return refused, None
+        bad = self._check(msg)
+        if bad is not None:
+            return bad, None
+        store_host = msg.store_host = self.store_host
+        advances = records.is_consumable(msg.sys_flag)
         try:
-            res = self.commitlog.append_run(run, count, topic, queue_id, sys_flag)
+            res = self.commitlog.put(records.put_record, msg, f"{msg.topic}-{msg.queue_id}", advances)
         except OSError as e:
             return self._append_failed(e), None
-        result, fut = self._appended(res, wait)
-        if ids and result.status is PutMessageStatus.PUT_OK:
-            result.msg_ids = runs.offset_msg_ids(self.store_host, res.wrote_offset, run, count).split(",")
-        return result, fut
+        if res.status is not AppendStatus.PUT_OK:
+            return self._appended(res, False)
+        offset = res.wrote_offset
+        self.reput.notify_appended()
+        end = offset + res.wrote_bytes
+        for listener in self._append_listeners:
+            listener(end)
+        result = PutMessageResult(PutMessageStatus.PUT_OK, res, [msgid.create_offset_msg_id(store_host, offset)])
+        commit = self._group_commit
+        if commit is not None and wait and wants_wait(msg):
+            return result, commit.submit(end)
+        return result, None
+
+    def _park(self, msg: records.MessageRecord) -> PutMessageResult | None:
+        """Park a delayed or timer message (``store.schedule.park``); None when it is, else why it cannot be."""
+        cfg = self.config
+        try:
+            park(msg, len(self.delay_millis), timer_enable=cfg.timer_wheel_enable,
+                 timer_max_delay_sec=cfg.timer_max_delay_sec, timer_precision_ms=cfg.timer_precision_ms)  # fmt: skip
+        except ParkRefused as e:
+            status = PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL
+            if e.not_enabled:
+                status = PutMessageStatus.WHEEL_TIMER_NOT_ENABLE
+            return PutMessageResult(status, error=str(e))
+        return None
+
+    def _append(
+        self, encode: Encoder, item: object, topic: str, queue_id: int, advances: bool, count: int, wait: bool
+    ) -> tuple[PutMessageResult, Future | None]:
+        """``CommitLog.put`` of ``item`` by ``encode``, answered as a put (:meth:`_appended`)."""
+        try:
+            res = self.commitlog.put(encode, item, f"{topic}-{queue_id}", advances, count)
+        except OSError as e:
+            return self._append_failed(e), None
+        return self._appended(res, wait)
 
     def _append_failed(self, e: OSError) -> PutMessageResult:
         """A new segment could not be created: on a full disk the store is marked full at once (the disk check
@@ -502,9 +547,8 @@ class MessageStore:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             self._no_room = True
             self.check_disk_space()
-            refused = self._refusal()
-            if refused is not None:
-                return refused
+            if not self._takes_puts:
+                return self._refusal()
         return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(e))
 
     def _appended(self, res: AppendResult, wait: bool) -> tuple[PutMessageResult, Future | None]:
@@ -514,42 +558,28 @@ class MessageStore:
             if res.status is AppendStatus.NOT_WRITABLE:
                 return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is shutting down"), None
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, res, error=res.status.value), None
-        self.reput.notify_appended()
-        off = res.wrote_offset + res.wrote_bytes
+        off = self._told(res)
         result = PutMessageResult(PutMessageStatus.PUT_OK, res, [])
-        for listener in self._append_listeners:
-            listener(off)
-        if self._group_commit is not None and wait:
-            return result, self._group_commit.submit(off)
+        commit = self._group_commit
+        if commit is not None and wait:
+            return result, commit.submit(off)
         return result, None
 
+    def _told(self, res: AppendResult) -> int:
+        """Dispatch and the append listeners told of an append; the new end of the log."""
+        self.reput.notify_appended()
+        end = res.wrote_offset + res.wrote_bytes
+        for listener in self._append_listeners:
+            listener(end)
+        return end
+
     def _put_delivered(self, topic: str, queue_id: int, encoded: list[bytes]) -> bool:
-        """Append copies of parked messages, already encoded (``records.retarget_record``), as one batch; like
+        """Append copies of parked messages, already encoded (``records.retarget_record``), as one run; like
         Java's re-put with WAIT=false it never waits for a flush."""
         if not self._running or self.disk_full:
             return False
-        run = b"".join(encoded)
-        return self._append(run, len(encoded), topic, queue_id, records.TRANSACTION_NOT_TYPE, False)[0].ok
-
-    def put_message(self, msg: records.MessageRecord) -> PutMessageResult:
-        """Append; in SYNC_FLUSH wait for the group commit (FLUSH_DISK_TIMEOUT after syncFlushTimeout)."""
-        result = self._appender.put(msg)  # the common case in one call (it never waits: ASYNC_FLUSH only)
-        if result is not None:
-            return result
-        return self._waited(*self._put_general(msg))
-
-    def put_messages(self, msgs: list[records.MessageRecord]) -> PutMessageResult:
-        return self._waited(*self.put_messages_nowait(msgs))
-
-    def _waited(self, result: PutMessageResult, fut: Future | None) -> PutMessageResult:
-        if fut is not None:
-            try:
-                flushed = fut.result(timeout=self.config.sync_flush_timeout / 1000)
-            except FutureTimeout:
-                flushed = False
-            if not flushed:
-                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        return result
+        run = Run(b"".join(encoded), len(encoded), topic, queue_id, records.TRANSACTION_NOT_TYPE)
+        return self.put_nowait(run, wait=False)[0].ok
 
     @property
     def group_commit(self) -> GroupCommitService | None:
@@ -560,8 +590,7 @@ class MessageStore:
 
     def add_append_listener(self, listener: Callable[[int], None]) -> None:
         """Called on the appending thread after each put with the new end of the CommitLog (HA wake-ups)."""
-        self._append_listeners = [*self._append_listeners, listener]
-        self._appender.listeners = self._append_listeners
+        self._append_listeners = self._fast.listeners = [*self._append_listeners, listener]
 
     # =================================================================================================
     # replication
@@ -1001,7 +1030,7 @@ def _mtime_ms(store: MessageStore, base: int) -> int:
 
 def wants_wait(msg: records.MessageRecord) -> bool:
     """``isWaitStoreMsgOK``: unless the producer said WAIT=false, a send waits for the flush (and the slave)."""
-    return b"WAIT\x01false\x02" not in msg.properties
+    return msg.properties.find(b"WAIT\x01false\x02") < 0  # (find: ``in`` raises and clears a TypeError first)
 
 
 def _java_int(v: int) -> int:

@@ -15,16 +15,13 @@ import os
 import shutil
 import struct
 import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from broker.remoting import send_codec, tx_codec  # noqa: F401 - imported for their twins (store.format.native)
 from broker.remoting.codes import RequestCode, SerializeType
 from broker.remoting.command import RemotingCommand
-from store.commitlog import AppendResult, AppendStatus
 from store.format import (
     appender,
     batch_body,
@@ -201,110 +198,48 @@ def put_record(data: bytes) -> None:
         raise Disagreement(f"put_record(pos={pos}, limit={limit}, {values}, {rec!r:.200}): python {ra} != {rb}")
 
 
-class _Segment:
-    """What the appender uses of a MappedFile: a buffer, where it starts in the log and how much is written."""
-
-    def __init__(self, size: int, base: int, wrote: int) -> None:
-        self.view = memoryview(bytearray(size))
-        self.file_size, self.file_from_offset, self.wrote, self.last_store_timestamp = size, base, wrote, 0
-
-
-class _Log:
-    """What the appender uses of a CommitLog: its segments, put lock, queue offsets, writable flag, newest time."""
-
-    def __init__(self, segment: _Segment, table: dict[str, int], writable: bool) -> None:
-        self.queue = SimpleNamespace(files=[segment])
-        self.put_lock = threading.Lock()
-        self.topic_queue_table = table
-        self.writable = writable
-        self.last_store_timestamp = 0
-
-
 _CLUSTERS = ("DefaultCluster", "", "TIMER_C", "c\x02DELAY\x01", "\ud800", "集群")
 
 
-def _append_once(kind: str, data: bytes, rec: records.MessageRecord, send: bool = False) -> tuple[Any, ...]:
-    knob, room = data[4], data[5]
-    size = 512 + room * 16
-    seg = _Segment(size, (data[6] % 4) * size, (knob % 32) * 8 if knob & 0x20 else 0)
-    sw = data[7]  # mostly on: the appender, the log; the store host
-    log = _Log(seg, {f"{rec.topic}-{rec.queue_id}": room} if knob & 0x40 else {}, sw & 0x38 != 0)
-    from store.message_store import PutMessageResult, PutMessageStatus  # the store's result classes
-
-    ends: list[int] = []
-    hosts = [("127.0.0.1", 10911), ("::1", 10911), ("10.1.2.3", 0)]
-    cls = native.TWINS[appender.__name__].python["Appender"] if kind == "python" else \
-        native.TWINS[appender.__name__].compiled["Appender"]  # fmt: skip
-    max_body = 64 + data[6] * 8 if data[6] & 0x40 else 4 << 20
-    app = cls(log, SimpleNamespace(max_message_size=max_body), hosts[(sw >> 6) % 3], lambda: None,
-              PutMessageResult, AppendResult, PutMessageStatus.PUT_OK, AppendStatus.PUT_OK)  # fmt: skip
-    app.enabled = sw & 0x07 != 0
-    app.sends_enabled = sw & 0x07 != 0
-    app.listeners = [ends.append]
-    mine = dataclasses.replace(rec)
-    if send:
-        ok, res = _outcome(app.put_send, mine.topic, mine.queue_id, mine.body, mine.properties, mine.flag,
-                           mine.sys_flag, mine.born_timestamp, mine.born_host, mine.reconsume_times,
-                           _CLUSTERS[data[4] % len(_CLUSTERS)])  # fmt: skip
-        at = res[1] - seg.file_from_offset if ok and res is not None else -1
-    else:
-        ok, res = _outcome(app.put, mine)
-        at = res.append.wrote_offset - seg.file_from_offset if ok and res is not None else -1
-    buf = bytearray(seg.view)
-    if at >= 0:  # the clock's store time, the one field the twins may differ in: taken out
-        ts_at = at + records.store_timestamp_position(struct.unpack_from(">i", buf, at + records.SYSFLAG_POS)[0])
-        ts = struct.unpack_from(">q", buf, ts_at)[0]
-        buf[ts_at : ts_at + 8] = bytes(8)
-        if not send:
-            assert res.append.store_timestamp == ts
-            res.append.store_timestamp = 0
-        assert seg.last_store_timestamp == log.last_store_timestamp == ts
-    return ok, res, bytes(buf), seg.wrote, log.topic_queue_table, ends, mine.store_host
-
-
-def _in_range(rec: records.MessageRecord, data: bytes, **more: object) -> records.MessageRecord:
+def _in_range(rec: records.MessageRecord, data: bytes) -> records.MessageRecord:
     """``rec`` with its send fields in their ranges (mostly not a half message) and short properties: an input
-    the appender may take rather than one it declines."""
+    the encoder may take rather than one it declines."""
     i31, i63 = 0x7FFFFFFF, (1 << 63) - 1
     return dataclasses.replace(
         rec, queue_id=rec.queue_id & i31, flag=rec.flag & i31,
         sys_flag=rec.sys_flag & (0xFFF if data[5] & 0x40 else 0xFF3), born_timestamp=rec.born_timestamp & i63,
-        properties=rec.properties[:400], **more,
+        properties=rec.properties[:400],
     )  # fmt: skip
 
 
-def append(data: bytes) -> None:
-    """``appender.Appender.put`` of the records :func:`put_record` builds (some with a delay or timer property, a
-    half message's flag), into a segment with more or less room, a queue table with the key or without, the appender
-    or the log switched off: the same answer (a result, a decline, an error), bytes, write position, queue table,
-    listener calls and store host on the record, the store time aside."""
-    if len(data) < 8:
-        return
-    rec = _record_from(data[:4] + data[8:])
-    assert rec is not None
-    if not data[6] & 1:
-        i63 = (1 << 63) - 1
-        rec = _in_range(
-            rec, data, store_timestamp=rec.store_timestamp & i63, queue_offset=rec.queue_offset & i63,
-            prepared_transaction_offset=rec.prepared_transaction_offset & i63,
-            physical_offset=rec.physical_offset & i63, body_crc=None, magic=None,
-        )  # fmt: skip
-    if data[5] & 0x80:
-        rec.properties += (b"DELAY\x013\x02", b"TIMER_DELAY_SEC\x015\x02", b"XDELA\x01")[data[5] % 3]
-    python, compiled = _append_once("python", data, rec), _append_once("compiled", data, rec)
-    if python != compiled:
-        names = ("outcome", "result", "segment", "write position", "queue table", "listener calls", "store host")
-        diff = [n for n, a, b in zip(names, python, compiled, strict=True) if a != b]
-        raise Disagreement(f"Appender.put({rec!r:.200}): the twins differ in {', '.join(diff)}: "
-                           f"{python[:2]!r:.300} != {compiled[:2]!r:.300}")  # fmt: skip
+def _send_once(kind: str, data: bytes, rec: records.MessageRecord) -> tuple[Any, ...]:
+    """One twin's ``prepare_send`` of ``rec``'s fields, then, when it takes them, its ``put_prepared`` into a
+    buffer at a position and limit ``data`` picks, with offsets and a store time in their ranges (as
+    ``CommitLog.put`` gives them): (declined, the put's outcome, the buffer)."""
+    twins = native.TWINS[appender.__name__]
+    fns = twins.python if kind == "python" else twins.compiled
+    hosts = [("127.0.0.1", 10911), ("::1", 10911), ("10.1.2.3", 0)]
+    max_body = 64 + data[6] * 8 if data[6] & 0x40 else 4 << 20
+    ok, item = _outcome(fns["prepare_send"], rec.topic, rec.queue_id, rec.body, rec.properties, rec.flag,
+                        rec.sys_flag, rec.born_timestamp, rec.born_host, rec.reconsume_times,
+                        _CLUSTERS[data[4] % len(_CLUSTERS)], hosts[(data[7] >> 6) % 3], max_body)  # fmt: skip
+    if not ok or item is None:
+        return ok, item, None, b""
+    room = data[5]
+    size = 512 + room * 16
+    pos = (data[4] % 64) - 4 if data[4] & 0x40 else data[4] % 64
+    limit = size - (data[6] % 128) if not data[4] & 0x20 else size + data[6] % 4
+    values = [_int_from(data[7] if i == data[7] % 3 else 0, data[8:], i * 8) & ((1 << 63) - 1) for i in range(3)]
+    buf = bytearray(size)
+    return True, True, _outcome(fns["put_prepared"], buf, pos, limit, item, *values), bytes(buf)
 
 
 def append_send(data: bytes) -> None:
-    """``appender.Appender.put_send`` of the fields of the records :func:`put_record` builds (properties with a
+    """``appender.prepare_send`` of the fields of the records :func:`put_record` builds (properties with a
     CLUSTER of their own or an empty one, some with a delay or timer, a half message's flag; cluster names that
-    hold a marker, a surrogate or none at all; arguments of other types) into a segment with more or less room,
-    a queue table with the key or without, the appender or the log switched off: the same answer (the reply's
-    fields, a decline, an error), bytes, write position, queue table and listener calls, the store time aside."""
+    hold a marker, a surrogate or none at all; arguments of other types), then ``put_prepared`` of what it takes
+    into a buffer with more or less room: the same decline or error, the same size (or minus it when it does not
+    fit) and the same bytes."""
     if len(data) < 8:
         return
     rec = _record_from(data[:4] + data[8:])
@@ -319,12 +254,10 @@ def append_send(data: bytes) -> None:
             {"born_host": list(rec.born_host)}, {"body": bytearray(rec.body)}, {"queue_id": str(rec.queue_id)},
             {"born_host": ("localhost", 1)},
         )[data[4] % 4])  # fmt: skip
-    python, compiled = _append_once("python", data, rec, True), _append_once("compiled", data, rec, True)
-    if python != compiled:
-        names = ("outcome", "result", "segment", "write position", "queue table", "listener calls", "store host")
-        diff = [n for n, a, b in zip(names, python, compiled, strict=True) if a != b]
-        raise Disagreement(f"Appender.put_send({rec!r:.200}): the twins differ in {', '.join(diff)}: "
-                           f"{python[:2]!r:.300} != {compiled[:2]!r:.300}")  # fmt: skip
+    python, compiled = _send_once("python", data, rec), _send_once("compiled", data, rec)
+    if python[0] != compiled[0] or (python[1] is None) != (compiled[1] is None) or python[2:] != compiled[2:]:
+        raise Disagreement(f"appender send of {rec!r:.200}: the twins differ: {python[:3]!r:.300} != "
+                           f"{compiled[:3]!r:.300}")  # fmt: skip
 
 
 def patch_record(data: bytes) -> None:
@@ -723,7 +656,7 @@ def _dispatch_once(root: Path, segment: bytes, compiled: bool) -> tuple[Any, ...
     reput = ReputService(cl, [BuildConsumeQueue(queues), BuildIndex(index)])
     reput.use_compiled = compiled
     if compiled and reput._compiled_loop() is None:
-        raise RuntimeError(f"store.format._dispatch is not built ({native.missing_cause}): nothing to compare")
+        raise RuntimeError(f"store._dispatch is not built ({native.missing_cause}): nothing to compare")
     heard: list[tuple[Any, ...]] = []
     reput.add_arrival_listener(lambda *a: heard.append(a))
     reput.set_reput_from(0)
@@ -815,7 +748,6 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "check_record": check_record,
     "encode_record": encode_record,
     "put_record": put_record,
-    "append": append,
     "append_send": append_send,
     "patch_record": patch_record,
     "hashes": hashes,

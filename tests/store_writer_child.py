@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from store.commitlog import AppendResult, AppendStatus  # noqa: E402
 from store.config import MessageStoreConfig  # noqa: E402
 from store.format import appender, msgid, native, properties, records, runs  # noqa: E402
-from store.message_store import MessageStore, PutMessageResult, PutMessageStatus  # noqa: E402
+from store.message_store import MessageStore, PutMessageResult, PutMessageStatus, Run  # noqa: E402
 from tests import host_disk  # noqa: E402
 
 
@@ -120,7 +120,7 @@ def main() -> None:
                                                                          queue_offset))  # fmt: skip
         else:
             run = runs.encode_message(*args[:8], store.store_host, msg.reconsume_times, "CrashCluster")
-            res = store.put_run_nowait(run, 1, msg.topic, msg.queue_id, msg.sys_flag, wait=False)[0]
+            res = store.put_nowait(Run(run, 1, msg.topic, msg.queue_id, msg.sys_flag), wait=False)[0]
             if not res.ok or res.append is None:
                 return None
         commit = store.group_commit
@@ -154,9 +154,10 @@ def _die_in_append(n: int) -> None:
     were copied into the segment and before the append finished (at the back-fill of its offsets).  The
     compiled ``runs.write_run`` and ``records.put_record`` copy and back-fill in one call, so this writer runs
     their Python twins, which back-fill through ``records.patch_record`` (the twins write the same bytes:
-    tests/test_send_runs.py, tests/test_put_record.py); so does the single put's appender, whose Python twin
+    tests/test_send_runs.py, tests/test_put_record.py); so does the wire send's encoder, whose Python twin
     calls ``records.put_record`` (tests/test_appender.py)."""
-    appender.Appender = native.TWINS[appender.__name__].python["Appender"]
+    for name in ("prepare_send", "put_prepared"):
+        setattr(appender, name, native.TWINS[appender.__name__].python[name])
     runs.write_run = native.TWINS[runs.__name__].python["write_run"]
     records.put_record = native.TWINS[records.__name__].python["put_record"]
     real = records.patch_record

@@ -1,7 +1,8 @@
-"""The single put in one call (``store.format.appender``), on both twins, in a real store: each record it writes is
-the reference encoding with the offsets and store time it reports, the queue offsets continue across puts it
-declines (which the store's general path then takes), a full segment rolls, concurrent putters with dispatch
-running lose and repeat nothing, and a restarted store reads every put back."""
+"""The store's puts through the CommitLog's one locked section (``CommitLog.put``), on both twins, in a real store:
+a single put (``records.put_record``) and a wire send's (``store.format.appender``, ``MessageStore.put_send``)
+write the reference encoding with the offsets and store time they report, the queue offsets continue across the
+put forms, the sends the encoder declines are left to the run path, a full segment rolls, concurrent putters with
+dispatch running lose and repeat nothing, and a restarted store reads every put back."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from store.config import BrokerRole, FlushDiskType
 from store.format import msgid, records, runs
-from store.message_store import MessageStore, PutMessageStatus
+from store.message_store import MessageStore, PutMessageStatus, Run
 from tests.helpers import make_config, make_message, read_queue, wait_dispatched
 
 pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("twin")]
@@ -53,7 +54,7 @@ def _assert_reference_record(store: MessageStore, msg: records.MessageRecord, re
     assert res.error == "" and a.msg_num == 1
 
 
-def test_appender_writes_the_reference_record_and_continues_the_queue(tmp_path):
+def test_single_put_writes_the_reference_record_and_continues_the_queue(tmp_path):
     with running(tmp_path) as store:
         general = store.put_message(make_message(TOPIC, 1, b"first: the segment is made here"))
         assert general.status is PutMessageStatus.PUT_OK and general.append.queue_offset == 0
@@ -62,8 +63,8 @@ def test_appender_writes_the_reference_record_and_continues_the_queue(tmp_path):
         for i in range(1, 6):
             msg = make_message(TOPIC, 1, f"body {i}".encode() * 40, tags="TagA", keys=[f"k{i}"])
             before = time.time_ns() // 1_000_000
-            res = store._appender.put(msg)  # taken, not declined
-            assert res is not None and res.status is PutMessageStatus.PUT_OK and res.ok
+            res = store.put_message(msg)
+            assert res.status is PutMessageStatus.PUT_OK and res.ok
             assert res.append.queue_offset == i
             assert res.append.wrote_offset == store.max_phy_offset - res.append.wrote_bytes
             assert ends[-1] == store.max_phy_offset
@@ -73,28 +74,33 @@ def test_appender_writes_the_reference_record_and_continues_the_queue(tmp_path):
         assert store.commitlog.last_store_timestamp == res.append.store_timestamp
 
 
-def _declined(store: MessageStore, msg: records.MessageRecord) -> None:
-    end = store.max_phy_offset
-    table = dict(store.commitlog.topic_queue_table)
-    assert store._appender.put(msg) is None
-    assert store.max_phy_offset == end and store.commitlog.topic_queue_table == table  # nothing written or counted
+def test_a_plain_single_put_is_one_fast_put_and_the_rest_are_left_to_the_general_path(tmp_path):
+    """``FastPut.put_record`` (the store's single put in one call) writes the reference record of a plain message
+    and declines, writing nothing, every message the general path must park, refuse or put differently."""
+    with running(tmp_path, max_message_size=2000) as store:
+        store.put_message(make_message(TOPIC, 0, b"makes the segment"))
+        msg = make_message(TOPIC, 0, b"plain" * 50, tags="TagA", keys=["k"])
+        before = time.time_ns() // 1_000_000
+        res = store._fast.put_record(msg)
+        assert res is not None and res.status is PutMessageStatus.PUT_OK and res.append.queue_offset == 1
+        _assert_reference_record(store, msg, res, before)
+        end = store.max_phy_offset
+        for declined in (
+            make_message(TOPIC, 0, b"delayed", DELAY="3"),
+            make_message(TOPIC, 0, b"timer", TIMER_DELAY_SEC="5"),
+            make_message(TOPIC, 0, b"half", sys_flag=records.TRANSACTION_PREPARED_TYPE),
+            make_message(TOPIC, 0, b"x" * 2001),
+            make_message("", 0, b"no topic"),
+            make_message("T" * 128, 0, b"a topic for the general path to size"),
+        ):
+            assert store._fast.put_record(declined) is None, declined
+        assert store.max_phy_offset == end and store.commitlog.topic_queue_table[f"{TOPIC}-0"] == 2
 
 
-def test_appender_declines_what_the_general_path_must_do(tmp_path):
+def test_single_put_answers(tmp_path):
+    """Parked, half, oversized and refused puts get the store's answers; the queue offsets skip none."""
     with running(tmp_path, max_message_size=2000, timer_wheel_enable=True) as store:
         store.put_message(make_message(TOPIC, 0, b"makes the segment"))
-        _declined(store, make_message(TOPIC, 0, b"later", DELAY="2"))
-        _declined(store, make_message(TOPIC, 0, b"timer", TIMER_DELAY_SEC="5"))
-        _declined(store, make_message(TOPIC, 0, b"half", sys_flag=records.TRANSACTION_PREPARED_TYPE))
-        _declined(store, make_message(TOPIC, 0, b"rolled back", sys_flag=records.TRANSACTION_ROLLBACK_TYPE))
-        _declined(store, make_message("T" * 128, 0, b"a V2 record"))
-        _declined(store, make_message(TOPIC, 0, b"b" * 2001))
-        _declined(store, make_message("", 0, b"no topic"))
-        _declined(store, dataclasses.replace(make_message(TOPIC, 0, b"m"), magic=records.MESSAGE_MAGIC_V1))
-        _declined(store, dataclasses.replace(make_message(TOPIC, 0, b"c"), body_crc=5))
-        _declined(store, dataclasses.replace(make_message(TOPIC, 0, b"q"), queue_id=1 << 31))
-
-        # the store's answers to them are the general path's
         assert store.put_message(make_message(TOPIC, 0, b"b" * 2001)).status is PutMessageStatus.MESSAGE_ILLEGAL
         parked = store.put_message(make_message(TOPIC, 0, b"later", DELAY="2"))
         assert parked.ok and parked.append.queue_offset == 0  # queue 1 of SCHEDULE_TOPIC_XXXX, its first
@@ -104,11 +110,10 @@ def test_appender_declines_what_the_general_path_must_do(tmp_path):
         assert res.append.queue_offset == 1  # neither the parked nor the half message took a TOPIC queue offset
 
         store.disk_full = True
-        _declined(store, make_message(TOPIC, 0, b"disk full"))
         assert store.put_message(make_message(TOPIC, 0, b"x")).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
         store.disk_full = False
-        assert store._appender.put(make_message(TOPIC, 0, b"room again")).append.queue_offset == 2
-    _declined(store, make_message(TOPIC, 0, b"shut down"))
+        assert store.put_message(make_message(TOPIC, 0, b"room again")).append.queue_offset == 2
+    assert store.put_message(make_message(TOPIC, 0, b"shut down")).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
 
 
 def _assert_every_key_once(store: MessageStore, threads: int, per: int) -> None:
@@ -132,15 +137,7 @@ def _in_threads(target: Callable[[int], None], threads: int) -> None:
         w.join()
 
 
-@pytest.mark.parametrize("overrides", [{"flush_disk_type": FlushDiskType.SYNC_FLUSH},
-                                       {"broker_role": BrokerRole.SLAVE}])  # fmt: skip
-def test_appender_is_off_where_a_put_waits_or_is_refused(tmp_path, overrides):
-    with running(tmp_path, **overrides) as store:
-        assert store._appender.put(make_message(TOPIC, 0, b"x")) is None
-        assert store.max_phy_offset == 0
-
-
-def test_full_segment_rolls_through_the_general_path_and_restart_reads_all(tmp_path):
+def test_full_segment_rolls_and_restart_reads_all(tmp_path):
     cfg_kw = {"mapped_file_size_commit_log": 16 * 1024}
     sent = []
     with running(tmp_path, **cfg_kw) as store:
@@ -214,8 +211,8 @@ def _assert_sent_record(store: MessageStore, got, topic: str, queue_id: int, bod
 
 @pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
 def test_put_send_writes_the_encode_message_record(tmp_path, flush):
-    """On in SYNC_FLUSH too (the put never waits; the broker holds the reply for the group commit), where ``put``
-    declines: every send is the run path's record, the queue offsets continue the general path's."""
+    """In SYNC_FLUSH too (the put never waits; the broker holds the reply for the group commit): every send is the
+    run path's record, the queue offsets continue the single put's."""
     with running(tmp_path, flush_disk_type=flush) as store:
         assert store.put_message(make_message(TOPIC, 2, b"general")).append.queue_offset == 0
         ends = []
@@ -238,8 +235,6 @@ def test_put_send_writes_the_encode_message_record(tmp_path, flush):
             _assert_sent_record(store, got, TOPIC, 2, body, props, sys_flag, born, before)
         wait_dispatched(store)
         assert [off for off, _ in read_queue(store, TOPIC, 2)] == list(range(len(cases) + 1))
-        if flush == FlushDiskType.SYNC_FLUSH:
-            assert store._appender.put(make_message(TOPIC, 2, b"a waiting put")) is None
 
 
 def _send_declined(store: MessageStore, *args, **kw) -> None:
@@ -251,7 +246,6 @@ def _send_declined(store: MessageStore, *args, **kw) -> None:
 
 def test_put_send_declines_what_the_run_path_must_do(tmp_path):
     with running(tmp_path, max_message_size=2000) as store:
-        _send_declined(store, TOPIC, 0, b"no segment yet")  # the run path makes it
         assert store.put_message(make_message(TOPIC, 0, b"makes the segment")).ok
         _send_declined(store, TOPIC, 0, b"later", b"DELAY\x012\x02")
         _send_declined(store, TOPIC, 0, b"timer", b"TIMER_DELAY_SEC\x015\x02")
@@ -272,9 +266,10 @@ def test_put_send_declines_what_the_run_path_must_do(tmp_path):
         _send_declined(store, TOPIC, 0, b"types", b"TAGS\x01a\x02", born_host=["10.0.0.1", 1])
         _send_declined(store, TOPIC, 0, bytearray(b"types"))
         # ... where the run path is right to refuse, or answers otherwise, as before
-        assert store.put_run_nowait(runs.encode_message(TOPIC, 0, b"x", b"", 0, records.TRANSACTION_PREPARED_TYPE,
-                                                        0, BORN, store.store_host, 0, CLUSTER), 1, TOPIC, 0,
-                                    records.TRANSACTION_PREPARED_TYPE)[0].append.queue_offset == 0  # fmt: skip
+        half = runs.encode_message(TOPIC, 0, b"x", b"", 0, records.TRANSACTION_PREPARED_TYPE, 0, BORN, store.store_host,
+                                   0, CLUSTER)  # fmt: skip
+        put = store.put_nowait(Run(half, 1, TOPIC, 0, records.TRANSACTION_PREPARED_TYPE))[0]
+        assert put.append.queue_offset == 0
         # a cluster name of surrogates is no matter when the properties hold their own CLUSTER
         assert _send(store, TOPIC, 0, b"s", b"CLUSTER\x01c\x02", cluster="\ud800")[3] == 1
 
@@ -287,9 +282,9 @@ def test_put_send_declines_what_the_run_path_must_do(tmp_path):
         _send_declined(slave, TOPIC, 0, b"a slave takes no sends")
 
 
-def test_put_send_declines_at_a_full_segment_and_the_run_path_rolls(tmp_path):
-    """No room for the record: nothing written; ``put_run_nowait`` then writes the BLANK and rolls, and the next
-    send goes to the new segment; a restarted store reads every message back."""
+def test_put_send_rolls_at_a_full_segment(tmp_path):
+    """No room for the record: the locked section writes the BLANK and the record goes to the new segment, whole;
+    a restarted store reads every message back."""
     size = 16 * 1024
     sent = []
     with running(tmp_path, mapped_file_size_commit_log=size) as store:
@@ -299,17 +294,9 @@ def test_put_send_declines_at_a_full_segment_and_the_run_path_rolls(tmp_path):
         for i in range(40):
             body = bytes([i]) * 1000
             got = _send(store, TOPIC, 0, body)
-            if got is None:
-                end = store.max_phy_offset
-                assert size - end % size < len(body) + records.END_FILE_MIN_BLANK_LENGTH + 100  # no room left
-                run = runs.encode_message(TOPIC, 0, body, b"TAGS\x01a\x02", 3, 0, 1_700_000, BORN, store.store_host,
-                                          0, CLUSTER)  # fmt: skip
-                res, _ = store.put_run_nowait(run, 1, TOPIC, 0, 0, wait=False)
-                assert res.ok and res.append.wrote_offset % size == 0 and res.append.queue_offset == len(sent)
-                rolled += 1
-            else:
-                assert got[3] == len(sent)
-                assert got[1] // size == (got[1] + got[2] - 1) // size  # never straddles
+            assert got is not None and got[3] == len(sent)
+            assert got[1] // size == (got[1] + got[2] - 1) // size  # never straddles
+            rolled += got[1] % size == 0
             sent.append(body)
         assert rolled >= 2
         wait_dispatched(store)

@@ -190,7 +190,7 @@ def test_a_parked_record_that_cannot_be_delivered_is_skipped_and_delivery_goes_o
         bad = [R.MessageRecord(topic=SCHEDULE_TOPIC, queue_id=0, body=b"no real topic", properties=b"DELAY\x011\x02"),
                R.MessageRecord(topic=SCHEDULE_TOPIC, queue_id=0, body=b"loop", properties=P.encode_properties(
                    {"DELAY": "1", "REAL_TOPIC": SCHEDULE_TOPIC, "REAL_QID": "0"}))]  # fmt: skip
-        assert store.put_messages_nowait(bad)[0].ok
+        assert store.put_nowait(bad)[0].ok
         assert store.put_message(_msg(UNIQ_KEY="good", DELAY="1")).ok
         wait_until(lambda: store.get_max_offset_in_queue("T", 3) == 1, 10, what="the good message")
         wait_until(lambda: store.schedule.offset_table() == {1: 3}, 5, what="the cursor past all three")

@@ -1,4 +1,4 @@
-"""The compiled dispatch loop (store/format/_dispatch.pyx) against its reference, the per-record Python path.
+"""The compiled dispatch loop (store/_dispatch.pyx) against its reference, the per-record Python path.
 
 Both dispatch the same CommitLog into ConsumeQueue and IndexFile files that must be byte-identical; a damaged record
 stops either with an error naming the file and the offset; ``MQLAKE_NO_EXTENSIONS=1`` keeps the reference.
@@ -31,7 +31,7 @@ def compiled_loop() -> None:
     if not dispatch_loop.built():
         if native.disabled():
             pytest.skip(f"{native.ENV_DISABLE} is set and the compiled loop is not built")
-        pytest.fail(f"store.format._dispatch is not built ({native.missing_cause}); run `make install`")
+        pytest.fail(f"store._dispatch is not built ({native.missing_cause}); run `make install`")
 
 
 def _messages() -> list[records.MessageRecord]:

@@ -20,7 +20,7 @@ from broker.remoting.loop import run as run_on_loop
 from broker.server.flush_acks import FlushAcks
 from broker.server.send import SendProcessor
 from store.format import msgid, records
-from store.message_store import MessageStore
+from store.message_store import MessageStore, Run
 from tests.aio import poll
 from tests.helpers import make_config, make_message
 from tests.live_broker import records as decode_records
@@ -59,7 +59,7 @@ def _put(store: MessageStore, i: int) -> int:
     """Append one message as the broker's fast path does (no future of the store's); its record's end offset."""
     m = make_message("Acks", 0, f"m{i}".encode())
     m.store_host = store.store_host
-    result, fut = store.put_run_nowait(records.encode_record(m), 1, m.topic, m.queue_id, m.sys_flag, wait=False)
+    result, fut = store.put_nowait(Run(records.encode_record(m), 1, m.topic, m.queue_id, m.sys_flag), wait=False)
     assert result.ok and fut is None and result.append is not None
     return result.append.wrote_offset + result.append.wrote_bytes
 

@@ -1,4 +1,4 @@
-"""A single put's append (``records.put_record`` through ``CommitLog.append_record``), on both twins: the record
+"""A single put's append (``records.put_record``, the encoder ``CommitLog.put`` calls), on both twins: the record
 written into the segment field by field against a layout written out by hand, nothing written when it does not
 fit, and a real store's puts rolling segments, back-filled, and read back after a restart."""
 
@@ -10,10 +10,11 @@ import zlib
 import pytest
 
 from store.commitlog import AppendStatus, CommitLog
-from store.format import msgid, records
+from store.format import msgid, native, records, runs
 from store.message_store import MessageStore, PutMessageStatus
 from tests.helpers import make_config, make_message
 from tests.test_send_runs import CRC_123456789, expected_record
+from tests.twins import twin_functions
 
 pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("twin")]
 
@@ -68,11 +69,15 @@ def test_put_record_refuses_a_limit_past_the_buffer():
         records.put_record(bytearray(100), 0, 101, _message(), 0, 0, 0)
 
 
-def test_append_record_rolls_to_a_new_segment_and_refuses_what_no_segment_holds(tmp_path):
+def _put(cl: CommitLog, rec: records.MessageRecord):
+    return cl.put(records.put_record, rec, f"{rec.topic}-{rec.queue_id}", records.is_consumable(rec.sys_flag))
+
+
+def test_commitlog_put_rolls_to_a_new_segment_and_refuses_what_no_segment_holds(tmp_path):
     cl = CommitLog(tmp_path, 4096)
     try:
         body = b"x" * 1000
-        results = [cl.append_record(_message(body)) for _ in range(5)]
+        results = [_put(cl, _message(body)) for _ in range(5)]
         assert [r.status for r in results] == [AppendStatus.PUT_OK] * 5
         assert [r.queue_offset for r in results] == [0, 1, 2, 3, 4]
         # three records fill the first segment; the fourth goes to the next one behind a BLANK
@@ -84,13 +89,53 @@ def test_append_record_rolls_to_a_new_segment_and_refuses_what_no_segment_holds(
             rec = records.decode_record(cl.read(r.wrote_offset, r.wrote_bytes), check_crc=True)
             assert (rec.queue_offset, rec.physical_offset, rec.body) == (r.queue_offset, r.wrote_offset, body)
             assert rec.store_timestamp == r.store_timestamp
-        too_big = cl.append_record(_message(b"x" * 4096))
+        too_big = _put(cl, _message(b"x" * 4096))
         assert too_big.status == AppendStatus.MESSAGE_SIZE_EXCEEDED
         assert cl.max_offset == results[-1].wrote_offset + results[-1].wrote_bytes  # nothing written
         # a prepared (half) record takes queue offset 0 and does not advance the queue
-        half = cl.append_record(_message(sys_flag=records.TRANSACTION_PREPARED_TYPE))
+        half = _put(cl, _message(sys_flag=records.TRANSACTION_PREPARED_TYPE))
         assert half.queue_offset == 0
-        assert cl.append_record(_message()).queue_offset == 5
+        assert _put(cl, _message()).queue_offset == 5
+    finally:
+        cl.close()
+
+
+@pytest.mark.parametrize("encoder", ["python", "compiled"])
+def test_commitlog_put_writes_the_reference_record_through_either_encoder_twin(tmp_path, encoder: str):
+    """The section (of either twin) calls a compiled encoder through its C entry (``Encoder.write``) and a Python
+    one as a function: both write the reference record, back-filled with what the lock knew, twice in a row (the
+    queue advances) and into a new segment after a roll."""
+    put_record = twin_functions(encoder)["store.format.records.put_record"]
+    reference = native.TWINS["store.format.records"].python["encode_record"]
+    msg = _message(bytes(range(256)) * 4)  # 1 KiB: the compiled twin's ISA-L CRC
+    cl = CommitLog(tmp_path, 4096)
+    try:
+        results = [cl.put(put_record, msg, "T-1", True) for _ in range(4)]  # three fit a segment
+        assert [(r.status, r.queue_offset) for r in results] == [(AppendStatus.PUT_OK, i) for i in range(4)]
+        assert results[3].wrote_offset == 4096
+        for r in results:
+            want = _backfilled(reference(msg), r.queue_offset, r.wrote_offset, r.store_timestamp)
+            assert r.wrote_bytes == len(want)
+            assert cl.read(r.wrote_offset, r.wrote_bytes) == want
+    finally:
+        cl.close()
+
+
+def test_commitlog_put_of_a_run_rolls_whole_and_numbers_its_records(tmp_path):
+    """``runs.put_run`` through the same locked section: a run that does not fit goes whole to the next segment,
+    behind a BLANK, its records numbered from the queue's next offset."""
+    cl = CommitLog(tmp_path, 4096)
+    try:
+        first = _put(cl, _message(b"x" * 2000))
+        run = records.encode_record(_message(b"y" * 900)) * 2
+        res = cl.put(runs.put_run, (run, 2, True), "T-1", True, 2)
+        assert (res.status, res.wrote_offset, res.wrote_bytes, res.queue_offset) == (AppendStatus.PUT_OK, 4096,
+                                                                                    len(run), 1)  # fmt: skip
+        end = first.wrote_offset + first.wrote_bytes
+        assert struct.unpack_from(">ii", cl.queue.files[0].view, end) == (4096 - end, records.BLANK_MAGIC)
+        second = records.decode_record(cl.read(4096 + len(run) // 2, len(run) // 2), check_crc=True)
+        assert (second.queue_offset, second.physical_offset) == (2, 4096 + len(run) // 2)
+        assert _put(cl, _message()).queue_offset == 3
     finally:
         cl.close()
 

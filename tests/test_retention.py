@@ -502,7 +502,7 @@ def test_a_full_disk_refuses_puts_and_keeps_what_was_acknowledged(filled, monkey
     used["ratio"] = 0.91  # over diskSpaceWarningLevelRatio (90)
     assert s.clean_expired_files() == []
     for res in (s.put_message(make_message(TOPIC, 0, b"refused")),
-                s.put_messages([make_message(TOPIC, 1, b"b1"), make_message(TOPIC, 1, b"b2")])):  # fmt: skip
+                s.put_message([make_message(TOPIC, 1, b"b1"), make_message(TOPIC, 1, b"b2")])):  # fmt: skip
         assert res.status == PutMessageStatus.SERVICE_NOT_AVAILABLE
         assert "the broker's disk is full [CL:  0.91 CQ:  0.91 INDEX:  0.91]" in res.error  # RocketMQ's remark
     assert s.runtime_info()["commitLogDiskRatio"] == "0.91"

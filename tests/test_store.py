@@ -823,7 +823,7 @@ def test_long_topic_ipv6_store_host_and_batches(tmp_path):
     long_topic = "L" * 200  # over 127 bytes: the V2 record with a 2-byte topic length
     with running(cfg) as store:
         res = put_ok(store, make_message(long_topic, 0, b"v2", tags="TagA"))
-        batch = store.put_messages([make_message("Batch", 1, f"b{i}") for i in range(5)])
+        batch = store.put_message([make_message("Batch", 1, f"b{i}") for i in range(5)])
         assert batch.status == PutMessageStatus.PUT_OK and len(batch.msg_ids) == 5
         assert batch.append.queue_offset == 0 and batch.append.msg_num == 5
         wait_dispatched(store)

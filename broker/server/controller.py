@@ -532,7 +532,7 @@ class BrokerController:
 
     async def put(self, msgs: list[records.MessageRecord]) -> PutMessageResult:
         """Append; in SYNC_FLUSH wait (without blocking the loop) for the group commit that makes it durable."""
-        result, fut = self.store.put_messages_nowait(msgs)
+        result, fut = self.store.put_nowait(msgs)
         if fut is not None:
             try:
                 async with asyncio.timeout(self.store_config.sync_flush_timeout / 1000):

@@ -28,15 +28,16 @@ from broker.remoting.headers import (
     SendMessageRequestHeader,
     SendMessageRequestHeaderV2,
 )
-from broker.remoting.protocol.topic import FLAG_UNIT
 from broker.server import attributes, half_messages
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
+from broker.server.send_check import SendCheck, record_sys_flag
 from store import names
+from store.commitlog import AppendResult
 from store.config import BrokerRole, FlushDiskType
 from store.format import properties, records, runs
 from store.format import transaction as tx_format
-from store.message_store import PutMessageResult, PutMessageStatus
+from store.message_store import PutMessageResult, PutMessageStatus, Run
 from store.schedule import may_park
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,6 @@ def _property(props: bytes, name: str) -> str | None:
 
 
 _with_property = runs.with_property
-_NAMES_CACHED = 4096  # topic names remembered by the fast path's name check
 _TRAN_MSG = "TRAN_MSG\x01true"  # in a V2 header's properties ("i"): a half message, for _half_fast
 
 
@@ -93,8 +93,7 @@ class _Held(enum.Enum):
 class SendProcessor:
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
-        # topic name -> whether a plain send may name it (legal, not reserved, not a retry topic): names only
-        self._plain_names: dict[str, bool] = {}
+        self.check = SendCheck(broker)
 
     def routes(self) -> dict[int, Handler]:
         return {
@@ -104,54 +103,16 @@ class SendProcessor:
             RequestCode.CONSUMER_SEND_MSG_BACK: self.consumer_send_msg_back,
         }
 
-    # --- checks shared by single and batch sends -----------------------------------------------------------
-    def _check(self, h: SendMessageRequestHeader) -> tp.TopicConfig:
-        b = self.broker
-        if not tp.is_writeable(b.config.broker_permission):
-            raise RequestRefused(ResponseCode.NO_PERMISSION, f"broker {b.config.broker_name} is not writable")
-        bad = names.topic_error(h.topic)
-        if bad is not None:
-            raise RequestRefused(ResponseCode.SYSTEM_ERROR, bad)  # as msgCheck answers it
-        if names.send_forbidden(h.topic):
-            raise RequestRefused(ResponseCode.NO_PERMISSION, names.forbidden_send_remark(h.topic))
-        tc = b.topics.get(h.topic)
-        if tc is None:
-            sys_flag = FLAG_UNIT if h.unit_mode else 0
-            if h.topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX):
-                tc = b.create_retry_topic(h.topic[len(tp.RETRY_GROUP_TOPIC_PREFIX) :])
-            else:
-                tc = b.topics.create_in_send(h.topic, h.default_topic, h.default_topic_queue_nums, sys_flag)
-        if tc is None:
-            raise RequestRefused(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist; auto-create refused")
-        if not tp.is_writeable(tc.perm):
-            raise RequestRefused(ResponseCode.NO_PERMISSION, f"topic {h.topic} is not writable")
-        if h.queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
-            raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR,
-                f"queue {h.queue_id} is out of range: {tc.topic_name} has {tc.write_queue_nums} write queues",
-            )
-        return tc
-
-    def _check_body(self, body: bytes) -> None:
-        limit = self.broker.store_config.max_message_size
-        if len(body) > limit:
-            raise RequestRefused(
-                ResponseCode.MESSAGE_ILLEGAL, f"body of {len(body)} bytes exceeds maxMessageSize {limit}"
-            )
-
     def _record(self, h: SendMessageRequestHeader, tc: tp.TopicConfig, conn: Channel, body: bytes, props: bytes,
                 flag: int) -> records.MessageRecord:  # fmt: skip
         props = _with_property(props, properties.PROPERTY_CLUSTER, self.broker.config.broker_cluster_name)
-        sys_flag = h.sys_flag
-        if tc.topic_filter_type == "MULTI_TAG":
-            sys_flag |= records.MULTI_TAGS_FLAG
         return records.MessageRecord(
             topic=h.topic,
             queue_id=h.queue_id,
             body=body,
             properties=props,
             flag=flag,
-            sys_flag=sys_flag,
+            sys_flag=record_sys_flag(tc, h.sys_flag),
             born_timestamp=h.born_timestamp,
             born_host=conn.remote_host,
             reconsume_times=h.reconsume_times or 0,
@@ -246,7 +207,7 @@ class SendProcessor:
         sc = self.broker.store_config
         if sc.flush_disk_type == FlushDiskType.SYNC_FLUSH or sc.broker_role == BrokerRole.SYNC_MASTER:
             return self._put_and_wait(cmd, msgs, h.queue_id, rec)
-        result, _ = self.broker.store.put_messages_nowait(msgs)  # ASYNC_FLUSH: never a future to wait for
+        result, _ = self.broker.store.put_nowait(msgs)  # ASYNC_FLUSH: never a future to wait for
         if result.ok:
             self.broker.stats.put(h.topic, len(msgs), result.append.wrote_bytes if result.append else 0)
             self._remember_half(rec, result)
@@ -279,8 +240,8 @@ class SendProcessor:
         return self._reply(cmd, result, queue_id, rec)
 
     def _one_record(self, cmd: RemotingCommand, conn: Channel, h: SendMessageRequestHeader) -> records.MessageRecord:
-        tc = self._check(h)
-        self._check_body(cmd.body)
+        tc = self.check.target(h.topic, h.queue_id, len(cmd.body), create=h)
+        assert tc is not None  # (created when missing, or refused)
         if h.queue_id < 0:
             h.queue_id = random.randrange(tc.write_queue_nums)
         props = (h.properties or "").encode("utf-8")
@@ -339,64 +300,63 @@ class SendProcessor:
         acks.wait(end, settle)
         return fut
 
-    def _plain_name(self, topic: str) -> bool:
-        ok = self._plain_names.get(topic)
-        if ok is None:
-            ok = (
-                names.topic_error(topic) is None and not names.send_forbidden(topic)
-                and not topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX)
-            )  # fmt: skip
-            if len(self._plain_names) >= _NAMES_CACHED:
-                self._plain_names.clear()
-            self._plain_names[topic] = ok
-        return ok
+    def _put_run(
+        self, cmd: RemotingCommand, run: Run, stat_topic: str, reply_queue_id: int, uniq: str | None
+    ) -> tuple[bytes, AppendResult] | None:
+        """A fast path's run put without waiting, counted, and its reply frame; None when the store refused it
+        (nothing stored: the general path answers with the store's status)."""
+        b = self.broker
+        result, _ = b.store.put_nowait(run, wait=False)
+        append = result.append
+        if not result.ok or append is None:
+            return None
+        b.stats.put(stat_topic, run.count, append.wrote_bytes)
+        msg_ids = runs.offset_msg_ids(b.store.store_host, append.wrote_offset, run.data, run.count)
+        c = b.config
+        frame = send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_ids, reply_queue_id, append.queue_offset,
+                                      uniq, c.region_id, c.trace_on)  # fmt: skip
+        return frame, append
 
     def _send_fast(
         self, cmd: RemotingCommand, conn: Channel
     ) -> bytes | asyncio.Future[RemotingCommand | bytes] | _Held | None:
         """A plain SEND_MESSAGE_V2 (``send_codec.read_send_v2``) to an existing, writable topic: the header read,
         the put (the record written straight into the segment: ``MessageStore.put_send``) and the reply frame are
-        native calls and the Python between them is the per-request checks.  A put the store declines (a full
-        segment, a refusal) goes the run's way (``runs``, ``put_run_nowait``).  None hands the request to the
-        general path, which runs every check again and gives anything unusual (a new topic, a retry, a transaction,
-        a delay, a refused put) the answer it always had; nothing is stored before None."""
+        native calls and the Python between them is the send check.  A put the store declines (a field it does
+        not take, a refusal) goes the run's way (``runs``, :meth:`_put_run`).  None hands the request to the
+        general path, which gives anything unusual (a new topic, a retry, a transaction, a delay, a refused put)
+        the answer it always had; nothing is stored before None."""
         f = send_codec.read_send_v2(cmd.ext_fields)
         if f is None:
             return None
         topic, queue_id, sys_flag, flag, born_ts, props, reconsume, uniq = f
-        b = self.broker
-        tc = b.topics.get(topic)
-        if (
-            tc is None or not self._plain_name(topic) or not tp.is_writeable(tc.perm)
-            or not tp.is_writeable(b.config.broker_permission)
-            or queue_id >= max(tc.write_queue_nums, tc.read_queue_nums) or topic in b.topics.unsaved
-            or len(cmd.body) > b.store_config.max_message_size
-        ):  # fmt: skip
+        checked = self.check.plain(topic, queue_id, len(cmd.body), sys_flag)
+        if checked is None:
             return None
-        if tc.topic_filter_type == "MULTI_TAG":
-            sys_flag |= records.MULTI_TAGS_FLAG
+        sys_flag = checked
+        b = self.broker
         store = b.store
         c = b.config
         put = store.put_send(topic, queue_id, cmd.body, props, flag, sys_flag, born_ts, conn.remote_host, reconsume,
                              c.broker_cluster_name)  # fmt: skip
         if put is not None:
             msg_id, offset, size, queue_offset = put
+            b.stats.put(topic, 1, size)
+            frame = send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, queue_id, queue_offset, uniq,
+                                          c.region_id, c.trace_on)  # fmt: skip
+            end = offset + size
         else:
             try:
                 run = runs.encode_message(topic, queue_id, cmd.body, props, flag, sys_flag, born_ts, conn.remote_host,
                                           store.store_host, reconsume, c.broker_cluster_name)  # fmt: skip
             except (ValueError, OverflowError):  # a field out of its range: the general path says which
                 return None
-            result, _ = store.put_run_nowait(run, 1, topic, queue_id, sys_flag, wait=False)
-            append = result.append
-            if not result.ok or append is None:
-                return None  # refused, nothing stored: the general path answers with the store's status
-            offset, size, queue_offset = append.wrote_offset, append.wrote_bytes, append.queue_offset
-            msg_id = runs.offset_msg_ids(store.store_host, offset, run, 1)
-        b.stats.put(topic, 1, size)
-        frame = send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, queue_id, queue_offset, uniq,
-                                      c.region_id, c.trace_on)  # fmt: skip
-        return frame if b.flush_acks is None else self._when_durable(cmd, frame, offset + size, props, conn)
+            done = self._put_run(cmd, Run(run, 1, topic, queue_id, sys_flag), topic, queue_id, uniq)
+            if done is None:
+                return None
+            frame, append = done
+            end = append.wrote_offset + append.wrote_bytes
+        return frame if b.flush_acks is None else self._when_durable(cmd, frame, end, props, conn)
 
     def _half_fast(self, cmd: RemotingCommand, conn: Channel) -> bytes | None:
         """A transaction's half message (``TRAN_MSG=true``) by the fast path's steps: the header read in one call
@@ -410,37 +370,25 @@ class SendProcessor:
         if f is None or b.config.reject_transaction_message:
             return None
         topic, queue_id, sys_flag, flag, born_ts, props, reconsume = f
-        tc = b.topics.get(topic)
-        half_tc = b.topics.get(half_messages.HALF_TOPIC)
-        if (
-            tc is None or half_tc is None or not self._plain_name(topic) or not tp.is_writeable(tc.perm)
-            or not tp.is_writeable(b.config.broker_permission)
-            or queue_id >= max(tc.write_queue_nums, tc.read_queue_nums)
-            or topic in b.topics.unsaved or half_messages.HALF_TOPIC in b.topics.unsaved
-            or len(cmd.body) > b.store_config.max_message_size
-        ):  # fmt: skip
+        checked = self.check.plain(topic, queue_id, len(cmd.body), sys_flag)
+        half = half_messages.HALF_TOPIC
+        if checked is None or b.topics.get(half) is None or half in b.topics.unsaved:
             return None
-        store = b.store
-        if tc.topic_filter_type == "MULTI_TAG":
-            sys_flag |= records.MULTI_TAGS_FLAG
+        sys_flag = checked
         try:
             run, uniq, half_props = tx_format.encode_half(topic, queue_id, cmd.body, props, flag, sys_flag, born_ts,
-                                                          conn.remote_host, store.store_host, reconsume,
+                                                          conn.remote_host, b.store.store_host, reconsume,
                                                           b.config.broker_cluster_name)  # fmt: skip
         except (ValueError, OverflowError):  # properties too long, a field out of range: the general path answers
             return None
-        result, _ = store.put_run_nowait(run, 1, tx_format.HALF_TOPIC, tx_format.HALF_QUEUE_ID,
-                                         tx_format.half_sys_flag(sys_flag))  # fmt: skip
-        append = result.append
-        if not result.ok or append is None:
-            return None  # refused, nothing stored: the general path answers with the store's status
-        b.stats.put(topic, 1, append.wrote_bytes)
+        put = Run(run, 1, tx_format.HALF_TOPIC, tx_format.HALF_QUEUE_ID, tx_format.half_sys_flag(sys_flag))
+        done = self._put_run(cmd, put, topic, queue_id, uniq)
+        if done is None:
+            return None
+        frame, append = done
         b.recent_halves.add(half_messages.StoredHalf(run, append.wrote_offset, append.queue_offset,
                                                      append.store_timestamp, born_ts, half_props))  # fmt: skip
-        msg_id = runs.offset_msg_ids(store.store_host, append.wrote_offset, run, 1)
-        c = b.config
-        return send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, queue_id, append.queue_offset, uniq,
-                                     c.region_id, c.trace_on)  # fmt: skip
+        return frame
 
     def _batch_fast(
         self, cmd: RemotingCommand, conn: Channel, h: SendMessageRequestHeader, tc: tp.TopicConfig
@@ -451,33 +399,28 @@ class SendProcessor:
         b = self.broker
         if h.topic in b.topics.unsaved:
             return None
-        sys_flag = h.sys_flag | (records.MULTI_TAGS_FLAG if tc.topic_filter_type == "MULTI_TAG" else 0)
-        store = b.store
+        sys_flag = record_sys_flag(tc, h.sys_flag)
         try:
             run, count = runs.encode_batch(
-                cmd.body, h.topic, h.queue_id, sys_flag, h.born_timestamp, conn.remote_host, store.store_host,
+                cmd.body, h.topic, h.queue_id, sys_flag, h.born_timestamp, conn.remote_host, b.store.store_host,
                 h.reconsume_times or 0, b.config.broker_cluster_name, b.store_config.max_message_size,
             )  # fmt: skip
         except (ValueError, OverflowError):  # BatchBodyError, RunError, RecordEncodeError, a field out of range
             return None
         if count == 1 and may_park(run):
             return None  # one message: the general path's put treats it as a single send, which may be parked
-        result, _ = store.put_run_nowait(run, count, h.topic, h.queue_id, sys_flag, wait=False)
-        append = result.append
-        if not result.ok or append is None:
+        done = self._put_run(cmd, Run(run, count, h.topic, h.queue_id, sys_flag), h.topic, h.queue_id, None)
+        if done is None:
             return None
-        b.stats.put(h.topic, count, append.wrote_bytes)
-        msg_ids = runs.offset_msg_ids(store.store_host, append.wrote_offset, run, count)
-        c = b.config
-        frame = send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_ids, h.queue_id, append.queue_offset, None,
-                                      c.region_id, c.trace_on)  # fmt: skip
+        frame, append = done
         # a batch waits as its header's properties say (Java's MessageExtBatch takes them from the header)
         end = append.wrote_offset + append.wrote_bytes
         return frame if b.flush_acks is None else self._when_durable(cmd, frame, end, h.properties or "", conn)
 
     def _batch_target(self, h: SendMessageRequestHeader) -> tp.TopicConfig:
         """A batch's topic checks, and its queue when the client left the choice to the broker."""
-        tc = self._check(h)
+        tc = self.check.target(h.topic, h.queue_id, None, create=h)
+        assert tc is not None  # (created when missing, or refused)
         if h.topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX):
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group topic")
         level = _property((h.properties or "").encode("utf-8"), properties.PROPERTY_DELAY_TIME_LEVEL)
@@ -499,7 +442,7 @@ class SendProcessor:
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
         msgs = []
         for it in items:
-            self._check_body(it.body)
+            self.check.body(len(it.body))
             msgs.append(self._record(h, tc, conn, it.body, it.properties, it.flag))
         return msgs
 
@@ -537,13 +480,14 @@ class SendProcessor:
         if cfg is None:
             bad = names.group_error(h.group)
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, bad or f"no subscription group {h.group}")
-        if not tp.is_writeable(b.config.broker_permission):
-            return cmd.response(ResponseCode.NO_PERMISSION, f"broker {b.config.broker_name} is not writable")
-        if cfg.retry_queue_nums <= 0:
-            return cmd.response(ResponseCode.SUCCESS)  # the group takes no retries: Java drops the message
-        target = b.create_retry_topic(h.group, cfg.retry_queue_nums)
-        if not tp.is_writeable(target.perm):
-            return cmd.response(ResponseCode.NO_PERMISSION, f"topic {target.topic_name} is not writable")
+        try:
+            self.check.broker_writable()
+            if cfg.retry_queue_nums <= 0:
+                return cmd.response(ResponseCode.SUCCESS)  # the group takes no retries: Java drops the message
+            target = b.create_retry_topic(h.group, cfg.retry_queue_nums)
+            self.check.topic_writable(target)
+        except RequestRefused as e:
+            return cmd.response(e.code, e.remark)
         raw = await asyncio.to_thread(b.store.look_message_by_offset, h.offset)
         if raw is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")

@@ -42,7 +42,7 @@ from store.constants import TRANS_CHECK_GROUP
 from store.format import msgid, records
 from store.format import properties as P
 from store.format import transaction as tx_format
-from store.message_store import GetMessageStatus
+from store.message_store import GetMessageStatus, Run
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class TransactionProcessor:
             self._defer(offsets, final)  # nobody waits for an answer: appended with the others of this turn
             return None
         if final is not None:
-            result, _ = self.broker.store.put_messages_nowait([_record(final)])
+            result, _ = self.broker.store.put_nowait([_record(final)])
             if not result.ok:
                 self.resolved.discard(offsets)
                 return _answer(cmd, ResponseCode.SYSTEM_ERROR, result.error or result.status.value)
@@ -214,8 +214,8 @@ class TransactionProcessor:
             for batch in _batches(pending):
                 run = b"".join([raw for raw, _ in batch])
                 # like Java's re-put of a committed message, it never waits for a flush (ASYNC_FLUSH here anyway)
-                result, _ = store.put_run_nowait(run, len(batch), topic, queue_id, records.TRANSACTION_COMMIT_TYPE,
-                                                 wait=False)  # fmt: skip
+                result, _ = store.put_nowait(Run(run, len(batch), topic, queue_id, records.TRANSACTION_COMMIT_TYPE),
+                                             wait=False)  # fmt: skip
                 if result.ok:
                     self.broker.stats.put(topic, len(batch), result.append.wrote_bytes if result.append else 0)
                     offsets.extend(o for _, done in batch for o in done)
@@ -227,7 +227,7 @@ class TransactionProcessor:
         if not offsets:
             return
         self.broker.topics.create_system_topic(hm.OP_TOPIC, 1, _RW)
-        result, _ = store.put_messages_nowait([self._op(offsets)])
+        result, _ = store.put_nowait([self._op(offsets)])
         if not result.ok:  # the check-back will ask about them again
             log.error("op message for half offsets %s not written: %s", offsets, result.error or result.status)
 

@@ -13,12 +13,14 @@
 - :mod:`store.format.batch_body` — the SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessages``).
 - :mod:`store.format.runs` — a send's records encoded into one run, copied into a segment and back-filled in
   one piece, their offset message ids (the broker's send path).
+- :mod:`store.format.appender` — a wire send's record, from its header's fields straight into a segment.
 - :mod:`store.format.native` — the choice between a module's compiled twin (``_records.pyx``, ``_hashing.pyx``,
-  ``_properties.pyx``, ``_units.pyx``, ``_runs.pyx``; also ``broker/remoting/_command.pyx`` and ``_send.pyx``) and its
-  Python reference.
+  ``_properties.pyx``, ``_units.pyx``, ``_runs.pyx``, ``_appender.pyx``; also ``broker/remoting/_command.pyx`` and
+  ``_send.pyx``, ``store/_commitlog.pyx``) and its Python reference.
 
 Layouts follow Apache RocketMQ 4.9.8 / 5.x (``MessageDecoder``, ``CommitLog.doAppend``, ``ConsumeQueue``,
-``IndexFile``, ``StoreCheckpoint``); every integer is big-endian.  Pure functions over bytes: the broker, the
-pipelines and the tests all encode and decode through these modules, imported one by one
+``IndexFile``, ``StoreCheckpoint``); every integer is big-endian.  Pure functions over bytes (the encoders
+``CommitLog.put`` calls write into the segment it hands them; locks, the queue table and files are the store's):
+the broker, the pipelines and the tests all encode and decode through these modules, imported one by one
 (``from store.format import records``); nothing is re-exported here.
 """

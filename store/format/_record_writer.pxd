@@ -6,7 +6,7 @@ from cpython.bytes cimport PyBytes_AS_STRING
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 from store.format._bigendian cimport _fits32, _fits64, _put32, _put64
-from store.format._crc cimport _body_crc
+from store.format._crc cimport FAST_CRC_FROM, _body_crc
 from store.format._layout cimport BORN_V6, MAGIC_V1, MAGIC_V2, STORE_V6
 
 
@@ -117,7 +117,12 @@ cdef inline tuple _read_values(
     f.props_len = len(props)
     f.extra = NULL
     f.extra_len = 0
-    f.crc = <int32_t>crc if crc is not None else <int32_t>_body_crc(fast_crc32, f.body, f.body_len)
+    if crc is not None:
+        f.crc = <int32_t>crc
+    elif fast_crc32 is not None and f.body_len >= FAST_CRC_FROM:
+        f.crc = <int32_t>(<uint32_t>fast_crc32(body) & 0x7FFFFFFF)  # the body itself: no memoryview of it made
+    else:
+        f.crc = <int32_t>_body_crc(fast_crc32, f.body, f.body_len)
     f.queue_id, f.flag, f.reconsume = queue_id, flag, reconsume
     f.born_port, f.store_port = born_port, store_port
     f.qoff, f.phys, f.born_ts, f.store_ts, f.prepared = qoff, phys, born_ts, store_ts, prepared

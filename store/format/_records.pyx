@@ -15,13 +15,16 @@ from store.format._crc cimport _body_crc
 from store.format._bigendian cimport _fits32, _fits64, _i16, _i32, _i64, _put32, _put64, _u32
 from libc.string cimport memcpy
 from store.format._layout cimport BORN_V6, MAGIC_V1, MAGIC_V2, MIN_RECORD, STORE_V6
-from store.format._record_writer cimport Fields, _read_fields, _record_length, _write_after_head, _write_head
+from store.format._record_writer cimport (
+    Fields, _read_fields, _read_values, _record_length, _write_after_head, _write_head,
+)
+from store.format._slots cimport _get, _slot
 
 from store.format import native
 from store.format.delay import DEFAULT_DELAY_MILLIS, SCHEDULE_TOPIC, schedule_tags_code
 from store.format.hashing import tags_code as _tags_code
 from store.format.msgid import pack_ip
-from store.format.records import CheckResult, DispatchRequest
+from store.format.records import CheckResult, DispatchRequest, MessageRecord
 
 
 _fast_crc32 = native.fast_crc32()
@@ -29,12 +32,44 @@ _reference = native.TWINS["store.format.records"].python
 _topic_cache = {}
 _tags_code_cache = {}
 cdef dict _ip_cache = {}
+cdef dict _topics = {}  # topic -> its UTF-8 bytes
+
+# MessageRecord's fields _read_record reads, in the order _read_values takes them
+_RECORD_FIELDS = (
+    "topic", "magic", "body", "properties", "body_crc", "sys_flag", "born_host", "store_host", "queue_id", "flag",
+    "queue_offset", "physical_offset", "born_timestamp", "store_timestamp", "reconsume_times",
+    "prepared_transaction_offset",
+)
+cdef Py_ssize_t _at[16]
+for _i, _name in enumerate(_RECORD_FIELDS):
+    _at[_i] = _slot(MessageRecord, _name)
+
+
+cdef tuple _read_record(rec, Fields* f):
+    """``_read_fields`` of a MessageRecord through its slots (its topic's bytes remembered): a single put reads
+    sixteen fields, each a type look-up and a descriptor call through ``getattr``."""
+    if type(rec) is not MessageRecord:
+        return _read_fields(rec, f, _ip_cache, pack_ip, _fast_crc32)
+    topic = _get(rec, _at[0])
+    encoded = _topics.get(topic) if type(topic) is str else None
+    if encoded is None:
+        encoded = topic.encode("utf-8")
+        if type(topic) is str:
+            if len(_topics) >= 10_000:  # a bound on what many short-lived topics leave here
+                _topics.clear()
+            _topics[topic] = encoded
+    return _read_values(
+        encoded, _get(rec, _at[1]), _get(rec, _at[2]), _get(rec, _at[3]), _get(rec, _at[4]), _get(rec, _at[5]),
+        _get(rec, _at[6]), _get(rec, _at[7]), _get(rec, _at[8]), _get(rec, _at[9]), _get(rec, _at[10]),
+        _get(rec, _at[11]), _get(rec, _at[12]), _get(rec, _at[13]), _get(rec, _at[14]), _get(rec, _at[15]), f,
+        _ip_cache, pack_ip, _fast_crc32,
+    )
 
 
 def encode_record(rec):
     """Mirrors ``records.encode_record``."""
     cdef Fields f
-    keep = _read_fields(rec, &f, _ip_cache, pack_ip, _fast_crc32)
+    keep = _read_record(rec, &f)
     if keep is None:
         return _reference["encode_record"](rec)
     cdef bytes out = PyBytes_FromStringAndSize(NULL, f.total)
@@ -44,35 +79,53 @@ def encode_record(rec):
     return out
 
 
-def put_record(dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp):
-    """Mirrors ``records.put_record``: the record encoded straight into ``dest``, back-filled, its head last."""
-    cdef Fields f
-    cdef Py_buffer view
-    if not (type(pos) is int and type(limit) is int and 0 <= pos <= 0x7FFFFFFFFFFF and limit <= 0x7FFFFFFFFFFF
-            and _fits64(queue_offset) and _fits64(physical_offset) and _fits64(store_timestamp)):
-        return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
-    keep = _read_fields(rec, &f, _ip_cache, pack_ip, _fast_crc32)
-    if keep is None:
-        return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
-    try:
-        PyObject_GetBuffer(dest, &view, PyBUF_WRITABLE)
-    except (BufferError, TypeError):
-        return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
-    cdef Py_ssize_t at = pos, end = limit
-    cdef uint8_t* p
-    try:
-        if end > view.len:
+cdef class Encoder:
+    """Base of the compiled encoders (declared in ``_records.pxd``); a subclass defines both entries."""
+
+    cdef Py_ssize_t write(self, object dest, Py_ssize_t pos, Py_ssize_t limit, object item, int64_t queue_offset,
+                          int64_t physical_offset, int64_t store_timestamp) except? -1:
+        raise NotImplementedError
+
+
+cdef class RecordEncoder(Encoder):
+    """``put_record``: mirrors ``records.put_record``, the record encoded straight into ``dest``, back-filled, its
+    head last."""
+
+    def __call__(self, dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp):
+        if not (type(pos) is int and type(limit) is int and 0 <= pos <= 0x7FFFFFFFFFFF and limit <= 0x7FFFFFFFFFFF
+                and _fits64(queue_offset) and _fits64(physical_offset) and _fits64(store_timestamp)):
             return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
-        if at + f.total > end:
-            return -f.total
-        f.qoff, f.phys, f.store_ts = queue_offset, physical_offset, store_timestamp
-        p = <uint8_t*>view.buf + at
-        # The GIL is kept: released for a µs, it would go to the dispatch thread for a switch interval.
-        _write_after_head(p, &f)
-        _write_head(p, &f)  # last: until then the segment holds zeros there, the end of the log to recovery
-    finally:
-        PyBuffer_Release(&view)
-    return f.total
+        return self.write(dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
+
+    cdef Py_ssize_t write(self, object dest, Py_ssize_t pos, Py_ssize_t limit, object rec, int64_t queue_offset,
+                          int64_t physical_offset, int64_t store_timestamp) except? -1:
+        cdef Fields f
+        cdef Py_buffer view
+        cdef uint8_t* p
+        keep = _read_record(rec, &f) if pos >= 0 else None
+        if keep is None:
+            return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
+        try:
+            PyObject_GetBuffer(dest, &view, PyBUF_WRITABLE)
+        except (BufferError, TypeError):
+            return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset, store_timestamp)
+        try:
+            if limit > view.len:
+                return _reference["put_record"](dest, pos, limit, rec, queue_offset, physical_offset,
+                                                store_timestamp)
+            if pos + f.total > limit:
+                return -f.total
+            f.qoff, f.phys, f.store_ts = queue_offset, physical_offset, store_timestamp
+            p = <uint8_t*>view.buf + pos
+            # The GIL is kept: released for a µs, it would go to the dispatch thread for a switch interval.
+            _write_after_head(p, &f)
+            _write_head(p, &f)  # last: until then the segment holds zeros there, the end of the log to recovery
+        finally:
+            PyBuffer_Release(&view)
+        return f.total
+
+
+put_record = RecordEncoder()
 
 
 def patch_record(buf, Py_ssize_t pos, queue_offset, physical_offset, store_timestamp):

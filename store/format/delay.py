@@ -58,4 +58,5 @@ def schedule_tags_code(
 
 def may_park(props: bytes) -> bool:
     """A cheap first look on every put: could this properties string hold a delay level or a timer?"""
-    return PARK_MARKERS[0] in props or PARK_MARKERS[1] in props
+    # find, not ``in``: bytes.__contains__ first tries the marker as an int and raises and clears a TypeError
+    return props.find(PARK_MARKERS[0]) >= 0 or props.find(PARK_MARKERS[1]) >= 0

@@ -108,6 +108,21 @@ def write_run(
     dest[pos : pos + head] = run[:head]
 
 
+def put_run(
+    dest: records.WriteBuffer, pos: int, limit: int, item: tuple[bytes, int, bool], queue_offset: int,
+    physical_offset: int, store_timestamp: int,
+) -> int:  # fmt: skip
+    """The CommitLog's encoder (``CommitLog.put``) of a run: ``item`` is (the run, its record count, whether they
+    advance the queue), written by :func:`write_run` at ``pos``; its size, or minus it, writing nothing, when it
+    would end past ``limit``."""
+    run, count, advances = item
+    n = len(run)
+    if pos + n > limit:
+        return -n
+    write_run(dest, pos, run, count, queue_offset, physical_offset, store_timestamp, advances)
+    return n
+
+
 def offset_msg_ids(store_host: Host, offset: int, run: bytes, count: int) -> str:
     """The reply's ``msgId``: the offset message id of each record of ``run`` appended at ``offset``,
     comma-separated (a batch's, as Java's ``SendMessageResponseHeader`` carries them)."""
