@@ -1,5 +1,5 @@
-"""The compiled twins (store/format/_*.pyx) against their pure-Python references: which one a process runs,
-that a missing extension leaves a working package with one warning, and a quick differential fuzz of every
+"""The compiled twins (store/_*.pyx, store/format/_*.pyx) against their pure-Python references: which one a process
+runs, that a missing extension leaves a working package with one warning, and a quick differential fuzz of every
 twinned function (the long run is `make fuzz`)."""
 
 from __future__ import annotations
