@@ -76,11 +76,11 @@ up: python $(SPARK_JARS:%=.peers/%/.fetched)
 	  '+-------------------------------------------------------------------------------------+'
 	$(VENV)/bin/mqlake up --proxy --lake .mqlake/lake $(UP_ARGS)
 
-# The static checks first (a few seconds), then the whole suite on TEST_WORKERS processes (pytest-xdist): one per
-# core and one more, since much of a test's time is spent waiting (JVM and Spark start-ups, brokers, Airflow), not
-# computing.  A module's tests stay on one worker (its xdist group, tests/conftest.py), as do the Airflow tests and
+# The static checks first (a few seconds), then the whole suite on TEST_WORKERS processes (pytest-xdist): two per
+# core, since a test spends most of its time waiting (JVM and Spark start-ups, brokers, Airflow), not computing: a
+# full run on two workers kept the two cores busy a third of the time.  A module's tests stay on one worker (its xdist group, tests/conftest.py), as do the Airflow tests and
 # those of the RocketMQ vectors; the heaviest groups are handed out first.  The slowest 25 are listed at the end.
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+TEST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc) )))
 test: lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
