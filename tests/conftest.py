@@ -25,10 +25,6 @@ pytest_plugins = [
 ]
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    host_disk.pin()  # the stores of this process read a half-full disk, whatever the host's holds
-
-
 @pytest.fixture
 def store_config(tmp_path):
     """Factory: ``store_config(**overrides)`` -> MessageStoreConfig with small segment sizes under tmp_path."""
@@ -60,32 +56,75 @@ VECTOR_FIXTURES = frozenset({"rmq", "stored"})
 
 
 def xdist_group(item: pytest.Item, kind: str) -> str | None:
-    """The worker group of a test under ``--dist loadgroup`` (`make test`): all Spark tests on one worker (one
-    SparkSession, one JVM at a time), all Airflow tests on one (one migrated Airflow home), the tests of the
-    RocketMQ vectors on one; an integration module's tests together (its module-scoped brokers start once);
-    unit tests wherever a worker is free."""
-    if kind in ("spark", "airflow"):
+    """The worker group of a test under ``--dist loadgroup`` (`make test`): all Airflow tests on one worker (one
+    migrated Airflow home), the tests of the RocketMQ vectors on one (one JVM); an integration or Spark module's tests
+    together (its module-scoped brokers, clusters and tables are made once); unit tests wherever a worker is free.
+
+    Spark modules are spread over the workers like the others: each worker that runs one starts its own local
+    SparkSession once (the ``spark`` fixture is per process), which costs less than running every Spark test on one
+    worker while the others idle."""
+    if kind == "airflow":
         return kind
     if VECTOR_FIXTURES & set(getattr(item, "fixturenames", ())):
         return "rocketmq-vectors"
-    if kind == "integration":
+    if kind in ("integration", "spark"):
         return item.nodeid.split("::", 1)[0]
     return None
+
+
+# The order the workers are handed the groups in, heaviest first, so that a long group does not start last and run on
+# alone: the JVM-bound kinds first, then the brokers, then the many short unit tests that fill the gaps at the end.
+KIND_ORDER = {"airflow": 0, "spark": 0, "integration": 1, "unit": 2}
+
+
+def _declared_timeout(item: pytest.Item) -> float:
+    """The test's own ``timeout`` mark (a long one says the test is long), else pytest-timeout's setting."""
+    mark = item.get_closest_marker("timeout")
+    if mark is not None and (value := mark.kwargs.get("timeout", mark.args[0] if mark.args else None)) is not None:
+        return float(value)
+    return float(item.config.getini("timeout") or 0)
+
+
+def heaviest_first(items: list[pytest.Item], units: dict[str, str], kinds: dict[str, str]) -> None:
+    """Sort ``items`` (stably) by their scheduling unit's weight: its kind, the JVM vectors with the JVM kinds, then
+    the longest timeout a test of the unit declares.  ``units`` and ``kinds`` map a nodeid to its group and kind."""
+    weight: dict[str, tuple[int, float]] = {}
+    for item in items:
+        unit = units[item.nodeid]
+        rank = 0 if unit == "rocketmq-vectors" else KIND_ORDER[kinds[item.nodeid]]
+        key = (rank, -_declared_timeout(item))
+        weight[unit] = min(weight.get(unit, key), key)
+    items.sort(key=lambda item: weight[units[item.nodeid]])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    host_disk.pin()  # the stores of this process read a half-full disk, whatever the host's holds
+    # xdist would hand out the groups by their number of tests, largest first; heaviest_first's order is kept instead
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        config.option.loadscopereorder = False
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test is checked, whatever runs
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Fail the run unless each test carries exactly one kind (a module's ``pytestmark`` or its own mark); give each
-    its xdist group."""
+    its xdist group; on an xdist worker, order the tests heaviest group first."""
     wrong = []
+    units: dict[str, str] = {}
+    kinds: dict[str, str] = {}
     for item in items:
-        kinds = sorted({mark.name for mark in item.iter_markers() if mark.name in KINDS})
-        if len(kinds) != 1:
-            wrong.append(f"  {item.nodeid}: {' and '.join(kinds) if kinds else 'none'}")
-        elif (group := xdist_group(item, kinds[0])) is not None and item.get_closest_marker("xdist_group") is None:
+        found = sorted({mark.name for mark in item.iter_markers() if mark.name in KINDS})
+        if len(found) != 1:
+            wrong.append(f"  {item.nodeid}: {' and '.join(found) if found else 'none'}")
+            continue
+        kinds[item.nodeid] = found[0]
+        if (group := xdist_group(item, found[0])) is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
+        marked = item.get_closest_marker("xdist_group")
+        units[item.nodeid] = str(marked.kwargs.get("name", *marked.args[:1])) if marked else item.nodeid
     if wrong:
         raise pytest.UsageError(
             f"each test needs exactly one of the marks {', '.join(KINDS)} (see pyproject.toml); these have\n"
             + "\n".join(wrong)
         )
+    if hasattr(config, "workerinput"):  # the workers' collections are the order xdist schedules in
+        heaviest_first(items, units, kinds)

@@ -21,9 +21,9 @@ the test (crashed) fails it too: ``stop_servers(servers)`` does that for a fixtu
 ERROR line or a traceback a server logs while a test runs fails that test (tests/harness.py), unless the test
 declares it with ``@pytest.mark.expected_errors``.
 
-The ports (``namesrv_port``, ``broker_port``, and the broker's HA port) are the OS's picks at the first start,
-read off the ready lines and kept in broker.conf, so ``namesrv_addr`` and ``broker_addr`` are known once the
-server has started and a restart serves the same addresses.
+The ports (``namesrv_port``, ``broker_port``, the broker's HA port, and with a proxy or a Prometheus exporter
+``grpc_endpoint`` and ``metrics_port``) are the OS's picks at the first start, read off the lines reporting them and
+kept in broker.conf, so the addresses are known once the server has started and a restart serves the same ones.
 
 ``remoting_call(addr, code, header, body)`` sends one request with mqlake's RemotingClient and returns the
 response, for asserting on a server's state from outside (offsets, consumer lists, routes).
@@ -131,6 +131,8 @@ class MqlakeServer:
             **TEST_CONF,
             "storePathRootDir": str(self.store_dir),
             "listenPort": "0",  # the broker's HA port too is then the OS's pick (unless haListenPort says)
+            "grpcServerPort": "0",  # with enableProxy
+            "metricsPromExporterPort": "0",  # with metricsExporterType=PROM
             **{k: str(v) for k, v in conf.items()},
         }
         if "listenPort" in conf:
@@ -167,6 +169,24 @@ class MqlakeServer:
             text = "".join(f"{k}={v}\n" for k, v in self.namesrv_values.items())
             (self.work_dir / "namesrv.conf").write_text(text, encoding="latin-1")
 
+    # the broker's other listeners, on port 0 unless a test names one: the line reporting the OS's pick
+    _REPORTED_PORTS = {
+        "grpcServerPort": r"gRPC proxy ready at [\d.]+:(\d+)",
+        "metricsPromExporterPort": r"Prometheus metrics on http://[^:/]+:(\d+)/",
+    }
+
+    @property
+    def grpc_endpoint(self) -> str:
+        """The gRPC proxy's "127.0.0.1:port" (enableProxy), the OS's pick at the first start."""
+        assert self.values["grpcServerPort"] != "0", "the gRPC port is known once a server with a proxy has started"
+        return f"127.0.0.1:{self.values['grpcServerPort']}"
+
+    @property
+    def metrics_port(self) -> int:
+        """The Prometheus exporter's port (metricsExporterType=PROM), the OS's pick at the first start."""
+        assert self.values["metricsPromExporterPort"] != "0", "the metrics port is known once the server has started"
+        return int(self.values["metricsPromExporterPort"])
+
     def _learn_ports(self) -> None:
         """Keep the ports the OS picked at the first start, so a restart serves the same addresses."""
         log = self.run_log()
@@ -183,6 +203,9 @@ class MqlakeServer:
             ha = re.search(r"HA service listening on [\d.]+:(\d+)", log)
             if ha is not None and "haListenPort" not in self.values:
                 self.values["haListenPort"] = ha.group(1)
+            for key, line in self._REPORTED_PORTS.items():
+                if self.values[key] == "0" and (found := re.search(line, log)) is not None:
+                    self.values[key] = found.group(1)
             self._write_conf()
 
     def new_log_lines(self) -> list[str]:

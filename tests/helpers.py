@@ -176,6 +176,14 @@ def kill_process_tree(pid: int) -> None:
     group of their own, so ``killpg`` of a spark-submit leaves those workers running (and sending) until the
     daemon notices its JVM is gone.
     """
+    signal_process_tree(pid, signal.SIGKILL)
+
+
+def signal_process_tree(pid: int, sig: int) -> None:
+    """Send ``sig`` to ``pid``, every descendant and each one's process group (never the test's own group).
+
+    SIGSTOP freezes a job where it is, so that a test can look at its state and then SIGKILL it knowing that the
+    state it saw is the one the kill lands in; SIGCONT lets it go on."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
@@ -193,10 +201,10 @@ def kill_process_tree(pid: int) -> None:
             groups.add(os.getpgid(p))
     for g in groups - {os.getpgid(0)}:  # never the test's own group
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(g, signal.SIGKILL)
+            os.killpg(g, sig)
     for p in tree:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGKILL)
+            os.kill(p, sig)
 
 
 @contextlib.contextmanager

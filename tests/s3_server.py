@@ -1,7 +1,7 @@
 """A local S3-compatible endpoint for the tests: moto's server mode (PyPI ``moto[server]``) in a child process on a
-free loopback port, polled until it answers.  :meth:`S3Server.down` stops it (a client then sees connections
-refused) and :meth:`S3Server.up` starts it again on the same port; moto keeps its buckets in memory, so it
-comes back empty and the bucket is created again.
+loopback port the OS picks at the first start (read off the server's "Running on" line), polled until it answers.
+:meth:`S3Server.down` stops it (a client then sees connections refused) and :meth:`S3Server.up` starts it again on
+the same port; moto keeps its buckets in memory, so it comes back empty and the bucket is created again.
 
 Why moto: it runs standalone from PyPI, and it enforces the conditional puts delta-rs commits with
 (``If-None-Match: *`` answered 412 when the key exists, ``If-Match`` against the ETag).  No Debian package
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.fixtures_broker import free_port
 from tests.helpers import wait_until
 
 START_TIMEOUT = 60.0
@@ -30,9 +30,10 @@ class S3Server:
     """moto's S3 server on ``endpoint``, with one bucket (:data:`BUCKET`)."""
 
     def __init__(self, work_dir: Path) -> None:
-        self.port = free_port()
+        self.port = 0  # the OS's pick at the first start, kept for a restart
         self.log_path = Path(work_dir) / "moto.log"
         self.process: subprocess.Popen | None = None
+        self._log_offset = 0
 
     @property
     def endpoint(self) -> str:
@@ -46,12 +47,13 @@ class S3Server:
         }  # fmt: skip
 
     def start(self) -> S3Server:
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
-        wait_until(self._ready, START_TIMEOUT, what=f"moto's S3 server on port {self.port}")
+        wait_until(self._ready, START_TIMEOUT, what=f"moto's S3 server (port {self.port or 'to be picked'})")
         self.create_bucket()
         return self
 
@@ -65,6 +67,13 @@ class S3Server:
         assert self.process is not None
         if self.process.poll() is not None:
             raise AssertionError(f"moto server exited with {self.process.returncode}: {self.log_path.read_text()}")
+        if not self.port:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_offset)
+                running = re.search(rb"Running on http://127\.0\.0\.1:(\d+)", f.read())
+            if running is None:
+                return False
+            self.port = int(running.group(1))
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/moto-api/", timeout=2):
                 return True

@@ -104,6 +104,21 @@ class Writer:
 
         return wait_until(check, timeout, what)
 
+    def frozen_when(self, pred, what: str, timeout: float = 40.0) -> None:
+        """Freeze the writer (SIGSTOP) at the first check where ``pred()`` holds, so that the state it saw is the
+        one a :meth:`kill` lands in; between checks the writer runs on (SIGCONT)."""
+
+        def check() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"writer exited with {self.proc.returncode}: {self.err_path.read_text()}")
+            self.proc.send_signal(signal.SIGSTOP)
+            if pred():
+                return True
+            self.proc.send_signal(signal.SIGCONT)
+            return False
+
+        wait_until(check, timeout, what)
+
     def kill(self) -> AckLog:
         self.proc.send_signal(signal.SIGKILL)
         assert self.proc.wait(timeout=20) == -signal.SIGKILL
@@ -511,9 +526,17 @@ def test_index_files_newer_than_checkpoint_are_rebuilt(tmp_path, writer_factory)
 
     w = writer_factory(cfg, threads=1, query_after=700, pace_ms=2)
     w.wait_for(lambda log: log.query_done and log.acks_after_query >= 200, "index queries and 200 more acks")
-    # Run until the checkpoint is far enough ahead (it keeps 3 s of slack) that recovery can start past segment 0.
-    wait_until(lambda: all(checkpoint()) and expected_abnormal_start(cfg, checkpoint()) > 0, 30,
-               "the checkpoint to move past the first segment")  # fmt: skip
+    def past_first_segment_with_index_files_on_both_sides() -> bool:
+        cp = checkpoint()
+        if not (all(cp) and expected_abnormal_start(cfg, cp) > 0):
+            return False
+        ends = [(h.end_timestamp, h.index_count) for h in index_headers(cfg).values()]
+        return any(end > cp[2] for end, _ in ends) and any(end <= cp[2] and n >= cfg.max_index_num for end, n in ends)
+
+    # Run until the checkpoint is far enough ahead (it keeps 3 s of slack) that recovery can start past segment 0,
+    # with index files written after the checkpoint's and full ones before it: frozen when seen, killed as seen.
+    w.frozen_when(past_first_segment_with_index_files_on_both_sides, "the checkpoint to move past the first segment "
+                  "with index files on both sides of it")  # fmt: skip
     log = w.kill()
     assert cp_path.stat().st_size == units.CHECKPOINT_SIZE
     cp = checkpoint()

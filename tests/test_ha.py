@@ -12,6 +12,7 @@ import itertools
 import os
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from store.config import BrokerRole
 from store.format import ha, units
 from store.message_store import MessageStore
 from store.retention import SegmentManifest, SegmentState
-from tests.fixtures_broker import MqlakeServer, free_port, remoting_call, stop_servers
+from tests.fixtures_broker import MqlakeServer, remoting_call, stop_servers
 from tests.helpers import make_config, make_message, read_queue, wait_dispatched, wait_until
 
 SEGMENT = 64 * 1024
@@ -217,8 +218,8 @@ def test_broker_role_settings_validate_as_broker_startup_does() -> None:
 class CuttableProxy:
     """A TCP relay between the slave and the master's HA port that the test can cut mid-stream."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
+    def __init__(self, target: Callable[[], tuple[str, int]]) -> None:
+        self.target = target  # asked at each connection: the master's HA port is known once it has started
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.connections: list[socket.socket] = []
@@ -239,7 +240,7 @@ class CuttableProxy:
                 client.close()
                 continue
             try:
-                upstream = socket.create_connection(self.target)
+                upstream = socket.create_connection(self.target())
             except OSError:
                 client.close()
                 continue
@@ -296,12 +297,10 @@ class Cluster:
         ns = {"namesrvAddr": self.namesrv.namesrv_addr}
         master = {"brokerRole": role, **HA_CONF, **ns, **(master_conf or {})}
         self.proxy: CuttableProxy | None = None
-        if proxied:  # the slave reaches the master's HA port through a relay the test can cut or pause
-            ha_port = free_port()
-            master["haListenPort"] = str(ha_port)
-            self.proxy = CuttableProxy(("127.0.0.1", ha_port))
-            slave_conf["haMasterAddress"] = f"127.0.0.1:{self.proxy.port}"
         self.master = MqlakeServer(tmp_path / "master", command="broker", **master)
+        if proxied:  # the slave reaches the master's HA port (the OS's pick) through a relay the test can cut or pause
+            self.proxy = CuttableProxy(lambda: ("127.0.0.1", int(self.master.values["haListenPort"])))
+            slave_conf["haMasterAddress"] = f"127.0.0.1:{self.proxy.port}"
         self.slave = MqlakeServer(tmp_path / "slave", command="broker", brokerRole="SLAVE", brokerId="1",
                                   **{**HA_CONF, **ns, **slave_conf})  # fmt: skip
         self.servers = [self.slave, self.master, self.namesrv]
@@ -814,7 +813,11 @@ def test_a_slave_whose_master_died_takes_a_topic_from_the_route_and_invents_none
     only afterwards, from a master the test plays on the HA port (as in the test above) with the dead master's
     bytes.  The slave takes what the master registered with the NameServer, and a topic the master deleted (its
     records still in the log) it does not serve, nor add to its table."""
-    ha_port = free_port()
+    # the port the test plays the master on: bound now, so no other process takes it; not listening until then, so
+    # the slave's connections are refused as by a dead master's
+    played = socket.socket()
+    played.bind(("127.0.0.1", 0))
+    ha_port = played.getsockname()[1]
     c = cluster_factory(haMasterAddress=f"127.0.0.1:{ha_port}", **NO_PERIODIC_COPY)
     c.master.start()
     c.slave.start()
@@ -839,7 +842,8 @@ def test_a_slave_whose_master_died_takes_a_topic_from_the_route_and_invents_none
     log = commitlog_bytes(c.master.store_dir, 0, end)
     assert len(log) == end < SEGMENT  # one segment: the frames below never cross into the next
 
-    with socket.create_server(("127.0.0.1", ha_port)) as listener:
+    with played as listener:
+        listener.listen()
         listener.settimeout(30)
         conn, _ = listener.accept()
         with conn:

@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from tests import rmq5
-from tests.fixtures_broker import MqlakeServer, free_port, stop_servers
+from tests.fixtures_broker import MqlakeServer, stop_servers
 from tests.peers import java
 from tests.test_admin_cli import admin_json
 
@@ -25,10 +25,8 @@ MQADMIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("types")
-    port = free_port()
-    s = MqlakeServer(tmp / "up", enableProxy="true", grpcServerPort=str(port), enableTopicMessageTypeCheck="true")
+    s = MqlakeServer(tmp / "up", enableProxy="true", enableTopicMessageTypeCheck="true")
     s.start()
-    s.grpc_endpoint = f"127.0.0.1:{port}"
     s.home = tmp / "home"
     yield s
     stop_servers([s])

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from airflow_dags.config import Settings
 from broker.server.metrics import job_success, last_job_runs, parse_metrics_label
-from tests.fixtures_broker import REPO, MqlakeServer, free_port
+from tests.fixtures_broker import REPO, MqlakeServer
 from tests.helpers import wait_until
 from tests.test_conformance_cpp_client import Collector, committed, max_offset, message, producer, push_consumer
 
@@ -58,14 +58,13 @@ def test_metrics_carry_rocketmq_names_and_real_figures(mqlake_server_factory, tm
     # the verify-index run's report as the mqlake_verify_index DAG names it: counted as any other run's
     airflow = Settings(lake=str(lake), store_dir=None, broker_conf=None, namesrv="", spark_master="local[1]")
     _write_at(Path(airflow.report("verify", "index-scheduled__2026")), {"summary": {"ok": True}}, 1_700_000_050)
-    port = free_port()
     server = mqlake_server_factory(
         metricsExporterType="PROM",
         metricsPromExporterHost="127.0.0.1",
-        metricsPromExporterPort=str(port),
         metricsLabel="env:test,bad",
         lakePath=str(lake),
     )
+    port = server.metrics_port
     topic, group = "MetricsT", "MetricsCG"
     p = producer(server)
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -30,7 +31,7 @@ from pipelines.replay.spec import ReplaySpec, ReplaySpecError
 from store.retention import SegmentManifest, SegmentState
 from tests.aio import poll
 from tests.fixtures_broker import MqlakeServer, count_topic, read_topic, stop_servers
-from tests.helpers import kill_process_tree, wait_until
+from tests.helpers import kill_process_tree, signal_process_tree, wait_until
 
 SOURCE = "ReplaySrc"
 OTHER = "ReplayOther"
@@ -385,9 +386,18 @@ def test_sigkill_mid_replay_then_resume_loses_and_duplicates_nothing(spark, hist
             # part-way, with sends acknowledged after the last progress commit: the window a restart must close
             return done > 0 and count_topic(history.server.namesrv_addr, target) >= done + 500
 
+        def frozen_mid_way() -> bool:
+            # the job is frozen while its state is read: part-way when seen is part-way when the kill lands, however
+            # slow the check (the rate only keeps the part-way window wide enough to be seen between two checks)
+            signal_process_tree(proc.pid, signal.SIGSTOP)
+            if mid_way():
+                return True
+            signal_process_tree(proc.pid, signal.SIGCONT)
+            return False
+
         try:
             # a new Spark session plus a scan of the history: allow for a machine busy with other suites
-            wait_until(mid_way, 300, what="the replay to be part-way with progress recorded")
+            wait_until(frozen_mid_way, 300, what="the replay to be part-way with progress recorded")
         except AssertionError as e:
             raise AssertionError(f"{e}\n{log.read_text(errors='replace')[-3000:]}") from None
     finally:

@@ -7,6 +7,7 @@ A cluster of its own, since the kill leaves it one worker short.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from lake import tables
 from pipelines.spark_cluster import StandaloneCluster
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_spark import write_store
-from tests.helpers import cli_env, wait_until
+from tests.helpers import cli_env, signal_process_tree, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -48,8 +49,14 @@ def test_a_worker_killed_mid_tier_loses_and_duplicates_nothing(tmp_path):
 
         first = tier()
         wait_until(lambda: _staged(lake) or first.poll() is not None, timeout=300, what="the first staged file")
-        assert first.poll() is None, "the run ended before a worker could be killed while it staged"
-        cluster.kill_worker(0)
+        # the driver frozen while the worker is killed: the run cannot end in between (no task is handed out while it
+        # is frozen, so tasks remain), however long the kill takes
+        signal_process_tree(first.pid, signal.SIGSTOP)
+        try:
+            assert first.poll() is None, "the run ended before a worker could be killed while it staged"
+            cluster.kill_worker(0)
+        finally:
+            signal_process_tree(first.pid, signal.SIGCONT)
         out1, err1 = first.communicate(timeout=400)
         second = tier()
         out2, err2 = second.communicate(timeout=400)

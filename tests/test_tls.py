@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from broker.server.controller import BrokerController
 from broker.tls_settings import tls_server_context
 from cli.main import app
 from tests.aio import async_test, poll
-from tests.fixtures_broker import REPO, MqlakeServer, free_port, stop_servers
+from tests.fixtures_broker import REPO, MqlakeServer, stop_servers
 from tests.helpers import wait_until
 from tests.live_broker import SMALL, running_broker
 from tests.tls_certs import self_signed
@@ -177,11 +178,10 @@ def test_mqlake_namesrv_reads_tls_keys_from_its_config(tmp_path: Path, certs: tu
     conf = tmp_path / "namesrv.properties"
     conf.write_text(f"tls.server.mode=permissive\ntls.server.certPath={cert}\ntls.server.keyPath={key}\n"
                     "listenPort=9876\n")  # fmt: skip
-    port = free_port()
     log = tmp_path / "namesrv.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cli", "namesrv", "--port", str(port), "-c", str(conf)],
+            [sys.executable, "-m", "cli", "namesrv", "--port", "0", "-c", str(conf)],
             stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
         )  # fmt: skip
     try:
@@ -189,6 +189,7 @@ def test_mqlake_namesrv_reads_tls_keys_from_its_config(tmp_path: Path, certs: tu
                    what="mqlake namesrv to start")  # fmt: skip
         assert proc.poll() is None, log.read_text()
         assert "unknown key 'listenPort' ignored" in log.read_text()
+        port = int(re.search(r"NameServer ready at [\d.]+:(\d+)", log.read_text()).group(1))  # the OS's pick
 
         async def both() -> list[int]:
             codes = []

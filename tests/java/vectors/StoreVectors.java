@@ -203,6 +203,7 @@ public class StoreVectors {
         cfg.setMappedFileSizeConsumeQueue(CQ_FILE);
         cfg.setMaxHashSlotNum(SLOTS);
         cfg.setMaxIndexNum(ENTRIES);
+        cfg.setHaListenPort(0);  // the store starts an HA listener: on the OS's pick, not 10912 (may be taken)
         DefaultMessageStore store = new DefaultMessageStore(cfg, new BrokerStatsManager("DefaultCluster", true), null,
                                                             new BrokerConfig());
         if (!store.load()) {

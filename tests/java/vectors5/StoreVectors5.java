@@ -58,6 +58,7 @@ public class StoreVectors5 {
         cfg.setMappedFileSizeConsumeQueue(CQ_FILE);
         cfg.setMaxHashSlotNum(64);
         cfg.setMaxIndexNum(256);
+        cfg.setHaListenPort(0);  // the store starts an HA listener: on the OS's pick, not 10912 (may be taken)
         BrokerConfig broker = new BrokerConfig();
         DefaultMessageStore store = new DefaultMessageStore(cfg, new BrokerStatsManager("DefaultCluster", true), null,
                                                             broker, new ConcurrentHashMap<>());
