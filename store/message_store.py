@@ -617,7 +617,7 @@ class MessageStore:
                 self._delivers = False
             self.config.broker_role = role
             self.reput.replica = True
-            self._refresh_appender()
+            self._refresh_takes_puts()
             return
         while self.reput.do_reput() > 0:
             pass
@@ -633,7 +633,7 @@ class MessageStore:
             self._delivers = True
             self.schedule.start()
             self.timers.start()
-        self._refresh_appender()
+        self._refresh_takes_puts()
 
     def truncate_to(self, offset: int) -> None:
         """Cut the CommitLog at ``offset`` (a record boundary) with the ConsumeQueue units and index entries of the
