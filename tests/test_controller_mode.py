@@ -4,6 +4,7 @@ AutoSwitch protocol, and a stock C++ producer carrying on through a master's SIG
 
 from __future__ import annotations
 
+import collections
 import json
 import signal
 import threading
@@ -30,8 +31,8 @@ from tests.controller_mode import (
     runtime,
 )
 from tests.fixtures_broker import MqlakeServer, free_port, stop_servers
-from tests.helpers import make_message, wait_until
-from tests.peers import ControllerCluster
+from tests.helpers import make_message, read_queue, wait_dispatched, wait_until
+from tests.peers import ControllerCluster, java_json
 from tests.test_ha import CuttableProxy, commitlog_bytes, consume_all, send_to, unique
 
 __all__ = ["clients4"]  # the fixture, used by name
@@ -132,6 +133,74 @@ def test_master_sigkilled_under_sync_load_fails_over_and_loses_nothing_acknowled
             assert load.bodies <= consume_all(namesrv.namesrv_addr, load.topic, unique("Fresh"), load.bodies)
         finally:
             stop_servers([a, b, namesrv])
+
+
+KILLS_IN_A_ROW = 10
+
+
+@pytest.mark.integration
+def test_ten_masters_sigkilled_in_a_row_under_sync_load_lose_and_duplicate_nothing(tmp_path, clients4) -> None:
+    """Each round SIGKILLs the current master while a stock Java 4.x producer sends SYNC (routes refreshed every
+    second, no retries: each body goes out once), waits for the controller to elect the slave and the producer to
+    carry on there, restarts the killed broker and waits for it to follow; its CommitLog must then be the new
+    master's byte for byte.  At the end the last master's queues hold every acknowledged body exactly once."""
+    with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
+        namesrv, a, b = master_and_slave(tmp_path, controllers.addrs)
+        stop = tmp_path / "stop-producing"
+        try:
+            topic = unique("KillT")
+            result: dict = {}
+
+            def produce() -> None:
+                result.update(java_json("clients4.ProduceUntil", "rocketmq-4", f"namesrv={namesrv.namesrv_addr}",
+                                        f"topic={topic}", f"group={unique('PG')}", f"stop={stop}", "retries=0",
+                                        classes=clients4, home=tmp_path / "java", timeout=3600))  # fmt: skip
+
+            producer = threading.Thread(target=produce, daemon=True)
+            producer.start()
+            master, slave = a, b
+            for n in range(KILLS_IN_A_ROW):
+                wait_until(lambda m=master: in_sync(m) == "1,2", 60, what="the slave in the sync state set")
+                start = max_offset(master)
+                # SYNC load on this master: the producer's sends, each held by the slave before it is acknowledged
+                wait_until(lambda m=master, s=start: max_offset(m) > s + 20_000, 120,
+                           what=f"round {n + 1}: the producer's sends to the master")  # fmt: skip
+                master.kill()
+                wait_until(lambda s=slave: role(s) == "SYNC_MASTER", 60, what=f"round {n + 1}: a new master")
+                start = max_offset(slave)
+                wait_until(lambda s=slave, o=start: max_offset(s) > o + 20_000, 120,
+                           what=f"round {n + 1}: the producer's sends to the new master")  # fmt: skip
+                master.start()  # the killed master returns as a slave, cut to the epoch boundary if need be
+                wait_until(lambda m=master: role(m) == "SLAVE", 60, what=f"round {n + 1}: the old master to follow")
+                end = max_offset(slave)
+                wait_until(lambda m=master, e=end: max_offset(m) >= e, 60,
+                           what=f"round {n + 1}: the old master to catch up")  # fmt: skip
+                log = commitlog_bytes(master.store_dir, 0, end)
+                assert len(log) == end and log == commitlog_bytes(slave.store_dir, 0, end), f"round {n + 1}"
+                master, slave = slave, master
+            stop.touch()
+            producer.join(300)
+            assert not producer.is_alive() and result, "the producer did not finish"
+        finally:
+            stop.touch()
+            stop_servers([a, b, namesrv])
+
+    # the last master's store, read queue by queue: each body it holds, with how many copies
+    _, store_conf = load_broker_conf(master.conf_path)
+    store = MessageStore(store_conf).start()
+    try:
+        wait_dispatched(store)
+        held = collections.Counter(record.body for cq in store.all_consume_queues() if cq.topic == topic
+                                   for _, record in read_queue(store, topic, cq.queue_id))  # fmt: skip
+    finally:
+        store.shutdown()
+    acked = {body.encode() for body in result["acked"]}
+    print(f"{KILLS_IN_A_ROW} kills: {len(acked)} sends acknowledged, {result['failed']} failed, "
+          f"{len(held.keys() - acked)} unacknowledged ones held")  # fmt: skip
+    assert acked <= held.keys(), f"{len(acked - held.keys())} acknowledged sends lost"
+    # without retries nothing may be held twice; what is held unacknowledged was sent and its answer lost
+    assert [body for body, copies in held.items() if copies > 1] == []
+    assert len(held.keys() - acked) <= result["failed"]
 
 
 @pytest.mark.integration
