@@ -205,41 +205,49 @@ def test_ten_masters_sigkilled_in_a_row_under_sync_load_lose_and_duplicate_nothi
 
 @pytest.mark.integration
 def test_a_master_cut_off_from_the_controllers_and_its_slave_is_replaced_and_steps_down(tmp_path) -> None:
-    """The master's heartbeats to every controller and its HA stream to the slave go through relays the test
-    isolates (its requests to the controller leader do not: it learns of the election from it)."""
+    """Everything the master sends to the controllers (heartbeats to every node, its requests to the leader, which
+    it reaches through its ``controllerAddr`` entry) and its HA stream to the slave go through relays the test
+    isolates."""
     with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
-        heartbeat_relays = [CuttableProxy(("127.0.0.1", port)) for port in controllers.ports]
+        controller_relays = [CuttableProxy(("127.0.0.1", port)) for port in controllers.ports]
         ha_port = free_port()
         ha_relay = CuttableProxy(("127.0.0.1", ha_port))
         namesrv = MqlakeServer(tmp_path / "ns", "namesrv").start()
         a = controller_broker(tmp_path, "a", namesrv.namesrv_addr,
-                              [f"127.0.0.1:{r.port}" for r in heartbeat_relays], haListenPort=str(ha_port))
+                              [f"127.0.0.1:{r.port}" for r in controller_relays], haListenPort=str(ha_port))
         b = controller_broker(tmp_path, "b", namesrv.namesrv_addr, controllers.addrs,
                               haMasterAddress=f"127.0.0.1:{ha_relay.port}")  # fmt: skip
         try:
             a.start()
             wait_until(lambda: role(a) == "SYNC_MASTER", 60, what="the first broker to be elected master")
+            relayed = {f"127.0.0.1:{r.port}" for r in controller_relays}
+            assert runtime(a.broker_addr)["controllerLeader"] in relayed  # the leader too is reached through one
             b.start()
             wait_until(lambda: in_sync(a) == "1,2", 60, what="the slave to join the sync state set")
             load = SyncLoad(namesrv.namesrv_addr, unique("CutT"))
             load.wait_acked(200)
-            for relay in [*heartbeat_relays, ha_relay]:
+            for relay in [*controller_relays, ha_relay]:
                 relay.isolate()
             # the controllers no longer hear the master: they elect the slave, which held every acknowledged send
             wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the slave to be elected master")
-            # and the old master, told by the controller leader, steps down and follows the new master
+            # the cut-off master cannot hear of it, nor drop its slave from the sync state set (only the leader
+            # can): it acknowledges nothing, so nothing it takes in can be lost
+            assert role(a) == "SYNC_MASTER"
+            assert send_to(a.broker_addr, load.topic, b"cut-off") != ResponseCode.SUCCESS
+            for relay in controller_relays:
+                relay.heal()
+            # told by the controller leader, it steps down and follows the new master
             wait_until(lambda: role(a) == "SLAVE", 60, what="the cut-off master to step down")
             load.wait_acked(100)
-            for relay in heartbeat_relays:
-                relay.heal()
             wait_until(lambda: max_offset(a) == max_offset(b), 60, what="the old master to catch up")
             load.stop()
             end = max_offset(b)
             assert commitlog_bytes(a.store_dir, 0, end) == commitlog_bytes(b.store_dir, 0, end)
-            assert load.bodies <= consume_all(namesrv.namesrv_addr, load.topic, unique("Fresh"), load.bodies)
+            got = consume_all(namesrv.namesrv_addr, load.topic, unique("Fresh"), load.bodies)
+            assert load.bodies <= got and b"cut-off" not in got
         finally:
             stop_servers([a, b, namesrv])
-            for relay in [*heartbeat_relays, ha_relay]:
+            for relay in [*controller_relays, ha_relay]:
                 relay.close()
 
 
