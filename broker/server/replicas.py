@@ -135,6 +135,10 @@ class ReplicasManager:
                 log.exception("controller: %s failed", fn.__name__)
 
     async def _find_leader(self, strict: bool = False) -> bool:
+        """The leader as this broker reaches it: the ``controllerAddr`` entry of the node that answers it leads
+        (a relay, a NAT or a name the broker was given stays in the path of every request); else the address the
+        nodes name for it."""
+        named: str | None = None
         for addr in self.controller_addrs:
             try:
                 resp = await self.client.invoke(addr, RemotingCommand.request(RequestCode.CONTROLLER_GET_METADATA_INFO),
@@ -147,13 +151,20 @@ class ReplicasManager:
                                           f"CONTROLLER_GET_METADATA_INFO)")  # fmt: skip
             if resp.code != ResponseCode.SUCCESS:
                 continue
-            leader = resp.read_header(cp.GetMetaDataResponseHeader).controller_leader_address
-            if leader:
-                if leader != self.leader:
-                    log.info("controller leader: %s", leader)
-                self.leader = leader
+            meta = resp.read_header(cp.GetMetaDataResponseHeader)
+            if meta.is_leader:
+                self._set_leader(addr)
                 return True
+            named = named or meta.controller_leader_address
+        if named:
+            self._set_leader(named)
+            return True
         return False
+
+    def _set_leader(self, addr: str) -> None:
+        if addr != self.leader:
+            log.info("controller leader: %s", addr)
+        self.leader = addr
 
     async def _call(self, code: RequestCode, header: Header | None, body: bytes = b"") -> RemotingCommand:
         """A request to the leader; asked again of the new leader when it moved."""

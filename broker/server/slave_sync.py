@@ -80,6 +80,9 @@ class SlaveSynchronize:
         self._wanted: set[str] = set()
         self._unknown: set[str] = set()
         self._learning: asyncio.Task[None] | None = None
+        # one round at a time: the periodic one and the one a new slave starts at once would otherwise write the
+        # same config files together
+        self._round = asyncio.Lock()
         self._loop = asyncio.get_running_loop()  # built on the broker's loop; dispatch calls in from its thread
 
     def loaded(self) -> None:
@@ -89,7 +92,8 @@ class SlaveSynchronize:
     async def _call(
         self, code: int, header: UpdateConsumerOffsetRequestHeader | None = None, timeout: float = TIMEOUT
     ) -> bytes | None:
-        assert self.master_addr is not None
+        if self.master_addr is None:  # this broker became master (controller mode) while a round ran
+            raise RemotingError("no master to copy from any more")
         resp = await self.remoting.invoke(self.master_addr, RemotingCommand.request(code, header), timeout)
         if resp.code != ResponseCode.SUCCESS:
             log.info("slave sync: master %s answers code %d with %d %s", self.master_addr, code, resp.code,
@@ -99,14 +103,19 @@ class SlaveSynchronize:
 
     async def sync_all(self) -> None:
         self._unknown.clear()  # also while no master is known: the NameServers may know a topic by now
-        if self.master_addr is None or self.master_addr == self.config.broker_addr:
-            return
-        steps = (self._sync_topics, self._sync_offsets, self._sync_delay_offsets, self._sync_groups, self._sync_tiered)
-        for step in steps:
-            try:
-                await step()
-            except (RemotingError, BodyError, cf.ConfigFileError) as e:
-                log.warning("slave sync from master %s: %s failed: %s", self.master_addr, step.__name__, e)
+        async with self._round:
+            master = self.master_addr
+            if master is None or master == self.config.broker_addr:
+                return
+            steps = (self._sync_topics, self._sync_offsets, self._sync_delay_offsets, self._sync_groups,
+                     self._sync_tiered)  # fmt: skip
+            for step in steps:
+                if self.master_addr != master:
+                    return  # the master changed (controller mode): the next round copies the new one's
+                try:
+                    await step()
+                except (RemotingError, BodyError, cf.ConfigFileError) as e:
+                    log.warning("slave sync from master %s: %s failed: %s", master, step.__name__, e)
 
     async def _sync_topics(self, timeout: float = TIMEOUT) -> bool:
         """Take the master's topic table; False when the master answered with an error."""

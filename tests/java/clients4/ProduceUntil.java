@@ -12,7 +12,8 @@ import org.apache.rocketmq.common.message.Message;
 
 /**
  * Sync sends of {@code <mode>-<i>}, one after the other, until the file {@code stop} exists (a test's signal), with
- * the client's default retries. Prints {"acked": [bodies answered SEND_OK], "failed": n}: what a producer that keeps
+ * the client's default retries (or {@code retries=n} more attempts per send; 0: each body goes out once, so the log
+ * can hold no second copy of it). Prints {"acked": [bodies answered SEND_OK], "failed": n}: what a producer that keeps
  * going through a broker failure got acknowledged.
  */
 public final class ProduceUntil {
@@ -21,6 +22,9 @@ public final class ProduceUntil {
         String topic = args.get("topic");
         Path stop = Path.of(args.get("stop"));
         DefaultMQProducer producer = Common.configure(new DefaultMQProducer(args.get("group")), args);
+        if (args.containsKey("retries")) {
+            producer.setRetryTimesWhenSendFailed(Integer.parseInt(args.get("retries")));
+        }
         producer.start();
         List<String> acked = new ArrayList<>();
         int failed = 0;
