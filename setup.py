@@ -26,6 +26,7 @@ TWINS = [
     "store.format._transaction",
     "broker.remoting._tx",
     "store.format._appender",
+    "pipelines.index_rebuild._scan",
 ]
 # C libraries a twin links against (the record and run encoders call zlib's crc32 directly).
 LIBRARIES = {"store.format._runs": ["z"], "store.format._records": ["z"], "store.format._appender": ["z"]}
