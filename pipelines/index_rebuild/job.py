@@ -17,6 +17,7 @@ import time
 import uuid
 from dataclasses import asdict
 from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -137,13 +138,9 @@ def verify_index(
     # Rebuild by each rule the records tell apart (with no tag key they agree) and keep the one the live files
     # follow exactly, else the closest: mismatches are reported against it.
     rules = idxmod.RULES if cfg.message_index_enable and idxmod.has_tag_keys(scan.table) else (idxmod.RULE_4,)
-    # Judging walks the chains of every entry that differs, which by the other rule is nearly all of them: rank
-    # the rules by entries apart first (numpy), and judge only those that tie for the least.
-    built = [_rebuild_index(scan.table, store_dir, r, live_idx, slots, index_num, cl_min,
-                            enabled=cfg.message_index_enable) for r in rules]  # fmt: skip
-    apart = [sum(idxmod.entries_apart(rf, lf) for rf, lf in b[4]) for b in built]
-    judged = [_judge_index(b, slots, bound) for b, a in zip(built, apart, strict=True) if a == min(apart)]
-    rule, reindexed, rebuilt_idx, pairs, indexes = min(judged, key=lambda j: sum(not r.ok for r in j[4]))
+    rule, reindexed, rebuilt_idx, pairs, indexes = _choose_rule(
+        rules, lambda r: _rebuild_index(scan.table, store_dir, r, live_idx, slots, index_num, cl_min,
+                                        enabled=cfg.message_index_enable), slots, bound)  # fmt: skip
     t_idx = time.perf_counter()
 
     repair = None
@@ -232,6 +229,26 @@ def _rebuild_index(table: pa.Table, store_dir: Path, rule: str, live_idx: list[L
     ent = idxmod.repeat_records(ent, reindexed)
     rebuilt_idx = idxmod.rebuild_index(ent, slots, index_num, live=live_idx, cl_min=cl_min)
     return rule, reindexed, ent, rebuilt_idx, idxmod.match_files(rebuilt_idx, live_idx)
+
+
+def _choose_rule(rules: tuple[str, ...], rebuild: Callable[[str], tuple], slots: int, bound: int | None) -> tuple:
+    """The judged rebuild of the rule the live files follow: the fewest entries apart, then the fewest files not
+    ok, then the first listed (4.x's).  Judging walks the chains of every entry that differs, which by the wrong
+    rule is nearly all of them, so rules are ranked by entries apart (numpy) first and only the closest are
+    judged; a rule the files follow exactly ends the search before the next one is even rebuilt."""
+    built = []
+    exact = {}
+    for rule in rules:
+        b = rebuild(rule)
+        apart = sum(idxmod.entries_apart(rf, lf) for rf, lf in b[4])
+        if apart == 0:
+            exact[rule] = judged = _judge_index(b, slots, bound)
+            if all(r.ok for r in judged[4]):
+                return judged
+        built.append((apart, b))
+    least = min(a for a, _ in built)
+    judged_all = [exact.get(b[0]) or _judge_index(b, slots, bound) for a, b in built if a == least]
+    return min(judged_all, key=lambda j: sum(not r.ok for r in j[4]))
 
 
 def _judge_index(built: tuple, slots: int, bound: int | None) -> tuple:
