@@ -99,8 +99,8 @@ def timed_verify(root: Path, label: str, **kw) -> dict:
     mb = rep["commitlog"]["scanned_bytes"] / 1e6
     return {"label": label, "engine": rep["engine"], "seconds": secs, "mb_per_s": mb / secs,
             "records": rep["commitlog"]["scanned_records"], "scanned_bytes": rep["commitlog"]["scanned_bytes"],
-            "timings": rep["timings"], "queues": rep["summary"]["queues"],
-            "index_files": rep["summary"]["index_files"], "index_entries": rep["summary"]["index_entries_matched"]}  # fmt: skip
+            "timings": rep["timings"], "queues": rep["summary"]["queues"], "index_files": rep["summary"]["index_files"],
+            "index_entries": rep["summary"]["index_entries_matched"]}  # fmt: skip
 
 
 def run_all(tmp: Path) -> dict:

@@ -15,9 +15,9 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
