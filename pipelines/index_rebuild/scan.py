@@ -274,6 +274,7 @@ def scan_local(
     one must search for its first record, and past the end of the data that search reads every zero byte."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from pipelines import job_progress
     from pipelines.segments import segment_files
 
     files = segment_files(store_dir)
@@ -282,7 +283,9 @@ def scan_local(
 
     def one(part: tuple[str, int, int, bool]) -> list[pa.RecordBatch]:
         path, start, stop, last = part
-        return list(read_split(path, start, stop, last=last, bound=bound, delay_millis=millis))
+        found = list(read_split(path, start, stop, last=last, bound=bound, delay_millis=millis))
+        job_progress.advance(stop - start)  # the job's total is the segments' bytes
+        return found
 
     with ThreadPoolExecutor(max_workers=max(1, min(workers or os.cpu_count() or 1, len(parts) or 1))) as pool:
         batches = [b for found in pool.map(one, parts) for b in found]  # map keeps the splits' order
