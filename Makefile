@@ -14,7 +14,7 @@ python: $(VENV)/.installed $(PROXY_STUBS)
 
 # Re-runs only when the dependency declarations or the compiled twins' sources change; the package itself is
 # editable (the Python modules are read in place, the Cython twins are built into the tree by setup.py).
-TWIN_PYX := $(wildcard store/_*.pyx store/format/_*.pyx broker/remoting/_*.pyx)
+TWIN_PYX := $(wildcard store/_*.pyx store/format/_*.pyx broker/remoting/_*.pyx pipelines/index_rebuild/_*.pyx)
 TWIN_SOURCES := $(TWIN_PYX) $(wildcard store/_*.pxd store/format/_*.pxd broker/remoting/_*.pxd)
 # pip prints each package it collects and installs (a first install takes minutes: Spark, Airflow, ...).
 $(VENV)/.installed: pyproject.toml constraints.txt setup.py $(TWIN_SOURCES)
@@ -133,4 +133,4 @@ clean:
 	rm -rf $(VENV) $(RMQ5_VENV) .peers build dist *.egg-info .mqlake .airflow .pytest_cache .ruff_cache .mypy_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 	rm -f broker/proxy/v2/*_pb2*.py broker/proxy/v2/*_pb2.pyi
-	rm -f $(TWIN_PYX:.pyx=.c) $(wildcard store/_*.so store/format/_*.so broker/remoting/_*.so)
+	rm -f $(TWIN_PYX:.pyx=.c) $(wildcard store/_*.so store/format/_*.so broker/remoting/_*.so pipelines/index_rebuild/_*.so)

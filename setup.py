@@ -27,6 +27,7 @@ TWINS = [
     "broker.remoting._tx",
     "store.format._appender",
     "store._commitlog",
+    "pipelines.index_rebuild._scan",
 ]
 # C libraries a twin links against (the record and run encoders call zlib's crc32 directly).
 LIBRARIES = {"store.format._runs": ["z"], "store.format._records": ["z"], "store.format._appender": ["z"]}

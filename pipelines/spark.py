@@ -157,6 +157,12 @@ def _submitted_master() -> str | None:
     return SparkConf().get("spark.master", None)
 
 
+def resolved_master(master: str | None = None) -> str:
+    """The master :func:`get_spark` starts a session on: ``master``, else spark-submit's ``--master`` when it
+    launched this driver, else ``$MQLAKE_SPARK_MASTER``, else ``local[*]``."""
+    return master or _submitted_master() or os.environ.get(ENV_MASTER) or DEFAULT_MASTER
+
+
 def get_spark(master: str | None = None, app_name: str = "mqlake", conf: dict[str, str] | None = None) -> SparkSession:
     """A SparkSession on ``master`` (else spark-submit's ``--master`` when it launched this driver, else
     ``$MQLAKE_SPARK_MASTER``, else ``local[*]``) with mqlake's defaults, then ``$MQLAKE_SPARK_CONF``, then
@@ -173,7 +179,7 @@ def get_spark(master: str | None = None, app_name: str = "mqlake", conf: dict[st
     from pipelines.logs import quiet_python_loggers
 
     quiet_python_loggers()
-    master = master or _submitted_master() or os.environ.get(ENV_MASTER) or DEFAULT_MASTER
+    master = resolved_master(master)
     if master.startswith("local") or _is_loopback_master(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else a warning about the hostname on every start
     settings = _defaults(master) | parse_conf(os.environ.get(ENV_CONF)) | dict(conf or {})

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from store.dump import iter_records
-from store.format import delay, hashing, records, units
-from tests.fixtures_spark import write_store
+from store.format import delay, hashing, properties, records, units
+from tests.fixtures_spark import LONG_TOPIC, write_store
 from tests.fixtures_vectors import java_string
 from tests.helpers import SMALL_CONSUME_QUEUE, SMALL_HASH_SLOTS, make_config, make_message, read_queue
 
@@ -51,6 +51,7 @@ def copy_store(src: Path, tmp_path: Path) -> Path:
 
 
 def verify(spark, store_dir: Path, **kw) -> dict:
+    """``verify_index`` on the given session (None: as the command would choose)."""
     from pipelines.index_rebuild.job import verify_index
 
     return verify_index(store_dir, spark=spark, **kw)
@@ -581,3 +582,100 @@ def test_a_topic_no_directory_can_hold_and_odd_entries_are_reported_not_a_traceb
     manifest = json.loads((tmp_path / "out" / "repair.json").read_text())
     assert {x["topic"] for x in manifest["consume_queues"]} == {x["topic"] for x in rep["consume_queues"]} - {topic}
     assert not (tmp_path / "out" / "consumequeue" / "L").exists()
+
+
+# ===================================================================================================== local engine
+
+
+def _strip_run(report: dict) -> dict:
+    """A report without what differs between two runs of the same verification (its id, time and engine)."""
+    return {k: v for k, v in report.items() if k not in ("run_id", "started_at", "timings", "engine")}
+
+
+@pytest.mark.unit
+def test_compiled_scan_gives_the_reference_rows(base_store, tmp_path):
+    """Every record, the compiled scan's or handed back to the reference (a non-ASCII topic, tags or keys, an
+    empty TAGS after a set one, a delay level's tags code, a rollback, a torn tail), comes out as the reference's."""
+    import pyarrow as pa
+
+    from pipelines.index_rebuild import scan
+    from store.message_store import MessageStore
+
+    root = tmp_path / "store"
+    with MessageStore(make_config(tmp_path)) as store:
+        for i in range(300):
+            msg = make_message(["Plain", "Dörfer", LONG_TOPIC][i % 3], i % 2, f"b{i}", tags=["t", "tæg", None][i % 3],
+                               keys=[f"k{i}", "ключ" if i % 5 == 0 else "", "two  spaces"])  # fmt: skip
+            assert store.put_message(msg).ok
+        msg = make_message("Plain", 0, "empty tags last", tags="first")
+        msg.properties += properties.encode_properties({"TAGS": ""})
+        assert store.put_message(msg).ok
+        for flag in (records.TRANSACTION_ROLLBACK_TYPE, records.TRANSACTION_PREPARED_TYPE):
+            assert store.put_message(make_message("Plain", 1, "tx", tags="x", keys="txk", sys_flag=flag)).ok
+        assert store.put_message(make_message(delay.SCHEDULE_TOPIC, 1, "later", tags="d", DELAY="2")).ok
+        end = store.max_phy_offset
+    segments = sorted((root / "commitlog").iterdir())
+    last = max(f for f in segments if int(f.name) < end)
+    for f in segments[segments.index(last) + 1 :]:
+        f.unlink()  # allocated ahead, empty
+    with open(last, "r+b") as f:  # a torn tail: half a record's header, nothing valid after it
+        f.seek(end - int(last.name))
+        f.write(b"\x00\x00\x01\x00\xda\xa3\x20\xa7")
+    for store_dir in (root, base_store):
+        for path, start, stop, is_last in scan.splits(store_dir, split_size=4096):
+            both = [pa.Table.from_batches(list(scan.read_split(path, start, stop, last=is_last, compiled=c)),
+                                          scan.DISPATCH_SCHEMA) for c in (True, False)]  # fmt: skip
+            assert both[0].equals(both[1]), (path, start)
+    rows = scan.scan_local(root).table
+    assert rows.num_rows == 304
+    assert pa.compute.any(rows.column("tag_key")).as_py()
+
+
+@pytest.mark.unit
+def test_the_command_scans_locally_by_default_and_names_the_damage(base_store, tmp_path):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from pipelines.index_rebuild.job import VerifyError, verify_index
+
+    store_dir = copy_store(base_store, tmp_path)
+    victim = cq_file(store_dir, "Orders", 1, 0)
+    victim.unlink()
+    res = CliRunner().invoke(app, ["verify-index", "--store-dir", str(store_dir), "--json"])
+    assert res.exit_code == 1, res.output
+    rep = json.loads(res.output)
+    assert rep["engine"] == "local"
+    [q] = bad_queues(rep)
+    assert (q["topic"], q["queue_id"], q["files_missing"]) == ("Orders", 1, [victim.name])
+    seg = sorted((store_dir / "commitlog").iterdir())[1]
+    with open(seg, "r+b") as f:
+        f.seek(records.MAGIC_POS)
+        f.write(b"\xde\xad\xbe\xef")  # the segment's first record: bad magic
+    with pytest.raises(VerifyError, match=f"{seg.name}.*bad magic"):
+        verify_index(store_dir)
+    with pytest.raises(VerifyError, match="engine 'gpu'"):
+        verify_index(store_dir, engine="gpu")
+
+
+@pytest.mark.spark
+def test_local_engine_gives_the_spark_report_on_damaged_files(spark, base_store, tmp_path):
+    """A flipped ConsumeQueue unit, a truncated queue and a broken IndexFile chain: the same report either way."""
+    store_dir = copy_store(base_store, tmp_path)
+    victim = cq_file(store_dir, "Invoices", 2, 0)
+    data = bytearray(victim.read_bytes())
+    data[5 * 20 + 9] ^= 0x5A
+    victim.write_bytes(bytes(data))
+    short = cq_file(store_dir, "Refunds", 4, 0)
+    short.write_bytes(short.read_bytes()[: 7 * 20])
+    name, header = index_headers(store_dir)[3]
+    path = store_dir / "index" / name
+    raw = bytearray(path.read_bytes())
+    e = next(e for e in range(header.index_count - 1, 0, -1) if _index_entry(path, e)[3] > 0)
+    h, phy, tdiff, _prev = _index_entry(path, e)
+    units.pack_index_entry_into(raw, SMALL_HASH_SLOTS, e, h, phy, tdiff, 0)
+    path.write_bytes(bytes(raw))
+    local = verify(None, store_dir, engine="local")
+    on_spark = verify(spark, store_dir)
+    assert (local["engine"], on_spark["engine"]) == ("local", "spark")
+    assert not local["summary"]["ok"] and len(bad_queues(local)) == 2 and len(bad_index(local)) == 1
+    assert _strip_run(local) == _strip_run(on_spark)

@@ -28,7 +28,7 @@ BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.S | re.M)
 # What `make up` reads to decide whether to install: made older than the stamps of the shared venv and jars.
 INSTALL_INPUTS = ("pyproject.toml", "constraints.txt", "setup.py", "tools/gen_grpc_stubs.py", "tools/peers")
 GENERATED = ("broker/proxy/v2/*_pb2*.py", "broker/proxy/v2/*_pb2.pyi", "store/_*.so", "store/format/_*.so",
-             "broker/remoting/_*.so")  # fmt: skip
+             "broker/remoting/_*.so", "pipelines/index_rebuild/_*.so")  # fmt: skip
 OLD = 946_684_800  # 2000-01-01
 
 
@@ -54,9 +54,10 @@ def _fresh_clone(dest: Path) -> Path:
         for f in [dest / name, *(dest / name).rglob("*")]:
             if f.exists():
                 os.utime(f, (OLD, OLD))
-    for pyx in [*dest.glob("store/_*.p*"), *dest.glob("store/format/_*.p*"), *dest.glob("broker/remoting/_*.p*")]:
-        if pyx.suffix in (".pyx", ".pxd"):
-            os.utime(pyx, (OLD, OLD))
+    twins = [*REPO.glob("store/**/_*.p*"), *REPO.glob("broker/remoting/_*.p*"), *REPO.glob("pipelines/**/_*.p*")]
+    for source in twins:
+        if source.suffix in (".pyx", ".pxd"):
+            os.utime(dest / source.relative_to(REPO), (OLD, OLD))
     return dest
 
 

@@ -442,3 +442,20 @@ def route_perm_read_only(history: History) -> bool:
             return route is not None and not route.publish_queues("ReplayRO")
 
     return run(go())
+
+
+@pytest.mark.spark
+def test_partition_keys_land_where_spark_places_them(spark):
+    """The placement keys are found without a Spark job: Spark's own hash and repartition must agree."""
+    from pyspark.sql import functions as F
+
+    from pipelines.replay.job import _partition_keys, spark_hash_long
+
+    ids = [*range(-300, 300), 2**31, -(2**31) - 1, 2**63 - 1, -(2**63)]
+    got = spark.createDataFrame([(i,) for i in ids], "id bigint").select("id", F.hash("id").alias("h")).collect()
+    assert {r["id"]: r["h"] for r in got} == {i: spark_hash_long(i) for i in ids}
+    for tasks in (1, 2, 5, 8):
+        keys = _partition_keys(tasks)
+        df = spark.createDataFrame([(k,) for k in keys], "k bigint").repartition(tasks, "k")
+        placed = df.rdd.mapPartitionsWithIndex(lambda i, rows: [(i, r["k"]) for r in rows]).collect()
+        assert sorted(placed) == [(i, keys[i]) for i in range(tasks)]

@@ -27,6 +27,13 @@ def verify_index_command(
     out: Annotated[Path | None, typer.Option("--out", help="Empty directory for the rebuilt files.")] = None,
     master: MasterOption = None,
     conf: ConfOption = None,
+    engine: Annotated[
+        str | None,
+        typer.Option("--engine", show_default=False,
+                     help="Scan the CommitLog 'local'ly (this process, every core) or with 'spark' (the executors "
+                          "read it). Default: spark when the master is not local (--master, spark-submit's, "
+                          "$MQLAKE_SPARK_MASTER), else local."),
+    ] = None,
     broker_conf: Annotated[
         Path | None, typer.Option("--broker-conf", help="broker.conf of the store (file sizes, delay levels).")
     ] = None,
@@ -41,7 +48,7 @@ def verify_index_command(
     ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the JSON report instead of the table.")] = False,
 ) -> None:
-    """Rebuild ConsumeQueue and IndexFile from the CommitLog with Spark and compare them with the live files.
+    """Rebuild ConsumeQueue and IndexFile from the CommitLog and compare them with the live files.
 
     Exit 0 when everything matches, 1 on any mismatch (each named by topic, queue, offsets and file),
     2 when the store cannot be verified.
@@ -65,7 +72,7 @@ def verify_index_command(
     try:
         with JobProgress("verify-index", console(stderr=True)):
             result = verify_index(store_dir, report_path=report, lake=lake and lake_option(lake), repair_out=out,
-                                  store_config=store_config, run_id=run_id, **spark_kwargs)  # fmt: skip
+                                  store_config=store_config, run_id=run_id, engine=engine, **spark_kwargs)  # fmt: skip
     except MQLakeError as e:  # VerifyError, or the store's own (a file of a size it cannot open, ...)
         print_error(e)
         raise typer.Exit(2) from None

@@ -440,22 +440,20 @@ def _walk_compare(
             res.matched += 1
             continue
         le = lf.entry(e) if e < lf.count else None
+        kind = "missing" if le is None else "mismatched" if le[:3] != t else "unreachable"
+        setattr(res, kind, getattr(res, kind) + 1)
+        if len(problems) >= MAX_PROBLEMS:
+            continue  # counted; only the listed ones read their key back from the CommitLog
         topic, key = ent.name(int(rf.entry_index[i]))
         s = int(slots[i])
-        p = {"file": str(lf.path), "entry": e, "slot": s, "topic": topic, "key": key,
+        p = {"kind": kind, "file": str(lf.path), "entry": e, "slot": s, "topic": topic, "key": key,
              "commitlog_offset": t[1], "position": units.index_entry_position(slot_num, e),
              "expected": _entry_dict(r.tolist())}  # fmt: skip
-        if le is None:
-            res.missing += 1
-            p["kind"] = "missing"
-        elif le[:3] != t:
-            res.mismatched += 1
-            p |= {"kind": "mismatched", "actual": _entry_dict(le)}
-        else:
-            res.unreachable += 1
-            p |= {"kind": "unreachable", "reason": _why_unreachable(rf, lf, s, slot_num)}
-        if len(problems) < MAX_PROBLEMS:
-            problems.append(p)
+        if kind == "mismatched":
+            p["actual"] = _entry_dict(le)
+        elif kind == "unreachable":
+            p["reason"] = _why_unreachable(rf, lf, s, slot_num)
+        problems.append(p)
     for t in reached - expected:
         if bound is not None and t[1] >= bound:
             res.not_judged += 1

@@ -15,6 +15,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,13 +31,17 @@ from store.config import MessageStoreConfig
 from store.dump import Problem
 from store.errors import MQLakeError
 from store.file_sizes import infer_store_config
-from store.format import delay, units
+from store.format import delay, records, units
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from pipelines.index_rebuild.scan import ScanResult
+
 log = logging.getLogger(__name__)
 REPAIR_MANIFEST = "repair.json"
+ENGINE_LOCAL, ENGINE_SPARK = "local", "spark"
+ENGINES = (ENGINE_LOCAL, ENGINE_SPARK)
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,100}$")  # it goes into a Delta predicate
 
 
@@ -76,14 +81,16 @@ def verify_index(
     repair_out: Path | None = None,
     store_config: MessageStoreConfig | None = None,
     run_id: str | None = None,
+    engine: str | None = None,
 ) -> dict:
     """Verify ``store_dir``'s ConsumeQueue and IndexFile files against the CommitLog; returns the report.
 
     ``store_config`` gives the file sizes and delay levels (default: read off the files, as the tiering
     job does).  With ``repair_out`` the rebuilt files are written there in the store's layout.  ``run_id``
     names the run (default: random); a rerun under the same id replaces its ``index_verification`` rows.
+    ``engine`` scans the CommitLog ``"local"``ly (this process, its cores) or with ``"spark"`` (executors read
+    the segments); default: :func:`choose_engine`.  The report is the same either way.
     """
-    from pipelines.index_rebuild.scan import scan_dispatch
     from pipelines.segments import segment_files
 
     store_dir = Path(store_dir)
@@ -91,6 +98,9 @@ def verify_index(
         raise VerifyError(f"{store_dir} has no commitlog directory")
     if run_id is not None and not _RUN_ID.match(run_id):
         raise VerifyError(f"run id {run_id!r}: 1-100 characters of [A-Za-z0-9_-]")
+    engine = engine or choose_engine(spark, master)
+    if engine not in ENGINES:
+        raise VerifyError(f"engine {engine!r}: one of {', '.join(ENGINES)}")
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     cfg = store_config or infer_store_config(store_dir)
@@ -106,14 +116,11 @@ def verify_index(
     cl_min = int(segments[0].name) if segments else 0
     job_progress.set_total(sum(p.stat().st_size for p in segments), "bytes")
 
-    if spark is None:
-        from pipelines.spark import get_spark
-
-        spark = get_spark(master, app_name="mqlake-verify-index", conf=conf)
-    check_executors_see(spark, read=[store_dir / "commitlog"])  # on a cluster the executors scan the CommitLog
+    millis = delay.parse_delay_levels(cfg.message_delay_level)
     try:
-        millis = delay.parse_delay_levels(cfg.message_delay_level)
-        scan = scan_dispatch(spark, store_dir, bound=bound, delay_millis=millis)
+        scan = _scan(engine, spark, master, conf, store_dir, bound, millis)
+    except records.RecordError as e:
+        raise VerifyError(f"cannot read the CommitLog: {e}") from None
     except Exception as e:  # a RecordError raised in a Spark task arrives wrapped; keep its words
         text = str(e)
         where = next((ln.strip() for ln in text.splitlines() if "invalid CommitLog record" in ln), text.splitlines()[0])
@@ -131,9 +138,9 @@ def verify_index(
     # Rebuild by each rule the records tell apart (with no tag key they agree) and keep the one the live files
     # follow exactly, else the closest: mismatches are reported against it.
     rules = idxmod.RULES if cfg.message_index_enable and idxmod.has_tag_keys(scan.table) else (idxmod.RULE_4,)
-    judged = [_judge_index(scan.table, store_dir, r, live_idx, slots, index_num, cl_min, bound,
-                           enabled=cfg.message_index_enable) for r in rules]  # fmt: skip
-    rule, reindexed, rebuilt_idx, pairs, indexes = min(judged, key=_distance)
+    rule, reindexed, rebuilt_idx, pairs, indexes = _choose_rule(
+        rules, lambda r: _rebuild_index(scan.table, store_dir, r, live_idx, slots, index_num, cl_min,
+                                        enabled=cfg.message_index_enable), slots, bound)  # fmt: skip
     t_idx = time.perf_counter()
 
     repair = None
@@ -162,6 +169,7 @@ def verify_index(
                     "index_rule": rule,
                     "cq_units_matched": sum(q.matched for q in queues),
                     "index_entries_matched": sum(r.matched for r in indexes)},
+        "engine": engine,
         "timings": {"scan_seconds": t_scan - t0, "consume_queue_seconds": t_cq - t_scan,
                     "index_seconds": t_idx - t_cq, "repair_seconds": t_end - t_idx, "total_seconds": t_end - t0},
         # records a restart indexed again (the store's and RocketMQ's re-dispatch does that), offset -> times
@@ -185,9 +193,33 @@ def verify_index(
     return report
 
 
-def _judge_index(table: pa.Table, store_dir: Path, rule: str, live_idx: list[LiveIndexFile], slots: int, index_num: int,
-                 cl_min: int, bound: int | None, *, enabled: bool) -> tuple:  # fmt: skip
-    """(rule, reindexed records, rebuilt files, pairs, results) of rebuilding the IndexFiles by ``rule``."""
+def choose_engine(spark=None, master: str | None = None) -> str:
+    """``"spark"`` when a session is given or the master Spark would run on is not ``local`` (``master``,
+    spark-submit's, ``$MQLAKE_SPARK_MASTER``): the CommitLog may then be where only the executors reach it.
+    Otherwise ``"local"``: for one store on this machine the JVM and shipping every row through Arrow cost more
+    than the scan (docs/benchmarks.md)."""
+    from pipelines.spark import resolved_master
+
+    return ENGINE_SPARK if spark is not None or not resolved_master(master).startswith("local") else ENGINE_LOCAL
+
+
+def _scan(engine: str, spark, master: str | None, conf: dict[str, str] | None, store_dir: Path, bound: int | None,
+          millis: list[int]) -> ScanResult:  # fmt: skip
+    from pipelines.index_rebuild.scan import scan_dispatch, scan_local
+
+    if engine == ENGINE_LOCAL:
+        return scan_local(store_dir, bound=bound, delay_millis=millis)
+    if spark is None:
+        from pipelines.spark import get_spark
+
+        spark = get_spark(master, app_name="mqlake-verify-index", conf=conf)
+    check_executors_see(spark, read=[store_dir / "commitlog"])  # on a cluster the executors scan the CommitLog
+    return scan_dispatch(spark, store_dir, bound=bound, delay_millis=millis)
+
+
+def _rebuild_index(table: pa.Table, store_dir: Path, rule: str, live_idx: list[LiveIndexFile], slots: int,
+                   index_num: int, cl_min: int, *, enabled: bool) -> tuple:  # fmt: skip
+    """(rule, reindexed records, entries, rebuilt files, pairs) of rebuilding the IndexFiles by ``rule``."""
     import numpy as np
 
     ent = idxmod.index_entries(table, store_dir, rule)
@@ -196,7 +228,33 @@ def _judge_index(table: pa.Table, store_dir: Path, rule: str, live_idx: list[Liv
     reindexed = idxmod.reindexed_records(ent, live_idx, cl_min)
     ent = idxmod.repeat_records(ent, reindexed)
     rebuilt_idx = idxmod.rebuild_index(ent, slots, index_num, live=live_idx, cl_min=cl_min)
-    pairs = idxmod.match_files(rebuilt_idx, live_idx)
+    return rule, reindexed, ent, rebuilt_idx, idxmod.match_files(rebuilt_idx, live_idx)
+
+
+def _choose_rule(rules: tuple[str, ...], rebuild: Callable[[str], tuple], slots: int, bound: int | None) -> tuple:
+    """The judged rebuild of the rule the live files follow: the fewest entries apart, then the fewest files not
+    ok, then the first listed (4.x's).  Judging walks the chains of every entry that differs, which by the wrong
+    rule is nearly all of them, so rules are ranked by entries apart (numpy) first and only the closest are
+    judged; a rule the files follow exactly ends the search before the next one is even rebuilt."""
+    built = []
+    exact = {}
+    for rule in rules:
+        b = rebuild(rule)
+        apart = sum(idxmod.entries_apart(rf, lf) for rf, lf in b[4])
+        if apart == 0:
+            exact[rule] = judged = _judge_index(b, slots, bound)
+            if all(r.ok for r in judged[4]):
+                return judged
+        built.append((apart, b))
+    least = min(a for a, _ in built)
+    judged_all = [exact.get(b[0]) or _judge_index(b, slots, bound) for a, b in built if a == least]
+    return min(judged_all, key=lambda j: sum(not r.ok for r in j[4]))
+
+
+def _judge_index(built: tuple, slots: int, bound: int | None) -> tuple:
+    """(rule, reindexed records, rebuilt files, pairs, results) of comparing one rule's rebuild with the live files
+    (``min`` over these keeps the first rule listed on a tie, 4.x's)."""
+    rule, reindexed, ent, rebuilt_idx, pairs = built
     # With a broker running, the live file holding the rebuild's last entry may have grown (or rolled) since.
     last_rebuilt = rebuilt_idx[-1] if rebuilt_idx else None
     indexes = [
@@ -207,13 +265,6 @@ def _judge_index(table: pa.Table, store_dir: Path, rule: str, live_idx: list[Liv
     for res, name in zip(indexes, names, strict=True):
         res.rebuilt_file = name
     return rule, reindexed, rebuilt_idx, pairs, indexes
-
-
-def _distance(judged: tuple) -> tuple[int, int]:
-    """How far the live files are from a rule's rebuild: entries that differ by number, then files not ok
-    (``min`` keeps the first rule listed on a tie, 4.x's)."""
-    _rule, _reindexed, _rebuilt, pairs, indexes = judged
-    return sum(idxmod.entries_apart(rf, lf) for rf, lf in pairs), sum(not r.ok for r in indexes)
 
 
 def _write_repair(out: Path, store_dir: Path, rebuilt_q, rebuilt_idx, pairs, names, cfg, scan, cl_min: int) -> dict:

@@ -139,15 +139,18 @@ def _plan(spark, df, recorded: dict[QueueKey, QueueProgress]) -> list[QueuePlan]
         [(b, t, q, p.last_offset) for (b, t, q), p in recorded.items()] or [("", "", -1, -1)],
         "broker_name string, topic string, queue_id int, done bigint",
     )
+    # distinct first (a row in both the lake and the live log counts once), then plain aggregates: two distinct
+    # counts in one aggregation make Spark expand every row per count, twice the plan's time here (docs/benchmarks.md)
     rows = (
         df.select(*SOURCE_QUEUE, "queue_offset")
+        .distinct()
         .join(F.broadcast(done), SOURCE_QUEUE, "left")
         .groupBy(*SOURCE_QUEUE)
         .agg(
-            F.count_distinct("queue_offset").alias("rows"),
+            F.count("*").alias("rows"),
             F.min("queue_offset").alias("lo"),
             F.max("queue_offset").alias("hi"),
-            F.count_distinct(F.when(F.col("queue_offset") <= F.col("done"), F.col("queue_offset"))).alias("done"),
+            F.sum(F.when(F.col("queue_offset") <= F.col("done"), 1).otherwise(0)).alias("done"),
         )
         .collect()
     )
@@ -170,22 +173,40 @@ def _assign(plans: list[QueuePlan], tasks: int) -> dict[int, list[QueueKey]]:
     return out
 
 
-def _partition_keys(spark, tasks: int) -> list[int]:
-    """For each partition i, a bigint whose Spark hash lands in partition i of ``repartition(tasks, col)``
-    (HashPartitioning is pmod(murmur3(col), n), the same function as SQL ``hash``): an exact queue->task
-    placement through the DataFrame API, with no Python-side RDD shuffle."""
-    from pyspark.sql import functions as F
+_U32 = 0xFFFFFFFF
 
+
+def _rotl32(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _U32
+
+
+def _murmur3_mix(h: int, k: int) -> int:
+    k = (_rotl32((k * 0xCC9E2D51) & _U32, 15) * 0x1B873593) & _U32
+    return (_rotl32(h ^ k, 13) * 5 + 0xE6546B64) & _U32
+
+
+def spark_hash_long(value: int, seed: int = 42) -> int:
+    """Spark's ``hash`` of a bigint (``Murmur3_x86_32.hashLong``, seed 42): the function ``HashPartitioning``
+    places a row with, as a signed int."""
+    u = value & 0xFFFFFFFFFFFFFFFF
+    h = _murmur3_mix(_murmur3_mix(seed, u & _U32), u >> 32) ^ 8  # fmix(h1, 8 bytes)
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & _U32
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & _U32
+    h ^= h >> 16
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _partition_keys(tasks: int) -> list[int]:
+    """For each partition i, a bigint whose Spark hash lands in partition i of ``repartition(tasks, col)``
+    (HashPartitioning is pmod(murmur3(col), n)): an exact queue->task placement through the DataFrame API, with
+    no Python-side RDD shuffle, found here rather than by a Spark job (seconds of scheduling per replay)."""
     found: dict[int, int] = {}
-    rows = (
-        spark.range(0, 64 * tasks + 64)
-        .select("id", F.expr(f"pmod(hash(id), {tasks})").alias("p"))
-        .groupBy("p")
-        .agg(F.min("id").alias("id"))
-        .collect()
-    )
-    for r in rows:
-        found[r["p"]] = r["id"]
+    for key in range(64 * tasks + 64):
+        found.setdefault(spark_hash_long(key) % tasks, key)  # Python's % of a signed int is Spark's pmod
+        if len(found) == tasks:
+            break
     missing = [i for i in range(tasks) if i not in found]
     if missing:
         raise ReplayError(f"no partition key found for partitions {missing}")
@@ -290,7 +311,7 @@ def _run(spark, spec: ReplaySpec, df, recorded, report: ReplayReport, phase, fin
         tasks = max(1, min(len(todo), parallelism))
         report.tasks = tasks
         assignment = _assign(todo, tasks)
-        keys = _partition_keys(spark, tasks)
+        keys = _partition_keys(tasks)
         placement = spark.createDataFrame(
             [(*k, keys[i], recorded[k].last_offset if k in recorded else -1) for i, qs in assignment.items()
              for k in qs],
