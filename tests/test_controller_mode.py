@@ -209,9 +209,9 @@ def test_a_master_cut_off_from_the_controllers_and_its_slave_is_replaced_and_ste
     it reaches through its ``controllerAddr`` entry) and its HA stream to the slave go through relays the test
     isolates."""
     with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
-        controller_relays = [CuttableProxy(("127.0.0.1", port)) for port in controllers.ports]
+        controller_relays = [CuttableProxy(lambda port=port: ("127.0.0.1", port)) for port in controllers.ports]
         ha_port = free_port()
-        ha_relay = CuttableProxy(("127.0.0.1", ha_port))
+        ha_relay = CuttableProxy(lambda: ("127.0.0.1", ha_port))
         namesrv = MqlakeServer(tmp_path / "ns", "namesrv").start()
         a = controller_broker(tmp_path, "a", namesrv.namesrv_addr,
                               [f"127.0.0.1:{r.port}" for r in controller_relays], haListenPort=str(ha_port))
