@@ -24,7 +24,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -419,6 +419,17 @@ def to_arrow(table_uri: str | Path, filter: Any = None, version: int | None = No
         return pa.table(dt.to_pyarrow_table(filters=filter))
 
 
+def scan_batches(
+    table_uri: str | Path, columns: Sequence[str], filter: Any = None, version: int | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The table's rows at ``version`` (default latest) as a stream of batches of ``columns``, ``filter`` a
+    pyarrow dataset expression (partitions pruned by it): for reads larger than the driver's memory.  Refused
+    as :func:`to_arrow` is."""
+    dt = _raw_readable(table_uri, version)
+    with objectstore.reaching(_uri(table_uri), "reading the Delta table"):
+        yield from dt.to_pyarrow_dataset().to_batches(columns=list(columns), filter=filter)
+
+
 def file_count(table_uri: str | Path) -> int:
     return len(open_table(table_uri).file_uris())
 
@@ -436,6 +447,7 @@ __all__ = [
     "lake_tables",
     "open_table",
     "partition_values_from_path",
+    "scan_batches",
     "snapshot_files",
     "table_schema",
     "to_arrow",
