@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -119,8 +120,8 @@ def _stat_value(value: Any) -> Any:
         return None  # left out: Delta wants its own timestamp text, and a wrong bound would skip real rows
     if isinstance(value, str) and len(value) > _STATS_STRING_LIMIT:
         return None
-    if isinstance(value, bytes | bytearray):
-        return None
+    if isinstance(value, bytes | bytearray | Decimal):
+        return None  # Delta wants a decimal bound as a JSON number of its scale: left out rather than risked
     return value
 
 

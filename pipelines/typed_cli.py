@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from pipelines.objectstore_cli import lake_option
-from store.console import console
+from store.console import console, print_error
 
 schema_app = typer.Typer(
     help="Typed tables: a topic's declared body schema (JSON Schema, Avro, Protobuf) and its typed table.",
@@ -42,8 +42,12 @@ def set_command(
     from lake import tables, typed
 
     location = lake_option(lake)
+    try:
+        added = typed.declare(location, topic, typed.kind_of(file), file.read_bytes(), message)
+    except typed.SchemaError as e:
+        print_error(e)
+        raise typer.Exit(1) from None
     kind = typed.kind_of(file)
-    added = typed.declare(location, topic, kind, file.read_bytes(), message)
     out = console()
     out.print(f"{topic}: {kind} schema declared ({typed.schemas_location(location)})", highlight=False)
     if added:
