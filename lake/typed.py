@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lake import objectstore, tables
 from lake.schema import DECODE_ERRORS_SCHEMA, TYPED_FIXED_FIELDS, TYPED_FIXED_SCHEMA
@@ -402,9 +403,19 @@ def _rows_one_by_one(
     return (pa.concat_tables(pieces) if pieces else value_schema.empty_table()), keep
 
 
+_NEWLINE = pa.scalar(b"\n", pa.binary())
+_NOTHING = pa.scalar(b"", pa.binary())
+_MAX_BLOCK = 1 << 30  # pyarrow's JSON block size is an int32
+
+
 class _JsonDecoder:
-    """Bodies as newline-delimited JSON through pyarrow's reader, a batch per call; a batch that fails is halved
-    until the failing bodies stand alone, so one bad body costs a few re-reads, not the batch."""
+    """Bodies as newline-delimited JSON through pyarrow's reader, a batch per call.
+
+    A body read on a line of its own must be exactly one object: it starts with ``{``, ends with ``}`` and holds
+    no line break, so a string (no raw line break in JSON) or an object (``}`` then ``{`` is no JSON) cannot run
+    from one body into the next, and the reader's row count then says each line gave one row.  Other bodies are
+    read one at a time.  A batch that fails is halved until the failing bodies stand alone, so one bad body costs
+    a few re-reads, not the batch."""
 
     def __init__(self, value_schema: pa.Schema) -> None:
         import pyarrow.json as pj
@@ -415,56 +426,68 @@ class _JsonDecoder:
             explicit_schema=value_schema, unexpected_field_behavior="ignore", newlines_in_values=True
         )
 
-    def _read(self, data: bytes, rows: int, options: Any) -> pa.Table:
+    def _read(self, data: pa.Buffer | bytes, rows: int, options: Any) -> pa.Table:
         import pyarrow.json as pj
 
-        if not data.strip():
+        if rows == 1 and not bytes(data).strip():
             raise ValueError("empty body: no JSON value")
-        t = pj.read_json(io.BytesIO(data), parse_options=options, read_options=pj.ReadOptions(use_threads=False))
+        block = min(_MAX_BLOCK, max(1 << 20, len(data) + 1))  # one block: the reader never splits a batch
+        t = pj.read_json(
+            pa.BufferReader(data), parse_options=options,
+            read_options=pj.ReadOptions(use_threads=False, block_size=block),
+        )  # fmt: skip
         if t.num_rows != rows:
             raise ValueError(f"{t.num_rows} JSON values where {rows} were expected")
         return t
 
     def __call__(self, bodies: pa.Array) -> tuple[np.ndarray, pa.Table, dict[int, str]]:
         n = len(bodies)
+        if not (pa.types.is_binary(bodies.type) or pa.types.is_string(bodies.type)):
+            bodies = bodies.cast(pa.binary())
         offsets, data = _offsets_and_data(bodies)
-        # a newline in a body would split it in two lines: such bodies are read alone, newlines allowed
+        starts, ends = offsets[:-1], offsets[1:]
+        filled = ends > starts
+        alone = ~filled
+        alone[filled] |= data[starts[filled]] != ord("{")
+        alone[filled] |= data[ends[filled] - 1] != ord("}")
         breaks = np.flatnonzero((data == 10) | (data == 13))
-        alone = np.unique(np.searchsorted(offsets[1:], breaks, "right")) if len(breaks) else np.empty(0, np.int64)
+        if len(breaks):
+            alone[np.searchsorted(ends, breaks, "right")] = True
         bad: dict[int, str] = {}
         pieces: list[tuple[np.ndarray, pa.Table]] = []
-        lined = np.setdiff1d(np.arange(n), alone) if len(alone) else np.arange(n)
-        self._lines(offsets, data, lined, pieces, bad)
-        for i in alone.tolist():
+        lined = np.flatnonzero(~alone)
+        self._lines(bodies if len(lined) == n else bodies.take(pa.array(lined)), lined, pieces, bad)
+        for i in np.flatnonzero(alone).tolist():
             try:
-                pieces.append((np.array([i]), self._read(bytes(data[offsets[i]:offsets[i + 1]]), 1, self.one_options)))
+                pieces.append((np.array([i]), self._read(bytes(data[starts[i] : ends[i]]), 1, self.one_options)))
             except (pa.ArrowException, ValueError) as e:
                 bad[i] = _json_reason(e)
         if not pieces:
             return np.empty(0, np.int64), self.value_schema.empty_table(), bad
         idx = np.concatenate([p[0] for p in pieces])
         values = pa.concat_tables([p[1] for p in pieces])
-        if len(alone):
+        if alone.any():
             order = np.argsort(idx, kind="stable")
             idx, values = idx[order], values.take(pa.array(order))
         return idx, values, bad
 
     def _lines(
-        self, offsets: np.ndarray, data: np.ndarray, rows: np.ndarray,
-        pieces: list[tuple[np.ndarray, pa.Table]], bad: dict[int, str],
-    ) -> None:  # fmt: skip
+        self, bodies: pa.Array, rows: np.ndarray, pieces: list[tuple[np.ndarray, pa.Table]], bad: dict[int, str]
+    ) -> None:
+        """Read ``bodies`` (the bodies ``rows`` of the batch) as one line each."""
         if not len(rows):
             return
+        lines = pc.binary_join_element_wise(bodies, _NEWLINE, _NOTHING)  # each body and a newline, end to end
         try:
-            pieces.append((rows, self._read(_joined(offsets, data, rows), len(rows), self.options)))
+            pieces.append((rows, self._read(_values_buffer(lines), len(rows), self.options)))
             return
         except (pa.ArrowException, ValueError) as e:
             if len(rows) == 1:
                 bad[int(rows[0])] = _json_reason(e)
                 return
         half = len(rows) // 2
-        self._lines(offsets, data, rows[:half], pieces, bad)
-        self._lines(offsets, data, rows[half:], pieces, bad)
+        self._lines(bodies.slice(0, half), rows[:half], pieces, bad)
+        self._lines(bodies.slice(half), rows[half:], pieces, bad)
 
 
 def _json_reason(e: BaseException) -> str:
@@ -473,8 +496,6 @@ def _json_reason(e: BaseException) -> str:
 
 def _offsets_and_data(bodies: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """The bodies' offsets (rebased to 0) and bytes, without copying the bytes."""
-    if not (pa.types.is_binary(bodies.type) or pa.types.is_string(bodies.type)):
-        bodies = bodies.cast(pa.binary())
     _, off_buf, data_buf = bodies.buffers()
     offsets = np.frombuffer(off_buf, np.int32)[bodies.offset : bodies.offset + len(bodies) + 1].astype(np.int64)
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.empty(0, np.uint8)
@@ -482,18 +503,11 @@ def _offsets_and_data(bodies: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return offsets - offsets[0], data
 
 
-def _joined(offsets: np.ndarray, data: np.ndarray, rows: np.ndarray) -> bytes:
-    """The bodies ``rows`` (ascending), one per line."""
-    if len(rows) == len(offsets) - 1:  # every body, in order: one copy with a newline after each
-        n = len(rows)
-        ends = offsets[1:] + np.arange(n)
-        out = np.empty(len(data) + n, np.uint8)
-        keep = np.ones(len(out), bool)
-        keep[ends] = False
-        out[keep] = data
-        out[ends] = 10
-        return out.tobytes()
-    return b"\n".join(bytes(data[offsets[i] : offsets[i + 1]]) for i in rows.tolist())
+def _values_buffer(arr: pa.Array) -> pa.Buffer:
+    """The bytes of a binary array's values, end to end (no copy)."""
+    _, off_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(off_buf, np.int32)[arr.offset : arr.offset + len(arr) + 1]
+    return data_buf.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
 
 
 # =====================================================================================================

@@ -378,7 +378,7 @@ def test_sigkill_after_the_commit_and_after_verify_then_rerun_types_each_row_onc
     from tests.test_tier import _run_tier_process
 
     lake, store = tmp_path / "lake", tmp_path / "s"
-    sent = _write(store, 0, 1400)
+    sent = _write(store, 0, 1800)
     schema = tmp_path / "orders.json"
     schema.write_text(json.dumps(ORDERS_V1))
     assert _cli("lake", "schema", "set", JSON_TOPIC, str(schema), "--lake", str(lake)).exit_code == 0

@@ -14,6 +14,8 @@ One run::
     verify:  read the committed snapshot back (bodies too), match it against the staging pass's digests;
              a segment that does not match is quarantined and its rows deleted again (one commit)
     segments table row per verified segment (same txn id, so it is written once)
+    typed:   topics with a declared body schema: the verified rows decoded into their typed tables and
+             decode_errors (lake/typed_tables.py; same txn id, so written once; never blocks the tier)
     mark_tiered; then delete tiered segments through the store (when no broker holds it)
     leftovers: delete the staged files no commit took, of this run and of dead runs (leftovers.py)
 
