@@ -171,8 +171,9 @@ def test_declarations_that_cannot_make_columns_are_refused_naming_why():
     bad_json = {"type": "object", "properties": {"tags": {"type": "string"}}}  # a fixed column's name
     with pytest.raises(typed.SchemaError, match="tags.*clash"):
         typed.parse("T", typed.JSON, json.dumps(bad_json).encode())
+    one_of = {"type": "object", "properties": {"a": {"oneOf": [{"type": "string"}]}}}
     with pytest.raises(typed.SchemaError, match="oneOf"):
-        typed.parse("T", typed.JSON, json.dumps({"type": "object", "properties": {"a": {"oneOf": [{"type": "string"}]}}}).encode())
+        typed.parse("T", typed.JSON, json.dumps(one_of).encode())
     two = {**PAYMENT, "fields": [{"name": "x", "type": ["null", "int", "string"]}]}
     with pytest.raises(typed.SchemaError, match="only unions of null and one type"):
         typed.parse("T", typed.AVRO, json.dumps(two).encode())
