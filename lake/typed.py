@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -33,6 +33,10 @@ JSON, AVRO, PROTOBUF = "json", "avro", "protobuf"
 SUFFIXES = {JSON: ".json", AVRO: ".avsc", PROTOBUF: ".desc"}
 MESSAGE_SUFFIX = ".message"  # beside a .desc: the full name of the topic's message type
 FIXED_NAMES = frozenset(TYPED_FIXED_SCHEMA.names)
+
+
+# bodies -> (indices of those that decoded, their values in that order, reason by index of those that did not)
+Decoder = Callable[[pa.Array], tuple[np.ndarray, pa.Table, dict[int, str]]]
 
 
 class SchemaError(MQLakeError, ValueError):
@@ -226,7 +230,7 @@ class BodySchema:
     source: bytes
     message: str | None = None  # protobuf: the message type's full name
     fields: pa.Schema = field(default_factory=lambda: pa.schema([]))
-    _decoder: Callable[[pa.Array], tuple[np.ndarray, pa.Table, dict[int, str]]] | None = field(
+    _decoder: Decoder | None = field(
         default=None, compare=False, repr=False
     )
 
@@ -362,9 +366,6 @@ def _parse_protobuf(topic: str, source: bytes, message: str | None) -> BodySchem
 # =====================================================================================================
 # Decoders: Arrow binary array -> (good indices, values, reasons)
 # =====================================================================================================
-
-
-Decoder = Callable[[pa.Array], tuple[np.ndarray, pa.Table, dict[int, str]]]
 
 
 def _row_decoder(one: Callable[[bytes], dict[str, Any]], value_schema: pa.Schema) -> Decoder:
@@ -662,13 +663,6 @@ def _write(fs: Any, path: str, data: bytes) -> None:
     with fs.open_output_stream(tmp) as f:
         f.write(data)
     fs.move(tmp, path)
-
-
-def iter_decoded(schema: BodySchema, batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[pa.Table, pa.Table]]:
-    """:func:`decode_batch` over a stream of batches."""
-    for b in batches:
-        if b.num_rows:
-            yield decode_batch(schema, b)
 
 
 __all__ = [
