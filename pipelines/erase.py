@@ -9,9 +9,7 @@ request asks, and record that it was done.
    (``--retain-hours``; default: the table's ``delta.deletedFileRetentionDuration``).  Until then time travel
    (``VERSION AS OF``) to an older version still shows them; run the command again (or ``VACUUM``) after the
    retention to delete them for good.
-3. The same messages' rows in the topic's typed table and in ``decode_errors`` (docs/lake.md, "Typed tables"),
-   found by broker, queue and queue offset, are deleted and vacuumed likewise: a typed row is the message's body.
-4. An audit row goes to the Delta table ``erasures`` (who, what, when, how many rows, the table version).
+3. An audit row goes to the Delta table ``erasures`` (who, what, when, how many rows, the table version).
 
 Messages still in the live CommitLog (``--store-dir``) are named in the output: the CommitLog is append-only, so
 they leave only when their segment expires; once the tier job has tiered that segment, run the erase again.
@@ -30,7 +28,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from lake import objectstore
-from lake.tables import BROKER_NAME, DECODE_ERRORS, MESSAGES, table_uri, typed_table_uri
+from lake.tables import MESSAGES, table_uri
 from pipelines.objectstore_cli import lake_option
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
 
@@ -91,24 +89,14 @@ def erase(
     rows, version = 0, None
     if lk.is_table(uri):
         spark_tables.use_lake_settings(spark)
-        matched = spark_tables.read_table(spark, uri).where(cond)
-        # a lake tiered before broker_name was a column (tier-migrate adds it) has one broker only
-        where = [c for c in (BROKER_NAME, "queue_id", "queue_offset") if c in matched.columns]
-        places = [dict(zip(where, r, strict=True)) for r in matched.select(*where).collect()]
-        rows = len(places)
+        rows = spark_tables.read_table(spark, uri).where(cond).count()
         if rows:
-            _delete(spark, uri, cond)
+            spark.sql(f"DELETE FROM delta.`{uri}` WHERE {cond}")
+            props = dict(spark.sql(f"SHOW TBLPROPERTIES delta.`{uri}`").collect())
+            if props.get("delta.enableDeletionVectors", "false").lower() == "true":
+                spark.sql(f"REORG TABLE delta.`{uri}` APPLY (PURGE)")
         _vacuum(spark, uri, retain_hours)
         version = lk.open_table(uri).version()
-        # the typed rows of the same messages: found by place, as those tables have no UNIQ_KEY
-        for derived in (typed_table_uri(lake, topic), table_uri(lake, DECODE_ERRORS)):
-            if places and lk.is_table(derived):
-                at = " OR ".join(
-                    "(" + " AND ".join(f"{c} = {_literal(v) if isinstance(v, str) else v}" for c, v in p.items()) + ")"
-                    for p in places
-                )
-                _delete(spark, derived, f"topic = {_literal(topic)} AND ({at})")
-                _vacuum(spark, derived, retain_hours)
     report = EraseReport(
         erased_at=datetime.now(UTC).isoformat(timespec="seconds"), operator=operator or getpass.getuser(),
         topic=topic, key=key, msg_id=msg_id, rows=rows, table_version=version,
@@ -119,14 +107,6 @@ def erase(
         report.live = [r.asDict() for r in live.select("commitlog_offset", "msg_id", "segment").collect()]
     _audit(spark, lake, report)
     return report
-
-
-def _delete(spark: SparkSession, uri: str, cond: str) -> None:
-    """Delete the rows matching ``cond``; with deletion vectors, purge them from the data files too."""
-    spark.sql(f"DELETE FROM delta.`{uri}` WHERE {cond}")
-    props = dict(spark.sql(f"SHOW TBLPROPERTIES delta.`{uri}`").collect())
-    if props.get("delta.enableDeletionVectors", "false").lower() == "true":
-        spark.sql(f"REORG TABLE delta.`{uri}` APPLY (PURGE)")
 
 
 def _vacuum(spark: SparkSession, uri: str, retain_hours: float | None) -> None:
