@@ -7,6 +7,9 @@ Environment:
                  0.1 for a smoke run)
   BENCH_JSON     a path: also write the JSON results there
   BENCH_MASTER   Spark master (default local[*])
+  BENCH_TYPED    1: the bodies are JSON orders (bench_typed's, about 800 B) with a JSON Schema declared for the
+                 topic, so the tier also writes its typed table (docs/lake.md, "Typed tables"); the baseline
+                 writes the same segments as before
 
 What is timed, exactly:
   * The store is written first (MessageStore.put_message of 1 KiB bodies, 4 queues, properties as the
@@ -27,13 +30,15 @@ What is timed, exactly:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bench_store import SCALE, STORE_HOST, build_messages, machine
+from benchmarks.bench_store import SCALE, STORE_HOST, TOPIC, build_messages, machine
+from benchmarks.bench_typed import order, order_json_schema
 from benchmarks.report import emit
 from store.config import MessageStoreConfig
 from store.message_store import MessageStore
@@ -45,6 +50,7 @@ BODY = 1024
 CHUNK = 2_000
 TARGET_RATIO = 0.6  # the tier job must reach this fraction of a plain Parquet write of the same rows
 TARGET_SECONDS_PER_GIB = 90.0
+TYPED = os.environ.get("BENCH_TYPED", "") == "1"
 
 
 def write_store(root: Path) -> dict:
@@ -54,7 +60,9 @@ def write_store(root: Path) -> dict:
     config = MessageStoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=SEGMENT, store_host=STORE_HOST)
     with MessageStore(config) as store:
         while store.max_phy_offset <= SEALED * SEGMENT:  # SEALED full segments, then a few into the next
-            for m in build_messages(BODY, CHUNK, start=n):
+            for i, m in enumerate(build_messages(BODY, CHUNK, start=n), n):
+                if TYPED:
+                    m.body = json.dumps(order(i)).encode()
                 res = store.put_message(m)
                 assert res.ok, res
             n += CHUNK
@@ -120,6 +128,10 @@ def run(tmp: Path) -> dict:
     results["delta_spark"] = {"seconds": delta_s, "mb_per_s": sealed_bytes / delta_s / 1e6}
     shutil.rmtree(tmp / "delta-spark", ignore_errors=True)
 
+    if TYPED:
+        from lake import typed
+
+        typed.declare(tmp / "lake", TOPIC, typed.JSON, order_json_schema())
     t0 = time.perf_counter()
     report = tier(root, tmp / "lake", spark=spark, file_reserved_time=0)
     tier_s = time.perf_counter() - t0
@@ -132,6 +144,7 @@ def run(tmp: Path) -> dict:
         "rows": sum(s.rows or 0 for s in tiered),
         "phases_seconds": report.phases,
         "seconds_per_gib": tier_s / (sealed_bytes / 2**30),
+        "typed": report.typed,
     }
     results["ratio_vs_plain_parquet"] = results["tier"]["mb_per_s"] / results["baseline"]["mb_per_s"]
     results["targets"] = {
@@ -156,6 +169,8 @@ def print_report(r: dict) -> None:
     print(f"ratio tier / plain parquet:       {r['ratio_vs_plain_parquet']:7.2f}   (target >= {TARGET_RATIO})")
     for k, v in t["phases_seconds"].items():
         print(f"  {k:16} {v:7.2f} s")
+    for typed in t.get("typed", []):
+        print(f"typed table {typed['topic']}: {typed['rows']:,} rows, {typed['errors']} decode errors")
     print(f"load average before/after: {r['loadavg_before']:.2f} / {r['loadavg_after']:.2f}")
 
 

@@ -3,8 +3,9 @@
 - the servers (``up``, ``broker``, ``namesrv``): cli/servers.py
 - ``admin``, mqadmin's everyday commands: cli/admin.py
 - ``store`` (``dump``, ``adopt-index``): cli/store.py
-- the pipeline jobs (``tier``, ``verify-index``, ``replay``, ``sql``, ``lake erase``): each command lives with
-  its job under pipelines/ (spark-submit runs them as ``python -m pipelines.X``) and only joins the root here.
+- the pipeline jobs (``tier``, ``verify-index``, ``replay``, ``sql``, ``lake erase``, ``lake schema``): each
+  command lives with its job under pipelines/ (spark-submit runs them as ``python -m pipelines.X``) and only
+  joins the root here.
 
 Command modules import typer only; pyspark, delta-rs and the client load when a command runs.
 """
@@ -25,6 +26,7 @@ from pipelines.index_rebuild.cli import verify_index_command
 from pipelines.migrate_brokers import migrate_command
 from pipelines.replay.cli import replay_command
 from pipelines.sql_cli import sql_command
+from pipelines.typed_cli import schema_app
 from store.console import run_app
 
 app = typer.Typer(help="A RocketMQ-compatible broker whose store feeds Spark/Delta.", no_args_is_help=True)
@@ -56,6 +58,7 @@ app.command("replay")(replay_command)
 app.command("sql")(sql_command)
 lake_app = typer.Typer(help="Operations on the tiered history (the lake's Delta tables).", no_args_is_help=True)
 lake_app.command("erase")(erase_command)
+lake_app.add_typer(schema_app, name="schema")
 app.add_typer(lake_app, name="lake")
 
 

@@ -24,8 +24,9 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -119,8 +120,8 @@ def _stat_value(value: Any) -> Any:
         return None  # left out: Delta wants its own timestamp text, and a wrong bound would skip real rows
     if isinstance(value, str) and len(value) > _STATS_STRING_LIMIT:
         return None
-    if isinstance(value, bytes | bytearray):
-        return None
+    if isinstance(value, bytes | bytearray | Decimal):
+        return None  # Delta wants a decimal bound as a JSON number of its scale: left out rather than risked
     return value
 
 
@@ -419,6 +420,17 @@ def to_arrow(table_uri: str | Path, filter: Any = None, version: int | None = No
         return pa.table(dt.to_pyarrow_table(filters=filter))
 
 
+def scan_batches(
+    table_uri: str | Path, columns: Sequence[str], filter: Any = None, version: int | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The table's rows at ``version`` (default latest) as a stream of batches of ``columns``, ``filter`` a
+    pyarrow dataset expression (partitions pruned by it): for reads larger than the driver's memory.  Refused
+    as :func:`to_arrow` is."""
+    dt = _raw_readable(table_uri, version)
+    with objectstore.reaching(_uri(table_uri), "reading the Delta table"):
+        yield from dt.to_pyarrow_dataset().to_batches(columns=list(columns), filter=filter)
+
+
 def file_count(table_uri: str | Path) -> int:
     return len(open_table(table_uri).file_uris())
 
@@ -436,6 +448,7 @@ __all__ = [
     "lake_tables",
     "open_table",
     "partition_values_from_path",
+    "scan_batches",
     "snapshot_files",
     "table_schema",
     "to_arrow",

@@ -63,6 +63,24 @@ BROKER_NAME_FIELD = pa.field(BROKER_NAME, pa.string(), nullable=False)
 # The ``messages`` table: a row per record, with its broker and UTC store date (the partition columns).
 MESSAGES_SCHEMA = pa.schema([*MESSAGE_FIELDS, BROKER_NAME_FIELD, pa.field(STORE_DATE, pa.date32(), nullable=False)])
 
+# The fixed columns of a topic's typed table (lake/typed.py), before the declared body fields: where the
+# message lay and what identifies it.  All are the ``messages`` table's columns, under the same names.
+TYPED_FIXED_FIELDS: list[pa.Field] = [
+    MESSAGES_SCHEMA.field(name)
+    for name in ("topic", "queue_id", "queue_offset", "keys", "tags", "store_timestamp", "msg_id", BROKER_NAME)
+]
+TYPED_FIXED_SCHEMA = pa.schema(TYPED_FIXED_FIELDS)
+# The ``decode_errors`` table: a row per body that did not decode with its topic's declared schema, with why
+# and the body as it was.
+DECODE_ERRORS_SCHEMA = pa.schema(
+    [
+        *TYPED_FIXED_FIELDS,
+        pa.field("schema_kind", pa.string(), nullable=False),  # json | avro | protobuf
+        pa.field("reason", pa.string(), nullable=False),
+        MESSAGES_SCHEMA.field("body"),
+    ]
+)
+
 QUEUE_RANGE = pa.struct(
     [
         pa.field("topic", pa.string(), nullable=False),

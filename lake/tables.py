@@ -16,6 +16,11 @@ STORE_DATE = "store_date"  # UTC date of store_timestamp: partitions close at UT
 # The broker group whose store held the record: the first partition of ``messages``, a column of ``segments``
 BROKER_NAME = "broker_name"
 QUALITY_RESULTS = "quality_results"
+# Typed per-topic tables (lake/typed.py): the declared body schemas, the typed tables (one per topic, under
+# TYPED_DIR, named in SQL by the topic) and the bodies that did not decode
+SCHEMAS_DIR = "_schemas"
+TYPED_DIR = "typed"
+DECODE_ERRORS = "decode_errors"
 REPORTS_DIR = "_reports"
 
 # broker first: a broker's fall-through reads (lake/reader.py) and a per-broker query prune to its
@@ -23,6 +28,11 @@ REPORTS_DIR = "_reports"
 MESSAGES_PARTITION_BY = [BROKER_NAME, "topic", STORE_DATE]
 ROW_GROUP_BYTES = 8 * 1024 * 1024  # encoded row group size of the messages table
 ROW_GROUP_ROWS = 8192  # and at most this many rows (the compaction writer counts only rows)
+
+
+def typed_table_uri(lake: str | Path, topic: str) -> str:
+    """Where ``topic``'s typed table lives: ``lake/typed/<topic>``."""
+    return table_uri(lake, f"{TYPED_DIR}/{topic}")
 
 
 def table_uri(lake: str | Path, name: str) -> str:

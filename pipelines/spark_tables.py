@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from lake import objectstore
 from lake.delta import LakeError, is_table, lake_tables
+from lake.typed_tables import sql_names
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -64,14 +65,16 @@ def read_table(spark: SparkSession, table_uri: str | Path, version: int | None =
 
 
 def register(spark: SparkSession, lake_root: str | Path) -> list[str]:
-    """Each Delta table directly under ``lake_root`` (``messages``, ``segments``, ``quality_results``, ...) as a
-    table of the session's catalog at its location; returns the names.
+    """Each Delta table directly under ``lake_root`` (``messages``, ``segments``, ``quality_results``, ...) and
+    each topic's typed table (under the topic's name, lake/typed_tables.py) as a table of the session's catalog
+    at its location; returns the names.
 
     They are Delta tables to Spark SQL: every query sees the latest snapshot, and history, time travel,
     OPTIMIZE, VACUUM, RESTORE, DELETE, UPDATE and MERGE work on them.  A name already registered is pointed at
     this lake (dropping such an external table deletes no file).
     """
     tables = lake_tables(lake_root)
+    tables += sql_names(lake_root, {name for name, _ in tables})
     use_lake_settings(spark)
     names = []
     for name, uri in tables:

@@ -124,6 +124,11 @@ def _print(out, result) -> None:
         out.print("a broker holds the store: it deletes the tiered segments in its clean pass")
     elif result.deleted:
         out.print(f"deleted {len(result.deleted)} tiered segment(s)")
+    for t in result.typed:
+        if t.get("error"):
+            out.print(styled(("typed table not written", "red"), f" {t['topic']}: {t['error']}"))
+        else:
+            out.print(f"typed {t['topic']}: rows={t['rows']} decode_errors={t['errors']}")
     out.print("phases (s): " + json.dumps({k: round(v, 2) for k, v in result.phases.items()}))
 
 

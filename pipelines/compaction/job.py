@@ -14,6 +14,8 @@ One run::
     verify:  read the committed snapshot back (bodies too), match it against the staging pass's digests;
              a segment that does not match is quarantined and its rows deleted again (one commit)
     segments table row per verified segment (same txn id, so it is written once)
+    typed:   topics with a declared body schema: the verified rows decoded into their typed tables and
+             decode_errors (lake/typed_tables.py; same txn id, so written once; never blocks the tier)
     mark_tiered; then delete tiered segments through the store (when no broker holds it)
     leftovers: delete the staged files no commit took, of this run and of dead runs (leftovers.py)
 
@@ -61,7 +63,7 @@ import pyarrow as pa
 
 from expectations.rules import MESSAGES, checked_messages, rules_for
 from expectations.runner import QualityReport, validate, write_report
-from lake import broker_names, objectstore, tables
+from lake import broker_names, objectstore, tables, typed, typed_tables
 from lake import delta as lk
 from lake.reports import report_path
 from lake.schema import MESSAGES_SCHEMA, SEGMENTS_SCHEMA
@@ -114,6 +116,7 @@ class TierReport:
     broker_name: str = ""
     broker_cluster_name: str | None = None  # as the store's mqlake.json names it (None: it names none)
     leftovers_removed: int = 0  # staged files never committed, of this run and of dead ones, deleted
+    typed: list[dict[str, Any]] = field(default_factory=list)  # per topic with a declared schema: rows, errors
 
     def by_state(self, state: str) -> list[SegmentOutcome]:
         return [s for s in self.segments if s.state == state]
@@ -129,6 +132,7 @@ class TierReport:
             "segments": [vars(s) for s in self.segments],
             "deleted": self.deleted,
             "leftovers_removed": self.leftovers_removed,
+            "typed": self.typed,
             "delete_error": self.delete_error,
             "phases_s": {k: round(v, 3) for k, v in self.phases.items()},
             "quality": self.quality.to_json() if self.quality else None,
@@ -400,6 +404,8 @@ class TierJob:
                 self._revert(failed, facts, entries)
         with phase("segments_table"):
             self._write_segments_rows(verified, facts, outcomes, expected)
+        with phase("typed"):
+            report.typed = self._write_typed(verified, entries, expected)
         _crash_point("after_verify")
         for b in verified:
             self.manifest.mark_tiered(b, self.owner, note=f"run {self.run_id}")
@@ -581,6 +587,36 @@ class TierJob:
                       "mqlake.tier.store": self.store_id, "mqlake.tier.reverted": ",".join(names)},
         )  # fmt: skip
         log.error("took the unverified rows of %s out of %s again: %s", names, self.messages_uri, done)
+
+    def _write_typed(self, verified: list[int], entries, digests: dict[str, RowsDigest]) -> list[dict[str, Any]]:
+        """Decode the verified segments' rows of each topic with a declared schema into its typed table and
+        ``decode_errors`` (lake/typed_tables.py).  Before the segments are marked tiered, so a run that dies
+        meanwhile is finished by the next one; a topic whose rows cannot be written is logged and reported, and
+        never holds the tier back (``mqlake lake schema rebuild`` writes them later)."""
+        try:
+            declared = set(typed.declared_topics(self.lake))
+        except Exception as e:  # noqa: BLE001 - the typed tables never block the tier
+            log.error("listing the declared schemas of %s failed: %s", self.lake, e)
+            return [{"topic": None, "error": f"{type(e).__name__}: {e}"}]
+        by_topic: dict[str, dict[str, int]] = {}
+        for b in verified:
+            name = entries[b].file_name
+            for topic, _queue in digests[name].queues:
+                if topic in declared:
+                    by_topic.setdefault(topic, {})[name] = b
+        out = []
+        for topic, segments in sorted(by_topic.items()):
+            try:
+                done = typed_tables.add_tiered(
+                    self.lake, topic, store_id=self.store_id, broker_name=self.broker_name, segments=segments
+                )
+            except Exception as e:  # noqa: BLE001 - the typed tables never block the tier
+                log.error("writing the typed rows of topic %s failed (mqlake lake schema rebuild %s writes them "
+                          "later): %s", topic, topic, e)  # fmt: skip
+                done = typed_tables.TypedOutcome(topic, error=f"{type(e).__name__}: {e}")
+            if done is not None:
+                out.append(vars(done))
+        return out
 
     def _write_segments_rows(self, verified: list[int], facts, outcomes, digests: dict[str, RowsDigest]) -> None:
 

@@ -25,10 +25,13 @@ def compact(lake: Path | str, today: date | None = None, target_size: int = TARG
     from deltalake import WriterProperties
 
     from lake import delta as lk
+    from lake.typed import declared_topics
 
     today = today or datetime.now(UTC).date()
     out: dict[str, Any] = {}
-    for name in (tables.MESSAGES, tables.SEGMENTS, tables.QUALITY_RESULTS):
+    names = [tables.MESSAGES, tables.SEGMENTS, tables.QUALITY_RESULTS, tables.DECODE_ERRORS]
+    names += [f"{tables.TYPED_DIR}/{topic}" for topic in declared_topics(lake)]  # a small file per tier run each
+    for name in names:
         uri = tables.table_uri(lake, name)
         if not lk.is_table(uri):
             continue
