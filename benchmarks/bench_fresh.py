@@ -5,7 +5,7 @@ Run: ``.venv/bin/python -m benchmarks bench_fresh``.
 Environment:
   BENCH_SCALE    multiplies the seed history (default 1.0 = 48,000 1 KiB messages, 8 MiB segments: about 40 MiB
                  tiered into the lake and the rest live)
-  BENCH_ROUNDS   messages timed (default 20)
+  BENCH_ROUNDS   messages timed (default 10)
   BENCH_JSON     a path: also write the JSON results there
 
 What is measured, exactly:
@@ -43,14 +43,14 @@ from broker.client import Admin, Message, Producer
 from broker.remoting.loop import run
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1") or 1)
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "20") or 20)
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "10") or 10)
 TOPIC = "BenchFresh"
 QUEUES = 4
 SEGMENT = 8 * 1024 * 1024
 SEED = 48_000
 BATCH = 32
 BODY = b"f" * 1024
-LOAD_RATE = 2_000  # msgs/s of the background producer
+LOAD_RATE = 200  # msgs/s of the background producer: the live log grows 12 MiB a minute, every statement reads it
 TARGET_SECONDS = 10.0  # produce -> visible, the bound
 
 
@@ -90,6 +90,12 @@ def _tier(store: Path, lake: Path) -> dict:
         spark.stop()
     tiered = report.by_state("tiered")
     return {"segments": len(tiered), "rows": sum(s.rows for s in tiered)}
+
+
+def _live_bytes(store: Path) -> int:
+    from pipelines.history import live_segments
+
+    return sum((store / "commitlog" / f"{base:020d}").stat().st_size for base in live_segments(store))
 
 
 class Load:
@@ -163,6 +169,7 @@ def run_bench(work: Path) -> dict:
             finally:
                 results["load_sent"] = load.close()
             results["rows_at_end"] = int(shell.run("SELECT count(*) FROM messages_all")["printed"][1])
+            results["live_bytes_at_end"] = _live_bytes(work / "store")
         finally:
             shell.close()
     finally:
@@ -183,6 +190,7 @@ def print_report(r: dict) -> None:
           f"{r['loadavg_before']:.2f} / {r['loadavg_after']:.2f}")  # fmt: skip
     print(f"lake: {r['tiered']['rows']:,} rows from {r['tiered']['segments']} tiered 8 MiB segments; messages_all held "
           f"{r['rows_at_end']:,} rows at the end ({r['load_sent']:,} sent by the background load at {LOAD_RATE:,}/s)")
+    print(f"live CommitLog read by the last statement: {r['live_bytes_at_end'] / 2**20:.0f} MiB")
     print(f"first statement of the shell (Spark start-up): {r['first_statement_s']:.2f} s")
     tries = [len(x["statements"]) for x in r["measured"]]
     print(f"produce -> visible in messages_all over {r['rounds']} messages: p50 {r['visible_p50_s']:.2f} s, "

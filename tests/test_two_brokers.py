@@ -18,6 +18,7 @@ import io
 import json
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -398,56 +399,16 @@ def test_replay_reads_each_brokers_tier_and_live_store_into_a_topic_exactly_once
 FRESH_TOPIC = "TwoBrokersFresh"
 
 
-class _SqlShell:
-    """``mqlake sql --shell --format json`` (the console script, its own JVM) fed statement by statement; each
-    statement selects a literal ``s`` naming it, so its rows are told apart from the others' in the output."""
-
-    def __init__(self, args: list[str]) -> None:
-        import os
-        import subprocess
-        import sys
-
-        env = dict(os.environ, JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1")
-        self.proc = subprocess.Popen([str(Path(sys.executable).with_name("mqlake")), "sql", *args, "--shell",
-                                      "--format", "json", "--master", "local[1]"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
-        self.out: list[str] = []
-        self.err: list[str] = []
-        for stream, lines in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
-            threading.Thread(target=lambda s=stream, ls=lines: ls.extend(line.rstrip("\n") for line in s),
-                             daemon=True).start()  # fmt: skip
-
-    def rows(self, name: str, statement: str) -> list[dict]:
-        """Run ``SELECT '<name>' AS s, ...`` and return its rows once the shell has printed all of them."""
-        assert self.proc.stdin is not None
-        done = len([line for line in self.err if line.startswith("(")])
-        self.proc.stdin.write(f"SELECT '{name}' AS s, {statement};\n")
-        self.proc.stdin.flush()
-        stats = wait_until(lambda: [line for line in self.err if line.startswith(("(", "error:"))][done:], 300,
-                           what=f"the shell to answer {name}")  # fmt: skip
-        assert stats[0].startswith("("), "\n".join(self.err)
-        n = int(stats[0][1:].split(" ")[0])
-
-        def printed() -> tuple[list[dict]] | None:
-            got = [r for r in map(json.loads, list(self.out)) if r["s"] == name]
-            return (got,) if len(got) == n else None
-
-        return wait_until(printed, 30, what=f"{n} rows of {name}")[0]  # type: ignore[index]
-
-    def close(self) -> int:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        return self.proc.wait(120)
-
-
 def test_messages_all_holds_each_brokers_history_once_and_a_shell_sees_a_later_send(cluster) -> None:
-    """``mqlake sql --store-dir A --store-dir B --shell``: ``messages_all`` holds both brokers' tiered prefix (their
+    """``mqlake sql --shell`` with both brokers' stores: ``messages_all`` holds both brokers' tiered prefix (their
     segments deleted from the stores) and live rest of every queue, each record once; a message sent to each broker
-    after the session started is in a later statement of the same session."""
+    after the session started is in a later statement of the same session (the shell on the suite's Spark session,
+    its statements read one by one as a terminal would give them)."""
     from typer.testing import CliRunner
 
     from broker.client import Message, MessageQueue, Producer
     from cli.main import app
+    from pipelines.sql_cli import live_stores, run_shell
 
     created = CliRunner().invoke(app, ["admin", "updateTopic", "-t", FRESH_TOPIC, "-c", "DefaultCluster", "-n",
                                        cluster.namesrv.namesrv_addr, "-r", "1", "-w", "1"])  # fmt: skip
@@ -457,26 +418,34 @@ def test_messages_all_holds_each_brokers_history_once_and_a_shell_sees_a_later_s
     tiered = _tiered_counts(cluster.lake)
     for name in BROKERS:  # each broker's history is split: a tiered prefix, and a live rest
         assert 0 < sum(n for (b, _), n in tiered.items() if b == name) < COUNT
-    stores = [arg for name in BROKERS for arg in ("--store-dir", str(cluster.brokers[name].store_dir))]
-    shell = _SqlShell(["--lake", str(cluster.lake), *stores])
-    try:
-        rows = shell.rows("all", f"broker_name, queue_id, queue_offset, CAST(body AS STRING) AS body FROM "
-                                 f"messages_all WHERE topic = '{TOPIC}'")  # fmt: skip
-        got: dict[tuple[str, int], list] = {}
-        for r in sorted(rows, key=lambda r: (r["broker_name"], r["queue_id"], r["queue_offset"])):
-            got.setdefault((r["broker_name"], r["queue_id"]), []).append((r["queue_offset"], r["body"].encode()))
-        assert got == {k: list(enumerate(v)) for k, v in cluster.truth.items()}  # every offset once, no gap
-        fresh = f"CAST(body AS STRING) AS body, broker_name FROM messages_all WHERE topic = '{FRESH_TOPIC}'"
-        assert shell.rows("before", fresh) == []
+    stores = live_stores(cluster.lake, [cluster.brokers[name].store_dir for name in BROKERS])
+    assert [b for b, _ in stores] == list(BROKERS)  # each store named by the broker that wrote it
 
-        async def send_to_each_broker() -> None:
-            async with Producer("pg_two_brokers_fresh", cluster.namesrv.namesrv_addr) as p:
-                for name in BROKERS:
-                    await p.send(Message(FRESH_TOPIC, f"fresh-{name}".encode()), MessageQueue(FRESH_TOPIC, name, 0))
+    async def send_to_each_broker() -> None:
+        async with Producer("pg_two_brokers_fresh", cluster.namesrv.namesrv_addr) as p:
+            for name in BROKERS:
+                await p.send(Message(FRESH_TOPIC, f"fresh-{name}".encode()), MessageQueue(FRESH_TOPIC, name, 0))
 
-        run(send_to_each_broker())
-        after = shell.rows("after", fresh)
-        assert sorted((r["broker_name"], r["body"]) for r in after) == [(b, f"fresh-{b}") for b in BROKERS]
-    finally:
-        code = shell.close()
-    assert code == 0, "\n".join(shell.err)
+    fresh = f"CAST(body AS STRING) AS body, broker_name FROM messages_all WHERE topic = '{FRESH_TOPIC}'"
+
+    def typed_in() -> Iterator[str]:
+        yield (f"SELECT 'all' AS s, broker_name, queue_id, queue_offset, CAST(body AS STRING) AS body\n"
+               f"  FROM messages_all WHERE topic = '{TOPIC}';")  # fmt: skip
+        yield f"SELECT 'before' AS s, {fresh};"
+        run(send_to_each_broker())  # the shell asks for its next line once 'before' has answered
+        yield f"SELECT 'after' AS s, {fresh};"
+
+    out, err = io.StringIO(), io.StringIO()
+    assert run_shell(cluster.lake, output="json", stores=stores, lines=typed_in(), out=out, err=err) == 0, (
+        err.getvalue())  # fmt: skip
+    rows: dict[str, list[dict]] = {}
+    for r in map(json.loads, out.getvalue().splitlines()):
+        rows.setdefault(r.pop("s"), []).append(r)
+    got: dict[tuple[str, int], list] = {}
+    for r in sorted(rows["all"], key=lambda r: (r["broker_name"], r["queue_id"], r["queue_offset"])):
+        got.setdefault((r["broker_name"], r["queue_id"]), []).append((r["queue_offset"], r["body"].encode()))
+    assert got == {k: list(enumerate(v)) for k, v in cluster.truth.items()}  # every offset once, no gap
+    assert "before" not in rows  # no row yet
+    assert sorted((r["broker_name"], r["body"]) for r in rows["after"]) == [(b, f"fresh-{b}") for b in BROKERS]
+    stats = [line.split(",")[0] for line in err.getvalue().splitlines() if line.startswith("(")]
+    assert stats == [f"({COUNT} rows", "(0 rows", "(2 rows"]
