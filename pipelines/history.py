@@ -29,7 +29,6 @@ parquet statistics skip the rest of the table).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +40,6 @@ from store.errors import MQLakeError
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-
-log = logging.getLogger(__name__)
 
 KEY = (BROKER_NAME, "topic", "queue_id", "queue_offset")
 MESSAGES_ALL = "messages_all"  # the view of the messages table UNION the live records not yet tiered
@@ -252,16 +249,35 @@ def register_views(
     spark: SparkSession, lake: Path | str, stores: Sequence[Store], typed: Sequence[TypedTopic] = ()
 ) -> list[str]:
     """Pin the history now and (re)define the session's temporary views ``messages_all`` and each typed topic's
-    ``<topic>_all`` over it; returns their names.  Call it again for a later query to see later records: a view
-    is the history as of its definition."""
-    from lake import tables
+    ``<topic>_all`` over it; returns their names.  A view is the history as of its definition: see
+    :class:`LiveViews` for views kept fresh statement after statement."""
+    return LiveViews(lake, stores, typed).refresh(spark)
 
-    uris = [tables.table_uri(lake, tables.MESSAGES), *(t.table_uri for t in typed)]
-    history = History.pin(lake, stores, uris)
-    history.messages_all(spark).createOrReplaceTempView(MESSAGES_ALL)
-    names = [MESSAGES_ALL]
-    for t in typed:
-        name = typed_view_name(t.topic)
-        history.typed_all(spark, t).createOrReplaceTempView(f"`{name}`")
-        names.append(name)
-    return names
+
+class LiveViews:
+    """The history views of a session that runs statement after statement (``mqlake sql --shell``).
+
+    :meth:`refresh` before each statement pins the history anew.  The views are defined again only when the pin
+    moved (a segment listed or tiered, a table's new version): with the same segments and versions the views
+    already defined read the same, the live segments to where they end when the statement reads them, and
+    defining them again would only cost the statement Spark's analysis of them.
+    """
+
+    def __init__(self, lake: Path | str, stores: Sequence[Store], typed: Sequence[TypedTopic] = ()) -> None:
+        from lake import tables
+
+        self.lake, self.stores, self.typed = lake, tuple(stores), tuple(typed)
+        self.uris = [tables.table_uri(lake, tables.MESSAGES), *(t.table_uri for t in self.typed)]
+        self.names = [MESSAGES_ALL, *(typed_view_name(t.topic) for t in self.typed)]
+        self.pinned: History | None = None
+
+    def refresh(self, spark: SparkSession) -> list[str]:
+        """Pin the history now; (re)define the views if it moved since the last call (or one was dropped)."""
+        history = History.pin(self.lake, self.stores, self.uris)
+        if history == self.pinned and all(spark.catalog.tableExists(f"`{n}`") for n in self.names):
+            return self.names
+        history.messages_all(spark).createOrReplaceTempView(MESSAGES_ALL)
+        for t, name in zip(self.typed, self.names[1:], strict=True):
+            history.typed_all(spark, t).createOrReplaceTempView(f"`{name}`")
+        self.pinned = history
+        return self.names

@@ -36,6 +36,8 @@ from store.console import console, table
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from pipelines.history import LiveViews
+
 # A cell's length in a terminal table (a body can be megabytes); outside a terminal cells are printed whole.
 TERMINAL_CELL_WIDTH = 60
 # The shell's readline history, kept across sessions (as spark-sql's ~/.hivehistory).
@@ -151,16 +153,20 @@ def live_stores(
     return tuple(stores)
 
 
+def _views(lake: Path | str, stores: Sequence[Store]) -> LiveViews | None:
+    from pipelines.history import LiveViews
+
+    return LiveViews(lake, stores) if stores else None
+
+
 def _query(
     spark: SparkSession, query: str, output: OutputFormat, limit: int | None, out: TextIO,
-    lake: Path | str, stores: Sequence[Store] = (),
+    views: LiveViews | None = None,
 ) -> int:
-    """Run one statement and print its rows; returns how many (Spark's errors propagate).  With live ``stores``
-    the history views are pinned first, so the statement sees every record stored before it started."""
-    if stores:
-        from pipelines.history import register_views
-
-        register_views(spark, lake, stores)
+    """Run one statement and print its rows; returns how many (Spark's errors propagate).  With the live stores'
+    ``views``, the history is pinned first, so the statement sees every record stored before it started."""
+    if views is not None:
+        views.refresh(spark)
     df = spark.sql(query)
     if limit is not None:
         df = df.limit(limit)
@@ -197,7 +203,7 @@ def run_sql(
     if spark is None:
         return 2
     try:
-        _query(spark, query, output, limit, out, lake, stores)
+        _query(spark, query, output, limit, out, _views(lake, stores))
     except (PySparkException, MQLakeError) as e:
         err.write(f"error: {error_line(e)}\n")
         return 1
@@ -287,6 +293,7 @@ def run_shell(
         return 2
     if interactive:
         err.write("statements end with ';'; quit or Ctrl-D leaves\n")
+    views = _views(lake, stores)
     buffer: list[str] = []
     source: Iterable[str] = lines if lines is not None else (_prompted_lines(buffer) if interactive else sys.stdin)
     failed = False
@@ -294,7 +301,7 @@ def run_shell(
         for statement in statements(source, buffer):
             t0 = time.perf_counter()
             try:
-                n = _query(spark, statement, output, limit, out, lake, stores)
+                n = _query(spark, statement, output, limit, out, views)
             except KeyboardInterrupt:  # Ctrl-C during a query cancels its jobs, not the session
                 spark.sparkContext.cancelAllJobs()
                 err.write("cancelled\n")
