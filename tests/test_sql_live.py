@@ -17,6 +17,8 @@ from typer.testing import CliRunner
 
 from cli.main import app
 
+# the module's fixture (two stores written, each tiered) runs within its first test's time limit
+pytestmark = pytest.mark.timeout(600)
 runner = CliRunner()
 KEY = ("broker_name", "topic", "queue_id", "queue_offset")
 
