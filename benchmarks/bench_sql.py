@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.bench_store import machine
@@ -80,12 +81,13 @@ def cold_query(lake: Path) -> dict:
 
 
 class Shell:
-    """``mqlake sql --shell`` in a child process; ``run`` writes a statement and waits for its stats line."""
+    """``mqlake sql --shell`` in a child process (``extra``: more of its options); ``run`` writes a statement and
+    waits for its stats line."""
 
-    def __init__(self, lake: Path) -> None:
+    def __init__(self, lake: Path, extra: Sequence[str] = ()) -> None:
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
-            [mqlake(), "sql", "--lake", str(lake), "--shell", "--format", "csv"],
+            [mqlake(), "sql", "--lake", str(lake), *extra, "--shell", "--format", "csv"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
         )  # fmt: skip
         self.lines: queue.Queue[str] = queue.Queue()
@@ -99,7 +101,10 @@ class Shell:
             put(line.rstrip("\n"))
 
     def run(self, statement: str) -> dict:
+        """Run ``statement``; returns its wall time (``seconds``, from the write to the stats line), the shell's own
+        figure, its row count and (``printed``) the CSV lines it printed, header first."""
         assert self.proc.stdin is not None
+        before = len(self.stdout)
         t0 = time.perf_counter()
         self.proc.stdin.write(statement + ";\n")
         self.proc.stdin.flush()
@@ -110,7 +115,12 @@ class Shell:
             m = STATS.match(line)
             if m:
                 seconds = time.perf_counter() - t0
-                return {"seconds": seconds, "shell_seconds": float(m.group(2)), "rows": int(m.group(1))}
+                rows = int(m.group(1))
+                # the shell flushes its rows before the stats line, but they come through another pipe
+                while len(self.stdout) < before + 1 + rows:
+                    time.sleep(0.001)
+                printed = self.stdout[before : before + 1 + rows]
+                return {"seconds": seconds, "shell_seconds": float(m.group(2)), "rows": rows, "printed": printed}
 
     def close(self) -> None:
         assert self.proc.stdin is not None

@@ -331,3 +331,30 @@ def decode_columns(buf: ReadBuffer, layout: RecordLayout) -> dict[str, pa.Array]
         "position": pa.array(pos.astype(np.int32)),
     }
     return columns
+
+
+MS_PER_DAY = 86_400_000
+
+
+def store_date(store_timestamp: pa.Array) -> pa.Array:
+    """The UTC day of each store time (the ``store_date`` partition), independent of any time zone setting."""
+    import numpy as np
+    import pyarrow as pa
+
+    days = np.floor_divide(store_timestamp.to_numpy(zero_copy_only=False), MS_PER_DAY)
+    return pa.array(days.astype(np.int32), pa.date32())
+
+
+def table_rows(batch: pa.RecordBatch, broker_name: str) -> pa.RecordBatch:
+    """Decoded records (``MESSAGE_SCHEMA``'s columns) as rows of the ``messages`` table (``MESSAGES_SCHEMA``): the
+    broker whose store held them and their UTC store date appended, as the tier writes them and the live views
+    read them.  Columns ``batch`` has besides the record's stay where they are."""
+    import pyarrow as pa
+
+    from lake.schema import MESSAGES_SCHEMA
+    from lake.tables import BROKER_NAME, STORE_DATE
+
+    broker = pa.repeat(pa.scalar(broker_name, pa.string()), batch.num_rows)
+    day = store_date(batch.column("store_timestamp"))
+    with_broker = batch.append_column(MESSAGES_SCHEMA.field(BROKER_NAME), broker)
+    return with_broker.append_column(MESSAGES_SCHEMA.field(STORE_DATE), day)

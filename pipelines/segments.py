@@ -17,6 +17,8 @@ segment files.  Options:
   and position; ``stop`` ends that split there, the rows before it stay, and the ``segments`` view
   reports the error.  A flipped body byte is not an error: the row comes with ``crc_ok = false``.
 - ``batchRecords``: records per Arrow batch (default 8192).
+- ``brokerName``: the ``messages`` view as rows of the lake's ``messages`` table (``MESSAGES_SCHEMA``): this
+  broker's name and the UTC store date appended, as the tier adds them (``lake.columnar.table_rows``).
 
 Zeros where a record would start end a segment quietly: that is the active segment's unwritten tail
 (the store writes TOTALSIZE + MAGICCODE last, so a concurrent append is either whole or invisible).
@@ -35,7 +37,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from lake import columnar
-from lake.schema import MESSAGE_SCHEMA, SEGMENT_FACTS_SCHEMA, spark_schema
+from lake.schema import MESSAGE_SCHEMA, MESSAGES_SCHEMA, SEGMENT_FACTS_SCHEMA, spark_schema
 from store.errors import MQLakeError
 from store.format import records, units
 
@@ -310,7 +312,9 @@ class CommitLogDataSource(DataSource):
         return view
 
     def schema(self):
-        return spark_schema(SEGMENT_FACTS_SCHEMA if self._view() == "segments" else MESSAGE_SCHEMA)
+        if self._view() == "segments":
+            return spark_schema(SEGMENT_FACTS_SCHEMA)
+        return spark_schema(MESSAGES_SCHEMA if self._options().get("brokername") else MESSAGE_SCHEMA)
 
     def reader(self, schema) -> DataSourceReader:
         return CommitLogReader(self._options(), self._view())
@@ -331,6 +335,9 @@ class CommitLogReader(DataSourceReader):
                 raise CommitLogSourceError(f"commitlog option segments={wanted!r}: expected base offsets") from None
             self.files = [f for f in self.files if int(Path(f).name) in bases]
         self.view = view
+        self.broker_name = options.get("brokername")
+        if self.broker_name is not None and not self.broker_name:
+            raise CommitLogSourceError("commitlog option brokerName is empty")
         self.split_size = _positive_int(options, "splitsize", DEFAULT_SPLIT_SIZE)
         self.batch_records = _positive_int(options, "batchrecords", DEFAULT_BATCH_RECORDS)
         self.on_error = options.get("onerror", "fail")
@@ -355,7 +362,11 @@ class CommitLogReader(DataSourceReader):
         if self.view == "segments":
             yield facts_batch([scan_segment(Path(partition.path))])
             return
-        yield from read_segment(
+        batches = read_segment(
             Path(partition.path), partition.start, partition.stop, batch_records=self.batch_records,
             on_error=self.on_error,
         )  # fmt: skip
+        if self.broker_name is None:
+            yield from batches
+        else:
+            yield from (columnar.table_rows(b, self.broker_name) for b in batches)

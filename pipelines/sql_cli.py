@@ -1,6 +1,9 @@
 """``mqlake sql --lake DIR "SELECT ..."``: Spark SQL over the lake's Delta tables, printed as a table, JSON or CSV.
 ``mqlake sql --lake DIR --shell``: the same in one long-lived Spark session, statement after statement, so only the
 first pays the JVM's start-up (docs/delta.md, "The SQL shell").
+``--store-dir S`` (repeatable) and ``--broker-store NAME=PATH`` add the view ``messages_all``: the lake's rows and
+the live CommitLog's records not yet tiered, each record once (pipelines/history.py), pinned anew before every
+statement, so a message stored a moment ago is in the next one (docs/lake.md, "Live and tiered in one view").
 
 Binary columns (``body``) print as base64 in JSON and CSV (``CAST(body AS STRING)`` in the query gives
 UTF-8 text instead); maps and structs print as JSON objects; dates and timestamps in ISO 8601 (UTC).
@@ -14,7 +17,7 @@ import csv
 import json
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from enum import StrEnum
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO
 import typer
 
 from lake import objectstore
+from pipelines.history import Store
 from pipelines.logs import error_line
 from pipelines.objectstore_cli import lake_option
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
@@ -31,6 +35,8 @@ from store.console import console, table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from pipelines.history import LiveViews
 
 # A cell's length in a terminal table (a body can be megabytes); outside a terminal cells are printed whole.
 TERMINAL_CELL_WIDTH = 60
@@ -133,8 +139,34 @@ def _session(lake: Path | str, master: str | None, conf: dict[str, str] | None, 
     return spark
 
 
-def _query(spark: SparkSession, query: str, output: OutputFormat, limit: int | None, out: TextIO) -> int:
-    """Run one statement and print its rows; returns how many (Spark's errors propagate)."""
+def live_stores(
+    lake: Path | str, store_dirs: Sequence[Path] = (), broker_stores: Sequence[str] = ()
+) -> tuple[Store, ...]:
+    """``--store-dir`` (each named by its own broker: pipelines.history.store_broker) and ``--broker-store
+    NAME=PATH`` as (broker, store root) pairs, checked: raises ``MQLakeError`` naming the store or broker at fault."""
+    from pipelines import history
+
+    named = history.parse_broker_stores(broker_stores)
+    stores = [(history.store_broker(lake, Path(p)), Path(p)) for p in store_dirs]
+    stores += [(history.store_broker(lake, path, name), path) for name, path in named]
+    history.check_stores(stores)
+    return tuple(stores)
+
+
+def _views(lake: Path | str, stores: Sequence[Store]) -> LiveViews | None:
+    from pipelines.history import LiveViews
+
+    return LiveViews(lake, stores) if stores else None
+
+
+def _query(
+    spark: SparkSession, query: str, output: OutputFormat, limit: int | None, out: TextIO,
+    views: LiveViews | None = None,
+) -> int:
+    """Run one statement and print its rows; returns how many (Spark's errors propagate).  With the live stores'
+    ``views``, the history is pinned first, so the statement sees every record stored before it started."""
+    if views is not None:
+        views.refresh(spark)
     df = spark.sql(query)
     if limit is not None:
         df = df.limit(limit)
@@ -151,10 +183,12 @@ def run_sql(
     master: str | None = None,
     conf: dict[str, str] | None = None,
     limit: int | None = None,
+    stores: Sequence[Store] = (),
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """Register the lake's tables as views, run ``query``, print the result; returns the exit code
+    """Register the lake's tables as views (and ``messages_all`` over them and the live ``stores``: (broker,
+    store root) pairs, see :func:`live_stores`), run ``query``, print the result; returns the exit code
     (0 ok, 1 the query failed, 2 bad arguments)."""
     out = out or sys.stdout
     err = err or sys.stderr
@@ -163,12 +197,14 @@ def run_sql(
         return code
     from pyspark.errors import PySparkException
 
+    from store.errors import MQLakeError
+
     spark = _session(lake, master, conf, err)
     if spark is None:
         return 2
     try:
-        _query(spark, query, output, limit, out)
-    except PySparkException as e:
+        _query(spark, query, output, limit, out, _views(lake, stores))
+    except (PySparkException, MQLakeError) as e:
         err.write(f"error: {error_line(e)}\n")
         return 1
     return 0
@@ -235,6 +271,7 @@ def run_shell(
     master: str | None = None,
     conf: dict[str, str] | None = None,
     limit: int | None = None,
+    stores: Sequence[Store] = (),
     lines: Iterable[str] | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
@@ -256,6 +293,7 @@ def run_shell(
         return 2
     if interactive:
         err.write("statements end with ';'; quit or Ctrl-D leaves\n")
+    views = _views(lake, stores)
     buffer: list[str] = []
     source: Iterable[str] = lines if lines is not None else (_prompted_lines(buffer) if interactive else sys.stdin)
     failed = False
@@ -263,7 +301,7 @@ def run_shell(
         for statement in statements(source, buffer):
             t0 = time.perf_counter()
             try:
-                n = _query(spark, statement, output, limit, out)
+                n = _query(spark, statement, output, limit, out, views)
             except KeyboardInterrupt:  # Ctrl-C during a query cancels its jobs, not the session
                 spark.sparkContext.cancelAllJobs()
                 err.write("cancelled\n")
@@ -307,15 +345,33 @@ def sql_command(
     conf: ConfOption = None,
     limit: Annotated[int | None, typer.Option(help="Print at most this many rows (of each statement).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="JSON lines: the same as --format json.")] = False,
+    store_dir: Annotated[
+        list[Path] | None,
+        typer.Option("--store-dir", help="A broker's store root (repeatable): adds the view messages_all, the "
+                     "lake's rows and this store's records not yet tiered, each once, as of each statement."),
+    ] = None,
+    broker_store: Annotated[
+        list[str] | None,
+        typer.Option("--broker-store", metavar="NAME=PATH", help="A store root with its brokerName, for a store "
+                     "that does not record its broker (repeatable); as --store-dir otherwise."),
+    ] = None,
 ) -> None:
-    """Run Spark SQL over the tiered history (each Delta table under --lake is a view of its current snapshot)."""
+    """Run Spark SQL over the tiered history (each Delta table under --lake is a view of its current snapshot),
+    and with --store-dir over the live records too (messages_all)."""
     if json_out:
         if output not in (OutputFormat.table, OutputFormat.json):
             raise typer.BadParameter(f"--json and --format {output.value} disagree", param_hint="--json")
         output = OutputFormat.json
     if shell == (query is not None):
         raise typer.BadParameter("give a query or --shell (one of them)", param_hint="QUERY")
+    from store.errors import MQLakeError
+
+    lake_root = lake_option(lake)
+    try:
+        stores = live_stores(lake_root, store_dir or (), broker_store or ())
+    except MQLakeError as e:
+        raise typer.BadParameter(str(e), param_hint="--store-dir / --broker-store") from None
     spark_options = add_spark_options(master, conf)
     if query is None:
-        raise typer.Exit(run_shell(lake_option(lake), output=output, limit=limit, **spark_options))
-    raise typer.Exit(run_sql(lake_option(lake), query, output=output, limit=limit, **spark_options))
+        raise typer.Exit(run_shell(lake_root, output=output, limit=limit, stores=stores, **spark_options))
+    raise typer.Exit(run_sql(lake_root, query, output=output, limit=limit, stores=stores, **spark_options))

@@ -18,6 +18,7 @@ import io
 import json
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -393,3 +394,58 @@ def test_replay_reads_each_brokers_tier_and_live_store_into_a_topic_exactly_once
         ] * len(msgs)
         assert [int(m.properties[REPLAY_SOURCE_OFFSET]) for m in msgs] == list(range(len(msgs)))
         assert [m.body for m in msgs] == cluster.truth[(broker, queue)]
+
+
+FRESH_TOPIC = "TwoBrokersFresh"
+
+
+def test_messages_all_holds_each_brokers_history_once_and_a_shell_sees_a_later_send(cluster) -> None:
+    """``mqlake sql --shell`` with both brokers' stores: ``messages_all`` holds both brokers' tiered prefix (their
+    segments deleted from the stores) and live rest of every queue, each record once; a message sent to each broker
+    after the session started is in a later statement of the same session (the shell on the suite's Spark session,
+    its statements read one by one as a terminal would give them)."""
+    from typer.testing import CliRunner
+
+    from broker.client import Message, MessageQueue, Producer
+    from cli.main import app
+    from pipelines.sql_cli import live_stores, run_shell
+
+    created = CliRunner().invoke(app, ["admin", "updateTopic", "-t", FRESH_TOPIC, "-c", "DefaultCluster", "-n",
+                                       cluster.namesrv.namesrv_addr, "-r", "1", "-w", "1"])  # fmt: skip
+    assert created.exit_code == 0, created.output
+    wait_until(lambda: _brokers_in_route(cluster.namesrv.namesrv_addr, FRESH_TOPIC) == set(BROKERS), 30,
+               what="the NameServer's route to list both brokers' queues")  # fmt: skip
+    tiered = _tiered_counts(cluster.lake)
+    for name in BROKERS:  # each broker's history is split: a tiered prefix, and a live rest
+        assert 0 < sum(n for (b, _), n in tiered.items() if b == name) < COUNT
+    stores = live_stores(cluster.lake, [cluster.brokers[name].store_dir for name in BROKERS])
+    assert [b for b, _ in stores] == list(BROKERS)  # each store named by the broker that wrote it
+
+    async def send_to_each_broker() -> None:
+        async with Producer("pg_two_brokers_fresh", cluster.namesrv.namesrv_addr) as p:
+            for name in BROKERS:
+                await p.send(Message(FRESH_TOPIC, f"fresh-{name}".encode()), MessageQueue(FRESH_TOPIC, name, 0))
+
+    fresh = f"CAST(body AS STRING) AS body, broker_name FROM messages_all WHERE topic = '{FRESH_TOPIC}'"
+
+    def typed_in() -> Iterator[str]:
+        yield (f"SELECT 'all' AS s, broker_name, queue_id, queue_offset, CAST(body AS STRING) AS body\n"
+               f"  FROM messages_all WHERE topic = '{TOPIC}';")  # fmt: skip
+        yield f"SELECT 'before' AS s, {fresh};"
+        run(send_to_each_broker())  # the shell asks for its next line once 'before' has answered
+        yield f"SELECT 'after' AS s, {fresh};"
+
+    out, err = io.StringIO(), io.StringIO()
+    assert run_shell(cluster.lake, output="json", stores=stores, lines=typed_in(), out=out, err=err) == 0, (
+        err.getvalue())  # fmt: skip
+    rows: dict[str, list[dict]] = {}
+    for r in map(json.loads, out.getvalue().splitlines()):
+        rows.setdefault(r.pop("s"), []).append(r)
+    got: dict[tuple[str, int], list] = {}
+    for r in sorted(rows["all"], key=lambda r: (r["broker_name"], r["queue_id"], r["queue_offset"])):
+        got.setdefault((r["broker_name"], r["queue_id"]), []).append((r["queue_offset"], r["body"].encode()))
+    assert got == {k: list(enumerate(v)) for k, v in cluster.truth.items()}  # every offset once, no gap
+    assert "before" not in rows  # no row yet
+    assert sorted((r["broker_name"], r["body"]) for r in rows["after"]) == [(b, f"fresh-{b}") for b in BROKERS]
+    stats = [line.split(",")[0] for line in err.getvalue().splitlines() if line.startswith("(")]
+    assert stats == [f"({COUNT} rows", "(0 rows", "(2 rows"]

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from expectations import sequence
 from expectations.rules import MESSAGES, SEGMENT_FIRST_TIME, SEGMENT_LAST_TIME, flag_batch, rules_for
-from lake import tables
+from lake import columnar, tables
 from lake.schema import MESSAGE_SCHEMA, MESSAGES_SCHEMA
 from pipelines.compaction.checks import DigestParts, RowsDigest, body_checks, digest_accumulator
 
@@ -58,7 +58,6 @@ CHECKED_SCHEMA = pa.schema(
     ]
 )
 StoreTimes = tuple[int | None, int | None]  # a segment's first and last store time, as the store recorded them
-MS_PER_DAY = 86_400_000
 
 
 @dataclass
@@ -68,14 +67,6 @@ class Staged:
     violations: dict[str, int]  # messages rule -> rows breaking it, over the whole batch
     rows: int
     files: dict[str, list[str]]  # segment -> the staged files holding its rows (absolute)
-
-
-def store_date(store_timestamp: pa.Array) -> pa.Array:
-    """The UTC day of each store time (the ``store_date`` partition), independent of any time zone setting."""
-    import numpy as np
-
-    days = np.floor_divide(store_timestamp.to_numpy(zero_copy_only=False), MS_PER_DAY)
-    return pa.array(days.astype(np.int32), pa.date32())
 
 
 def write_sorted(table: pa.Table, directory: str, tag: str) -> list[str]:
@@ -161,9 +152,7 @@ def stage_task(
                     parts.add(batch)
                     batch = previous.extend(batch)
                     body_len, body_crc32 = body_checks(batch.column("body"))
-                    broker = pa.repeat(pa.scalar(broker_name, pa.string()), batch.num_rows)
-                    decoded.append(batch.append_column(tables.BROKER_NAME, broker).append_column(
-                        tables.STORE_DATE, store_date(batch.column("store_timestamp"))))
+                    decoded.append(columnar.table_rows(batch, broker_name))
                     n = batch.num_rows
                     extra = [body_len, body_crc32, *(pa.repeat(pa.scalar(t, pa.int64()), n) for t in times[i])]
                     checked = flag_batch(pa.RecordBatch.from_arrays(

@@ -1,22 +1,11 @@
 """The rows a replay sends: the Delta ``messages`` table UNION the live CommitLog, filtered.
 
-No row twice.  A message can be in both sources while its segment is tiered but not yet deleted from the
-store.  Live segments the manifest lists as ``tiered`` or ``deleted`` are not read at all, and whatever
-overlap remains (a segment tiered between the manifest read and the lake snapshot) is dropped by the
-sender, which walks each source queue in queue-offset order and skips any offset it has seen (a
-(topic, queue_id, queue_offset) dedupe that needs no extra shuffle).  Deduping on the offset rather than
-"live rows above the lake's max offset" keeps a quarantined (never tiered) segment's rows, which sit below
-later tiered ones.
-
-Several brokers: the lake holds every broker's rows of a topic (``broker_name`` tells them apart), and each
-live store (``--store-dir`` named by ``--broker-name``, and every ``--broker-store NAME=PATH``) is one
-broker's, its rows carrying that name (ReplaySpec.live_stores).  A source queue is (broker, topic, queue id):
-the same queue id of two brokers is two queues, so the dedupe above is per broker and one broker's tier
-boundary never hides another's rows.
-
-Order of the reads: every store's manifest is read before the lake's snapshot is taken.  A segment the tier
-commits in between is then in both (the dedupe drops the copy); read the other way round, it would be in
-neither (skipped live as ``tiered``, absent from the older snapshot).
+No row twice, and which live store is whose: pipelines/history.py holds the rules (each store's manifest read
+before the lake's snapshot; ``tiered`` and ``deleted`` segments not read live; a record is (broker, topic, queue
+id, queue offset)).  What overlap remains (a segment tiered between the manifest read and the lake snapshot) is
+dropped by the sender, which walks each source queue in queue-offset order and skips any offset it has seen (a
+dedupe that needs no extra shuffle).  Live stores: ``--store-dir`` named by ``--broker-name``, and every
+``--broker-store NAME=PATH`` (ReplaySpec.live_stores).
 
 Pushdown: the lake side filters on its partition columns (topic, store_date) and on store_timestamp (parquet
 row-group skipping); whole files are not pruned because spark_tables.read_table takes no partition filter (it joins
@@ -27,9 +16,9 @@ segment manifest) fall outside --from/--to.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipelines.history import live_frame, live_segments
 from pipelines.replay.spec import ReplaySpec, ReplaySpecError
 
 if TYPE_CHECKING:
@@ -40,27 +29,6 @@ COLUMNS = [
     "broker_name", "topic", "queue_id", "queue_offset", "msg_id", "uniq_key", "tags", "keys", "properties", "body",
     "born_timestamp", "store_timestamp", "flag", "sys_flag",
 ]  # fmt: skip
-
-
-def live_segments(store_dir: Path, from_ms: int | None, to_ms: int | None) -> list[int]:
-    """Base offsets of the CommitLog segments still to read live: not tiered, and overlapping the time range."""
-    from pipelines.segments import segment_files
-    from store.retention import SegmentManifest, SegmentState
-
-    entries = {e.base_offset: e for e in SegmentManifest(store_dir).entries()}
-    out = []
-    for f in segment_files(store_dir):
-        base = int(f.name)
-        e = entries.get(base)
-        if e is not None:
-            if e.state in (SegmentState.TIERED, SegmentState.DELETED):
-                continue
-            if from_ms is not None and e.last_store_time is not None and e.last_store_time < from_ms:
-                continue
-            if to_ms is not None and e.first_store_time is not None and e.first_store_time >= to_ms:
-                continue
-        out.append(base)
-    return out
 
 
 def _utc_date(ms: int):
@@ -111,8 +79,7 @@ def _live_frames(spark: SparkSession, spec: ReplaySpec) -> list[DataFrame]:
         bases = live_segments(store_dir, spec.from_ms, spec.to_ms)
         if not bases:
             continue
-        df = spark.read.format("commitlog").option("segments", ",".join(map(str, bases))).load(str(store_dir))
-        df = df.withColumn("broker_name", F.lit(broker))
+        df = live_frame(spark, broker, store_dir, bases)
         frames.append(df.where(F.col("topic").isin(list(spec.source_topics))).select(*COLUMNS))
     return frames
 

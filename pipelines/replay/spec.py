@@ -16,6 +16,7 @@ from pathlib import Path
 
 from lake import objectstore
 from lake.tables import MESSAGES, table_uri
+from pipelines import history
 from store.errors import MQLakeError
 
 QUEUE_MAPS = ("preserve", "hash")
@@ -66,13 +67,10 @@ def parse_list(text: str | None, option: str) -> list[str] | None:
 
 def parse_broker_stores(items: list[str] | None) -> tuple[tuple[str, Path], ...]:
     """``--broker-store NAME=PATH`` (repeatable): each live store with the brokerName of its broker."""
-    out = []
-    for item in items or ():
-        name, sep, path = item.partition("=")
-        if not sep or not name.strip() or not path.strip():
-            raise ReplaySpecError(f"--broker-store {item!r}: use BROKER_NAME=STORE_DIR, e.g. broker-a=/data/a/store")
-        out.append((name.strip(), Path(path.strip())))
-    return tuple(out)
+    try:
+        return history.parse_broker_stores(items)
+    except history.LiveStoreError as e:
+        raise ReplaySpecError(str(e)) from None
 
 
 def new_replay_id() -> str:
@@ -141,17 +139,10 @@ class ReplaySpec:
             raise ReplaySpecError(
                 f"nothing to read: {self.lake} has no messages table and no --store-dir or --broker-store was given"
             )
-        for name, path in stores:
-            if not (path / "commitlog").is_dir():
-                raise ReplaySpecError(f"store {path} (broker {name}) has no commitlog directory")
-        # Two stores under one broker name would share source queues (and their progress rows); one store read
-        # twice would send each live record twice.
-        names = [name for name, _ in stores]
-        if len(set(names)) != len(names):
-            raise ReplaySpecError(f"broker {_twice(names)} is given two live stores: each broker has one store")
-        paths = [path.resolve() for _, path in stores]
-        if len(set(paths)) != len(paths):
-            raise ReplaySpecError(f"store {_twice(paths)} is given twice: its live records would be sent twice")
+        try:
+            history.check_stores(stores)
+        except history.LiveStoreError as e:
+            raise ReplaySpecError(str(e)) from None
         if self.batch_size < 1 or self.commit_every < 1 or self.commit_seconds <= 0:
             raise ReplaySpecError("batch size, commit interval and commit seconds must be positive")
 
@@ -175,7 +166,3 @@ class ReplaySpec:
         d["lake"], d["store_dir"] = str(self.lake), str(self.store_dir) if self.store_dir else None
         d["broker_stores"] = [[name, str(path)] for name, path in self.broker_stores]
         return d
-
-
-def _twice(items: list) -> str:
-    return str(next(x for x in items if items.count(x) > 1))
