@@ -18,6 +18,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyOb
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from store.format._segments cimport PropertySpans, _property_spans
+from store.format._java_strings cimport _abs_hash, _ascii, _hash
 from store.format._bigendian cimport _i16, _i64, _put32, _put64, _u32
 from libc.string cimport memcmp, memcpy, memset
 from store.format._layout cimport BORN_V6, MAGIC_V1, MAGIC_V2, MIN_RECORD, STORE_V6
@@ -34,22 +35,6 @@ _SANE = 1 << 62
 cdef bytes _SCHEDULE = _delay.SCHEDULE_TOPIC.encode()
 cdef const uint8_t* SCHEDULE_P = <const uint8_t*><const char*>_SCHEDULE
 cdef Py_ssize_t SCHEDULE_LEN = len(_SCHEDULE)
-
-
-cdef inline bint _ascii(const uint8_t* p, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        if p[i] & 0x80:
-            return False
-    return True
-
-
-cdef inline uint32_t _hash(uint32_t h, const uint8_t* p, Py_ssize_t n) noexcept nogil:
-    """Java ``String.hashCode`` continued over ASCII bytes (one UTF-16 unit each), wrapping as Java's int."""
-    cdef Py_ssize_t i
-    for i in range(n):
-        h = 31 * h + p[i]
-    return h
 
 
 ctypedef struct Target:
@@ -463,10 +448,7 @@ cdef class DispatchLoop:
         cdef Py_ssize_t slot_at, entry_at
         cdef int32_t prev
         cdef uint8_t* ib = <uint8_t*>self._iview.buf
-        if h == 0x80000000u:  # hashing.index_key_hash: Math.abs, 0 for Integer.MIN_VALUE
-            h = 0
-        elif h & 0x80000000u:
-            h = 0 - h
+        h = <uint32_t>_abs_hash(h)
         if self._begin_ts <= 0:
             time_diff = 0
         else:

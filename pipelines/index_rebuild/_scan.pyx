@@ -18,6 +18,7 @@ from libc.string cimport memcmp
 from store.format._bigendian cimport _i16, _i64, _u32
 from store.format._layout cimport BORN_V6, MAGIC_V1, MAGIC_V2, MIN_RECORD, STORE_V6
 from store.format._segments cimport PropertySpans, _last_value, _property_spans
+from store.format._java_strings cimport _abs_hash, _ascii, _hash
 
 from store.format import delay as _delay
 
@@ -31,31 +32,6 @@ cdef enum:  # why a run stopped
     C_FULL = 1  # the arrays have no room for the next record's row or keys
     C_REFERENCE = 2  # the record at the returned position is the reference's
 DONE, FULL, REFERENCE = C_DONE, C_FULL, C_REFERENCE
-
-
-cdef inline bint _ascii(const uint8_t* p, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        if p[i] & 0x80:
-            return False
-    return True
-
-
-cdef inline uint32_t _hash(uint32_t h, const uint8_t* p, Py_ssize_t n) noexcept nogil:
-    """Java ``String.hashCode`` continued over ASCII bytes (one UTF-16 unit each), wrapping as Java's int."""
-    cdef Py_ssize_t i
-    for i in range(n):
-        h = 31 * h + p[i]
-    return h
-
-
-cdef inline int32_t _abs_hash(uint32_t h) noexcept nogil:
-    """``hashing.index_key_hash``: Math.abs of the hash, 0 for Integer.MIN_VALUE."""
-    if h == 0x80000000u:
-        return 0
-    if h & 0x80000000u:
-        return <int32_t>(0 - h)
-    return <int32_t>h
 
 
 cdef Py_ssize_t _find_topic(const uint8_t* t, Py_ssize_t n, const uint8_t** names, Py_ssize_t* lens,
