@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from store.format import native, records
 
 if TYPE_CHECKING:
-    from store.dispatch import BuildConsumeQueue, SegmentStats
+    from store.dispatchers import BuildConsumeQueue, SegmentStats
     from store.index import IndexService
     from store.mapped_file import MappedFile
 

@@ -28,14 +28,8 @@ from store.commitlog import (
 )
 from store.config import BrokerRole, ExpiredSegmentPolicy, FlushDiskType, MessageStoreConfig
 from store.consume_queue import ConsumeQueue, ConsumeQueueTable
-from store.dispatch import (
-    ArrivalListener,
-    BuildConsumeQueue,
-    BuildIndex,
-    CommitLogDispatcher,
-    ReputService,
-    count_records,
-)
+from store.dispatch import ArrivalListener, ReputService
+from store.dispatchers import BuildConsumeQueue, BuildIndex, CommitLogDispatcher, count_records
 from store.format import delay, msgid, records, runs, units
 from store.index import IndexService
 from store.recovery import RecoveryReport, recover, store_time_at

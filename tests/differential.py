@@ -643,7 +643,8 @@ def _dispatch_once(root: Path, segment: bytes, compiled: bool) -> tuple[Any, ...
     listeners' store times last (the loop's calls tell a subset of the reference's: :func:`_arrived`)."""
     from store.commitlog import CommitLog
     from store.consume_queue import ConsumeQueueTable
-    from store.dispatch import BuildConsumeQueue, BuildIndex, ReputService
+    from store.dispatch import ReputService
+    from store.dispatchers import BuildConsumeQueue, BuildIndex
     from store.index import IndexService
 
     (root / "commitlog").mkdir(parents=True)

@@ -75,7 +75,7 @@ from pipelines.segments import SegmentFacts
 from store import identity as store_identity
 from store.checkpoint import StoreLock, StoreLockedError
 from store.config import MessageStoreConfig
-from store.dispatch import count_records
+from store.dispatchers import count_records
 from store.format import units
 from store.retention import SegmentEntry, SegmentManifest, SegmentState, claimer_id
 
