@@ -394,7 +394,8 @@ def file_location(root: str, path: str) -> str:
     return f"{root.rstrip('/')}/{unquote(path)}"
 
 
-def _table_name(name: str) -> str:
+def table_name(name: str) -> str:
+    """A directory's name as a SQL name: characters other than letters, digits and ``_`` become ``_``."""
     return re.sub(r"\W", "_", name)
 
 
@@ -408,7 +409,7 @@ def lake_tables(lake_root: str | Path) -> list[tuple[str, str]]:
         if not local.is_dir():
             raise LakeError(f"lake directory {local} does not exist")
         found = [(d.name, str(d.absolute())) for d in sorted(p for p in local.iterdir() if p.is_dir())]
-    return [(_table_name(name), uri) for name, uri in found if is_table(uri)]
+    return [(table_name(name), uri) for name, uri in found if is_table(uri)]
 
 
 def to_arrow(table_uri: str | Path, filter: Any = None, version: int | None = None) -> pa.Table:
@@ -450,6 +451,7 @@ __all__ = [
     "partition_values_from_path",
     "scan_batches",
     "snapshot_files",
+    "table_name",
     "table_schema",
     "to_arrow",
     "transaction_version",

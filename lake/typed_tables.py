@@ -167,7 +167,11 @@ def sql_names(lake: str | Path, taken: set[str]) -> list[tuple[str, str]]:
     root = tables.table_uri(lake, tables.TYPED_DIR)
     if not objectstore.exists(root):
         return []
-    out = []
-    for name, uri in lk.lake_tables(root):
-        out.append((f"{name}_typed" if name in taken else name, uri))
-    return out
+    return [(sql_name(name, taken), uri) for name, uri in lk.lake_tables(root)]
+
+
+def sql_name(topic: str, taken: set[str]) -> str:
+    """The SQL name of ``topic``'s typed table: the topic's (as a SQL name, ``lake.delta.table_name``), or
+    ``<that>_typed`` where that is in ``taken`` (the lake tables' names)."""
+    name = lk.table_name(topic)
+    return f"{name}_typed" if name in taken else name

@@ -1,7 +1,7 @@
 """History in one copy: the lake's ``messages`` table UNION the live CommitLog records not yet tiered.
 
 Two readers take it: ``mqlake replay`` (pipelines/replay/source.py) and ``mqlake sql --store-dir``'s views
-``messages_all`` and ``<topic>_all`` (:func:`register_views`).  The rules, here once:
+``messages_all`` and each typed topic's ``<T>_all`` (:func:`register_views`).  The rules, here once:
 
 Stores.  Each live store is one broker's, and its rows carry that broker's name: a source queue is (broker,
 topic, queue id), so the same queue id of two brokers is two queues and one broker's tier boundary never hides
@@ -29,6 +29,7 @@ parquet statistics skip the rest of the table).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,12 +42,14 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
+    from lake.typed import BodySchema
+
 KEY = (BROKER_NAME, "topic", "queue_id", "queue_offset")
 MESSAGES_ALL = "messages_all"  # the view of the messages table UNION the live records not yet tiered
-ALL_SUFFIX = "_all"  # a typed topic's view: <topic>_all
+ALL_SUFFIX = "_all"  # a typed topic's view: <its typed table's SQL name>_all
 
 Store = tuple[str, Path]  # (brokerName, store root)
-TypedDecode = Callable[["pa.RecordBatch"], "pa.RecordBatch"]
+TypedDecode = Callable[["pa.RecordBatch"], "pa.RecordBatch | pa.Table"]
 
 
 class LiveStoreError(MQLakeError, ValueError):
@@ -129,17 +132,19 @@ def live_frame(spark: SparkSession, broker: str, store_dir: Path, bases: Sequenc
 
 @dataclass(frozen=True)
 class TypedTopic:
-    """A topic whose bodies decode into a typed table, seen live as the view ``<topic>_all``.
+    """A topic whose bodies decode into a typed table, seen live as the view ``<T>_all`` (T its typed table's SQL name).
 
     ``decode`` takes a batch of ``messages`` rows (``MESSAGES_SCHEMA``) of the topic and returns the typed rows
     of those that decode, with ``schema``'s columns: the typed table's, :data:`KEY` among them (a body that does
-    not decode is left out of the view; it stays in ``messages_all``).
+    not decode is left out of the view; it stays in ``messages_all``).  ``name`` is the typed table's SQL name
+    (lake/typed_tables.py's ``sql_name``; default the topic's), the view's is ``<name>_all``.
     """
 
     topic: str
     table_uri: str
     schema: pa.Schema
     decode: TypedDecode
+    name: str | None = None
 
 
 @dataclass
@@ -225,8 +230,14 @@ class History:
         decode = typed.decode
 
         def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            import pyarrow as pa
+
             for batch in batches:
-                yield decode(batch)
+                rows = decode(batch)
+                if isinstance(rows, pa.Table):
+                    yield from rows.to_batches()
+                else:
+                    yield rows
 
         decoded = fresh.mapInArrow(decode_batches, spark_schema(typed.schema)).select(*columns)
         return decoded if lake is None else lake.unionByName(decoded)
@@ -241,15 +252,53 @@ def _union(frames: list[DataFrame]) -> DataFrame | None:
     return df
 
 
-def typed_view_name(topic: str) -> str:
-    return f"{topic}{ALL_SUFFIX}"
+def typed_view_name(typed: TypedTopic) -> str:
+    return f"{typed.name or typed.topic}{ALL_SUFFIX}"
+
+
+@functools.lru_cache(maxsize=64)
+def _declaration(topic: str, kind: str, source: bytes, message: str | None) -> BodySchema:
+    from lake.typed import parse
+
+    return parse(topic, kind, source, message)
+
+
+def _typed_rows(topic: str, kind: str, source: bytes, message: str | None, batch: pa.RecordBatch) -> pa.Table:
+    """The rows of ``batch`` whose bodies decode with the declaration, as its typed table's rows.  Spark's workers
+    get the declaration's bytes and parse it once each (a parsed Protobuf declaration does not pickle)."""
+    from lake.typed import decode_batch
+
+    return decode_batch(_declaration(topic, kind, source, message), batch)[0]
+
+
+def declared_topics(lake: Path | str) -> tuple[list[TypedTopic], dict[str, str]]:
+    """A :class:`TypedTopic` per topic with a body schema declared under ``lake``, decoding as the tier does
+    (``lake.typed.decode_batch``) into its typed table's columns; and why each declaration that cannot be used
+    was left out (topic -> reason), so one broken declaration costs its own view only."""
+    from lake import delta as lk
+    from lake import tables, typed, typed_tables
+
+    taken = {name for name, _ in lk.lake_tables(lake)}
+    found, skipped = [], {}
+    for topic in typed.declared_topics(lake):
+        try:
+            schema = typed.load(lake, topic)
+        except typed.SchemaError as e:
+            skipped[topic] = str(e)
+            continue
+        if schema is None:
+            continue
+        decode = functools.partial(_typed_rows, topic, schema.kind, schema.source, schema.message)
+        uri = tables.typed_table_uri(lake, topic)
+        found.append(TypedTopic(topic, uri, schema.table_schema, decode, typed_tables.sql_name(topic, taken)))
+    return found, skipped
 
 
 def register_views(
     spark: SparkSession, lake: Path | str, stores: Sequence[Store], typed: Sequence[TypedTopic] = ()
 ) -> list[str]:
     """Pin the history now and (re)define the session's temporary views ``messages_all`` and each typed topic's
-    ``<topic>_all`` over it; returns their names.  A view is the history as of its definition: see
+    ``<T>_all`` over it; returns their names.  A view is the history as of its definition: see
     :class:`LiveViews` for views kept fresh statement after statement."""
     return LiveViews(lake, stores, typed).refresh(spark)
 
@@ -268,7 +317,7 @@ class LiveViews:
 
         self.lake, self.stores, self.typed = lake, tuple(stores), tuple(typed)
         self.uris = [tables.table_uri(lake, tables.MESSAGES), *(t.table_uri for t in self.typed)]
-        self.names = [MESSAGES_ALL, *(typed_view_name(t.topic) for t in self.typed)]
+        self.names = [MESSAGES_ALL, *(typed_view_name(t) for t in self.typed)]
         self.pinned: History | None = None
 
     def refresh(self, spark: SparkSession) -> list[str]:

@@ -3,7 +3,9 @@
 first pays the JVM's start-up (docs/delta.md, "The SQL shell").
 ``--store-dir S`` (repeatable) and ``--broker-store NAME=PATH`` add the view ``messages_all``: the lake's rows and
 the live CommitLog's records not yet tiered, each record once (pipelines/history.py), pinned anew before every
-statement, so a message stored a moment ago is in the next one (docs/lake.md, "Live and tiered in one view").
+statement, so a message stored a moment ago is in the next one (docs/lake.md, "Live and tiered in one view"); and
+for each topic with a declared body schema, ``<T>_all`` (T its typed table's SQL name): the same over the typed
+table, the live records decoded as the tier decodes them.
 
 Binary columns (``body``) print as base64 in JSON and CSV (``CAST(body AS STRING)`` in the query gives
 UTF-8 text instead); maps and structs print as JSON objects; dates and timestamps in ISO 8601 (UTC).
@@ -153,10 +155,17 @@ def live_stores(
     return tuple(stores)
 
 
-def _views(lake: Path | str, stores: Sequence[Store]) -> LiveViews | None:
-    from pipelines.history import LiveViews
+def _views(lake: Path | str, stores: Sequence[Store], err: TextIO) -> LiveViews | None:
+    """The live views over ``stores`` (None without any): ``messages_all`` and each declared topic's ``<T>_all``;
+    a declaration that cannot be used is noted on ``err`` and leaves out its own view only."""
+    from pipelines.history import LiveViews, declared_topics
 
-    return LiveViews(lake, stores) if stores else None
+    if not stores:
+        return None
+    typed, skipped = declared_topics(lake)
+    for topic, reason in skipped.items():
+        err.write(f"note: no live view for topic {topic}: {reason}\n")
+    return LiveViews(lake, stores, typed)
 
 
 def _query(
@@ -203,7 +212,7 @@ def run_sql(
     if spark is None:
         return 2
     try:
-        _query(spark, query, output, limit, out, _views(lake, stores))
+        _query(spark, query, output, limit, out, _views(lake, stores, err))
     except (PySparkException, MQLakeError) as e:
         err.write(f"error: {error_line(e)}\n")
         return 1
@@ -293,7 +302,7 @@ def run_shell(
         return 2
     if interactive:
         err.write("statements end with ';'; quit or Ctrl-D leaves\n")
-    views = _views(lake, stores)
+    views = _views(lake, stores, err)
     buffer: list[str] = []
     source: Iterable[str] = lines if lines is not None else (_prompted_lines(buffer) if interactive else sys.stdin)
     failed = False
@@ -348,7 +357,8 @@ def sql_command(
     store_dir: Annotated[
         list[Path] | None,
         typer.Option("--store-dir", help="A broker's store root (repeatable): adds the view messages_all, the "
-                     "lake's rows and this store's records not yet tiered, each once, as of each statement."),
+                     "lake's rows and this store's records not yet tiered, each once, as of each statement, and "
+                     "<T>_all the same for each typed table T."),
     ] = None,
     broker_store: Annotated[
         list[str] | None,

@@ -1,7 +1,8 @@
 """``mqlake sql --store-dir``: the view ``messages_all`` (the lake's rows UNION the live CommitLog's records not yet
 tiered, each record once) over two stores tiered into one lake, one of them caught at its tier boundary (its tiered
-segments still live by its manifest); the typed ``<topic>_all`` hook; and the store options refused before Spark.
-Running brokers, and a message produced while a ``--shell`` session is open, are in tests/test_two_brokers.py."""
+segments still live by its manifest); and the store options refused before Spark.  Running brokers, and a message
+produced while a ``--shell`` session is open, are in tests/test_two_brokers.py; a typed topic's ``<topic>_all`` in
+tests/test_typed_tables.py."""
 
 from __future__ import annotations
 
@@ -94,47 +95,6 @@ def test_a_broker_without_its_store_is_its_tiered_rows_alone(two_stores):
     assert rows == [{"broker_name": "broker-a", "n": len(stores["broker-a"].expected)},
                     {"broker_name": "broker-b", "n": tiered_b[0]["n"]}]  # fmt: skip
     assert 0 < tiered_b[0]["n"] < len(stores["broker-b"].expected)
-
-
-@pytest.mark.spark
-def test_a_typed_topic_is_one_call_given_its_decode_function(spark, two_stores, tmp_path):
-    """``<topic>_all`` from a decode function (Arrow in, Arrow out) and a typed table: the table's rows and the
-    live rows it does not hold, decoded; a body that does not decode stays out of the typed view."""
-    import pyarrow as pa
-
-    from lake import delta as lk
-    from lake import tables
-    from pipelines.history import TypedTopic, register_views
-    from pipelines.sql_cli import live_stores
-
-    schema = pa.schema([pa.field("broker_name", pa.string()), pa.field("topic", pa.string()),
-                        pa.field("queue_id", pa.int32()), pa.field("queue_offset", pa.int64()),
-                        pa.field("text", pa.string())])  # fmt: skip
-
-    def orders_text(batch: pa.RecordBatch) -> pa.RecordBatch:
-        """What a typed topic's decode is given and gives (defined here: Spark's workers unpickle it by value)."""
-        import pyarrow.compute as pc
-
-        kept = batch.filter(pc.starts_with(pc.cast(batch.column("body"), pa.string(), safe=False), "message "))
-        text = pc.cast(kept.column("body"), pa.string(), safe=False)
-        return pa.RecordBatch.from_arrays([kept.column(c) for c in schema.names[:4]] + [text], schema=schema)
-
-    lake, stores, (root_a, before_b) = two_stores
-    typed_uri = str(tmp_path / "orders_typed")
-    tiered = lk.to_arrow(tables.table_uri(lake, tables.MESSAGES), [("topic", "=", "Orders")])
-    lk.append_arrow(typed_uri, pa.Table.from_batches([orders_text(b) for b in tiered.to_batches()],
-                                                     schema=schema), app_id="test-typed", version=0)  # fmt: skip
-    live = live_stores(lake, [root_a], [f"broker-b={before_b}"])
-    assert register_views(spark, lake, live, [TypedTopic("Orders", typed_uri, schema, orders_text)]) == [
-        "messages_all", "Orders_all"]  # fmt: skip
-    got = spark.sql("SELECT * FROM Orders_all").collect()
-    keys = Counter(tuple(r[k] for k in KEY) for r in got)
-    assert max(keys.values()) == 1
-    want = {(b, "Orders", r["queue_id"], r["queue_offset"]): r["body"].decode()
-            for b, w in stores.items() for r in w.expected.values()
-            if r["topic"] == "Orders" and r["body"].startswith(b"message ")}  # fmt: skip
-    assert {tuple(r[k] for k in KEY): r["text"] for r in got} == want
-    assert len(want) < sum(1 for w in stores.values() for r in w.expected.values() if r["topic"] == "Orders")
 
 
 @pytest.mark.unit

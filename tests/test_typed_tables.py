@@ -372,6 +372,54 @@ def test_tier_types_each_declared_topic_evolves_refuses_and_rebuilds(spark, tmp_
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(900)  # a tier run and a SQL session on a shared machine
+def test_a_declared_topics_all_view_holds_its_tiered_and_live_rows_decoded_once(spark, tmp_path):
+    """``mqlake sql --store-dir``: ``<topic>_all`` of each declared topic is its typed table's rows UNION the live
+    records not yet tiered, decoded with the declaration, each once; a body that does not decode is absent from
+    it and present in ``messages_all``."""
+    from pipelines.compaction.job import tier
+    from pipelines.sql_cli import live_stores, run_sql
+
+    lake, store = tmp_path / "lake", tmp_path / "s"
+    sent = _write(store, 0, 400)
+    typed.declare(lake, JSON_TOPIC, typed.JSON, json.dumps(ORDERS_V1).encode())
+    typed.declare(lake, PROTO_TOPIC, typed.PROTOBUF, _descriptor_set(), "audit.Event")
+    report = tier(store / "store", lake, spark=spark, file_reserved_time=0)
+    assert report.by_state("tiered"), report.to_json()
+    tiered = _tiered_keys(lake)
+    stores = live_stores(lake, [store / "store"])
+
+    def rows(query: str) -> list[dict]:
+        out, err = io.StringIO(), io.StringIO()
+        assert run_sql(lake, query, output="json", stores=stores, out=out, err=err) == 0, err.getvalue()
+        return [json.loads(line) for line in out.getvalue().splitlines()]
+
+    def key(r: dict) -> tuple[str, int, int]:
+        return r["topic"], r["queue_id"], r["queue_offset"]
+
+    got = rows(f"SELECT * FROM {JSON_TOPIC}_all")
+    assert len(got) == len({key(r) for r in got})  # each record once
+    orders = {k: b for k, b in sent.items() if k[0] == JSON_TOPIC}
+    good = {k: json.loads(b) for k, b in orders.items() if not b.startswith(b"not json")}
+    assert {key(r): (r["id"], r["item"], r["amount"], r["lines"]) for r in got} == {
+        k: (v["id"], v["item"], v["amount"], v["lines"]) for k, v in good.items()}  # fmt: skip
+    assert set(good) & tiered and set(good) - tiered  # typed rows from the table and decoded live ones
+    assert {r["broker_name"] for r in got} == {stores[0][0]}
+    bad = set(orders) - set(good)
+    assert bad and not bad & {key(r) for r in got}
+    everything = rows(f"SELECT topic, queue_id, queue_offset FROM messages_all WHERE topic = '{JSON_TOPIC}'")
+    assert {key(r) for r in everything} == set(orders)  # the undecodable bodies too
+
+    # a Protobuf declaration decodes on Spark's workers as well; an undeclared topic has no view
+    want_audit, _ = _expected(PROTO_TOPIC, sent, set(sent))
+    audit = rows(f"SELECT topic, queue_id, queue_offset, id FROM {PROTO_TOPIC}_all")
+    assert {key(r): r["id"] for r in audit} == want_audit and set(want_audit) - tiered
+    out, err = io.StringIO(), io.StringIO()
+    assert run_sql(lake, f"SELECT * FROM {PLAIN_TOPIC}_all", stores=stores, out=out, err=err) == 1
+    assert f"{PLAIN_TOPIC}_all" in err.getvalue()
+
+
+@pytest.mark.spark
 @pytest.mark.timeout(900)  # two cold Spark subprocesses: minutes when the shared machine is busy
 def test_sigkill_after_the_commit_and_after_verify_then_rerun_types_each_row_once(spark, tmp_path):
     from pipelines.compaction.job import tier
