@@ -95,7 +95,6 @@ def test_bad_delay_and_timer_values_are_refused() -> None:
         (_msg(DELAY="soon"), "not a delay level"),
         (_msg(TIMER_DELAY_MS="1e3"), "not an integer"),
         (_msg(TIMER_DELAY_SEC=str(3 * 86400 + 1)), "max delay 259200000ms"),
-        (_msg(TIMER_DELIVER_MS=str(now + 5000), TIMER_DEL_UNIQKEY="k"), "not supported"),
         (_msg(TIMER_DELIVER_MS=str(now - 5000), TIMER_DEL_UNIQKEY="k"), "in the future"),
     ]:
         with pytest.raises(ParkRefused, match=needle):
@@ -215,6 +214,27 @@ def test_timer_progress_survives_restart_and_nothing_due_is_lost(tmp_path) -> No
         [(_, rec)] = read_queue(store, "T", 3)
         assert rec.uniq_key == "soon" and rec.store_timestamp >= now + 300
         assert int(rec.property_map["TIMER_DEQUEUE_MS"]) >= int(rec.property_map["TIMER_OUT_MS"]) + 100
+
+
+@pytest.mark.integration
+def test_a_delete_mark_drops_its_message_and_itself_also_across_a_restart(tmp_path) -> None:
+    cfg = make_config(tmp_path, timer_precision_ms=100)
+    with MessageStore(cfg) as store:
+        deliver = str(int(time.time() * 1000) + 3000)
+        assert store.put_message(_msg(UNIQ_KEY="recalled", TIMER_DELIVER_MS=deliver)).ok
+        assert store.put_message(_msg(UNIQ_KEY="kept", TIMER_DELIVER_MS=deliver)).ok
+        wait_dispatched(store)
+        [(_, parked), _] = read_queue(store, TIMER_TOPIC, 0)
+        # what RECALL_MESSAGE writes: the handle's time is the parked TIMER_OUT_MS + 1, the same slot
+        mark = _msg(UNIQ_KEY="recalled", TIMER_DEL_UNIQKEY="recalled",
+                    TIMER_DELIVER_MS=str(int(parked.property_map["TIMER_OUT_MS"]) + 1))  # fmt: skip
+        assert store.put_message(mark).ok
+        wait_until(lambda: store.timers.pending == 3, 5, what="the two timers and the mark indexed")
+    with MessageStore(cfg) as store:
+        assert store.timers.pending == 3  # re-indexed from the CommitLog, the mark with them
+        wait_until(lambda: store.timers.pending == 0, 15, what="the slot delivered")
+        wait_dispatched(store)
+        assert [rec.uniq_key for _, rec in read_queue(store, "T", 3)] == ["kept"]
 
 
 # =====================================================================================================
