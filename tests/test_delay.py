@@ -311,6 +311,30 @@ def test_timer_messages_on_the_wire(live) -> None:
 
 
 @pytest.mark.integration
+def test_recall_message_on_the_wire(live) -> None:
+    b = live(timerPrecisionMs="100")
+    deliver = str(int(time.time() * 1000) + 2000)
+    gone = b.send("Timed", b"gone", TIMER_DELIVER_MS=deliver, UNIQ_KEY="7F0000010000000000000000000000AA")
+    kept = b.send("Timed", b"kept", TIMER_DELIVER_MS=deliver)
+    assert "recallHandle" not in b.send("Timed", b"now").ext_fields  # only a parked timer message has one
+
+    def recall(topic: str, handle: str) -> RemotingCommand:
+        return b.call(RequestCode.RECALL_MESSAGE, h.RecallMessageRequestHeader(topic=topic, recall_handle=handle))
+
+    bad = recall("Timed", "@@@")
+    assert (bad.code, bad.remark) == (ResponseCode.ILLEGAL_OPERATION, "recall handle is invalid")
+    assert recall("Other", gone.ext_fields["recallHandle"]).code == ResponseCode.TOPIC_NOT_EXIST
+    ok = recall("Timed", gone.ext_fields["recallHandle"])
+    assert ok.code == ResponseCode.SUCCESS
+    assert ok.ext_fields["msgId"] == "7F0000010000000000000000000000AA"
+    wait_until(lambda: len(_pull_all(b, "Timed")) == 2, 10, what="the kept timer message")
+    wait_until(lambda: b.controller.store.timers.pending == 0, 10, what="the slot done")
+    assert [m.body for m in _pull_all(b, "Timed")] == [b"now", b"kept"]
+    late = recall("Timed", kept.ext_fields["recallHandle"])
+    assert (late.code, late.remark) == (ResponseCode.ILLEGAL_OPERATION, "recall failed, timestamp invalid")
+
+
+@pytest.mark.integration
 def test_send_back_backs_off_through_level_3_plus_reconsume_times_then_dead_letters(live) -> None:
     b = live(messageDelayLevel="1s 1s 1s 1s 1s")
     r = b.send("Work", b"fails", tags="T")

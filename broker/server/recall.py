@@ -59,11 +59,16 @@ class RecallHandle:
         """Raises ValueError (:data:`_INVALID`) for anything Java's ``decodeHandle`` refuses."""
         if not handle:
             raise ValueError(_INVALID)
+        # Java's URL decoder: a character outside the URL-safe alphabet fails ("+" and "/" too, which altchars
+        # would let through); the padding may be left out
+        raw = handle.encode("utf-8")
+        if b"+" in raw or b"/" in raw:
+            raise ValueError(_INVALID)
         try:
-            text = base64.urlsafe_b64decode(handle.encode("utf-8")).decode("utf-8", "replace")
+            decoded = base64.b64decode(raw + b"=" * (-len(raw) % 4), altchars=b"-_", validate=True)
         except (binascii.Error, ValueError):
             raise ValueError(_INVALID) from None
-        parts = text.split(_SEPARATOR)
+        parts = decoded.decode("utf-8", "replace").split(_SEPARATOR)
         if len(parts) < 5 or parts[0] != _VERSION:
             raise ValueError(_INVALID)
         return cls(parts[1], parts[2], parts[3], parts[4])
