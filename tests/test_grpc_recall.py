@@ -120,3 +120,14 @@ def test_a_recall_survives_a_broker_restart_before_the_delivery_time(tmp_path) -
         assert _delivered(p, topic) == [b"kept"]
     finally:
         p.close()
+
+
+def test_with_the_type_check_only_a_delay_topic_takes_a_recall(tmp_path) -> None:
+    p = Proxied(LiveBroker(tmp_path / "store", **CONF, enableTopicMessageTypeCheck="true").start())
+    try:
+        normal = p.topic()  # no message.type: NORMAL
+        r = _recall(p, normal, "anything")  # refused before the handle is read, as RocketMQ's proxy
+        assert r.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+        assert "expected type is NORMAL, but actual type is DELAY" in r.status.message
+    finally:
+        p.close()

@@ -621,13 +621,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return svc.QueryOffsetResponse(status=status(), offset=offset)
 
     async def RecallMessage(self, request: svc.RecallMessageRequest, context: Any) -> svc.RecallMessageResponse:
-        """The broker's RECALL_MESSAGE (``broker.server.recall``).  As RocketMQ 5's proxy, a handle that does not
-        decode is refused here, before any broker is asked, with INTERNAL_SERVER_ERROR; the broker's own
-        refusals (topic or broker not matching, a time past) keep its code, translated."""
+        """The broker's RECALL_MESSAGE (``broker.server.recall``).  As RocketMQ 5's proxy, a topic of another
+        message type (under ``enableTopicMessageTypeCheck``) and a handle that does not decode (with
+        INTERNAL_SERVER_ERROR) are refused here, before any broker is asked; the broker's own refusals (topic or
+        broker not matching, a time past) keep its code, translated."""
         try:
             tc = self._topic(request.topic)
         except ProxyError as e:
             return svc.RecallMessageResponse(status=status(e.code, e.message))
+        if self.broker.config.enable_topic_message_type_check:  # only a DELAY (or MIXED) topic has timers
+            why = attributes.type_refusal(attributes.topic_type(tc.attributes), attributes.DELAY)
+            if why is not None:
+                return svc.RecallMessageResponse(status=status(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, why))
         try:
             RecallHandle.decode(request.recall_handle)
         except ValueError as e:
