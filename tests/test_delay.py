@@ -312,7 +312,7 @@ def test_timer_messages_on_the_wire(live) -> None:
 
 @pytest.mark.integration
 def test_recall_message_on_the_wire(live) -> None:
-    b = live(timerPrecisionMs="100")
+    b = live(timerPrecisionMs="100", recallMessageEnable="true")
     deliver = str(int(time.time() * 1000) + 2000)
     gone = b.send("Timed", b"gone", TIMER_DELIVER_MS=deliver, UNIQ_KEY="7F0000010000000000000000000000AA")
     kept = b.send("Timed", b"kept", TIMER_DELIVER_MS=deliver)

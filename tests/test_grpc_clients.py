@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 
 # transactionTimeOut and transactionCheckInterval shortened: an open transaction is checked back within a second
 PROXY_CONF = {"enableProxy": "true", "minInvisibleTimeMillsForRecv": "1000", "transactionTimeOut": "500",
-              "transactionCheckInterval": "300"}
+              "transactionCheckInterval": "300", "recallMessageEnable": "true"}
 
 
 class ProxyServer:

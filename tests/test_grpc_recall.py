@@ -18,7 +18,7 @@ from tests.test_grpc_endpoint import META, Proxied, _ids
 
 pytestmark = pytest.mark.integration
 
-CONF = {"grpcServerPort": "0", "timerPrecisionMs": "100"}
+CONF = {"grpcServerPort": "0", "timerPrecisionMs": "100", "recallMessageEnable": "true"}
 
 
 def _send_timer(p: Proxied, topic: str, body: bytes, deliver_ms: int) -> svc.SendResultEntry:
@@ -129,5 +129,17 @@ def test_with_the_type_check_only_a_delay_topic_takes_a_recall(tmp_path) -> None
         r = _recall(p, normal, "anything")  # refused before the handle is read, as RocketMQ's proxy
         assert r.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
         assert "expected type is NORMAL, but actual type is DELAY" in r.status.message
+    finally:
+        p.close()
+
+
+def test_recall_is_forbidden_unless_enabled(tmp_path) -> None:
+    p = Proxied(LiveBroker(tmp_path / "store", **{**CONF, "recallMessageEnable": "false"}).start())
+    try:
+        topic = p.topic()
+        timer = _send_timer(p, topic, b"later", int(time.time() * 1000) + 60_000)
+        assert timer.recall_handle  # the send still answers its handle, as RocketMQ's
+        r = _recall(p, topic, timer.recall_handle)
+        assert (r.status.code, r.status.message) == (pb.FORBIDDEN, "recall failed, operation is forbidden")
     finally:
         p.close()

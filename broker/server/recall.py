@@ -9,10 +9,11 @@ a *delete mark*: a message to the same topic with ``TIMER_DEL_UNIQKEY`` = that m
 = that time, which the store parks in the timer topic beside the message; the timer service then delivers
 neither (``store.schedule.TimerMessageService``).
 
-Answers, as Java's: a handle that does not decode, names another topic or broker, or a time already past (the
-message was delivered) or beyond ``timerMaxDelaySec`` is ILLEGAL_OPERATION; an unknown topic TOPIC_NOT_EXIST; a
-slave SLAVE_NOT_AVAILABLE.  A recall of a message that was never a timer message, or was already recalled, is
-accepted and changes nothing (the broker keeps no record of which ids are parked).
+Answers, as Java's: without ``recallMessageEnable`` (off by default) NO_PERMISSION; a handle that does not
+decode, names another topic or broker, or a time already past (the message was delivered) or beyond
+``timerMaxDelaySec`` is ILLEGAL_OPERATION; an unknown topic TOPIC_NOT_EXIST; a slave SLAVE_NOT_AVAILABLE.  A recall
+of a message that was never a timer message, or was already recalled, is accepted and changes nothing (the broker
+keeps no record of which ids are parked).
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ class RecallProcessor:
     async def recall(self, topic: str, handle: str, peer: str) -> tuple[int, str | None, str]:
         """(response code, remark, the recalled message id); the gRPC RecallMessage's path as well."""
         b = self.broker
+        if not b.config.recall_message_enable:
+            return ResponseCode.NO_PERMISSION, "recall failed, operation is forbidden", ""
         if b.store_config.broker_role == BrokerRole.SLAVE:
             return ResponseCode.SLAVE_NOT_AVAILABLE, "recall failed, broker service not available", ""
         if b.topics.get(topic) is None:
