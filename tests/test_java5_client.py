@@ -4,8 +4,8 @@ reading the same messages with its own check.
 
 One Java program (``tests/java/client5/Client5Messages.java``) runs every path in one JVM: a Producer (bodies of
 every length 0..64 bytes and one of 4 MiB, FIFO, delay (one recalled), transactional commit / rollback /
-check-back), a SimpleConsumer per path and a PushConsumer.  The tests read its JSON and check every message: body, keys, tag,
-properties, message id, queue, offset, and that neither client found a body corrupted.
+check-back), a SimpleConsumer per path and a PushConsumer.  The tests read its JSON and check every message: body,
+keys, tag, properties, message id, queue, offset, and that neither client found a body corrupted.
 """
 
 from __future__ import annotations
