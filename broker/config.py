@@ -180,6 +180,9 @@ class BrokerConfig(AclSettings, ConfigChecks):
     # refused, on remoting and gRPC, as RocketMQ 5's proxy refuses it. Off by default (the proxy's is on): topics
     # made by 4.x tools carry no type and count as NORMAL, so a 4.x client's delayed or ordered sends would fail.
     enable_topic_message_type_check: bool = False
+    # RECALL_MESSAGE (and gRPC RecallMessage) write a timer message's delete mark; off by default, as in RocketMQ
+    # 5.4 (refused with NO_PERMISSION). A timer send answers its recall handle either way.
+    recall_message_enable: bool = False
 
     @field_validator("lake_path", mode="before")
     @classmethod

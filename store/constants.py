@@ -29,6 +29,7 @@ ROCKSDB_OFFSET_TOPIC = "CHECKPOINT_TOPIC"
 ROCKSDB_TRANS_HALF_TOPIC = "RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC"
 ROCKSDB_TRANS_OP_HALF_TOPIC = "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC"
 TIMER_TOPIC = SYSTEM_TOPIC_PREFIX + "wheel_timer"  # 5.x timer messages wait here, queue 0
+RECALL_MESSAGE_TAG = "_RECALL_TAG_"  # the tag of the delete mark a RECALL_MESSAGE writes (RecallMessageProcessor)
 REVIVE_TOPIC_PREFIX = SYSTEM_TOPIC_PREFIX + "REVIVE_LOG_"  # + the cluster name: a POP consumer's checkpoints
 
 # Groups the broker keeps for itself (MixAll, PopAckConstants).

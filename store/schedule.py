@@ -22,6 +22,11 @@ never loses one.
   indexed unit due at or before T was delivered) and ``minPendingOffset`` W (the lowest undelivered unit).
   A restart re-indexes from W and skips units below S due at or before T.  This replaces Java's timer wheel and
   timer log files (which this store does not write) with state rebuilt from the CommitLog.
+- Recalls: a timer message carrying ``TIMER_DEL_UNIQKEY`` (a RECALL_MESSAGE's delete mark, or a client's own) is
+  a delete mark for the message whose ``UNIQ_KEY`` it names: indexing it marks that id recalled, the message
+  (due in the same slot, and earlier in the queue) is dropped instead of delivered, and the mark itself is never
+  delivered.  The mark is later in the queue than its message, so a restart that re-indexes the message from W
+  re-indexes the mark too.
 """
 
 from __future__ import annotations
@@ -115,8 +120,6 @@ def park(
             "timer message illegal, the delay time should not be bigger than the max delay "
             f"{timer_max_delay_sec * 1000}ms"
         )
-    if P.PROPERTY_TIMER_DEL_UNIQKEY in props:
-        raise ParkRefused("timer message illegal: deleting a timer message (TIMER_DEL_UNIQKEY) is not supported")
     # Java rounds down into the slot whose dequeue (one precision later) is not before the time asked for.
     if deliver_ms % timer_precision_ms == 0:
         deliver_ms -= timer_precision_ms
@@ -331,6 +334,7 @@ class TimerMessageService(_Service):
         self.path = Path(config_dir) / TIMER_PROGRESS
         self.precision_ms = precision_ms
         self._heap: list[tuple[int, int, int, int]] = []  # (due ms, queue offset, CommitLog offset, size)
+        self._recalled: dict[str, int] = {}  # UNIQ_KEY -> delete marks indexed and not yet due
         self._scan = 0  # next queue offset to index
         self._delivered_until = 0
         self._persisted: dict[str, int] | None = None
@@ -357,7 +361,7 @@ class TimerMessageService(_Service):
 
     @property
     def pending(self) -> int:
-        """Timer messages indexed and not yet delivered."""
+        """Timer messages (delete marks included) indexed and not yet delivered or dropped."""
         return len(self._heap)
 
     @property
@@ -382,17 +386,21 @@ class TimerMessageService(_Service):
             before = self._scan
             for index, phy, size, _tags in cq.iter_units(self._scan, CHUNK):
                 self._scan = index + 1
-                out_ms = self._out_ms(index, phy, size)
-                if out_ms is None:
+                parked = self._parked(index, phy, size)
+                if parked is None:
                     continue
+                out_ms, deletes = parked
                 due = out_ms + self.precision_ms
                 if index < skip_below and due <= self._delivered_until:
                     continue  # delivered before the restart
+                if deletes is not None:
+                    self._recalled[deletes] = self._recalled.get(deletes, 0) + 1
                 heapq.heappush(self._heap, (due, index, phy, size))
             if self._scan == before:  # a unit not readable yet
                 break
 
-    def _out_ms(self, index: int, phy: int, size: int) -> int | None:
+    def _parked(self, index: int, phy: int, size: int) -> tuple[int, str | None] | None:
+        """(TIMER_OUT_MS, the UNIQ_KEY a delete mark recalls or None) of a unit; None for one to skip."""
         if size == units.CQ_FILL_SIZE:
             return None
         raw = self._read(phy, size)
@@ -400,7 +408,9 @@ class TimerMessageService(_Service):
             log.warning("timer offset %d: CommitLog offset %d is gone; skipped", index, phy)
             return None
         try:
-            return int(P.property_value(records.record_properties(raw), P.PROPERTY_TIMER_OUT_MS) or "")
+            props = records.record_properties(raw)
+            out_ms = int(P.property_value(props, P.PROPERTY_TIMER_OUT_MS) or "")
+            return out_ms, P.property_value(props, P.PROPERTY_TIMER_DEL_UNIQKEY)
         except (records.RecordError, ValueError) as e:
             log.error("timer offset %d (CommitLog offset %d) has no usable TIMER_OUT_MS (%s); skipped", index, phy, e)
             return None
@@ -414,12 +424,22 @@ class TimerMessageService(_Service):
         while self._heap and self._heap[0][0] <= now_ms and len(due) < CHUNK:
             due.append(heapq.heappop(self._heap))
         copies: list[Copy] = []
+        marks: list[str] = []  # delete marks come due: released once this pass's copies are in
         for _due, index, phy, size in due:
             raw = self._read(phy, size)
             if raw is None:
                 log.warning("timer offset %d: CommitLog offset %d is gone; skipped", index, phy)
                 continue
             try:
+                props = records.record_properties(raw)
+                deletes = P.property_value(props, P.PROPERTY_TIMER_DEL_UNIQKEY)
+                if deletes is not None:
+                    marks.append(deletes)
+                    continue
+                uniq = P.property_value(props, P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+                if uniq is not None and uniq in self._recalled:
+                    log.info("timer offset %d: message %s was recalled; dropped", index, uniq)
+                    continue
                 enqueued = records.read_store_timestamp(raw, 0)
                 copies.append(_delivered_copy(raw, {
                     P.PROPERTY_TIMER_ENQUEUE_MS: str(enqueued), P.PROPERTY_TIMER_DEQUEUE_MS: str(now_ms),
@@ -433,6 +453,12 @@ class TimerMessageService(_Service):
             for entry in due:  # retried later; what did go in may be delivered twice
                 heapq.heappush(self._heap, entry)
             return POLL_INTERVAL
+        for key in marks:
+            left = self._recalled.get(key, 0) - 1
+            if left > 0:
+                self._recalled[key] = left
+            else:
+                self._recalled.pop(key, None)
         if not self._heap or self._heap[0][0] > now_ms:
             self._delivered_until = max(self._delivered_until, now_ms)
             return min(POLL_INTERVAL, (self._heap[0][0] - now_ms) / 1000) if self._heap else POLL_INTERVAL

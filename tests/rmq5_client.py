@@ -5,6 +5,7 @@ package ``rocketmq`` is also the 4.x C++ client's.  Prints one JSON document on 
 
     produce  --endpoint E --topic T [--count N] [--tag T] [--keys K...] [--group G] [--delay-ms D]
              [--tx commit|rollback|check-commit|check-rollback]  (check-*: left open for the broker's check-back)
+             [--recall N]  (then recall the first N messages sent, by their receipts' recall handles)
     receive  --endpoint E --topic T --group G --expect N [--invisible S] [--ack] [--deadline S] [--filter TAG]
     receive_renew  as receive, then ChangeInvisibleDuration on each message before acking it
     push     --endpoint E --topic T --group G --expect N [--fail-first] [--deadline S]  (a PushConsumer)
@@ -92,8 +93,11 @@ def produce(a: argparse.Namespace) -> dict:
             else:
                 receipt = producer.send(msg)
             sent.append({"message_id": receipt.message_id, "offset": receipt.offset,
-                         "transaction_id": receipt.transaction_id, "queue": receipt.message_queue.message_queue0().id})
+                         "transaction_id": receipt.transaction_id, "queue": receipt.message_queue.message_queue0().id,
+                         "recall_handle": receipt.recall_handle})  # fmt: skip
         out: dict = {"sent": sent}
+        if a.recall:
+            out["recalled"] = [producer.recall_message(a.topic, m["recall_handle"]) for m in sent[: a.recall]]
         if a.tx and a.tx.startswith("check"):
             checker.done.wait(a.deadline)
             out["checked"] = checker.checked
@@ -190,6 +194,7 @@ def main() -> int:
     p.add_argument("--group")
     p.add_argument("--delay-ms", type=int, default=0)
     p.add_argument("--tx", choices=["commit", "rollback", "check-commit", "check-rollback"])
+    p.add_argument("--recall", type=int, default=0, help="produce: recall the first N messages sent")
     p.add_argument("--expect", type=int, default=1)
     p.add_argument("--invisible", type=int, default=10)
     p.add_argument("--await-s", type=int, default=2)

@@ -194,6 +194,7 @@ def test_resources_per_request_code() -> None:
     assert resources(_cmd(RequestCode.SEND_MESSAGE_V2, a="pg", b="T")) == {"T": PUB}
     assert resources(_cmd(RequestCode.SEND_BATCH_MESSAGE, a="pg", b="T")) == {"T": PUB}
     assert resources(_cmd(RequestCode.SEND_MESSAGE_V2, a="pg", b="%RETRY%G")) == {"%RETRY%G": SUB}
+    assert resources(_cmd(RequestCode.RECALL_MESSAGE, topic="T", recallHandle="h")) == {"T": PUB}
     assert resources(_cmd(RequestCode.PULL_MESSAGE, topic="T", consumerGroup="G")) == {"T": SUB, "%RETRY%G": SUB}
     for code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET):
         assert resources(_cmd(code, topic="T", consumerGroup="G", queueId="0")) == {"T": SUB, "%RETRY%G": SUB}

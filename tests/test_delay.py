@@ -95,7 +95,6 @@ def test_bad_delay_and_timer_values_are_refused() -> None:
         (_msg(DELAY="soon"), "not a delay level"),
         (_msg(TIMER_DELAY_MS="1e3"), "not an integer"),
         (_msg(TIMER_DELAY_SEC=str(3 * 86400 + 1)), "max delay 259200000ms"),
-        (_msg(TIMER_DELIVER_MS=str(now + 5000), TIMER_DEL_UNIQKEY="k"), "not supported"),
         (_msg(TIMER_DELIVER_MS=str(now - 5000), TIMER_DEL_UNIQKEY="k"), "in the future"),
     ]:
         with pytest.raises(ParkRefused, match=needle):
@@ -217,6 +216,27 @@ def test_timer_progress_survives_restart_and_nothing_due_is_lost(tmp_path) -> No
         assert int(rec.property_map["TIMER_DEQUEUE_MS"]) >= int(rec.property_map["TIMER_OUT_MS"]) + 100
 
 
+@pytest.mark.integration
+def test_a_delete_mark_drops_its_message_and_itself_also_across_a_restart(tmp_path) -> None:
+    cfg = make_config(tmp_path, timer_precision_ms=100)
+    with MessageStore(cfg) as store:
+        deliver = str(int(time.time() * 1000) + 3000)
+        assert store.put_message(_msg(UNIQ_KEY="recalled", TIMER_DELIVER_MS=deliver)).ok
+        assert store.put_message(_msg(UNIQ_KEY="kept", TIMER_DELIVER_MS=deliver)).ok
+        wait_dispatched(store)
+        [(_, parked), _] = read_queue(store, TIMER_TOPIC, 0)
+        # what RECALL_MESSAGE writes: the handle's time is the parked TIMER_OUT_MS + 1, the same slot
+        mark = _msg(UNIQ_KEY="recalled", TIMER_DEL_UNIQKEY="recalled",
+                    TIMER_DELIVER_MS=str(int(parked.property_map["TIMER_OUT_MS"]) + 1))  # fmt: skip
+        assert store.put_message(mark).ok
+        wait_until(lambda: store.timers.pending == 3, 5, what="the two timers and the mark indexed")
+    with MessageStore(cfg) as store:
+        assert store.timers.pending == 3  # re-indexed from the CommitLog, the mark with them
+        wait_until(lambda: store.timers.pending == 0, 15, what="the slot delivered")
+        wait_dispatched(store)
+        assert [rec.uniq_key for _, rec in read_queue(store, "T", 3)] == ["kept"]
+
+
 # =====================================================================================================
 # on the wire
 # =====================================================================================================
@@ -288,6 +308,30 @@ def test_timer_messages_on_the_wire(live) -> None:
     off = live(timerWheelEnable="false")
     refused = off.send("Timed", b"x", TIMER_DELAY_MS="500")
     assert refused.code == ResponseCode.SYSTEM_ERROR and "timerWheelEnable" in refused.remark
+
+
+@pytest.mark.integration
+def test_recall_message_on_the_wire(live) -> None:
+    b = live(timerPrecisionMs="100", recallMessageEnable="true")
+    deliver = str(int(time.time() * 1000) + 2000)
+    gone = b.send("Timed", b"gone", TIMER_DELIVER_MS=deliver, UNIQ_KEY="7F0000010000000000000000000000AA")
+    kept = b.send("Timed", b"kept", TIMER_DELIVER_MS=deliver)
+    assert "recallHandle" not in b.send("Timed", b"now").ext_fields  # only a parked timer message has one
+
+    def recall(topic: str, handle: str) -> RemotingCommand:
+        return b.call(RequestCode.RECALL_MESSAGE, h.RecallMessageRequestHeader(topic=topic, recall_handle=handle))
+
+    bad = recall("Timed", "@@@")
+    assert (bad.code, bad.remark) == (ResponseCode.ILLEGAL_OPERATION, "recall handle is invalid")
+    assert recall("Other", gone.ext_fields["recallHandle"]).code == ResponseCode.TOPIC_NOT_EXIST
+    ok = recall("Timed", gone.ext_fields["recallHandle"])
+    assert ok.code == ResponseCode.SUCCESS
+    assert ok.ext_fields["msgId"] == "7F0000010000000000000000000000AA"
+    wait_until(lambda: len(_pull_all(b, "Timed")) == 2, 10, what="the kept timer message")
+    wait_until(lambda: b.controller.store.timers.pending == 0, 10, what="the slot done")
+    assert [m.body for m in _pull_all(b, "Timed")] == [b"now", b"kept"]
+    late = recall("Timed", kept.ext_fields["recallHandle"])
+    assert (late.code, late.remark) == (ResponseCode.ILLEGAL_OPERATION, "recall failed, timestamp invalid")
 
 
 @pytest.mark.integration

@@ -1,7 +1,8 @@
 """The RocketMQ 5 gRPC endpoint against the official 5.x Python client (PyPI ``rocketmq-python-client``, run from
 ``.venv-rmq5`` by ``tests/rmq5.py``) and the 4.x C++ client, on one ``mqlake up`` with ``enableProxy=true``.
 
-Producer: normal, FIFO (message group), delay (delivery timestamp) and transactional (commit / rollback).
+Producer: normal, FIFO (message group), delay (delivery timestamp; a recalled one is not delivered) and
+transactional (commit / rollback).
 SimpleConsumer: receive + ack, invisible-time expiry redelivers through the retry topic, ChangeInvisibleDuration,
 an already-acked receipt handle is refused.  PushConsumer: settings, assignment, a failed message redelivered after
 its back-off.  Mixed traffic: 4.x and 5.x producers on one topic, read by a 5.x
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.integration
 
 # transactionTimeOut and transactionCheckInterval shortened: an open transaction is checked back within a second
 PROXY_CONF = {"enableProxy": "true", "minInvisibleTimeMillsForRecv": "1000", "transactionTimeOut": "500",
-              "transactionCheckInterval": "300"}
+              "transactionCheckInterval": "300", "recallMessageEnable": "true"}
 
 
 class ProxyServer:
@@ -206,6 +207,17 @@ def test_delay_message_is_received_only_after_its_delivery_time(proxy) -> None:
     assert bodies(got) == ["m-0"]
     m = got["received"][0]
     assert m["received_at"] >= m["delivery_timestamp"] / 1000 >= sent_at + 1
+
+
+def test_5x_producer_recalls_a_delay_message_which_is_never_delivered(proxy) -> None:
+    topic, group = proxy.create_topic(queues=1), proxy.create_group()
+    out = proxy.client("produce", "--topic", topic, "--count", "2", "--delay-ms", "3000", "--recall", "1")
+    recalled, kept = out["sent"]
+    assert recalled["recall_handle"] and out["recalled"] == [recalled["message_id"]]
+    # one queue, one delivery time: the timer re-puts the slot in send order, so the first message received
+    # would be the recalled one had it been delivered
+    got = proxy.client("receive", "--topic", topic, "--group", group, "--expect", "1", "--ack")
+    assert bodies(got) == ["m-1"] and got["received"][0]["message_id"] == kept["message_id"]
 
 
 def test_transactional_commit_is_delivered_and_rollback_is_not(proxy) -> None:

@@ -287,8 +287,8 @@ def test_receive_cancelled_while_waiting_loses_nothing(proxied) -> None:
 
 
 def test_unserved_rpcs_answer_unsupported(proxied) -> None:
-    r = proxied.stub.RecallMessage(svc.RecallMessageRequest(), metadata=META)
-    assert r.status.code == pb.UNSUPPORTED and "RecallMessage" in r.status.message
+    r = proxied.stub.SyncLiteSubscription(svc.SyncLiteSubscriptionRequest(), metadata=META)
+    assert r.status.code == pb.UNSUPPORTED and "SyncLiteSubscription" in r.status.message
 
 
 

@@ -3,9 +3,9 @@ with ``enableProxy=true``, its body-digest check on (the client's default), and 
 reading the same messages with its own check.
 
 One Java program (``tests/java/client5/Client5Messages.java``) runs every path in one JVM: a Producer (bodies of
-every length 0..64 bytes and one of 4 MiB, FIFO, delay, transactional commit / rollback / check-back), a
-SimpleConsumer per path and a PushConsumer.  The tests read its JSON and check every message: body, keys, tag,
-properties, message id, queue, offset, and that neither client found a body corrupted.
+every length 0..64 bytes and one of 4 MiB, FIFO, delay (one recalled), transactional commit / rollback /
+check-back), a SimpleConsumer per path and a PushConsumer.  The tests read its JSON and check every message: body,
+keys, tag, properties, message id, queue, offset, and that neither client found a body corrupted.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def run(proxy: ProxyServer, tmp_path_factory) -> dict:
     """The Java program's one run: what it sent and what each of its consumers received."""
     classes = compile_java(sorted((JAVA_SOURCES / "client5").glob("*.java")), "client-java-5",
                            tmp_path_factory.getbasetemp() / "java-classes")  # fmt: skip
-    names = {"normal": proxy.create_topic(8), "fifo": proxy.create_topic(), "delay": proxy.create_topic(),
+    names = {"normal": proxy.create_topic(8), "fifo": proxy.create_topic(), "delay": proxy.create_topic(1),
              "tx": proxy.create_topic(), "sgroup": proxy.create_group(),
              "fgroup": proxy.create_group(consumeMessageOrderly=True), "dgroup": proxy.create_group(),
              "tgroup": proxy.create_group(), "pgroup": proxy.create_group()}  # fmt: skip
@@ -126,6 +126,12 @@ def test_a_delay_message_comes_at_its_delivery_time(run) -> None:
     [m] = run["delay"]["received"]
     assert m["message_id"] == run["delay_sent"]["message_id"] and bytes.fromhex(m["hex"]) == b"delayed"
     assert m["delivery_timestamp"] == run["delay_deliver_at"] and m["received_at"] >= run["delay_deliver_at"]
+
+
+def test_a_recalled_delay_message_never_comes(run) -> None:
+    # one queue, one delivery time: the recalled message, sent first, would have been received first
+    assert run["recalled"] == run["recall_sent"]["message_id"]
+    assert [m["message_id"] for m in run["delay"]["received"]] == [run["delay_sent"]["message_id"]]
 
 
 def test_transactions_commit_rollback_and_the_checker_resolves_an_open_one(run) -> None:

@@ -97,6 +97,8 @@ def resources(cmd: RemotingCommand) -> dict[str, int]:
         _send(needed, ext.get("topic"))
     elif code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
         _send(needed, ext.get("b"))
+    elif code == RequestCode.RECALL_MESSAGE:  # taking back a message sent: the topic's PUB, as RocketMQ 5's
+        _add(needed, ext.get("topic"), PUB)
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
         _add(needed, _retry(ext.get("group")), SUB)
     elif code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE):  # one header, one processor

@@ -4,7 +4,7 @@ Sends go through the broker's own send path (``SendProcessor``, as a SEND_MESSAG
 END_TRANSACTION through its transaction processor, so topic checks, auto-created retry/DLQ topics, half messages,
 timers and flushing are the remoting clients' to the byte.  Receives and acks are ``pop``'s; a PullConsumer's pulls
 and offsets are ``pulling``'s.  Every refusal is a v2 ``Status`` with a message naming what was wrong; the RPCs a
-5.x client may call that are not served (RecallMessage, SyncLiteSubscription) answer UNSUPPORTED.
+5.x client may call that are not served (SyncLiteSubscription) answer UNSUPPORTED.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from broker.server import half_messages as hm
 from broker.server import topics as tp
 from broker.server.clients import ClientChannel
 from broker.server.filters import property_selector
+from broker.server.recall import RecallHandle
 from broker.server.send import SendProcessor
 from store import names
 from store.format import delay, msgid, records
@@ -423,7 +424,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         ext = resp.ext_fields
         tx_id = ext.get("msgId", "") if sys_flag == records.TRANSACTION_PREPARED_TYPE else ""
         return svc.SendResultEntry(status=status(), message_id=msg.system_properties.message_id,
-                                   transaction_id=tx_id, offset=int(ext.get("queueOffset", "0")))  # fmt: skip
+                                   transaction_id=tx_id, offset=int(ext.get("queueOffset", "0")),
+                                   recall_handle=ext.get("recallHandle", ""))  # fmt: skip
 
     async def EndTransaction(self, request: svc.EndTransactionRequest, context: Any) -> svc.EndTransactionResponse:
         """The transaction id is the half message's offset message id: it names the half message's CommitLog
@@ -618,8 +620,28 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return svc.QueryOffsetResponse(status=status(e.code, e.message))
         return svc.QueryOffsetResponse(status=status(), offset=offset)
 
-    async def RecallMessage(self, request: Any, context: Any) -> svc.RecallMessageResponse:
-        return svc.RecallMessageResponse(status=self._unsupported("RecallMessage"))
+    async def RecallMessage(self, request: svc.RecallMessageRequest, context: Any) -> svc.RecallMessageResponse:
+        """The broker's RECALL_MESSAGE (``broker.server.recall``).  As RocketMQ 5's proxy, a topic of another
+        message type (under ``enableTopicMessageTypeCheck``) and a handle that does not decode (with
+        INTERNAL_SERVER_ERROR) are refused here, before any broker is asked; the broker's own refusals (topic or
+        broker not matching, a time past) keep its code, translated."""
+        try:
+            tc = self._topic(request.topic)
+        except ProxyError as e:
+            return svc.RecallMessageResponse(status=status(e.code, e.message))
+        if self.broker.config.enable_topic_message_type_check:  # only a DELAY (or MIXED) topic has timers
+            why = attributes.type_refusal(attributes.topic_type(tc.attributes), attributes.DELAY)
+            if why is not None:
+                return svc.RecallMessageResponse(status=status(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, why))
+        try:
+            RecallHandle.decode(request.recall_handle)
+        except ValueError as e:
+            return svc.RecallMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, str(e)))
+        code, remark, msg_id = await self.broker.recalls.recall(tc.topic_name, request.recall_handle,
+                                                                _Peer.of(context).remote_addr)  # fmt: skip
+        if code != ResponseCode.SUCCESS:
+            return svc.RecallMessageResponse(status=status(from_remoting(code), remark or f"recall refused ({code})"))
+        return svc.RecallMessageResponse(status=status(), message_id=msg_id)
 
     async def SyncLiteSubscription(self, request: Any, context: Any) -> svc.SyncLiteSubscriptionResponse:
         return svc.SyncLiteSubscriptionResponse(status=self._unsupported("SyncLiteSubscription"))

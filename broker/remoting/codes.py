@@ -200,6 +200,7 @@ class RequestCode(IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     DELETE_EXPIRED_COMMITLOG = 329
     LITE_PULL_MESSAGE = 361
+    RECALL_MESSAGE = 370  # 5.x: write a timer message's delete mark (broker/server/recall.py)
     BROKER_HEARTBEAT = 904
     # RocketMQ 5's controller (controller mode, docs/ha.md)
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001

@@ -290,6 +290,16 @@ class SendMessageResponseHeader(Header):
     recall_handle: str | None = None
 
 
+class RecallMessageRequestHeader(Header):
+    producer_group: str | None = None
+    topic: str
+    recall_handle: str
+
+
+class RecallMessageResponseHeader(Header):
+    msg_id: str
+
+
 # --- pull and offsets (reference §7.7, §7.9) --------------------------------------------------------------------
 
 

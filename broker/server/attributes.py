@@ -145,7 +145,11 @@ def message_type(props: Mapping[str, str]) -> str:
 def check(expected: str, props: Mapping[str, str]) -> str | None:
     """Why a message of ``props`` may not go to a topic of type ``expected`` (the proxy's
     ``DefaultTopicMessageTypeValidator``), None when it may; ``expected`` is UNSPECIFIED for a missing topic."""
-    actual = message_type(props)
+    return type_refusal(expected, message_type(props))
+
+
+def type_refusal(expected: str, actual: str) -> str | None:
+    """Why a message of type ``actual`` may not go to a topic of type ``expected``, None when it may."""
     if actual == UNSPECIFIED or (actual != expected and expected != MIXED):
         return f"TopicMessageType validate failed, the expected type is {expected}, but actual type is {actual}"
     return None

@@ -44,6 +44,7 @@ from broker.server.pull import PullProcessor
 from broker.server.query import QueryProcessor
 from broker.server.queue_locks import RebalanceLockManager
 from broker.server.queue_offsets import OffsetProcessor
+from broker.server.recall import RecallProcessor
 from broker.server.registration import NamesrvRegistrar
 from broker.server.replicas import ReplicasManager
 from broker.server.schedule import ScheduleProcessor
@@ -90,6 +91,7 @@ class BrokerController:
         self.locks = RebalanceLockManager()
         self.recent_halves = RecentHalves()
         self.transactions = TransactionProcessor(self)
+        self.recalls = RecallProcessor(self)
         check = 5.0 if broker_config.long_polling_enable else broker_config.short_polling_time_mills / 1000
         self.hold = PullRequestHoldService(self._max_offset, check)
         self.stats = BrokerStatsManager(broker_config.broker_cluster_name)
@@ -618,7 +620,7 @@ class BrokerController:
         processors: list[Processor] = [
             SendProcessor(self), PullProcessor(self), OffsetProcessor(self), ClientManageProcessor(self),
             AdminProcessor(self), QueryProcessor(self), AclAdminProcessor(self.config, self.acl), self.transactions,
-            OperationsProcessor(self), ScheduleProcessor(self),
+            OperationsProcessor(self), ScheduleProcessor(self), self.recalls,
         ]  # fmt: skip
         self.server.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self._guard(self._notify_role_changed))
         for processor in processors:

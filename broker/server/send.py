@@ -31,10 +31,12 @@ from broker.remoting.headers import (
 from broker.server import attributes, half_messages
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
+from broker.server.recall import send_recall_handle
 from broker.server.send_check import SendCheck, record_sys_flag
 from store import names
 from store.commitlog import AppendResult
 from store.config import BrokerRole, FlushDiskType
+from store.constants import TIMER_TOPIC
 from store.format import properties, records, runs
 from store.format import transaction as tx_format
 from store.message_store import PutMessageResult, PutMessageStatus, Run
@@ -466,6 +468,10 @@ class SendProcessor:
             if txid is not None:
                 ext["transactionId"] = txid
         c = self.broker.config
+        if rec is not None and rec.topic == TIMER_TOPIC:  # parked by the put: recallable until it is due
+            handle = send_recall_handle(rec, c.broker_name)
+            if handle is not None:
+                ext["recallHandle"] = handle
         ext["MSG_REGION"] = c.region_id
         ext["TRACE_ON"] = "true" if c.trace_on else "false"
         return cmd.response(code, None, ext=ext)

@@ -94,11 +94,16 @@ public final class Client5Messages {
             out.put("fifo_sent", fifoSent);
             out.put("fifo", receive(config, a.get("fgroup"), fifo, 5, 60));
 
-            // delay: received only once its delivery time has come
+            // delay: received only once its delivery time has come; one sent before it (same time, same queue)
+            // is recalled and never received
             long deliverAt = System.currentTimeMillis() + 2000;
+            byte[] rbody = "recalled".getBytes(StandardCharsets.UTF_8);
+            SendReceipt toRecall = producer.send(message(delay, rbody).setDeliveryTimestamp(deliverAt).build());
             byte[] dbody = "delayed".getBytes(StandardCharsets.UTF_8);
             out.put("delay_sent", receipt(producer.send(message(delay, dbody).setDeliveryTimestamp(deliverAt)
                 .build()), dbody.length));
+            out.put("recall_sent", receipt(toRecall, rbody.length));
+            out.put("recalled", producer.recallMessage(delay, toRecall.getRecallHandle()).getMessageId().toString());
             out.put("delay_deliver_at", deliverAt);
             out.put("delay", receive(config, a.get("dgroup"), delay, 1, 60));
 
