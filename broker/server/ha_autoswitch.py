@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from broker.remoting.errors import port_in_use
+from broker.server.ha_master import OffsetWaiters
 from broker.server.ha_slave import append_replicated
 from store.commitlog import ReplicaAppendError
 from store.config import MessageStoreConfig
@@ -49,7 +50,7 @@ class AutoSwitchHAService:
         self.acks: dict[int, int] = {}  # slave id -> highest offset it acknowledged
         self.caught_up: dict[int, float] = {}  # slave id -> monotonic time it last held the master's end
         self.connections: set[AutoSwitchHAConnection] = set()
-        self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        self._waiters = OffsetWaiters()
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -126,27 +127,16 @@ class AutoSwitchHAService:
         return acked >= members if self.config.all_ack_in_sync_state_set else acked >= min(2, members)
 
     def _release_waiters(self) -> None:
-        waiting = []
-        for target, fut in self._waiters:
-            if fut.done():
-                continue
-            if self._server is None or self._satisfied(target):
-                fut.set_result(self._server is not None)
-            else:
-                waiting.append((target, fut))
-        self._waiters = waiting
+        if self._server is None:
+            self._waiters.cancel()
+        else:
+            self._waiters.release(self._satisfied)
 
     async def wait_for_replicas(self, end: int, timeout: float) -> bool:
         """Until the sync state set holds everything before ``end`` (see ``_satisfied``); False after ``timeout``."""
         if self._satisfied(end):
             return True
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiters.append((end, fut))
-        try:
-            async with asyncio.timeout(timeout):
-                return await fut
-        except TimeoutError:
-            return False
+        return await self._waiters.wait(end, timeout)
 
     def runtime_info(self) -> dict[str, str]:
         return {

@@ -17,6 +17,7 @@ import statistics
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 from broker.remoting.errors import port_in_use
 from store.config import MessageStoreConfig
@@ -24,6 +25,40 @@ from store.format import ha
 from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
+
+
+class OffsetWaiters:
+    """Sends waiting until replicas hold everything before an offset: each answered True once ``release`` finds
+    its offset held, False at ``cancel`` (the service stopped) or when its timeout passes."""
+
+    def __init__(self) -> None:
+        self._waiting: list[tuple[int, asyncio.Future[bool]]] = []
+
+    async def wait(self, end: int, timeout: float) -> bool:
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiting.append((end, fut))
+        try:
+            async with asyncio.timeout(timeout):
+                return await fut
+        except TimeoutError:
+            return False
+
+    def release(self, held: Callable[[int], bool]) -> None:
+        waiting = []
+        for end, fut in self._waiting:
+            if fut.done():
+                continue
+            if held(end):
+                fut.set_result(True)
+            else:
+                waiting.append((end, fut))
+        self._waiting = waiting
+
+    def cancel(self) -> None:
+        for _, fut in self._waiting:
+            if not fut.done():
+                fut.set_result(False)
+        self._waiting.clear()
 
 LAG_WINDOW = 100_000  # replication lags kept for GET_BROKER_RUNTIME_INFO's percentiles
 
@@ -38,7 +73,7 @@ class HAService:
         self.port = port
         self.connections: set[HAConnection] = set()
         self.push_to_slave_max_offset = 0  # push2SlaveMaxOffset: the highest offset a slave acknowledged
-        self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        self._waiters = OffsetWaiters()
         # Replication lag: from an append on the master to a slave's ack covering it, for the latest appends
         self._unacked: deque[tuple[int, float]] = deque()  # (end offset, monotonic time of the append)
         self.ack_lags_ms: deque[float] = deque(maxlen=LAG_WINDOW)
@@ -64,10 +99,7 @@ class HAService:
             await conn.close()
         if self._server is not None:
             await self._server.wait_closed()
-        for _, fut in self._waiters:
-            if not fut.done():
-                fut.set_result(False)
-        self._waiters.clear()
+        self._waiters.cancel()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = HAConnection(self, reader, writer)
@@ -104,15 +136,7 @@ class HAService:
         now = time.monotonic()
         while self._unacked and self._unacked[0][0] <= offset:
             self.ack_lags_ms.append((now - self._unacked.popleft()[1]) * 1000)
-        waiting = []
-        for target, fut in self._waiters:
-            if fut.done():
-                continue
-            if target <= offset:
-                fut.set_result(True)
-            else:
-                waiting.append((target, fut))
-        self._waiters = waiting
+        self._waiters.release(lambda end: end <= offset)
 
     def is_slave_ok(self, master_put_where: int) -> bool:
         """``isSlaveOK``: a slave is connected and not more than ``haMaxGapNotInSync`` behind."""
@@ -124,13 +148,7 @@ class HAService:
         """Until a slave acknowledged everything before ``next_offset``; False after ``timeout`` seconds."""
         if self.push_to_slave_max_offset >= next_offset:
             return True
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiters.append((next_offset, fut))
-        try:
-            async with asyncio.timeout(timeout):
-                return await fut
-        except TimeoutError:
-            return False
+        return await self._waiters.wait(next_offset, timeout)
 
     def runtime_info(self) -> dict[str, str]:
         slaves = [c for c in self.connections if c.ack_offset >= 0]
