@@ -76,11 +76,11 @@ up: python $(SPARK_JARS:%=.peers/%/.fetched)
 	  '+-------------------------------------------------------------------------------------+'
 	$(VENV)/bin/mqlake up --proxy --lake .mqlake/lake $(UP_ARGS)
 
-# The static checks first (a few seconds), then the whole suite on TEST_WORKERS processes (pytest-xdist): two per
-# core, since a test spends most of its time waiting (JVM and Spark start-ups, brokers, Airflow), not computing: a
-# full run on two workers kept the two cores busy a third of the time.  A module's tests stay on one worker (its xdist group, tests/conftest.py), as do the Airflow tests and
-# those of the RocketMQ vectors; the heaviest groups are handed out first.  The slowest 25 are listed at the end.
-TEST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc) )))
+# The static checks first (a few seconds), then the whole suite on TEST_WORKERS processes (pytest-xdist; auto: one
+# per core). Tests sharing a JVM, a Spark session or Airflow stay on one worker each (their xdist group,
+# tests/conftest.py), so the heavy ones do not all run at once; the heaviest groups are handed out first.  The
+# slowest 25 are listed at the end.
+TEST_WORKERS ?= auto
 test: lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 

@@ -56,18 +56,16 @@ VECTOR_FIXTURES = frozenset({"rmq", "stored"})
 
 
 def xdist_group(item: pytest.Item, kind: str) -> str | None:
-    """The worker group of a test under ``--dist loadgroup`` (`make test`): all Airflow tests on one worker (one
-    migrated Airflow home), the tests of the RocketMQ vectors on one (one JVM); an integration or Spark module's tests
-    together (its module-scoped brokers, clusters and tables are made once); unit tests wherever a worker is free.
-
-    Spark modules are spread over the workers like the others: each worker that runs one starts its own local
-    SparkSession once (the ``spark`` fixture is per process), which costs less than running every Spark test on one
-    worker while the others idle."""
-    if kind == "airflow":
+    """The worker group of a test under ``--dist loadgroup`` (`make test`): all Spark tests on one worker (one
+    SparkSession, one JVM at a time: several local sessions at once overload a 2-core machine, a run that spread
+    them took longer), all Airflow tests on one (one migrated Airflow home), the tests of the RocketMQ vectors on
+    one; an integration module's tests together (its module-scoped brokers start once); unit tests wherever a
+    worker is free."""
+    if kind in ("spark", "airflow"):
         return kind
     if VECTOR_FIXTURES & set(getattr(item, "fixturenames", ())):
         return "rocketmq-vectors"
-    if kind in ("integration", "spark"):
+    if kind == "integration":
         return item.nodeid.split("::", 1)[0]
     return None
 

@@ -28,12 +28,13 @@ def test_groups_are_handed_out_heaviest_first(pytester: pytest.Pytester) -> None
     kinds = {i.nodeid: next(m.name for m in i.iter_markers() if m.name in KINDS) for i in items}
     units = {i.nodeid: xdist_group(i, kinds[i.nodeid]) or i.nodeid for i in items}
     heaviest_first(items, units, kinds)
-    # the Spark and Airflow groups first, the one declaring a long timeout before the others; then the integration
-    # module; the unit tests (each a unit of its own) last.  A module's tests stay together.
+    # the Spark group first (it declares the longest timeout), then Airflow's; then the integration module; the
+    # unit tests (each a unit of its own) last.  A group's tests stay together.
     assert [i.nodeid.split("::")[0] for i in items] == [
-        "test_d_spark_long.py", "test_d_spark_long.py", "test_c_spark.py", "test_c_spark.py",
+        "test_c_spark.py", "test_c_spark.py", "test_d_spark_long.py", "test_d_spark_long.py",
         "test_e_airflow.py", "test_e_airflow.py", "test_b_broker.py", "test_b_broker.py",
         "test_a_unit.py", "test_a_unit.py",
     ]  # fmt: skip
+    assert {units[i.nodeid] for i in items if kinds[i.nodeid] == "spark"} == {"spark"}
     assert {units[i.nodeid] for i in items if kinds[i.nodeid] == "airflow"} == {"airflow"}
     assert len({units[i.nodeid] for i in items if kinds[i.nodeid] == "unit"}) == 2  # each where a worker is free
