@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from broker.remoting.errors import port_in_use
 from broker.server.ha_master import OffsetWaiters
-from broker.server.ha_slave import append_replicated
+from broker.server.ha_slave import append_replicated, slave_runtime_info
 from store.commitlog import ReplicaAppendError
 from store.config import MessageStoreConfig
 from store.epoch_file import EpochFile, consistent_point
@@ -384,9 +384,4 @@ class AutoSwitchHAClient:
                 await self._report(writer)
 
     def runtime_info(self) -> dict[str, str]:
-        return {
-            "haMasterAddress": self.master_ha_address or "",
-            "haConnected": str(self.connected).lower(),
-            "haReportedOffset": str(self._reported),
-            "haError": self.error or "",
-        }
+        return slave_runtime_info(self.master_ha_address, self.connected, self._reported, self.error)

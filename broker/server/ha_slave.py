@@ -41,6 +41,16 @@ async def append_replicated(store: MessageStore, offset: int, body: bytes) -> No
         store.append_replica(offset, body)
 
 
+def slave_runtime_info(master: str | None, connected: bool, reported: int, error: str | None) -> dict[str, str]:
+    """A slave's replication keys in the broker's runtime info, the same for either replication protocol."""
+    return {
+        "haMasterAddress": master or "",
+        "haConnected": str(connected).lower(),
+        "haReportedOffset": str(reported),
+        "haError": error or "",
+    }
+
+
 class HATransferError(MQLakeError):
     """A transfer this slave cannot take; the connection is closed and made again."""
 
@@ -180,9 +190,4 @@ class HAClient:
                 await self._report(writer)
 
     def runtime_info(self) -> dict[str, str]:
-        return {
-            "haMasterAddress": self.master_ha_address or "",
-            "haConnected": str(self.connected).lower(),
-            "haReportedOffset": str(self._reported),
-            "haError": self.error or "",
-        }
+        return slave_runtime_info(self.master_ha_address, self.connected, self._reported, self.error)
