@@ -134,13 +134,6 @@ def store_config(root: Path, **kw) -> MessageStoreConfig:
     )
 
 
-def wait_preallocated(queue) -> None:
-    """Join the background preallocation of the next segment (so it does not run inside a timing)."""
-    t = getattr(queue, "_prealloc_thread", None)
-    if t is not None:
-        t.join()
-
-
 @contextlib.contextmanager
 def frozen_gc() -> Iterator[None]:
     """Move the pre-built messages out of the collector's way, as a broker would not hold them."""
@@ -173,7 +166,7 @@ def warm(store: MessageStore, msg: records.MessageRecord) -> None:
     res = store.put_message(msg)
     if not res.ok:
         raise RuntimeError(f"warm-up put failed: {res.status} {res.error}")
-    wait_preallocated(store.commitlog.queue)
+    store.commitlog.queue.wait_preallocated()
 
 
 def pct(sorted_vals: list[float], p: float) -> float:
@@ -340,7 +333,7 @@ def bench_commitlog(tmp: Path, recs: list[bytes], batch: int) -> dict:
     put, put_run = cl.put, runs.put_run
     try:
         put(put_run, (recs[0], 1, True), keys[0], True)
-        wait_preallocated(cl.queue)
+        cl.queue.wait_preallocated()
         work = [bytearray(r) for r in recs]  # bytearray: also what an in-place back-fill would need
         counts, secs = [], []
         with measured() as cpu:

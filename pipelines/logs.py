@@ -49,8 +49,25 @@ def driver_java_options() -> dict[str, str]:
             f"-Dlog4j2.configurationFile={LOG4J_CONFIG} -Dmqlake.spark.log={spark_log_file()}"}  # fmt: skip
 
 
+class _Py4JLostConnection(logging.Filter):
+    """py4j logs a connection the JVM reset under a command (``Exception while sending command.``) at ERROR on the
+    root logger, then hands the failure to the command's caller as a ``Py4JError``; when that caller is py4j's own
+    finalizer (deleting a Java object Python no longer holds) nothing else happens.  The record goes on as a
+    WARNING of ``py4j.java_gateway``: the caller's own exception is the error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and record.name == "root" and record.pathname.endswith(
+                os.path.join("py4j", "java_gateway.py")):  # fmt: skip
+            record.levelno, record.levelname, record.name = logging.WARNING, "WARNING", "py4j.java_gateway"
+        return True
+
+
+_PY4J_FILTER = _Py4JLostConnection()
+
+
 def quiet_python_loggers() -> None:
     """Send the chatty Python loggers to :func:`spark_log_file` instead of the console (not with ``--verbose``)."""
+    logging.getLogger().addFilter(_PY4J_FILTER)  # once: a filter already added is not added again
     if verbose():
         return
     path = spark_log_file()

@@ -250,11 +250,15 @@ class MappedFileQueue:
             return None
 
     # --- growth ------------------------------------------------------------------------------------------
+    def wait_preallocated(self) -> None:
+        """Return once the next segment being written ahead (if any) is on disk."""
+        if self._prealloc_thread is not None:
+            self._prealloc_thread.join()
+
     def new_file(self, start_offset: int) -> MappedFile:
         """Map the segment starting at ``start_offset``, creating it if absent."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        if self._prealloc_thread is not None:
-            self._prealloc_thread.join()
+        self.wait_preallocated()
         mf = MappedFile(self.directory / units.offset_to_file_name(start_offset), self.file_size, create=True)
         with self.lock:
             self.files.append(mf)
@@ -334,8 +338,7 @@ class MappedFileQueue:
             self.files = []
 
     def close(self) -> None:
-        if self._prealloc_thread is not None:
-            self._prealloc_thread.join()
+        self.wait_preallocated()
         with self.lock:
             for mf in self.files:
                 mf.close()

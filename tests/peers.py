@@ -338,6 +338,20 @@ class ControllerCluster:
         r = remoting_call(addr, RequestCode.CONTROLLER_GET_METADATA_INFO)
         return dict(r.ext_fields) if r.code == 0 else None
 
+    def leader_named_by(self, addr: str, other_than: str | None = None, timeout: float = 60.0) -> str:
+        """The controller id the node at ``addr`` names as its leader, once it names one of ``ids`` (and not
+        ``other_than``): a node answers without ``controllerLeaderId`` until it hears from an elected leader."""
+        named: list[str] = []
+
+        def names_one() -> bool:
+            info = self.metadata_info(addr)
+            leader = info.get("controllerLeaderId") if info else None
+            named[:] = [leader] if leader in self.ids and leader != other_than else []
+            return bool(named)
+
+        wait_until(names_one, timeout, what=f"the controller at {addr} to name a leader")
+        return named[0]
+
     def metadata(self, addr: str) -> dict[str, str]:
         """``mqadmin getControllerMetaData -a addr`` (CONTROLLER_GET_METADATA_INFO) as printed: ControllerGroup,
         ControllerLeaderId, ControllerLeaderAddress, and Peer (the peers joined by ';')."""

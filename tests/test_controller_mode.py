@@ -376,9 +376,8 @@ def test_the_controller_leader_killed_with_the_master_still_elects_the_slave(tmp
     with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
         namesrv, a, b = master_and_slave(tmp_path, controllers.addrs)
         try:
-            leader = controllers.metadata_info(controllers.addrs[0])
-            assert leader is not None
-            leader_index = controllers.ids.index(leader["controllerLeaderId"])
+            leader = controllers.leader_named_by(controllers.addrs[0])
+            leader_index = controllers.ids.index(leader)
             load = SyncLoad(namesrv.namesrv_addr, unique("LdrT"))
             load.wait_acked(200)
             # the master and the controller that would elect its successor die together: the two controllers left
@@ -387,8 +386,7 @@ def test_the_controller_leader_killed_with_the_master_still_elects_the_slave(tmp
             controllers.servers[leader_index].kill()
             wait_until(lambda: role(b) == "SYNC_MASTER", 90, what="the slave to be elected by the new leader")
             survivors = [addr for i, addr in enumerate(controllers.addrs) if i != leader_index]
-            new_leader = controllers.metadata_info(survivors[0])
-            assert new_leader is not None and new_leader["controllerLeaderId"] != leader["controllerLeaderId"]
+            controllers.leader_named_by(survivors[0], other_than=leader)  # fails unless a new leader is named
             load.wait_acked(100)
             load.stop()
             assert load.bodies <= consume_all(namesrv.namesrv_addr, load.topic, unique("Fresh"), load.bodies)

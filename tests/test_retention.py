@@ -128,6 +128,7 @@ class Filled:
             self.puts.append((q, res.append.queue_offset, res.append.wrote_offset, res.append.wrote_bytes, body))
             i += 1
         wait_dispatched(self.store)
+        self.store.commitlog.queue.wait_preallocated()  # the segment written ahead is on disk before any listing
         self.bases = [mf.file_from_offset for mf in self.store.commitlog.queue.files]
         assert len(self.bases) == segments + 1
         self.sealed, self.active = self.bases[:-1], self.bases[-1]
