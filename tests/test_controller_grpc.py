@@ -68,8 +68,9 @@ def test_a_slaves_endpoint_routes_to_the_master_and_refuses_writes_with_a_clear_
             before = max_offset(b)
             channel, stub = _stub(b)
             with channel:
-                msg = pb.Message(topic=pb.Resource(name=topic), body=b"to-the-slave", system_properties=pb.SystemProperties(
-                    message_id="01" + "0" * 30, message_type=pb.NORMAL, body_encoding=pb.IDENTITY))  # fmt: skip
+                props = pb.SystemProperties(message_id="01" + "0" * 30, message_type=pb.NORMAL,
+                                            body_encoding=pb.IDENTITY)  # fmt: skip
+                msg = pb.Message(topic=pb.Resource(name=topic), body=b"to-the-slave", system_properties=props)
                 sent = stub.SendMessage(svc.SendMessageRequest(messages=[msg]), metadata=META, timeout=10)
                 got = list(stub.ReceiveMessage(svc.ReceiveMessageRequest(
                     group=pb.Resource(name=group), message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
