@@ -6,7 +6,9 @@ lead the clients there, and every send a client saw acknowledged is read afterwa
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -92,10 +94,13 @@ def produce_until5(tmp_path_factory) -> Path:
                         tmp_path_factory.getbasetemp() / "java-classes")  # fmt: skip
 
 
-def _through_a_failover(tmp_path: Path, produce, what: str) -> tuple[MqlakeServer, MqlakeServer, MqlakeServer,
-                                                                    str, dict]:  # fmt: skip
+@contextlib.contextmanager
+def _through_a_failover(tmp_path: Path, produce: Callable[[str, str, Path], dict],
+                        what: str) -> Iterator[tuple[MqlakeServer, MqlakeServer, MqlakeServer, str, dict]]:  # fmt: skip
     """Run ``produce(access_point, topic, stop_file) -> result`` in a thread while the master is SIGKILLed: its
-    sends reach the master, the slave is elected, routes name it and the producer's sends reach it; the result."""
+    sends reach the master, the slave is elected, routes name it and the producer's sends reach it.  Yields the
+    NameServer, the old master (killed), the new one, the topic and the producer's result, with the controllers
+    still running."""
     with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
         namesrv, a, b, topic = _brokers(tmp_path, controllers.addrs)
         stop = tmp_path / "stop-producing"
@@ -116,11 +121,10 @@ def _through_a_failover(tmp_path: Path, produce, what: str) -> tuple[MqlakeServe
             stop.touch()
             t.join(120)
             assert not t.is_alive() and result, f"the {what} did not finish"
-            return namesrv, a, b, topic, result
-        except BaseException:
+            yield namesrv, a, b, topic, result
+        finally:
             stop.touch()
             stop_servers([a, b, namesrv])
-            raise
 
 
 def test_the_java_5x_client_keeps_producing_through_a_failover_and_loses_nothing_acknowledged(
@@ -129,15 +133,12 @@ def test_the_java_5x_client_keeps_producing_through_a_failover_and_loses_nothing
         return java_json("ProduceUntil5", "client-java-5", f"endpoint={access}", f"topic={topic}", f"stop={stop}",
                          classes=produce_until5, home=tmp_path / "java", timeout=900)  # fmt: skip
 
-    namesrv, a, b, topic, result = _through_a_failover(tmp_path, produce, "Java 5.x producer")
-    try:
+    with _through_a_failover(tmp_path, produce, "Java 5.x producer") as (namesrv, _, _, topic, result):
         acked = {body.encode() for body in result["acked"]}
         print(f"Java 5.x producer: {len(acked)} sends acknowledged, {result['failed']} failed "
               f"({result['failures'][:2]})")  # fmt: skip
         # a new consumer group (the C++ client, through the NameServer's route to the new master) reads them all
         assert acked <= consume_all(namesrv.namesrv_addr, topic, unique("Fresh"), acked)
-    finally:
-        stop_servers([a, b, namesrv])
 
 
 def test_the_python_5x_client_keeps_producing_through_a_failover_and_a_simple_consumer_reads_it_all(
@@ -148,8 +149,7 @@ def test_the_python_5x_client_keeps_producing_through_a_failover_and_a_simple_co
         return rmq5.client("produce_until", access, home / "producer", "--topic", topic, "--stop", str(stop),
                            "--prefix", "p5", timeout=900)  # fmt: skip
 
-    namesrv, a, b, topic, result = _through_a_failover(tmp_path, produce, "Python 5.x producer")
-    try:
+    with _through_a_failover(tmp_path, produce, "Python 5.x producer") as (_, a, b, topic, result):
         acked = set(result["acked"])
         print(f"Python 5.x producer: {len(acked)} sends acknowledged, {result['failed']} failed "
               f"({result['failures'][:2]})")  # fmt: skip
@@ -164,5 +164,3 @@ def test_the_python_5x_client_keeps_producing_through_a_failover_and_a_simple_co
                           timeout=300)  # fmt: skip
         received = {m["body"] for m in got["received"]}
         assert acked <= received, f"{len(acked - received)} acknowledged sends not received"
-    finally:
-        stop_servers([a, b, namesrv])
