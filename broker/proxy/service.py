@@ -211,13 +211,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         is a master's: a slave (controller mode, until it is elected) refuses it as the broker refuses a remoting
         send there (SERVICE_NOT_AVAILABLE, which RocketMQ 5's proxy answers as INTERNAL_SERVER_ERROR); the 5.x
         clients retry a refused send and, at their next route refresh, are routed to the master.  ``pops``: also
-        while the pop service is not running (a new master starts it once its store takes puts)."""
-        if self.broker.is_slave or (pops and not self.pop.running):
+        while the pop service is not running (a new master starts it once its store takes puts; a stop ends it)."""
+        name = self.broker.config.broker_name
+        if self.broker.is_slave:
             replicas = self.broker.replicas
             master = replicas.master_addr if replicas is not None and replicas.master_addr else "not known yet"
-            raise ProxyError(from_remoting(ResponseCode.SERVICE_NOT_AVAILABLE),
-                             f"{what}: broker {self.broker.config.broker_name} is not serving as master (its master: "
-                             f"{master}); a route queried again leads there")  # fmt: skip
+            why = f"broker {name} is a slave (its master: {master}); a route queried again leads to the master"
+        elif pops and not self.pop.running:
+            why = f"broker {name} serves no receives or acks now (it is stopping, or was elected master a moment ago)"
+        else:
+            return
+        raise ProxyError(from_remoting(ResponseCode.SERVICE_NOT_AVAILABLE), f"{what}: {why}")
 
     # --- route, heartbeat, settings -------------------------------------------------------------------------
     async def QueryRoute(self, request: svc.QueryRouteRequest, context: Any) -> svc.QueryRouteResponse:
