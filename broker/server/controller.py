@@ -353,9 +353,9 @@ class BrokerController:
         if not self._checked_back:
             self._checked_back = True
             self.transactions.start()
+        self._spawn(self.registrar.register_all())  # routes lead to this master at once
         for listener in self.role_listeners:
             await listener(True)
-        self._spawn(self.registrar.register_all())
 
     async def become_slave(self, master_addr: str, epoch: int) -> None:
         assert self.replicas is not None and self.epochs is not None and self.replicas.broker_id is not None
