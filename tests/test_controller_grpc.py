@@ -37,10 +37,10 @@ SERVICE_NOT_AVAILABLE_AS_V2 = pb.INTERNAL_SERVER_ERROR  # the broker's SERVICE_N
 
 def _brokers(tmp_path: Path, controllers: list[str]) -> tuple[MqlakeServer, MqlakeServer, MqlakeServer, str]:
     """NameServer, master ``a``, slave ``b`` (each with its gRPC endpoint) and a topic created on the master that
-    the slave has copied (its route answers for it)."""
+    the slave has copied (its route answers for it, naming the master)."""
     namesrv, a, b = master_and_slave(tmp_path, controllers, enableProxy="true")
     topic = ProxyServer(a, tmp_path / "home").create_topic(QUEUES, unique("G5F"))
-    wait_until(lambda: route(b, topic) is not None, 30, what="the slave to copy the topic")
+    wait_until(lambda: route(b, topic) == a.grpc_endpoint, 30, what="the slave to copy the topic and route to a")
     return namesrv, a, b, topic
 
 
