@@ -212,15 +212,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         send there (SERVICE_NOT_AVAILABLE, which RocketMQ 5's proxy answers as INTERNAL_SERVER_ERROR); the 5.x
         clients retry a refused send and, at their next route refresh, are routed to the master.  ``pops``: also
         while the pop service is not running (a new master starts it once its store takes puts; a stop ends it)."""
+        if not self.broker.is_slave and (not pops or self.pop.running):
+            return
         name = self.broker.config.broker_name
         if self.broker.is_slave:
             replicas = self.broker.replicas
             master = replicas.master_addr if replicas is not None and replicas.master_addr else "not known yet"
             why = f"broker {name} is a slave (its master: {master}); a route queried again leads to the master"
-        elif pops and not self.pop.running:
-            why = f"broker {name} serves no receives or acks now (it is stopping, or was elected master a moment ago)"
         else:
-            return
+            why = f"broker {name} serves no receives or acks now (it is stopping, or was elected master a moment ago)"
         raise ProxyError(from_remoting(ResponseCode.SERVICE_NOT_AVAILABLE), f"{what}: {why}")
 
     # --- route, heartbeat, settings -------------------------------------------------------------------------
