@@ -57,8 +57,8 @@ def _stub(server: MqlakeServer) -> tuple[grpc.Channel, MessagingServiceStub]:
 
 
 def route(server: MqlakeServer, topic: str) -> str | None:
-    """The endpoint ``server``'s QueryRoute names for ``topic``'s queues (asked as a client listing both brokers
-    would ask), or None when it refuses the route."""
+    """The endpoint ``server``'s QueryRoute names for ``topic``'s queues, or None when it refuses the route; asked
+    through an access point that is neither broker's, so a route that only echoed it would name 127.0.0.1:1."""
     channel, stub = _stub(server)
     with channel:
         r = stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name=topic), endpoints=pb.Endpoints(
