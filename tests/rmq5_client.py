@@ -6,6 +6,7 @@ package ``rocketmq`` is also the 4.x C++ client's.  Prints one JSON document on 
     produce  --endpoint E --topic T [--count N] [--tag T] [--keys K...] [--group G] [--delay-ms D]
              [--tx commit|rollback|check-commit|check-rollback]  (check-*: left open for the broker's check-back)
              [--recall N]  (then recall the first N messages sent, by their receipts' recall handles)
+    produce_until  --endpoint E --topic T --stop FILE  (sends one after the other until FILE exists)
     receive  --endpoint E --topic T --group G --expect N [--invisible S] [--ack] [--deadline S] [--filter TAG]
     receive_renew  as receive, then ChangeInvisibleDuration on each message before acking it
     push     --endpoint E --topic T --group G --expect N [--fail-first] [--deadline S]  (a PushConsumer)
@@ -109,6 +110,36 @@ def produce(a: argparse.Namespace) -> dict:
     return out
 
 
+def produce_until(a: argparse.Namespace) -> dict:
+    """Sends ``<prefix>-<i>`` one after the other until the file ``--stop`` exists, through whatever fails (a
+    broker killed, no master yet: the client's own retries and route refresh are what is tested); what it got
+    acknowledged, how many failed, and the first failures' messages."""
+    producer = Producer(_config(a.endpoint), (a.topic,), tls_enable=TLS)
+    producer.startup()
+    acked: list[str] = []
+    failures: list[str] = []
+    failed = 0
+    stop = Path(a.stop)
+    try:
+        i = 0
+        while not stop.exists():
+            msg = Message()
+            msg.topic = a.topic
+            msg.body = f"{a.prefix}-{i}".encode()
+            try:
+                producer.send(msg)
+                acked.append(f"{a.prefix}-{i}")
+            except Exception as e:  # noqa: BLE001 - a failed send is counted; the loop goes on
+                failed += 1
+                if len(failures) < 5:
+                    failures.append(str(e))
+                time.sleep(0.2)  # the client's pace while no master serves (not a wait for a state)
+            i += 1
+    finally:
+        producer.shutdown()
+    return {"acked": acked, "failed": failed, "failures": failures}
+
+
 def receive(a: argparse.Namespace) -> dict:
     expression = FilterExpression(a.filter) if a.filter else FilterExpression()
     consumer = SimpleConsumer(_config(a.endpoint), a.group, {a.topic: expression}, await_duration=a.await_s,
@@ -184,7 +215,7 @@ def push(a: argparse.Namespace) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("command", choices=["produce", "receive", "receive_renew", "push"])
+    p.add_argument("command", choices=["produce", "produce_until", "receive", "receive_renew", "push"])
     p.add_argument("--endpoint", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--count", type=int, default=1)
@@ -203,6 +234,7 @@ def main() -> int:
     p.add_argument("--ack-again", action="store_true")
     p.add_argument("--filter")
     p.add_argument("--fail-first", action="store_true", help="push: fail each message's first delivery")
+    p.add_argument("--stop", help="produce_until: the file whose existence ends the sends")
     p.add_argument("--consume-group", help="produce --tx check-*: then receive in this group before stopping")
     p.add_argument("--tls", action="store_true")
     p.add_argument("--ak", default="", help="access key the client signs with")
@@ -217,7 +249,8 @@ def main() -> int:
     NAMESPACE = a.namespace
     a.mode = "renew" if a.command == "receive_renew" else "plain"
     try:
-        out = produce(a) if a.command == "produce" else push(a) if a.command == "push" else receive(a)
+        commands = {"produce": produce, "produce_until": produce_until, "push": push}
+        out = commands.get(a.command, receive)(a)
     except Exception as e:
         if not a.report_error:
             raise

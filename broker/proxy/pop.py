@@ -92,21 +92,34 @@ class Popped:
 
 
 class PopService:
+    """Started on a master only: in controller mode it starts when the broker is elected and stops when it steps
+    down (``GrpcProxy`` follows the role), and a new master rebuilds the open checkpoints from the revive log it
+    replicated, so what its old master handed out and nobody acked is redelivered here after its invisible time."""
+
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
         self.revive_topic = REVIVE_TOPIC_PREFIX + broker.config.broker_cluster_name
-        self.inflight: dict[int, InFlight] = {}  # by checkpoint offset
-        # kept beside it so that a revive scan and a FIFO pop cost what they find, not what is in flight:
-        self._deadlines: list[tuple[int, int]] = []  # (deadline, ck offset) heap; stale entries skipped
-        self._open_cks: list[int] = []  # ck offset heap: the revive offset is its least open one
-        self._busy: Counter[tuple[str, str, int]] = Counter()  # messages in flight per (group, topic, queue)
-        self._fifo_attempts: dict[tuple[str, str, int, int], int] = {}  # redeliveries of a FIFO message
         self._lock = asyncio.Lock()  # one pop/ack/revive at a time: the offsets and the table change together
         self._waiters: dict[str, set[asyncio.Future]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self._rr = 0
         self._stopping = False
+        self._reset()
+
+    def _reset(self) -> None:
+        """No message in flight: the state a start rebuilds from the revive log."""
+        self.inflight: dict[int, InFlight] = {}  # by checkpoint offset
+        # kept beside it so that a revive scan and a FIFO pop cost what they find, not what is in flight:
+        self._deadlines: list[tuple[int, int]] = []  # (deadline, ck offset) heap; stale entries skipped
+        self._open_cks: list[int] = []  # ck offset heap: the revive offset is its least open one
+        self._busy: Counter[tuple[str, str, int]] = Counter()  # messages in flight per (group, topic, queue)
+        self._fifo_attempts: dict[tuple[str, str, int, int], int] = {}  # redeliveries of a FIFO message
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped: receives and acks are served."""
+        return self._task is not None and not self._stopping
 
     @property
     def broker_name(self) -> str:
@@ -114,7 +127,12 @@ class PopService:
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     async def start(self) -> None:
+        """Serve (again, after a stop): the open checkpoints are read back from the revive log."""
+        if self.running:
+            return
         self._loop = asyncio.get_running_loop()
+        self._stopping = False
+        self._reset()
         self.broker.topics.create_system_topic(self.revive_topic, 1, PERM_READ | PERM_WRITE)
         await self.broker.topics_saved()
         await asyncio.to_thread(self._recover)
@@ -127,6 +145,7 @@ class PopService:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+            self._task = None
         with contextlib.suppress(Exception):
             self.broker.store.remove_arrival_listener(self._on_arrival)
         for futs in self._waiters.values():

@@ -73,14 +73,19 @@ def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials | None:
 
 
 class ProxyRoleError(MQLakeError, ValueError):
-    """enableProxy on a broker that cannot serve it: a slave (pop state and sends are written to the CommitLog)."""
+    """enableProxy on a broker that cannot serve it: a slave outside controller mode (pop state and sends are
+    written to the CommitLog, and such a slave never becomes master)."""
 
 
 class GrpcProxy:
     """The endpoint of one broker.  ``check`` (the role, the TLS files) runs before the broker opens anything;
     ``start`` (the port, served at once) runs once the store is open and before the broker registers
     (``BrokerController.start(before_register=...)``), so a refused start never appears to the cluster.  With
-    ``aclEnable`` every call is checked against the broker's plain ACL (``access``)."""
+    ``aclEnable`` every call is checked against the broker's plain ACL (``access``).
+
+    In controller mode it serves whatever the broker's role: as a slave it answers routes (naming the master) and
+    refuses what would write to the CommitLog; its pop service runs while the broker is master, started when the
+    controllers elect it and stopped when they make it a slave."""
 
     def __init__(self, broker: BrokerController, host: str | None = None) -> None:
         self.broker = broker
@@ -96,9 +101,10 @@ class GrpcProxy:
 
     def check(self) -> None:
         """Raise ProxyRoleError or ProxyTlsError when the endpoint cannot serve; nothing is opened."""
-        if self.broker.is_slave:
+        if self.broker.is_slave and not self.broker.config.enable_controller_mode:
             raise ProxyRoleError("enableProxy=true on a SLAVE: the gRPC endpoint writes sends and pop checkpoints "
-                                 "to the CommitLog, which only the master does; enable it on the master")  # fmt: skip
+                                 "to the CommitLog, which only the master does; enable it on the master (or run "
+                                 "the brokers in controller mode: there it follows the role)")  # fmt: skip
         self._credentials = server_credentials(self.broker.config.tls)
         self._checked = True
 
@@ -107,7 +113,9 @@ class GrpcProxy:
             self.check()
         acl = self.broker.acl  # loaded by the broker's start: the rules remoting requests are checked against
         self.server.add_generic_rpc_handlers((handlers(self.service, GrpcAccess(acl) if acl is not None else None),))
-        await self.pop.start()
+        if not self.broker.is_slave:
+            await self.pop.start()
+        self.broker.role_listeners.append(self._role_changed)
         port = self.broker.config.grpc_server_port
         try:
             if self._credentials is None:
@@ -118,6 +126,7 @@ class GrpcProxy:
             self.port = 0
             log.error("gRPC proxy: %s", e)
         if self.port == 0:
+            self.broker.role_listeners.remove(self._role_changed)
             await self.pop.stop()
             raise ProxyPortError(f"gRPC proxy: cannot listen on {self.host}:{port} (grpcServerPort): in use?")
         if port == 0:
@@ -125,9 +134,18 @@ class GrpcProxy:
         await self.server.start()
         log.debug("gRPC proxy (apache.rocketmq.v2.MessagingService) serving on %s:%d", self.host, self.port)
 
+    async def _role_changed(self, master: bool) -> None:
+        if master:
+            await self.pop.start()
+        else:
+            await self.pop.stop()  # parked receives answer now; a slave's revive would write to its CommitLog
+
     async def stop(self, grace: float = 2.0) -> None:
+        if self._role_changed in self.broker.role_listeners:
+            self.broker.role_listeners.remove(self._role_changed)
         await self.pop.stop()
         await self.server.stop(grace)
+        await self.service.route.close()
         log.info("gRPC proxy stopped")
 
 

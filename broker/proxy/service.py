@@ -22,6 +22,7 @@ import grpc
 from broker.proxy import convert, namespaces, receipt
 from broker.proxy.pop import Popped, PopService
 from broker.proxy.pulling import PullService
+from broker.proxy.routing import MasterRoute
 from broker.proxy.status import Code, ProxyError, from_remoting, status
 from broker.proxy.v2 import definition_pb2 as pb
 from broker.proxy.v2 import service_pb2 as svc
@@ -168,6 +169,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.pop = pop
         self.sender = SendProcessor(broker)
         self.pulls = PullService(broker)
+        self.route = MasterRoute(broker)
         self.clients: dict[str, ClientInfo] = {}
         self._round_robin = itertools.count()
 
@@ -204,11 +206,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def _receipt(self, text: str) -> receipt.ReceiptHandle:
         return receipt.decode(text, self.broker.config.broker_name)
 
-    def _endpoints(self, asked: pb.Endpoints) -> pb.Endpoints:
-        if asked.addresses:
-            return asked  # local mode: the clients reach every queue where they reached the proxy
-        return pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=self.broker.host,
-                                                                  port=self.broker.config.grpc_server_port)])
+    def _master(self, what: str, pops: bool = False) -> None:
+        """What writes to the CommitLog (sends, transaction ends, pop checkpoints and acks, offset commits, recalls)
+        is a master's: a slave (controller mode, until it is elected) refuses it as the broker refuses a remoting
+        send there (SERVICE_NOT_AVAILABLE, which RocketMQ 5's proxy answers as INTERNAL_SERVER_ERROR); the 5.x
+        clients retry a refused send and, at their next route refresh, are routed to the master.  ``pops``: also
+        while the pop service is not running (a new master starts it once its store takes puts; a stop ends it)."""
+        if not self.broker.is_slave and (not pops or self.pop.running):
+            return
+        name = self.broker.config.broker_name
+        if self.broker.is_slave:
+            replicas = self.broker.replicas
+            master = replicas.master_addr if replicas is not None and replicas.master_addr else "not known yet"
+            why = f"broker {name} is a slave (its master: {master}); a route queried again leads to the master"
+        else:
+            why = f"broker {name} serves no receives or acks now (it is stopping, or was elected master a moment ago)"
+        raise ProxyError(from_remoting(ResponseCode.SERVICE_NOT_AVAILABLE), f"{what}: {why}")
 
     # --- route, heartbeat, settings -------------------------------------------------------------------------
     async def QueryRoute(self, request: svc.QueryRouteRequest, context: Any) -> svc.QueryRouteResponse:
@@ -216,7 +229,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             tc = self._topic(request.topic)
         except ProxyError as e:
             return svc.QueryRouteResponse(status=status(e.code, e.message))
-        broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(request.endpoints))
+        endpoints = await self.route.endpoints(request.endpoints)
+        broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=endpoints)
         types = accepted(tc, self.broker.config.enable_topic_message_type_check)
         queues = []
         for qid in range(max(tc.read_queue_nums, tc.write_queue_nums)):
@@ -390,6 +404,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return svc.SendMessageResponse(status=_overall([e.status for e in entries]), entries=entries)
 
     async def _send_one(self, msg: pb.Message, peer: _Peer) -> svc.SendResultEntry:
+        self._master("send")
         tc = self._topic(msg.topic)
         props, sys_flag = convert.send_properties(msg, self.broker.store_config.max_message_size)
         if self.broker.config.enable_topic_message_type_check:
@@ -437,6 +452,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return svc.EndTransactionResponse(status=status(code, text))
 
     async def _end_transaction(self, request: svc.EndTransactionRequest, peer: _Peer) -> tuple[int, str]:
+        self._master("end transaction")
         kinds = {pb.COMMIT: records.TRANSACTION_COMMIT_TYPE, pb.ROLLBACK: records.TRANSACTION_ROLLBACK_TYPE}
         kind = kinds.get(request.resolution)
         if kind is None:
@@ -474,7 +490,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self._group(request.group)
         except ProxyError as e:
             return svc.QueryAssignmentResponse(status=status(e.code, e.message))
-        broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints(request.endpoints))
+        endpoints = await self.route.endpoints(request.endpoints)
+        broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=endpoints)
         types = accepted(tc, self.broker.config.enable_topic_message_type_check)
         queue = pb.MessageQueue(topic=request.topic, id=-1, permission=pb.READ_WRITE, broker=broker,
                                 accept_message_types=types)  # fmt: skip
@@ -498,6 +515,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ReceiveMessage(self, request: svc.ReceiveMessageRequest,
                              context: Any) -> AsyncIterator[svc.ReceiveMessageResponse]:  # fmt: skip
         try:
+            self._master("receive", pops=True)
             group = self._group(request.group)
             tc = self._topic(request.message_queue.topic)
             accept = self._filter(request.filter_expression)
@@ -535,6 +553,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def AckMessage(self, request: svc.AckMessageRequest, context: Any) -> svc.AckMessageResponse:
         try:
+            self._master("ack", pops=True)
             group = self._group(request.group)
             self._topic(request.topic)
             if not request.entries:
@@ -559,6 +578,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ChangeInvisibleDuration(self, request: svc.ChangeInvisibleDurationRequest,
                                       context: Any) -> svc.ChangeInvisibleDurationResponse:  # fmt: skip
         try:
+            self._master("change invisible duration", pops=True)
             group = self._group(request.group)
             self._topic(request.topic)
             invisible = self._invisible_ms(request.invisible_duration, 1000)
@@ -570,6 +590,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ForwardMessageToDeadLetterQueue(self, request: svc.ForwardMessageToDeadLetterQueueRequest,
                                               context: Any) -> svc.ForwardMessageToDeadLetterQueueResponse:  # fmt: skip
         try:
+            self._master("forward to the dead letter queue", pops=True)
             group = self._group(request.group)
             self._topic(request.topic)
             await self.pop.dead_letter(group, self._receipt(request.receipt_handle))
@@ -600,6 +621,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def UpdateOffset(self, request: svc.UpdateOffsetRequest, context: Any) -> svc.UpdateOffsetResponse:
         try:
+            self._master("update offset")
             self.pulls.update_offset(self._group(request.group), self._topic(request.message_queue.topic), request)
         except ProxyError as e:
             return svc.UpdateOffsetResponse(status=status(e.code, e.message))
@@ -626,6 +648,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         INTERNAL_SERVER_ERROR) are refused here, before any broker is asked; the broker's own refusals (topic or
         broker not matching, a time past) keep its code, translated."""
         try:
+            self._master("recall")
             tc = self._topic(request.topic)
         except ProxyError as e:
             return svc.RecallMessageResponse(status=status(e.code, e.message))

@@ -115,6 +115,9 @@ class BrokerController:
         self.auto_client: AutoSwitchHAClient | None = None
         self._master_search: asyncio.Task | None = None
         self._checked_back = False  # the transaction check-back runs from the first time this broker is master
+        # told True when the controllers make this broker master, False when they make it a slave (the gRPC
+        # endpoint starts and stops its pop service with the role)
+        self.role_listeners: list[Callable[[bool], Awaitable[None]]] = []
         self.server = RemotingServer(self.host, broker_config.listen_port, name="broker",
                                      tls_mode=broker_config.tls.server_mode,
                                      ssl_context=tls_server_context(broker_config.tls))  # fmt: skip
@@ -350,7 +353,9 @@ class BrokerController:
         if not self._checked_back:
             self._checked_back = True
             self.transactions.start()
-        self._spawn(self.registrar.register_all())
+        self._spawn(self.registrar.register_all())  # routes lead to this master at once
+        for listener in self.role_listeners:
+            await listener(True)
 
     async def become_slave(self, master_addr: str, epoch: int) -> None:
         assert self.replicas is not None and self.epochs is not None and self.replicas.broker_id is not None
@@ -361,6 +366,8 @@ class BrokerController:
             self.auto_ha = None
         await asyncio.to_thread(self.store.change_role, BrokerRole.SLAVE)
         self.config.broker_id = self.replicas.broker_id
+        for listener in self.role_listeners:
+            await listener(False)
         if self.auto_client is None:
             self.auto_client = AutoSwitchHAClient(self.store, self.store_config, self.epochs, self.replicas.broker_id)
             self.auto_client.start()
