@@ -86,7 +86,7 @@ class SendProcessor:
         """Codes 10, 310 and 320, as a plain function so the remoting layer answers without a task per request:
         in ASYNC_FLUSH nothing here waits and the response comes back at once; SYNC_FLUSH on the fast paths holds
         the request on its remoting ``Connection`` and returns None, the group commit then writing the ready frame
-        (``_when_durable``, ``FlushAcks.reply``), or returns a future of that frame to any other channel (the
+        (``_answer``, ``FlushAcks.reply``), or returns a future of that frame to any other channel (the
         proxy's); the general path returns a coroutine that waits for the flush, SYNC_MASTER a coroutine that
         waits for the slave.  As in a Java broker,
         the header's ``batch`` flag picks the batch path: the C++ client sends its batches as SEND_MESSAGE with
@@ -117,9 +117,7 @@ class SendProcessor:
             return self._put_when_topic_saved(cmd, req)  # created by this send or one just before
         return self._put(cmd, req)
 
-    def _put(
-        self, cmd: RemotingCommand, req: SendRequest
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    def _put(self, cmd: RemotingCommand, req: SendRequest) -> RemotingCommand | Awaitable[RemotingCommand]:
         sc = self.broker.store_config
         if sc.flush_disk_type == FlushDiskType.SYNC_FLUSH or sc.broker_role == BrokerRole.SYNC_MASTER:
             return self._put_and_wait(cmd, req)
@@ -128,24 +126,20 @@ class SendProcessor:
             self.broker.stats.put(req.header.topic, len(req.msgs), result.append.wrote_bytes if result.append else 0)
         return self._reply(cmd, result, req)
 
-    async def _put_when_topic_saved(
-        self, cmd: RemotingCommand, req: SendRequest
-    ) -> RemotingCommand:
+    async def _put_when_topic_saved(self, cmd: RemotingCommand, req: SendRequest) -> RemotingCommand:
         """The topic's config on disk first (``createTopicInSendMessageMethod`` persists): an acknowledged message
         is never in a queue the restarted broker does not know of. The write runs in a worker thread."""
         await self.broker.topics_saved()
         put = self._put(cmd, req)
         return put if isinstance(put, RemotingCommand) else await put
 
-    async def _put_and_wait(
-        self, cmd: RemotingCommand, req: SendRequest
-    ) -> RemotingCommand:
+    async def _put_and_wait(self, cmd: RemotingCommand, req: SendRequest) -> RemotingCommand:
         return self._reply(cmd, await self.broker.put(req.msgs), req)
 
     # --- the fast paths: records encoded into one run, appended in one copy, the reply frame built at once ------
     def _fast_store(self) -> bool:
         """No synchronous slave: a put's answer is ready at once (ASYNC_FLUSH), or when its group commit is done
-        (SYNC_FLUSH: ``_when_durable``)."""
+        (SYNC_FLUSH: ``_answer``)."""
         return self.broker.store_config.broker_role != BrokerRole.SYNC_MASTER
 
     def _answer(
