@@ -16,12 +16,12 @@ IndexFile header (bytes and ``IndexHeader``), then the arrival listeners, one ca
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from store.format._segments cimport PropertySpans, _property_spans
 from store.format._java_strings cimport _abs_hash, _ascii, _hash
-from store.format._bigendian cimport _i16, _i64, _put32, _put64, _u32
+from store.format._bigendian cimport _put32, _put64, _u32
 from libc.string cimport memcmp, memcpy, memset
-from store.format._layout cimport BORN_V6, MAGIC_V1, MAGIC_V2, MIN_RECORD, STORE_V6
+from store.format._record_header cimport RecordHeader, _read_record
 
 from store.format import delay as _delay
 
@@ -292,59 +292,25 @@ cdef class DispatchLoop:
 
     cdef Py_ssize_t _run(self, const uint8_t* b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_records) noexcept nogil:
         cdef const uint8_t* r
-        cdef Py_ssize_t total, left, born, store, hdr, p, topic_at, topic_len, props_len, body_len
+        cdef Py_ssize_t total, topic_at, topic_len
         cdef Py_ssize_t e
         cdef Py_ssize_t tags_at, tags_len, keys_at, keys_len, uniq_at, uniq_len, ti, n_keys, k, ks
-        cdef int32_t magic, sys_flag
+        cdef int32_t sys_flag
         cdef int64_t phys, qoff, store_ts, expect, tags_code
         cdef bint consumable, indexed, has_delay, write_unit
+        cdef RecordHeader rh
         cdef PropertySpans spans
         cdef Target* t
         cdef uint32_t prefix
         while pos < end and self.count < max_records:
-            left = end - pos
-            if left < 8:
-                break
             r = b + pos
-            total = <int32_t>_u32(r)
-            magic = <int32_t>_u32(r + 4)
-            if not ((magic == MAGIC_V1 or magic == MAGIC_V2) and MIN_RECORD <= total <= left):
-                break  # BLANK, zeros, bad bytes: the reference words them
-            # records.check_record, given the walk's size
-            sys_flag = <int32_t>_u32(r + 36)
-            born = 20 if sys_flag & BORN_V6 else 8
-            store = 20 if sys_flag & STORE_V6 else 8
-            hdr = 48 + born + 8 + store + 16
-            if total < hdr:
-                break
-            body_len = <int32_t>_u32(r + hdr - 4)
-            p = hdr
-            if body_len < 0 or p + body_len > total:
-                break
-            p += body_len
-            if magic == MAGIC_V2:
-                if p + 2 > total:
-                    break
-                topic_len = _i16(r + p)
-                p += 2
-            else:
-                if p + 1 > total:
-                    break
-                topic_len = <signed char>r[p]
-                p += 1
-            if topic_len < 0 or p + topic_len + 2 > total:
-                break
-            topic_at = p
-            p += topic_len
-            props_len = _i16(r + p)
-            p += 2
-            if props_len < 0 or p + props_len > total:
-                break
-            if hdr + body_len + (2 if magic == MAGIC_V2 else 1) + topic_len + 2 + props_len != total:
-                break
+            if not _read_record(r, end - pos, &rh):
+                break  # BLANK, zeros, bad bytes, a length check of records.check_record: the reference words them
+            total, sys_flag = rh.total_size, rh.sys_flag
+            topic_at, topic_len = rh.topic_at, rh.topic_len
             if not _ascii(r + topic_at, topic_len):
                 break  # decoded with replacement, two topics could become one: the reference's job
-            _property_spans(r, p, p + props_len, &spans)
+            _property_spans(r, rh.properties_at, rh.properties_at + rh.properties_len, &spans)
             tags_at, tags_len = spans.tags_at, spans.tags_len
             keys_at, keys_len = spans.keys_at, spans.keys_len
             uniq_at, uniq_len = spans.uniq_at, spans.uniq_len
@@ -356,9 +322,7 @@ cdef class DispatchLoop:
                 if not _ascii(r + tags_at, tags_len):
                     break
                 tags_code = <int32_t>_hash(0, r + tags_at, tags_len)
-            phys = _i64(r + 28)
-            qoff = _i64(r + 20)
-            store_ts = _i64(r + 48 + born)
+            phys, qoff, store_ts = rh.physical_offset, rh.queue_offset, rh.store_timestamp
             if not (-SANE < phys < SANE and -SANE < store_ts < SANE and -SANE < qoff < (SANE >> 5)):
                 break
             consumable = (sys_flag & 0xC) == 0 or (sys_flag & 0xC) == 8
@@ -366,7 +330,7 @@ cdef class DispatchLoop:
             t = NULL
             write_unit = False
             if consumable:
-                ti = self._find(r + topic_at, topic_len, <int32_t>_u32(r + 12))
+                ti = self._find(r + topic_at, topic_len, rh.queue_id)
                 if ti < 0 or not self._targets[ti].writable:
                     break  # a queue the Python side has not registered, or one it keeps for the reference
                 t = &self._targets[ti]

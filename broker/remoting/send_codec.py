@@ -26,7 +26,7 @@ def read_send_v2(ext: Mapping[str, str]) -> SendFields | None:
     shape: a V2 header that parses, not a batch, not unit mode, no transaction bits, a queue the client chose,
     properties that end with their separator (so the broker's CLUSTER is a segment of its own) and ask for no
     transaction, delay or timer."""
-    if "topic" in ext or "batch" in ext or "b" not in ext:  # a V1 header, or V1's batch flag (_is_batch reads it)
+    if "topic" in ext or "batch" in ext or "b" not in ext:  # a V1 header, or V1's batch flag (pre_send reads it)
         return None
     try:
         h = SendMessageRequestHeaderV2.read_v1(ext)

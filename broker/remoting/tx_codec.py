@@ -27,7 +27,7 @@ def read_half_v2(ext: Mapping[str, str]) -> HalfFields | None:
     header that parses, not a batch, not unit mode, a queue the client chose, properties that end with their
     separator (so the broker's CLUSTER is a segment of its own), say ``TRAN_MSG=true`` and ask for no delay or
     timer."""
-    if "topic" in ext or "batch" in ext or ext.get("m") == "1":  # a V1 header, or a batch (_is_batch reads these)
+    if "topic" in ext or "batch" in ext or ext.get("m") == "1":  # a V1 header, or a batch (pre_send reads these)
         return None
     try:
         h = SendMessageRequestHeaderV2.read_v1(ext)

@@ -68,6 +68,18 @@ class FlushAcks:
         conn.hold_answer()
         self._add(end_offset, conn, frame)
 
+    def future(self, end_offset: int, frame: bytes) -> asyncio.Future[RemotingCommand | bytes]:
+        """:meth:`reply` for a channel that is no remoting connection (the gRPC proxy's): a loop future completed
+        with ``frame``, or with the same answer coded FLUSH_DISK_TIMEOUT."""
+        fut: asyncio.Future[RemotingCommand | bytes] = self._loop.create_future()
+
+        def settle(flushed: bool) -> None:
+            if not fut.done():  # cancelled by a server that stopped waiting
+                fut.set_result(frame if flushed else _late(frame))
+
+        self._add(end_offset, settle, None)
+        return fut
+
     def _add(self, end_offset: int, answer: Connection | Done, frame: bytes | None) -> None:
         added = self._loop.time()
         self._waiters.append((end_offset, added, answer, frame))
@@ -122,12 +134,18 @@ def _answer(answer: Connection | Done, frame: bytes | None, ok: bool) -> None:
             cast(Done, answer)(ok)
         elif ok:
             cast(Connection, answer).answer_held(frame)
-        else:  # Java's answer: the message is stored, only its flush is not confirmed
-            late = RemotingCommand.decode(frame[4:])
-            late.code = ResponseCode.FLUSH_DISK_TIMEOUT
-            cast(Connection, answer).answer_held(late)
+        else:
+            cast(Connection, answer).answer_held(_late(frame))
     except Exception:  # one waiter's failure must not leave the rest of its group unanswered
         log.exception("answering a SYNC_FLUSH waiter failed")
+
+
+def _late(frame: bytes) -> RemotingCommand:
+    """A send's ready reply ``frame`` coded FLUSH_DISK_TIMEOUT: Java's answer when the message is stored and only
+    its flush is not confirmed."""
+    late = RemotingCommand.decode(frame[4:])
+    late.code = ResponseCode.FLUSH_DISK_TIMEOUT
+    return late
 
 
 def _answer_frames(conn: Connection, frames: list[bytes]) -> None:

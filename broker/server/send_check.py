@@ -7,18 +7,32 @@ In RocketMQ's order: the broker writable (NO_PERMISSION), the topic's name (``st
 ``TopicValidator`` answers it; a topic no send may name, NO_PERMISSION), the topic (created as a send creates it,
 else TOPIC_NOT_EXIST), writable (NO_PERMISSION), the queue id within the topic's queues (SYSTEM_ERROR), then the
 body within maxMessageSize (MESSAGE_ILLEGAL, which Java's store answers).
+
+Each send is read here once, then checked. The general path's :meth:`SendCheck.pre_send` (``preSend``) reads
+the header, checks the message type (``enableTopicMessageTypeCheck``) and the send as above, then settles what
+RocketMQ's ``SendMessageProcessor`` settles before its put (a batch's limits, the queue the broker picks, a retry
+past its limit routed to the DLQ, a prepared message's half topic) and builds the record: all of it one
+:class:`SendRequest`. The fast paths' :meth:`SendCheck.plain` and :meth:`SendCheck.plain_half` read a common
+SEND_MESSAGE_V2's fields in one native call and check them, handing anything else to the general path.
 """
 
 from __future__ import annotations
 
-from broker.remoting.codes import ResponseCode
+import random
+from dataclasses import dataclass
+
+from broker.remoting import send_codec, tx_codec
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.command import RemotingCommand
 from broker.remoting.errors import RequestRefused
-from broker.remoting.headers import SendMessageRequestHeader
+from broker.remoting.headers import SendMessageRequestHeader, SendMessageRequestHeaderV2
 from broker.remoting.protocol.topic import FLAG_UNIT
+from broker.server import attributes, half_messages
 from broker.server import topics as tp
 from broker.server.context import BrokerContext
 from store import names
-from store.format import records
+from store.format import batch_body, properties, records, runs
+from store.format.msgid import Host
 
 _NAMES_CACHED = 4096  # topic names whose verdict is remembered (the check runs on every send)
 _UNSEEN = object()  # a topic name with no verdict remembered
@@ -27,6 +41,20 @@ _UNSEEN = object()  # a topic name with no verdict remembered
 def record_sys_flag(tc: tp.TopicConfig, sys_flag: int) -> int:
     """A sent record's sys flag: the client's, with MULTI_TAGS_FLAG when its topic's filter type is MULTI_TAG."""
     return sys_flag | records.MULTI_TAGS_FLAG if tc.topic_filter_type == "MULTI_TAG" else sys_flag
+
+
+@dataclass(slots=True)
+class SendRequest:
+    """A send on the general path as :meth:`SendCheck.request` read and checked it: what its put needs."""
+
+    header: SendMessageRequestHeader  # topic and queue id as stored (the broker's pick of queue; a DLQ)
+    batch: bool
+    sys_flag: int  # the records' (:func:`record_sys_flag`)
+    properties: bytes  # the header's: a message's own (DELAY -1 once dead-lettered), or a batch's
+    born_host: Host
+    half: bool  # a transaction's prepared message: stored in the half topic
+    uniq: str | None  # a message's UNIQ_KEY, the reply's transactionId (None for a batch)
+    msgs: list[records.MessageRecord]  # a message's record; a batch's, once :meth:`SendCheck.batch_records` read them
 
 
 class SendCheck:
@@ -46,6 +74,106 @@ class SendCheck:
     def topic_writable(self, tc: tp.TopicConfig) -> None:
         if not tp.is_writeable(tc.perm):
             raise RequestRefused(ResponseCode.NO_PERMISSION, f"topic {tc.topic_name} is not writable")
+
+    def pre_send(self, cmd: RemotingCommand, born_host: Host) -> SendRequest:
+        """A SEND_MESSAGE, SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE from ``born_host`` read and checked, with the
+        record it stores (a batch's records: :meth:`batch_records`); raises ``HeaderError`` for a header that does
+        not read and ``RequestRefused`` with RocketMQ's answer for a send that may not be stored.  A missing topic
+        is created as the header asks (``createTopicInSendMessageMethod``)."""
+        ext = cmd.ext_fields
+        if "b" in ext and "topic" not in ext:  # V2 (one-letter keys) or V1, whichever the client sent
+            h = SendMessageRequestHeaderV2.read_v1(ext)
+        else:
+            h = cmd.read_header(SendMessageRequestHeader)
+        props = (h.properties or "").encode("utf-8")
+        b = self.broker
+        if b.config.enable_topic_message_type_check:  # as RocketMQ 5's proxy answers it, before msgCheck
+            why = attributes.send_refusal(h.topic, b.topics.get(h.topic), properties.decode_properties(props))
+            if why is not None:
+                raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, why)
+        # The header's batch flag picks the batch path, as in Java (the C++ client sends its batches as
+        # SEND_MESSAGE with batch=1). It writes booleans as "1"/"0", which Boolean.parseBoolean (and the header
+        # parser) read as false; a batch taken for one message would store the encoded batch as one body.
+        batch = h.batch or ext.get("batch", ext.get("m", "")) == "1" or cmd.code == RequestCode.SEND_BATCH_MESSAGE
+        tc = self.target(h.topic, h.queue_id, None if batch else len(cmd.body), create=h)
+        assert tc is not None  # (created when missing, or refused)
+        if h.queue_id < 0:
+            h.queue_id = random.randrange(tc.write_queue_nums)
+        if batch:
+            if h.topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX):
+                raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group topic")
+            level = properties.property_value(props, properties.PROPERTY_DELAY_TIME_LEVEL)
+            if level is not None and (not level.lstrip("-").isdigit() or int(level) > 0):
+                # CommitLog.asyncPutMessages: a batch cannot be delayed (its messages' own DELAY is not looked at)
+                raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, f"a batch cannot be delayed (DELAY {level})")
+            return SendRequest(h, True, record_sys_flag(tc, h.sys_flag), props, born_host, False, None, [])
+        if h.topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX):
+            dlq = self._dead_letter(h)
+            if dlq is not None:
+                tc = dlq
+                # the client's retry carries DELAY 3+n; dead-lettered it must not wait (Java sets DELAY=-1)
+                props = properties.encode_properties(
+                    {**properties.decode_properties(props), properties.PROPERTY_DELAY_TIME_LEVEL: "-1"}
+                )
+        half = properties.property_value(props, properties.PROPERTY_TRANSACTION_PREPARED) == "true"
+        if half:  # a transaction's prepared message, parked in the half topic until END_TRANSACTION or a check
+            if b.config.reject_transaction_message:
+                raise RequestRefused(ResponseCode.NO_PERMISSION, "the broker sending transaction message is forbidden")
+            b.topics.create_system_topic(half_messages.HALF_TOPIC, 1, tp.PERM_READ | tp.PERM_WRITE)
+        uniq = properties.property_value(props, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        req = SendRequest(h, False, record_sys_flag(tc, h.sys_flag), props, born_host, half, uniq, [])
+        rec = self._record(req, cmd.body, props, h.flag)
+        req.msgs.append(half_messages.to_half(rec) if half else rec)
+        return req
+
+    def batch_records(self, body: bytes, req: SendRequest) -> None:
+        """A batch's records into ``req.msgs``, each body within maxMessageSize (MESSAGE_ILLEGAL, as Java's encoder
+        answers an item too large, a body that does not decode, an empty batch)."""
+        try:
+            items = batch_body.decode_batch_body(body)
+        except batch_body.BatchBodyError as e:
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}") from None
+        if not items:
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
+        for it in items:
+            self.body(len(it.body))
+            req.msgs.append(self._record(req, it.body, it.properties, it.flag))
+
+    def _record(self, req: SendRequest, body: bytes, props: bytes, flag: int) -> records.MessageRecord:
+        h = req.header
+        return records.MessageRecord(
+            topic=h.topic,
+            queue_id=h.queue_id,
+            body=body,
+            properties=runs.with_property(props, properties.PROPERTY_CLUSTER, self.broker.config.broker_cluster_name),
+            flag=flag,
+            sys_flag=req.sys_flag,
+            born_timestamp=h.born_timestamp,
+            born_host=req.born_host,
+            reconsume_times=h.reconsume_times or 0,
+        )
+
+    def _dead_letter(self, h: SendMessageRequestHeader) -> tp.TopicConfig | None:
+        """The DLQ a ``%RETRY%`` send past its group's retry limit goes to (``handleRetryAndDLQ``), its header
+        pointed there; None when it stays a retry."""
+        group = h.topic[len(tp.RETRY_GROUP_TOPIC_PREFIX) :]
+        b = self.broker
+        cfg = b.groups.find(group)
+        if cfg is None:
+            raise RequestRefused(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {group} does not exist"
+            )
+        max_times = cfg.retry_max_times
+        if h.max_reconsume_times is not None and h.max_reconsume_times >= 0:
+            max_times = h.max_reconsume_times
+        # An orderly group (one holding queue locks) would block its queue on a retry: dead-letter it at once.
+        # '>' as RocketMQ 5.x (4.9 had '>='): the client's fallback send already counts this attempt in
+        # reconsumeTimes, so '>' dead-letters after as many retries as CONSUMER_SEND_MSG_BACK's '>=' does.
+        if (h.reconsume_times or 0) > max_times or b.locks.is_locked(group):
+            dlq = b.create_dlq_topic(group)
+            h.topic, h.queue_id = dlq.topic_name, random.randrange(dlq.write_queue_nums)
+            return dlq
+        return None
 
     def target(
         self, topic: str, queue_id: int, body_len: int | None, create: SendMessageRequestHeader | None = None
@@ -87,15 +215,47 @@ class SendCheck:
             self.body(body_len)
         return tc
 
-    def plain(self, topic: str, queue_id: int, body_len: int, sys_flag: int) -> int | None:
-        """The fast paths' check: the record's sys flag (:func:`record_sys_flag`) when the send passes
-        :meth:`target` as it is, to an existing topic that is not a retry topic and is on disk; None hands
+    def plain(self, cmd: RemotingCommand) -> send_codec.SendFields | None:
+        """The plain send fast path's read and check: a SEND_MESSAGE_V2's fields (``send_codec.read_send_v2``),
+        its sys flag the record's, when the send is the common shape and passes :meth:`_plain`; None hands
         anything else to the general path, which answers it."""
+        f = send_codec.read_send_v2(cmd.ext_fields)
+        if f is None:
+            return None
+        topic, queue_id, sys_flag, flag, born_ts, props, reconsume, uniq = f
+        checked = self._plain(topic, queue_id, len(cmd.body), sys_flag, props)
+        if checked is None:
+            return None
+        return topic, queue_id, checked, flag, born_ts, props, reconsume, uniq
+
+    def plain_half(self, cmd: RemotingCommand) -> tx_codec.HalfFields | None:
+        """:meth:`plain` for a transaction's half message (``tx_codec.read_half_v2``), while the broker takes
+        them and the half topic exists on disk."""
+        b = self.broker
+        f = tx_codec.read_half_v2(cmd.ext_fields)
+        half = half_messages.HALF_TOPIC
+        if f is None or b.config.reject_transaction_message or b.topics.get(half) is None or half in b.topics.unsaved:
+            return None
+        topic, queue_id, sys_flag, flag, born_ts, props, reconsume = f
+        checked = self._plain(topic, queue_id, len(cmd.body), sys_flag, props)
+        if checked is None:
+            return None
+        return topic, queue_id, checked, flag, born_ts, props, reconsume
+
+    def _plain(self, topic: str, queue_id: int, body_len: int, sys_flag: int, props: bytes) -> int | None:
+        """The fast paths' check: the record's sys flag (:func:`record_sys_flag`) when the send passes
+        :meth:`target` as it is, to an existing topic that is not a retry topic and is on disk, and its message
+        type is the topic's; None otherwise."""
         try:
             tc = self.target(topic, queue_id, body_len)
         except RequestRefused:
             return None
-        if tc is None or topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX) or topic in self.broker.topics.unsaved:
+        b = self.broker
+        if tc is None or topic.startswith(tp.RETRY_GROUP_TOPIC_PREFIX) or topic in b.topics.unsaved:
+            return None
+        if b.config.enable_topic_message_type_check and attributes.send_refusal(
+            topic, tc, properties.decode_properties(props)
+        ):
             return None
         return record_sys_flag(tc, sys_flag)
 

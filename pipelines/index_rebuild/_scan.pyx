@@ -8,15 +8,14 @@ takes the records it can take whole: a message record that passes every length c
 topic, tags and keys are ASCII and whose topic is in the caller's table, that sits at its own PHYSICALOFFSET and
 ends by ``bound``.  At any other record (BLANK, zeros, odd bytes, a new or non-ASCII topic, a SCHEDULE_TOPIC_XXXX
 record with a delay level, a row or key beyond the arrays' room) it stops, and the Python side takes that one
-record with the reference path, then calls again.  The length checks follow ``store/format/_dispatch.pyx``'s
-loop, which makes the same decisions for the store.
+record with the reference path, then calls again.  The record's header is read, with its length checks, by the
+one reader the store's dispatch loop (``store/_dispatch.pyx``) uses too (``store/format/_record_header.pxd``).
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcmp
-from store.format._bigendian cimport _i16, _i64, _u32
-from store.format._layout cimport BORN_V6, MAGIC_V1, MAGIC_V2, MIN_RECORD, STORE_V6
+from store.format._record_header cimport RecordHeader, _read_record
 from store.format._segments cimport PropertySpans, _last_value, _property_spans
 from store.format._java_strings cimport _abs_hash, _ascii, _hash
 
@@ -81,69 +80,26 @@ cdef Py_ssize_t _run(const uint8_t* b, Py_ssize_t length, int64_t base, Py_ssize
                      Py_ssize_t rows_cap, Py_ssize_t hash_cap, Py_ssize_t* n_at, Py_ssize_t* h_at) noexcept nogil:
     cdef const uint8_t* r
     cdef Py_ssize_t pos = at[0], n = n_at[0], h = h_at[0], hint = 0
-    cdef Py_ssize_t total, left, born, store, hdr, p, topic_at, topic_len, props_at, props_len, body_len
+    cdef Py_ssize_t total, topic_at, topic_len, props_at, props_len
     cdef Py_ssize_t k, ks, ke, n_keys, ti, tag_at, tag_len
-    cdef int32_t magic, flag
+    cdef int32_t flag
     cdef int64_t phy, qoff, ts, code
     cdef bint indexed
     cdef uint32_t prefix
+    cdef RecordHeader rh
     cdef PropertySpans spans
     cdef Py_ssize_t why = C_DONE
     if stop > length:
         stop = length
     while pos < stop:
-        left = length - pos
-        if left < 8:
-            why = C_REFERENCE
-            break
         r = b + pos
-        total = <int32_t>_u32(r)
-        magic = <int32_t>_u32(r + 4)
-        if not ((magic == MAGIC_V1 or magic == MAGIC_V2) and MIN_RECORD <= total <= left):
-            why = C_REFERENCE  # BLANK, zeros, bad bytes: the reference words them
+        if not _read_record(r, length - pos, &rh):
+            why = C_REFERENCE  # BLANK, zeros, bad bytes, a length check of records.check_record: the reference's
             break
-        flag = <int32_t>_u32(r + 36)
-        born = 20 if flag & BORN_V6 else 8
-        store = 20 if flag & STORE_V6 else 8
-        hdr = 48 + born + 8 + store + 16
-        if total < hdr:
-            why = C_REFERENCE
-            break
-        body_len = <int32_t>_u32(r + hdr - 4)
-        p = hdr
-        if body_len < 0 or p + body_len > total:
-            why = C_REFERENCE
-            break
-        p += body_len
-        if magic == MAGIC_V2:
-            if p + 2 > total:
-                why = C_REFERENCE
-                break
-            topic_len = _i16(r + p)
-            p += 2
-        else:
-            if p + 1 > total:
-                why = C_REFERENCE
-                break
-            topic_len = <signed char>r[p]
-            p += 1
-        if topic_len < 0 or p + topic_len + 2 > total:
-            why = C_REFERENCE
-            break
-        topic_at = p
-        p += topic_len
-        props_len = _i16(r + p)
-        p += 2
-        if props_len < 0 or p + props_len > total:
-            why = C_REFERENCE
-            break
-        if hdr + body_len + (2 if magic == MAGIC_V2 else 1) + topic_len + 2 + props_len != total:
-            why = C_REFERENCE
-            break
-        props_at = p
-        phy = _i64(r + 28)
-        qoff = _i64(r + 20)
-        ts = _i64(r + 48 + born)
+        total, flag = rh.total_size, rh.sys_flag
+        topic_at, topic_len = rh.topic_at, rh.topic_len
+        props_at, props_len = rh.properties_at, rh.properties_len
+        phy, qoff, ts = rh.physical_offset, rh.queue_offset, rh.store_timestamp
         if phy != base + pos or not (-SANE < ts < SANE and -SANE < qoff < SANE):
             why = C_REFERENCE  # the reference names the bad offset
             break
@@ -204,7 +160,7 @@ cdef Py_ssize_t _run(const uint8_t* b, Py_ssize_t length, int64_t base, Py_ssize
             why = C_FULL
             break
         o_topic[n] = <int32_t>ti
-        o_queue[n] = <int32_t>_u32(r + 12)
+        o_queue[n] = rh.queue_id
         o_qoff[n] = qoff
         o_phys[n] = phy
         o_size[n] = <int32_t>total
