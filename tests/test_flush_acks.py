@@ -381,10 +381,11 @@ def test_a_commit_answers_exactly_the_replies_it_covers_in_one_handover_per_conn
             acks = FlushAcks(asyncio.get_running_loop(), store.group_commit, lambda: 30.0)
             (peer,) = await _peers(1)
             handovers = _observe_handovers(peer.conn, gate)
-            ends = []
-            for i in range(3):  # one burst: the first commit covers these three
-                ends.append(_put(store, i))
-                acks.reply(ends[-1], peer.conn, _reply_frame(i))
+            # one burst, appended before any reply asks for a commit, so the first commit covers all three
+            # (a reply after each put would let the commit thread flush after the first put alone)
+            ends = [_put(store, i) for i in range(3)]
+            for i in range(3):
+                acks.reply(ends[i], peer.conn, _reply_frame(i))
             await poll(gate.held.is_set, what="the first commit's fdatasync")
             for i in range(3, 6):  # appended after that fdatasync: the next commit's
                 ends.append(_put(store, i))
