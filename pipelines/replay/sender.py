@@ -29,6 +29,7 @@ import pyarrow as pa
 from broker.client import Message, MessageQueue, Producer, PullConsumer
 from broker.client.message import PullStatus
 from lake import objectstore
+from pipelines import job_progress
 from pipelines.replay import progress as prog
 from pipelines.replay.progress import QueueKey, QueueProgress, TargetKey
 from store.errors import MQLakeError
@@ -100,6 +101,7 @@ class TaskPlan:
     commit_every: int
     commit_seconds: float
     lake_settings: dict[str, str] = field(default_factory=dict)  # objectstore.settings_env() of the driver
+    connections: int = 1  # the producer's connections to each broker
 
     def target_of(self, queue: QueueKey) -> list[MessageQueue]:
         """The target queue(s) a source queue sends to (hash: any, chosen per message by key)."""
@@ -221,9 +223,10 @@ def _batches(items: list[_Item], batch_size: int) -> Iterator[list[_Item]]:
 
 
 class PartitionSender:
-    """Sends one Spark partition's rows; :meth:`run` returns the per-queue report rows."""
+    """Sends one Spark partition's rows (or, for the local engine, every row); :meth:`run` returns the per-queue
+    report rows.  ``watch_parent``: stop when the process's parent goes (a Spark worker whose job was killed)."""
 
-    def __init__(self, plan: TaskPlan, partition_id: int) -> None:
+    def __init__(self, plan: TaskPlan, partition_id: int, *, watch_parent: bool = True) -> None:
         self.plan = plan
         self.partition_id = partition_id
         self.app_id = f"mqlake-replay:{plan.replay_id}:{plan.run_id}:p{partition_id}"
@@ -231,7 +234,7 @@ class PartitionSender:
         self.bucket = (
             TokenBucket(plan.rate_per_task, plan.chunk_size()) if plan.rate_per_task is not None else None
         )
-        self.ppid = os.getppid()
+        self.ppid = os.getppid() if watch_parent else None
         self._acked_since_commit = 0
         self._last_commit = time.monotonic()
         self._commit_task: asyncio.Task | None = None
@@ -339,7 +342,7 @@ class PartitionSender:
 
     def _check_alive(self) -> None:
         # A Python worker outlives a killed job for a moment; it must not keep sending past the restart's scan.
-        if os.getppid() != self.ppid:
+        if self.ppid is not None and os.getppid() != self.ppid:
             raise ReplayError("the Spark worker lost its parent process; stopping the sends")
 
     # -- sending ----------------------------------------------------------------------------------------------
@@ -379,6 +382,7 @@ class PartitionSender:
                 st.last_sent = todo[-1].offset
                 self.send_finished = time.time()
                 self._acked_since_commit += len(todo)
+                job_progress.advance(len(todo))
             self._advance(st, chunk[-1].offset, acked)
             await self._maybe_commit()
 
@@ -431,7 +435,7 @@ class PartitionSender:
     async def run(self, batches: Iterator[pa.RecordBatch]) -> pa.RecordBatch:
         plan = self.plan
         group = "mqlake_replay_" + plan.replay_id.replace("-", "_")
-        producer = await Producer(group, plan.namesrv).start()
+        producer = await Producer(group, plan.namesrv, connections_per_addr=plan.connections).start()
         consumer = await PullConsumer(group + "_scan", plan.namesrv).start()
         try:
             await self._prepare(producer, consumer)
