@@ -38,6 +38,7 @@ from lake.reports import report_path
 from pipelines import job_progress
 from pipelines.executor_access import check_executors_see
 from pipelines.replay import progress as prog
+from pipelines.replay.plan import SOURCE_QUEUE, QueuePlan
 from pipelines.replay.progress import QueueKey, QueueProgress, TargetKey
 from pipelines.replay.sender import REPORT_SCHEMA, ReplayError, TaskPlan, preserved_target, send_partition
 from pipelines.replay.spec import ReplaySpec, ReplaySpecError
@@ -47,24 +48,7 @@ from store.errors import MQLakeError
 log = logging.getLogger(__name__)
 
 ROUTE_TIMEOUT = 30.0
-SOURCE_QUEUE = ["broker_name", "topic", "queue_id"]  # the columns naming a source queue
 REPORTS_DIR = "_reports"
-
-
-@dataclass
-class QueuePlan:
-    broker: str  # the source queue's broker (a queue id means a queue of one broker)
-    topic: str
-    queue_id: int
-    rows: int
-    min_offset: int
-    max_offset: int
-    already_done: int  # rows at or below the recorded progress
-    resume_after: int  # the recorded progress (-1: none)
-
-    @property
-    def key(self) -> QueueKey:
-        return (self.broker, self.topic, self.queue_id)
 
 
 @dataclass

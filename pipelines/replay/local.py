@@ -2,11 +2,11 @@
 
 select  each live store's manifest first (pipelines/history.py's order), then the lake's ``messages`` snapshot
         through delta-rs (partitions pruned on topic and store date, row groups on store time), then the live
-        segments decoded by the store's columnar codec (pipelines/segments.py's ``read_segment``); filtered on
+        segments decoded by the store's columnar codec (pipelines/segment_reader.py's ``read_segment``); filtered on
         topic, store time, tags and keys; sorted by queue offset (then source queue), so each source queue is in
         offset order and the queues interleave; each (broker, topic, queue, offset) kept once, the lake's row
         first (the sender drops a repeated offset too)
-plan    the same :class:`~pipelines.replay.job.QueuePlan` per source queue as the Spark engine's
+plan    the same :class:`~pipelines.replay.plan.QueuePlan` per source queue as the Spark engine's
 send    one :class:`~pipelines.replay.sender.PartitionSender` over every source queue: one asyncio producer with
         several connections, each source queue a coroutine with one batch in flight
 
@@ -18,19 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.history import live_segments
+from pipelines.replay.plan import SOURCE_QUEUE, QueuePlan
 from pipelines.replay.progress import QueueKey, QueueProgress
 from pipelines.replay.source import COLUMNS, utc_date
 from pipelines.replay.spec import ReplaySpec, ReplaySpecError
-
-if TYPE_CHECKING:
-    from pipelines.replay.job import QueuePlan
 
 SORT = [("queue_offset", "ascending"), ("broker_name", "ascending"), ("topic", "ascending"), ("queue_id", "ascending")]
 BATCH_ROWS = 8192
@@ -47,14 +44,35 @@ def select(spec: ReplaySpec) -> pa.Table:
         return _empty()
     rows = pa.concat_tables(tables)
     rows = rows.filter(_matches(spec, rows)) if spec.tags or spec.keys else rows
+    if _ascending(rows):
+        return rows  # as read: each queue in offset order and each key once (all live, or lake then live above it)
     rows = rows.take(pc.sort_indices(rows, sort_keys=SORT))  # a stable sort: of two copies, the lake's comes first
     return rows.filter(_first_of_key(rows))
+
+
+def _ascending(rows: pa.Table) -> bool:
+    """Whether each source queue's offsets strictly rise in the order of ``rows`` (then there is no key twice, and
+    the rows need no sort: the sort's copy of every body is the select's largest cost)."""
+    if rows.num_rows < 2:
+        return True
+    codes = np.zeros(rows.num_rows, np.int64)
+    for name in ("broker_name", "topic"):
+        col = rows.column(name)
+        values = pc.unique(col)
+        codes = codes * len(values) + pc.index_in(col, value_set=values).to_numpy()
+    queue = rows.column("queue_id").to_numpy()
+    codes = codes * (int(queue.max()) + 1) + queue
+    order = np.argsort(codes, kind="stable")
+    codes, offsets = codes[order], rows.column("queue_offset").to_numpy()[order]
+    same = codes[1:] == codes[:-1]
+    return bool(np.all(offsets[1:][same] > offsets[:-1][same]))
 
 
 def _empty() -> pa.Table:
     from lake.schema import MESSAGES_SCHEMA
 
-    return MESSAGES_SCHEMA.empty_table().select(COLUMNS)
+    # from no batches: Schema.empty_table would import pandas (a second of the select on a loaded machine)
+    return pa.Table.from_batches([], schema=pa.schema([MESSAGES_SCHEMA.field(c) for c in COLUMNS]))
 
 
 def _lake_rows(spec: ReplaySpec) -> pa.Table | None:
@@ -84,7 +102,7 @@ def _lake_rows(spec: ReplaySpec) -> pa.Table | None:
 def _live_rows(spec: ReplaySpec, broker: str, store_dir: Path, base: int) -> pa.Table:
     """One live segment's records of the source topics, as ``messages`` rows of ``broker``."""
     from lake.columnar import table_rows
-    from pipelines.segments import read_segment
+    from pipelines.segment_reader import read_segment
     from store.format import units
 
     topics = pa.array(list(spec.source_topics), pa.string())
@@ -157,8 +175,6 @@ def _done_mask(rows: pa.Table, recorded: dict[QueueKey, QueueProgress]) -> np.nd
 
 def plan(rows: pa.Table, recorded: dict[QueueKey, QueueProgress]) -> list[QueuePlan]:
     """Per source queue: rows, offsets, rows done before (as the Spark engine's plan)."""
-    from pipelines.replay.job import SOURCE_QUEUE, QueuePlan
-
     counted = rows.select([*SOURCE_QUEUE, "queue_offset"]).append_column(
         "done", pa.array(_done_mask(rows, recorded).astype(np.int64))
     )

@@ -404,11 +404,12 @@ class PartitionSender:
             if batch is None:
                 break
             self._check_alive()
-            cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-            for i in range(batch.num_rows):
-                key = (cols["broker_name"][i], cols["topic"][i], cols["queue_id"][i])
+            names = batch.schema.names
+            at = [names.index(n) for n in ("broker_name", "topic", "queue_id", "queue_offset")]
+            for values in zip(*(batch.column(name).to_pylist() for name in names), strict=True):
+                key = (values[at[0]], values[at[1]], values[at[2]])
                 st = self.states.get(key)
-                offset = cols["queue_offset"][i]
+                offset = values[at[3]]
                 if st is None or offset > plan.bounds.get(key, -1):
                     continue  # appended after the plan was made: the next run with this replay id takes it
                 if offset <= st.last_seen:
@@ -418,8 +419,7 @@ class PartitionSender:
                 if offset <= st.start.last_offset:
                     st.already_done += 1
                     continue
-                row = {name: cols[name][i] for name in cols}
-                msg = replay_message(row, plan.target_topic, plan.replay_id,
+                msg = replay_message(dict(zip(names, values, strict=True)), plan.target_topic, plan.replay_id,
                                      preserve_timestamps=plan.preserve_timestamps)  # fmt: skip
                 items = pending[key]
                 items.append(_Item(offset, msg))
