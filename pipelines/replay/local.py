@@ -43,10 +43,16 @@ def select(spec: ReplaySpec) -> pa.Table:
     if not tables:
         return _empty()
     rows = pa.concat_tables(tables)
-    rows = rows.filter(_matches(spec, rows)) if spec.tags or spec.keys else rows
+    return in_order(rows.filter(_matches(spec, rows)) if spec.tags or spec.keys else rows)
+
+
+def in_order(rows: pa.Table) -> pa.Table:
+    """``rows`` with each source queue in offset order and each (broker, topic, queue, offset) once, the first of
+    its copies kept: as they are when they already are (all live, or the lake and then live rows above it), else
+    sorted by ``SORT`` (stable: the lake's copy comes first)."""
     if _ascending(rows):
-        return rows  # as read: each queue in offset order and each key once (all live, or lake then live above it)
-    rows = rows.take(pc.sort_indices(rows, sort_keys=SORT))  # a stable sort: of two copies, the lake's comes first
+        return rows
+    rows = rows.take(pc.sort_indices(rows, sort_keys=SORT))
     return rows.filter(_first_of_key(rows))
 
 
@@ -55,13 +61,7 @@ def _ascending(rows: pa.Table) -> bool:
     the rows need no sort: the sort's copy of every body is the select's largest cost)."""
     if rows.num_rows < 2:
         return True
-    codes = np.zeros(rows.num_rows, np.int64)
-    for name in ("broker_name", "topic"):
-        col = rows.column(name)
-        values = pc.unique(col)
-        codes = codes * len(values) + pc.index_in(col, value_set=values).to_numpy()
-    queue = rows.column("queue_id").to_numpy()
-    codes = codes * (int(queue.max()) + 1) + queue
+    codes, _ = _queue_codes(rows)
     order = np.argsort(codes, kind="stable")
     codes, offsets = codes[order], rows.column("queue_offset").to_numpy()[order]
     same = codes[1:] == codes[:-1]
@@ -113,7 +113,7 @@ def _live_rows(spec: ReplaySpec, broker: str, store_dir: Path, base: int) -> pa.
         keep = pc.is_in(rows.column("topic"), value_set=topics)
         if spec.from_ms is not None or spec.to_ms is not None:
             keep = pc.and_(keep, _time_mask(spec, rows))
-        out.append(rows.filter(keep))
+        out.append(rows if pc.all(keep).as_py() else rows.filter(keep))  # a filter copies every body
     return pa.Table.from_batches(out, schema=_empty().schema)
 
 
@@ -155,22 +155,29 @@ def _first_of_key(rows: pa.Table) -> pa.Array:
     return pa.array(first)
 
 
-def _of_queue(rows: pa.Table, key: QueueKey) -> np.ndarray:
-    broker, topic, queue = key
-    mask = pc.and_(pc.equal(rows.column("broker_name"), broker), pc.equal(rows.column("topic"), topic))
-    return pc.and_(mask, pc.equal(rows.column("queue_id"), queue)).to_numpy(zero_copy_only=False)
+def _queue_codes(rows: pa.Table) -> tuple[np.ndarray, dict[QueueKey, int]]:
+    """A number per row naming its source queue, and the number of each source queue present."""
+    codes = np.zeros(rows.num_rows, np.int64)
+    for name in ("broker_name", "topic"):
+        col = rows.column(name)
+        values = pc.unique(col)
+        codes = codes * len(values) + pc.index_in(col, value_set=values).to_numpy()
+    codes = codes * (int(pc.max(rows.column("queue_id")).as_py() or 0) + 1) + rows.column("queue_id").to_numpy()
+    first = np.unique(codes, return_index=True)[1]
+    keys = rows.select(SOURCE_QUEUE).take(pa.array(first)).to_pylist()
+    return codes, {tuple(k.values()): int(codes[i]) for k, i in zip(keys, first, strict=True)}  # type: ignore[misc]
 
 
 def _done_mask(rows: pa.Table, recorded: dict[QueueKey, QueueProgress]) -> np.ndarray:
     """True for the rows at or below their source queue's recorded progress."""
-    done = np.zeros(rows.num_rows, bool)
     if not rows.num_rows:
-        return done
-    offsets = rows.column("queue_offset").to_numpy()
+        return np.zeros(0, bool)
+    codes, of_key = _queue_codes(rows)
+    last = np.full(int(codes.max()) + 1, -1, np.int64)
     for key, p in recorded.items():
-        if p.last_offset >= 0:
-            done |= _of_queue(rows, key) & (offsets <= p.last_offset)
-    return done
+        if key in of_key:
+            last[of_key[key]] = p.last_offset
+    return rows.column("queue_offset").to_numpy() <= last[codes]
 
 
 def plan(rows: pa.Table, recorded: dict[QueueKey, QueueProgress]) -> list[QueuePlan]:
@@ -194,7 +201,9 @@ def plan(rows: pa.Table, recorded: dict[QueueKey, QueueProgress]) -> list[QueueP
 
 def to_send(rows: pa.Table, recorded: dict[QueueKey, QueueProgress], todo: list[QueuePlan]) -> Iterator[pa.RecordBatch]:
     """The rows of the queues ``todo`` above their recorded progress, in the selection's order."""
-    wanted = np.zeros(rows.num_rows, bool)
-    for p in todo:
-        wanted |= _of_queue(rows, p.key)
-    yield from rows.filter(pa.array(wanted & ~_done_mask(rows, recorded))).to_batches(max_chunksize=BATCH_ROWS)
+    if not rows.num_rows:
+        return
+    codes, of_key = _queue_codes(rows)
+    wanted = np.isin(codes, [of_key[p.key] for p in todo]) & ~_done_mask(rows, recorded)
+    sending = rows if wanted.all() else rows.filter(pa.array(wanted))  # a filter copies every body
+    yield from sending.to_batches(max_chunksize=BATCH_ROWS)
