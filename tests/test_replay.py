@@ -383,7 +383,9 @@ def test_cli_rejects_bad_options_before_spark(tmp_path):
     (tmp_path / "messages").mkdir()
     base = ["replay", "--lake", str(tmp_path), "--source-topic", "A", "--target-topic", "B", "--namesrv", "x:1"]
     for extra, message in ((["--from", "yesterday"], "--from"), (["--queue-map", "random"], "--queue-map"),
-                           (["--replay-id", "bad id!"], "--replay-id"), (["--rate", "0"], "--rate")):  # fmt: skip
+                           (["--replay-id", "bad id!"], "--replay-id"), (["--rate", "0"], "--rate"),
+                           (["--engine", "java"], "--engine"),
+                           (["--engine", "local", "--where", "queue_id = 1"], "needs --engine spark")):  # fmt: skip
         result = CliRunner().invoke(app, base + extra)
         assert result.exit_code == 2, result.output
         assert message in result.output

@@ -3,9 +3,11 @@
 select  each live store's manifest first (pipelines/history.py's order), then the lake's ``messages`` snapshot
         through delta-rs (partitions pruned on topic and store date, row groups on store time), then the live
         segments decoded by the store's columnar codec (pipelines/segment_reader.py's ``read_segment``); filtered on
-        topic, store time, tags and keys; sorted by queue offset (then source queue), so each source queue is in
-        offset order and the queues interleave; each (broker, topic, queue, offset) kept once, the lake's row
-        first (the sender drops a repeated offset too)
+        topic, store time, tags and keys.  Read so, the rows are in CommitLog order: each source queue in offset
+        order, the queues interleaved as they were written.  Only when a queue's offsets do not rise as read (a
+        tier file listed out of order, a segment both in the lake and live) are the rows sorted by queue offset
+        (then source queue) and each (broker, topic, queue, offset) kept once, the lake's row first (the sender
+        drops a repeated offset too)
 plan    the same :class:`~pipelines.replay.plan.QueuePlan` per source queue as the Spark engine's
 send    one :class:`~pipelines.replay.sender.PartitionSender` over every source queue: one asyncio producer with
         several connections, each source queue a coroutine with one batch in flight
@@ -88,14 +90,14 @@ def _lake_rows(spec: ReplaySpec) -> pa.Table | None:
     except BrokerNameError as e:
         raise ReplaySpecError(str(e)) from None
     cond = pc.field("topic").isin(list(spec.source_topics))
-    if spec.from_ms is not None:
-        cond &= pc.field(tables.STORE_DATE) >= pa.scalar(utc_date(spec.from_ms))
+    if spec.from_ms is not None:  # the partition prunes files, the store time row groups
+        cond &= (pc.field(tables.STORE_DATE) >= pa.scalar(utc_date(spec.from_ms))) & (
+            pc.field("store_timestamp") >= spec.from_ms
+        )
     if spec.to_ms is not None:
-        cond &= pc.field(tables.STORE_DATE) <= pa.scalar(utc_date(spec.to_ms - 1))
-    if spec.from_ms is not None:
-        cond &= pc.field("store_timestamp") >= spec.from_ms
-    if spec.to_ms is not None:
-        cond &= pc.field("store_timestamp") < spec.to_ms
+        cond &= (pc.field(tables.STORE_DATE) <= pa.scalar(utc_date(spec.to_ms - 1))) & (
+            pc.field("store_timestamp") < spec.to_ms
+        )
     return pa.Table.from_batches(list(lk.scan_batches(uri, COLUMNS, filter=cond)), schema=_empty().schema)
 
 
@@ -165,7 +167,9 @@ def _queue_codes(rows: pa.Table) -> tuple[np.ndarray, dict[QueueKey, int]]:
     codes = codes * (int(pc.max(rows.column("queue_id")).as_py() or 0) + 1) + rows.column("queue_id").to_numpy()
     first = np.unique(codes, return_index=True)[1]
     keys = rows.select(SOURCE_QUEUE).take(pa.array(first)).to_pylist()
-    return codes, {tuple(k.values()): int(codes[i]) for k, i in zip(keys, first, strict=True)}  # type: ignore[misc]
+    return codes, {
+        (k["broker_name"], k["topic"], k["queue_id"]): int(codes[i]) for k, i in zip(keys, first, strict=True)
+    }
 
 
 def _done_mask(rows: pa.Table, recorded: dict[QueueKey, QueueProgress]) -> np.ndarray:
