@@ -43,6 +43,7 @@ from pipelines.replay.progress import QueueKey, QueueProgress, TargetKey
 from pipelines.replay.sender import REPORT_SCHEMA, ReplayError, TaskPlan, preserved_target, send_partition
 from pipelines.replay.spec import ReplaySpec, ReplaySpecError
 from pipelines.spark import ENGINE_LOCAL, ENGINE_SPARK, ENGINES
+from pipelines.spark import choose_engine as engine_by_master
 from store.errors import MQLakeError
 
 log = logging.getLogger(__name__)
@@ -217,9 +218,7 @@ LOCAL_CONNECTIONS = 8  # the local sender's connections to each broker (as the r
 def choose_engine(spec: ReplaySpec, spark=None, master: str | None = None) -> str:
     """``spark`` when a session is given, the master is not local (as verify-index decides:
     ``pipelines.spark.choose_engine``) or ``--where`` (a Spark SQL predicate) is given; else ``local``."""
-    from pipelines.spark import choose_engine as by_master
-
-    return ENGINE_SPARK if spec.where else by_master(spark, master)
+    return ENGINE_SPARK if spec.where else engine_by_master(spark, master)
 
 
 def replay(
