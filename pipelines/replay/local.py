@@ -98,7 +98,10 @@ def _lake_rows(spec: ReplaySpec) -> pa.Table | None:
         cond &= (pc.field(tables.STORE_DATE) <= pa.scalar(utc_date(spec.to_ms - 1))) & (
             pc.field("store_timestamp") < spec.to_ms
         )
-    return pa.Table.from_batches(list(lk.scan_batches(uri, COLUMNS, filter=cond)), schema=_empty().schema)
+    try:
+        return pa.Table.from_batches(list(lk.scan_batches(uri, COLUMNS, filter=cond)), schema=_empty().schema)
+    except lk.LakeError as e:  # a table delta-rs cannot read right (deletion vectors, column mapping)
+        raise ReplaySpecError(f"{e}; replay it with --engine spark") from None
 
 
 def _live_rows(spec: ReplaySpec, broker: str, store_dir: Path, base: int) -> pa.Table:
