@@ -1,5 +1,5 @@
-"""The Spark task side of a replay: one asyncio Producer per task sends its source queues, in order, rate
-limited, recording progress as the broker acknowledges.
+"""The sending side of a replay: one asyncio Producer per Spark task (or, for the local engine, one in the
+command's process) sends its source queues, in order, rate limited, recording progress as the broker acknowledges.
 
 Order.  The task's rows arrive sorted by queue offset (several source queues interleaved); each source queue
 has its own coroutine that sends one chunk at a time and waits for the broker's answer before the next, so
