@@ -102,7 +102,7 @@ def store_broker(lake: Path | str, store_dir: Path, given: str | None = None) ->
 def live_segments(store_dir: Path, from_ms: int | None = None, to_ms: int | None = None) -> list[int]:
     """Base offsets of the CommitLog segments still to read live: not tiered, and overlapping the time range
     (``from_ms`` <= store time < ``to_ms``, as the manifest recorded the segment's store times)."""
-    from pipelines.segments import segment_files
+    from pipelines.segment_reader import segment_files
     from store.retention import SegmentManifest, SegmentState
 
     entries = {e.base_offset: e for e in SegmentManifest(store_dir).entries()}

@@ -47,6 +47,20 @@ ConfOption = Annotated[
 ]
 
 
+# Where a pipeline that can run without Spark (verify-index, replay) does its work: "local" in the command's own
+# process, or "spark" on the session's executors.
+ENGINE_LOCAL, ENGINE_SPARK = "local", "spark"
+ENGINES = (ENGINE_LOCAL, ENGINE_SPARK)
+
+
+def choose_engine(spark: SparkSession | None = None, master: str | None = None) -> str:
+    """``"spark"`` when a session is given or the master Spark would run on is not ``local`` (``master``,
+    spark-submit's, ``$MQLAKE_SPARK_MASTER``): the files may then be where only the executors reach them.
+    Otherwise ``"local"``: for one machine, the JVM's start and shipping every row through Arrow cost more than
+    the work itself (docs/benchmarks.md)."""
+    return ENGINE_SPARK if spark is not None or not resolved_master(master).startswith("local") else ENGINE_LOCAL
+
+
 class SparkConfError(MQLakeError, ValueError):
     """A Spark conf item that is not ``k=v``."""
 

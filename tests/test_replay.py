@@ -172,13 +172,24 @@ def expected_by_queue(history: History, pick) -> dict[int, list[Sent]]:
     return {q: [s for s in msgs if pick(s)] for q, msgs in history.by_queue.items()}
 
 
+# Both engines: the Spark engine on the test session's executors, the local one in this process.
+ENGINES = ("spark", "local")
+
+
+def replay_with(engine: str, spark, spec: ReplaySpec):
+    return replay(spec, spark=spark) if engine == "spark" else replay(spec, engine="local")
+
+
 # ----------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.spark
-def test_replay_everything_tiered_and_live_then_rerun_sends_nothing(spark, history):
-    spec = history.spec("ReplayAll", replay_id="all-1")
-    report = replay(spec, spark=spark)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_replay_everything_tiered_and_live_then_rerun_sends_nothing(spark, history, engine):
+    target, rid = f"ReplayAll_{engine}", f"all-{engine}"
+    spec = history.spec(target, replay_id=rid)
+    report = replay_with(engine, spark, spec)
+    assert report.engine == engine and report.to_json()["engine"] == engine
     assert report.sent == TOTAL
     assert {(q["source_queue"], q["selected"], q["sent"]) for q in report.queues} == {
         (q, TOTAL // QUEUES, TOTAL // QUEUES) for q in range(QUEUES)
@@ -186,40 +197,42 @@ def test_replay_everything_tiered_and_live_then_rerun_sends_nothing(spark, histo
     assert all(q["first_offset"] == 0 and q["last_offset"] == TOTAL // QUEUES - 1 for q in report.queues)
     assert all(q["source_topic"] == SOURCE for q in report.queues)  # the other topic is not replayed
     assert report.rate > 0 and report.send_seconds > 0
-    assert_replayed(read_topic(history.server.namesrv_addr, "ReplayAll", TOTAL), history.by_queue, "all-1")
+    assert_replayed(read_topic(history.server.namesrv_addr, target, TOTAL), history.by_queue, rid)
 
     stored = json.loads(Path(report.report_path).read_text())
     assert stored["sent"] == TOTAL and len(stored["queues"]) == QUEUES
     runs = lk.to_arrow(prog.table_uri(history.lake, prog.RUNS)).to_pylist()
-    assert [(r["replay_id"], r["sent"]) for r in runs if r["run_id"] == report.run_id] == [("all-1", TOTAL)]
-    done = prog.read_progress(history.lake, "all-1")
+    assert [(r["replay_id"], r["sent"]) for r in runs if r["run_id"] == report.run_id] == [(rid, TOTAL)]
+    done = prog.read_progress(history.lake, rid)
     # a source queue is (broker, topic, queue id): the store's broker is broker-a (tests/fixtures_broker.py)
     assert {k: p.last_offset for k, p in done.items()} == {
         ("broker-a", SOURCE, q): TOTAL // QUEUES - 1 for q in range(QUEUES)
     }
 
-    again = replay(spec, spark=spark)  # the same replay id: everything is recorded as done
+    again = replay_with(engine, spark, spec)  # the same replay id: everything is recorded as done
     assert again.sent == 0 and again.total("already_done") == TOTAL
-    assert sum(len(v) for v in read_topic(history.server.namesrv_addr, "ReplayAll", TOTAL).values()) == TOTAL
+    assert sum(len(v) for v in read_topic(history.server.namesrv_addr, target, TOTAL).values()) == TOTAL
 
 
 @pytest.mark.spark
-def test_time_range_and_tag_filter_read_back_with_the_cpp_client(spark, history):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_time_range_and_tag_filter_read_back_with_the_cpp_client(spark, history, engine):
     from rocketmq.client import PullConsumer as CppPullConsumer
 
-    spec = history.spec("ReplayTags", replay_id="tags-1", from_ms=history.t_mid, tags=("TagA", "TagC"))
-    report = replay(spec, spark=spark)
+    target = f"ReplayTags_{engine}"
+    spec = history.spec(target, replay_id=f"tags-{engine}", from_ms=history.t_mid, tags=("TagA", "TagC"))
+    report = replay_with(engine, spark, spec)
     want = expected_by_queue(history, lambda s: s.phase == 2 and s.tags in ("TagA", "TagC"))
     assert report.sent == sum(len(v) for v in want.values()) > 0
 
-    wait_until(lambda: count_topic(history.server.namesrv_addr, "ReplayTags") >= report.sent, 30,
+    wait_until(lambda: count_topic(history.server.namesrv_addr, target) >= report.sent, 30,
                what="the replayed messages dispatched")  # the C++ pull below stops at the queue's current end
     consumer = CppPullConsumer(f"replay_cpp_{os.getpid()}")
     consumer.set_namesrv_addr(history.server.namesrv_addr)
     consumer.start()
     try:
         got: dict[int, list] = {}
-        for m in consumer.pull("ReplayTags"):
+        for m in consumer.pull(target):
             got.setdefault(m.queue_id, []).append((m.queue_offset, m.body, m.keys.decode(), m.tags.decode(),
                                                     m.get_property(REPLAY_SOURCE_OFFSET).decode()))  # fmt: skip
     finally:
@@ -245,13 +258,15 @@ def test_to_time_key_and_where_filters_select_exactly(spark, history):
 
 
 @pytest.mark.spark
-def test_hash_queue_map_and_preserved_born_timestamps(spark, history):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_hash_queue_map_and_preserved_born_timestamps(spark, history, engine):
     keys = tuple(f"k{i}" for i in range(TOTAL - 400, TOTAL))  # the last 4 batches: one per source queue
-    spec = history.spec("ReplayHash", replay_id="hash-1", queue_map="hash", keys=keys, preserve_timestamps=True)
-    report = replay(spec, spark=spark)
+    target = f"ReplayHash_{engine}"
+    spec = history.spec(target, replay_id=f"hash-{engine}", queue_map="hash", keys=keys, preserve_timestamps=True)
+    report = replay_with(engine, spark, spec)
     assert report.sent == 400
-    by_queue = read_topic(history.server.namesrv_addr, "ReplayHash", 400)
-    queues = [MessageQueue("ReplayHash", "broker-a", q) for q in sorted(by_queue)]
+    by_queue = read_topic(history.server.namesrv_addr, target, 400)
+    queues = [MessageQueue(target, "broker-a", q) for q in sorted(by_queue)]
     assert sum(len(v) for v in by_queue.values()) == 400 and len([q for q in by_queue.values() if q]) > 1
     for q, msgs in by_queue.items():
         # each key on the queue its hash picks (SelectMessageQueueByHash); each source queue's messages in order
@@ -273,12 +288,20 @@ def test_hash_queue_map_and_preserved_born_timestamps(spark, history):
 
 
 @pytest.mark.spark
-def test_rate_limit_is_never_exceeded(spark, history):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_rate_limit_is_never_exceeded(spark, history, engine):
     rate = 2500.0
-    spec = history.spec("ReplayRate", replay_id="rate-1", rate=rate, where="cast(properties['seq'] as int) % 5 = 0")
-    report = replay(spec, spark=spark)
-    assert report.sent == TOTAL // 5  # 4 s at the rate
-    assert report.tasks == 2 and len(report.task_spans) == 2
+    target = f"ReplayRate_{engine}"
+    if engine == "spark":  # two tasks, each at half the rate
+        spec = history.spec(target, replay_id="rate-spark", rate=rate, where="cast(properties['seq'] as int) % 5 = 0")
+        want, tasks = TOTAL // 5, 2
+    else:  # one sender at the whole rate
+        spec = history.spec(target, replay_id="rate-local", rate=rate, from_ms=history.t_mid, tags=("TagA",))
+        want, tasks = sum(len(v) for v in expected_by_queue(history, lambda s: s.phase == 2 and s.tags == "TagA")
+                          .values()), 1  # fmt: skip
+    report = replay_with(engine, spark, spec)
+    assert report.sent == want  # 3-4 s at the rate
+    assert report.tasks == tasks and len(report.task_spans) == tasks
     # Counted against the broker's own store times, no window of the replay holds more messages than the budget
     # allows for its length: each task takes rate / tasks tokens a second from a bucket that starts empty and
     # holds at most one chunk (at most 1/20 s of its budget), and each source queue has at most one chunk in
@@ -286,7 +309,7 @@ def test_rate_limit_is_never_exceeded(spark, history):
     # machine only spreads the sends further apart, so this bound cannot fail where the limit holds.
     chunk = rate / report.tasks / 20
     burst = (report.tasks + QUEUES) * chunk + rate / 1000
-    got = read_topic(history.server.namesrv_addr, "ReplayRate", report.sent)
+    got = read_topic(history.server.namesrv_addr, target, report.sent)
     stamps = sorted(m.store_timestamp for msgs in got.values() for m in msgs)
     assert len(stamps) == report.sent
     # max over windows [stamps[i], stamps[j]] of (j - i + 1) - rate * (stamps[j] - stamps[i]) / 1000, in one pass
@@ -298,9 +321,10 @@ def test_rate_limit_is_never_exceeded(spark, history):
 
 
 @pytest.mark.spark
-def test_dry_run_counts_and_maps_without_sending(spark, history):
-    spec = history.spec("ReplayDry", replay_id="dry-1", dry_run=True, tags=("TagB",))
-    report = replay(spec, spark=spark)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_dry_run_counts_and_maps_without_sending(spark, history, engine):
+    spec = history.spec("ReplayDry", replay_id=f"dry-{engine}", dry_run=True, tags=("TagB",))
+    report = replay_with(engine, spark, spec)
     per_queue = {q: sum(1 for s in msgs if s.tags == "TagB") for q, msgs in history.by_queue.items()}
     assert {q["source_queue"]: q["selected"] for q in report.queues} == per_queue
     assert {q["source_queue"]: q["target_queues"] for q in report.queues} == {q: str(q) for q in range(QUEUES)}
@@ -311,13 +335,18 @@ def test_dry_run_counts_and_maps_without_sending(spark, history):
             return await admin.topic_route("ReplayDry")
 
     assert run(route()) is None  # nothing created
-    assert prog.read_progress(history.lake, "dry-1") == {}
+    assert prog.read_progress(history.lake, f"dry-{engine}") == {}
 
 
 @pytest.mark.spark
 def test_bad_input_is_refused_clearly(spark, history):
     with pytest.raises(ReplaySpecError, match="--where"):
         replay(history.spec("ReplayBad", replay_id="bad-1", where="no_such_column = 1"), spark=spark)
+    # a Spark SQL predicate: the local engine is refused it, and the default takes the Spark engine for it
+    with pytest.raises(ReplaySpecError, match="--where .* needs --engine spark"):
+        replay(history.spec("ReplayBad", replay_id="bad-2", where="queue_id = 1"), engine="local")
+    with pytest.raises(ReplaySpecError, match="--engine 'java'"):
+        replay(history.spec("ReplayBad", replay_id="bad-3"), engine="java")
     with pytest.raises(ReplaySpecError, match="before --to"):
         history.spec("ReplayBad", from_ms=2, to_ms=1)
     with pytest.raises(ReplaySpecError, match="replay itself"):
@@ -354,22 +383,32 @@ def test_cli_rejects_bad_options_before_spark(tmp_path):
     (tmp_path / "messages").mkdir()
     base = ["replay", "--lake", str(tmp_path), "--source-topic", "A", "--target-topic", "B", "--namesrv", "x:1"]
     for extra, message in ((["--from", "yesterday"], "--from"), (["--queue-map", "random"], "--queue-map"),
-                           (["--replay-id", "bad id!"], "--replay-id"), (["--rate", "0"], "--rate")):  # fmt: skip
+                           (["--replay-id", "bad id!"], "--replay-id"), (["--rate", "0"], "--rate"),
+                           (["--engine", "java"], "--engine"),
+                           (["--engine", "local", "--where", "queue_id = 1"], "needs --engine spark")):  # fmt: skip
         result = CliRunner().invoke(app, base + extra)
         assert result.exit_code == 2, result.output
         assert message in result.output
 
 
 @pytest.mark.spark
-def test_sigkill_mid_replay_then_resume_loses_and_duplicates_nothing(spark, history, tmp_path):
-    target, rid = "ReplayKill", "kill-1"
-    where = "cast(properties['seq'] as int) % 2 = 0"
-    want = expected_by_queue(history, lambda s: s.seq % 2 == 0)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sigkill_mid_replay_then_resume_loses_and_duplicates_nothing(spark, history, tmp_path, engine):
+    target, rid = f"ReplayKill_{engine}", f"kill-{engine}"
+    if engine == "spark":  # half the messages, by a Spark SQL predicate
+        select = {"where": "cast(properties['seq'] as int) % 2 = 0"}
+        want = expected_by_queue(history, lambda s: s.seq % 2 == 0)
+        args = ["--where", select["where"], "--master", "local[2]", "--conf", "spark.driver.memory=1g"]
+    else:  # two thirds of them, by tag
+        select = {"tags": ("TagA", "TagB")}
+        want = expected_by_queue(history, lambda s: s.tags in ("TagA", "TagB"))
+        args = ["--tags", "TagA||TagB", "--engine", "local"]
+    total = sum(len(v) for v in want.values())
     cmd = [
         sys.executable, "-m", "pipelines.replay", "--lake", str(history.lake), "--store-dir",
         str(history.server.store_dir), "--source-topic", SOURCE, "--target-topic", target, "--namesrv",
-        history.server.namesrv_addr, "--where", where, "--replay-id", rid, "--rate", "3000", "--commit-every", "3000",
-        "--commit-seconds", "60", "--master", "local[2]", "--conf", "spark.driver.memory=1g",
+        history.server.namesrv_addr, "--replay-id", rid, "--rate", "3000", "--commit-every", "3000",
+        "--commit-seconds", "60", *args,
     ]  # fmt: skip
     log = tmp_path / "replay.log"
     # C1-only JIT: the JVM starts seconds faster (as the spark fixture does); the job is small
@@ -405,13 +444,13 @@ def test_sigkill_mid_replay_then_resume_loses_and_duplicates_nothing(spark, hist
         kill_process_tree(proc.pid)
         proc.wait()
     # requests the killed job had already written may still be stored by the broker after the kill
-    assert 0 < count_topic(history.server.namesrv_addr, target) < TOTAL // 2
+    assert 0 < count_topic(history.server.namesrv_addr, target) < total
 
-    report = replay(history.spec(target, replay_id=rid, where=where), spark=spark)
+    report = replay_with(engine, spark, history.spec(target, replay_id=rid, **select))
     assert report.total("found_in_target") > 0  # the unrecorded window was found in the target, not resent
-    assert report.sent + report.total("already_done") + report.total("found_in_target") == TOTAL // 2
+    assert report.sent + report.total("already_done") + report.total("found_in_target") == total
     # each exactly once, in order
-    assert_replayed(read_topic(history.server.namesrv_addr, target, TOTAL // 2), want, rid)
+    assert_replayed(read_topic(history.server.namesrv_addr, target, total), want, rid)
 
 
 @pytest.mark.spark

@@ -68,7 +68,8 @@ def test_cli_refuses_a_malformed_broker_store_before_spark(tmp_path):
 
 
 @pytest.mark.spark
-def test_two_stores_one_at_its_tier_boundary_replay_each_record_once(spark, tmp_path, mqlake_server):
+@pytest.mark.parametrize("engine", ["spark", "local"])
+def test_two_stores_one_at_its_tier_boundary_replay_each_record_once(spark, tmp_path, mqlake_server, engine):
     from pipelines.compaction.job import tier
     from pipelines.replay.job import replay
     from pipelines.replay.sender import REPLAY_SOURCE_BROKER, REPLAY_SOURCE_OFFSET, REPLAY_SOURCE_QUEUE
@@ -95,15 +96,16 @@ def test_two_stores_one_at_its_tier_boundary_replay_each_record_once(spark, tmp_
                                                        key=lambda x: x["queue_offset"])]
         for b, w in stores.items() for r in w.expected.values() if r["topic"] in topics
     }  # fmt: skip
-    spec = ReplaySpec(lake=lake, source_topics=topics, target_topic="TwoStoresReplayed",
-                      namesrv=mqlake_server.namesrv_addr, replay_id="two-stores-1", batch_size=32,
+    target = f"TwoStoresReplayed_{engine}"
+    spec = ReplaySpec(lake=lake, source_topics=topics, target_topic=target,
+                      namesrv=mqlake_server.namesrv_addr, replay_id=f"two-stores-{engine}", batch_size=32,
                       broker_stores=(("broker-a", stores["broker-a"].root), ("broker-b", before_tier)))  # fmt: skip
-    result = replay(spec, spark=spark)
+    result = replay(spec, spark=spark) if engine == "spark" else replay(spec, engine="local")
     total = sum(len(v) for v in want.values())
     assert result.sent == total
 
     got: dict[tuple[str, int], list] = {}
-    for msgs in read_topic(mqlake_server.namesrv_addr, "TwoStoresReplayed", total).values():
+    for msgs in read_topic(mqlake_server.namesrv_addr, target, total).values():
         for m in msgs:
             got.setdefault((m.properties[REPLAY_SOURCE_BROKER], int(m.properties[REPLAY_SOURCE_QUEUE])), []).append(m)
     assert sum(len(v) for v in got.values()) == total  # nothing twice

@@ -27,6 +27,7 @@ from pipelines.executor_access import check_executors_see
 from pipelines.index_rebuild import consume_queue as cqmod
 from pipelines.index_rebuild import index_file as idxmod
 from pipelines.index_rebuild.live import LiveIndexFile, broker_running, dispatched_bound, index_files, indexed_bound
+from pipelines.spark import ENGINE_LOCAL, ENGINES, choose_engine
 from store.config import MessageStoreConfig
 from store.dump import Problem
 from store.errors import MQLakeError
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 REPAIR_MANIFEST = "repair.json"
-ENGINE_LOCAL, ENGINE_SPARK = "local", "spark"
-ENGINES = (ENGINE_LOCAL, ENGINE_SPARK)
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,100}$")  # it goes into a Delta predicate
 
 
@@ -191,16 +190,6 @@ def verify_index(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=2) + "\n")
     return report
-
-
-def choose_engine(spark=None, master: str | None = None) -> str:
-    """``"spark"`` when a session is given or the master Spark would run on is not ``local`` (``master``,
-    spark-submit's, ``$MQLAKE_SPARK_MASTER``): the CommitLog may then be where only the executors reach it.
-    Otherwise ``"local"``: for one store on this machine the JVM and shipping every row through Arrow cost more
-    than the scan (docs/benchmarks.md)."""
-    from pipelines.spark import resolved_master
-
-    return ENGINE_SPARK if spark is not None or not resolved_master(master).startswith("local") else ENGINE_LOCAL
 
 
 def _scan(engine: str, spark, master: str | None, conf: dict[str, str] | None, store_dir: Path, bound: int | None,

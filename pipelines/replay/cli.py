@@ -68,6 +68,13 @@ def replay_command(
     commit_seconds: Annotated[
         float, typer.Option("--commit-seconds", help="... or after this many seconds.", min=0.01)
     ] = 2.0,
+    engine: Annotated[
+        str | None,
+        typer.Option("--engine", show_default=False,
+                     help="Read and send 'local'ly (this process, no JVM; the selection held in memory) or with "
+                          "'spark' (executors read and send). Default: spark when --where is given or the master "
+                          "is not local (--master, spark-submit's, $MQLAKE_SPARK_MASTER), else local."),
+    ] = None,
     master: MasterOption = None,
     conf: ConfOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
@@ -110,7 +117,7 @@ def replay_command(
         out.print(f"replay id: {spec.replay_id}  (rerun with --replay-id {spec.replay_id} to resume)")
     try:
         with JobProgress("replay", console(stderr=True)):
-            report = replay(spec, report_path=report_path, **spark_kwargs)
+            report = replay(spec, engine=engine, report_path=report_path, **spark_kwargs)
     except ReplaySpecError as e:
         raise typer.BadParameter(str(e)) from None
     except ReplayError as e:
@@ -143,8 +150,8 @@ def _print(out, report) -> None:
         queues.add_row(*("-" if q[k] is None else str(q[k]) for k in cols.values()))
     out.print(queues)
     if not report.dry_run:
-        out.print(f"sent {report.sent:,} in {report.send_seconds:.2f} s ({report.rate:,.0f} msgs/s) over "
-                      f"{report.tasks} task(s); report: {report.report_path}")  # fmt: skip
+        out.print(f"sent {report.sent:,} in {report.send_seconds:.2f} s ({report.rate:,.0f} msgs/s) by the "
+                  f"{report.engine} engine over {report.tasks} task(s); report: {report.report_path}")  # fmt: skip
 
 
 def main() -> None:

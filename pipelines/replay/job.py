@@ -1,16 +1,21 @@
-"""The replay driver: plan, prepare the target and the progress rows, run the Spark tasks, report.
+"""The replay driver: plan, prepare the target and the progress rows, send, report.
 
 One run::
 
-    select   lake ∪ live rows of the source topics, filtered (source.py)
+    select   lake ∪ live rows of the source topics, filtered (source.py for Spark, local.py for the local engine)
     plan     per source queue: rows, offsets, and the largest offset this run covers (later appends wait for
              the next run under the same replay id)
     target   create the topic when missing (enough queues for the mapping); note each target queue's end
     progress a first row for every source queue new to this replay id (nothing sent, watermarks = the ends)
-    send     rows repartitioned so each Spark task holds a balanced set of whole source queues, sorted by queue
-             offset within it; each task runs a PartitionSender (sender.py) at rate / tasks
+    send     a PartitionSender (sender.py) per set of whole source queues, each queue in offset order:
+             spark: rows repartitioned so each Spark task holds a balanced set, at rate / tasks each;
+             local: one sender in this process for every queue
     report   counts per queue, rate achieved, first/last offsets: printed by the CLI, stored as JSON under
              LAKE/_reports and as a row of the ``replay_runs`` Delta table
+
+Two engines (``engine``), with the same selection, plan, progress and report: ``local`` reads and sends in this
+process (no JVM; the selection held in memory), ``spark`` on the session's executors.  The default is
+:func:`choose_engine`'s.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -32,31 +38,18 @@ from lake.reports import report_path
 from pipelines import job_progress
 from pipelines.executor_access import check_executors_see
 from pipelines.replay import progress as prog
+from pipelines.replay.plan import SOURCE_QUEUE, QueuePlan
 from pipelines.replay.progress import QueueKey, QueueProgress, TargetKey
 from pipelines.replay.sender import REPORT_SCHEMA, ReplayError, TaskPlan, preserved_target, send_partition
 from pipelines.replay.spec import ReplaySpec, ReplaySpecError
+from pipelines.spark import ENGINE_LOCAL, ENGINE_SPARK, ENGINES
+from pipelines.spark import choose_engine as engine_by_master
+from store.errors import MQLakeError
 
 log = logging.getLogger(__name__)
 
 ROUTE_TIMEOUT = 30.0
-SOURCE_QUEUE = ["broker_name", "topic", "queue_id"]  # the columns naming a source queue
 REPORTS_DIR = "_reports"
-
-
-@dataclass
-class QueuePlan:
-    broker: str  # the source queue's broker (a queue id means a queue of one broker)
-    topic: str
-    queue_id: int
-    rows: int
-    min_offset: int
-    max_offset: int
-    already_done: int  # rows at or below the recorded progress
-    resume_after: int  # the recorded progress (-1: none)
-
-    @property
-    def key(self) -> QueueKey:
-        return (self.broker, self.topic, self.queue_id)
 
 
 @dataclass
@@ -66,6 +59,7 @@ class ReplayReport:
     dry_run: bool
     target_topic: str
     started_at: datetime
+    engine: str = ENGINE_SPARK
     finished_at: datetime | None = None
     target_queues: list[TargetKey] = field(default_factory=list)
     queues: list[dict[str, Any]] = field(default_factory=list)  # one per source queue
@@ -83,7 +77,7 @@ class ReplayReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "replay_id": self.replay_id, "run_id": self.run_id, "dry_run": self.dry_run,
+            "replay_id": self.replay_id, "run_id": self.run_id, "engine": self.engine, "dry_run": self.dry_run,
             "target_topic": self.target_topic, "started_at": self.started_at.isoformat(),
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "target_queues": [f"{b}:{q}" for b, q in self.target_queues], "tasks": self.tasks,
@@ -215,10 +209,22 @@ def _partition_keys(tasks: int) -> list[int]:
 
 # --- the run ----------------------------------------------------------------------------------------------------
 
+# (todo, a TaskPlan for an assignment of source queues to tasks, phase) -> (the senders' report rows, tasks)
+Send = Callable[[list[QueuePlan], Callable[[dict[int, list[QueueKey]], int], TaskPlan], Callable[[str], None]],
+                tuple[list[dict], int]]  # fmt: skip
+LOCAL_CONNECTIONS = 8  # the local sender's connections to each broker (as the raw produce of bench_replay)
+
+
+def choose_engine(spec: ReplaySpec, spark=None, master: str | None = None) -> str:
+    """``spark`` when a session is given, the master is not local (as verify-index decides:
+    ``pipelines.spark.choose_engine``) or ``--where`` (a Spark SQL predicate) is given; else ``local``."""
+    return ENGINE_SPARK if spec.where else engine_by_master(spark, master)
+
 
 def replay(
     spec: ReplaySpec,
     *,
+    engine: str | None = None,
     spark=None,
     master: str | None = None,
     conf: dict[str, str] | None = None,
@@ -226,21 +232,17 @@ def replay(
 ) -> ReplayReport:
     """Run (or with ``spec.dry_run`` only plan) one replay; raises ReplaySpecError for bad options and
     ReplayError when the replay cannot go on (progress already recorded stays valid for a rerun).
+    ``engine``: ``local`` or ``spark`` (default :func:`choose_engine`).
     ``report_path``: also write the JSON report there (dry runs included), for an orchestrator to pick up."""
-    from pipelines.replay.source import source_frame
-
+    engine = engine or choose_engine(spec, spark, master)
+    if engine not in ENGINES:
+        raise ReplaySpecError(f"--engine {engine!r}: one of {', '.join(ENGINES)}")
+    if engine == ENGINE_LOCAL and spec.where:
+        raise ReplaySpecError("--where is a Spark SQL predicate: it needs --engine spark")
     started = datetime.now(UTC)
     run_id = started.strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
-    report = ReplayReport(spec.replay_id, run_id, spec.dry_run, spec.target_topic, started,
+    report = ReplayReport(spec.replay_id, run_id, spec.dry_run, spec.target_topic, started, engine,
                           selection=spec.selection())  # fmt: skip
-    if spark is None:
-        from pipelines.spark import get_spark
-
-        spark = get_spark(master, app_name="mqlake-replay", conf=conf)
-    # on a cluster the executors read the tier's Parquet files and the live CommitLog themselves
-    store = [path / "commitlog" for _, path in spec.live_stores()]
-    lake = [] if objectstore.is_remote(spec.lake) else [Path(spec.lake)]  # on S3: reached over the network
-    check_executors_see(spark, read=[*lake, *store])
     fingerprint = spec.fingerprint()
     recorded = prog.read_progress(spec.lake, spec.replay_id)
     other = sorted({p.spec_hash for p in recorded.values()} - {fingerprint})
@@ -258,29 +260,101 @@ def replay(
         report.phases[name] = now - clock
         clock = now
 
-    from pyspark import StorageLevel
+    if engine == ENGINE_LOCAL:
+        from pipelines.replay import local
 
-    # Read the sources once: the plan and the sends see the same rows (a snapshot of the live log as of the
-    # plan), and the send job does not decode the CommitLog a second time.
-    df = source_frame(spark, spec).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        report = _run(spark, spec, df, recorded, report, phase, fingerprint)
-    finally:
-        df.unpersist()
+        rows = local.select(spec)
+        phase("select")
+        plans = local.plan(rows, recorded)
+        phase("plan")
+        report = _run(spec, plans, recorded, report, phase, fingerprint, partial(_send_local, spec, rows, recorded))
+    else:
+        if spark is None:
+            from pipelines.spark import get_spark
+
+            spark = get_spark(master, app_name="mqlake-replay", conf=conf)
+        report = _replay_spark(spark, spec, recorded, report, phase, fingerprint)
     if report_path is not None:
         write_report(Path(report_path), report.to_json())
     return report
 
 
-def _run(spark, spec: ReplaySpec, df, recorded, report: ReplayReport, phase, fingerprint: str) -> ReplayReport:
+def _replay_spark(spark, spec: ReplaySpec, recorded, report: ReplayReport, phase, fingerprint: str) -> ReplayReport:
+    from pyspark import StorageLevel
+
+    from pipelines.replay.source import source_frame
+
+    # on a cluster the executors read the tier's Parquet files and the live CommitLog themselves
+    store = [path / "commitlog" for _, path in spec.live_stores()]
+    lake = [] if objectstore.is_remote(spec.lake) else [Path(spec.lake)]  # on S3: reached over the network
+    check_executors_see(spark, read=[*lake, *store])
+    # Read the sources once: the plan and the sends see the same rows (a snapshot of the live log as of the
+    # plan), and the send job does not decode the CommitLog a second time.
+    df = source_frame(spark, spec).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        plans = _plan(spark, df, recorded)
+        phase("plan")
+        return _run(spec, plans, recorded, report, phase, fingerprint, partial(_send_spark, spark, spec, df, recorded))
+    finally:
+        df.unpersist()
+
+
+def _send_spark(spark, spec: ReplaySpec, df, recorded, todo: list[QueuePlan], task_plan, phase) -> tuple[list, int]:
     from pyspark.sql import functions as F
 
-    from broker.remoting.loop import run
     from lake.schema import spark_schema
 
+    parallelism = spec.parallelism or spark.sparkContext.defaultParallelism
+    tasks = max(1, min(len(todo), parallelism))
+    assignment = _assign(todo, tasks)
+    keys = _partition_keys(tasks)
+    placement = spark.createDataFrame(
+        [(*k, keys[i], recorded[k].last_offset if k in recorded else -1) for i, qs in assignment.items()
+         for k in qs],
+        "broker_name string, topic string, queue_id int, __task bigint, __done bigint",
+    )  # fmt: skip
+    plan = task_plan(assignment, tasks)
+    rows = (
+        df.join(F.broadcast(placement), SOURCE_QUEUE)
+        .where(F.col("queue_offset") > F.col("__done"))  # done before: not even shipped to the task
+        .repartition(tasks, "__task")
+        .sortWithinPartitions("queue_offset", *SOURCE_QUEUE)
+        .drop("__task", "__done")
+    )
+    try:
+        sent = rows.mapInArrow(partial(send_partition, plan), spark_schema(REPORT_SCHEMA))
+        phase("partitioning")
+        results = [r.asDict() for r in sent.collect()]
+        phase("send_job")
+    except Exception as e:
+        raise ReplayError(f"replay {spec.replay_id} stopped: {_root_cause(e)} (acknowledged sends are recorded; "
+                          f"rerun with --replay-id {spec.replay_id} to continue)") from e  # fmt: skip
+    return results, tasks
+
+
+def _send_local(spec: ReplaySpec, rows, recorded, todo: list[QueuePlan], task_plan, phase) -> tuple[list, int]:
+    from broker.remoting.loop import run
+    from pipelines.replay import local
+    from pipelines.replay.sender import PartitionSender
+
+    plan = replace(task_plan({0: [p.key for p in todo]}, 1), connections=LOCAL_CONNECTIONS)
+    try:
+        # the command's own process: no Spark worker to outlive its job, so no parent to watch
+        sent = run(PartitionSender(plan, 0, watch_parent=False).run(local.to_send(rows, recorded, todo)))
+    except ReplayError:
+        raise
+    except (MQLakeError, OSError) as e:
+        raise ReplayError(f"replay {spec.replay_id} stopped: {type(e).__name__}: {e} (acknowledged sends are "
+                          f"recorded; rerun with --replay-id {spec.replay_id} to continue)") from e  # fmt: skip
+    phase("send")
+    return sent.to_pylist(), 1
+
+
+def _run(spec: ReplaySpec, plans: list[QueuePlan], recorded, report: ReplayReport, phase, fingerprint: str,
+         send: Send) -> ReplayReport:  # fmt: skip
+    from broker.remoting.loop import run
+
     run_id = report.run_id
-    plans = _plan(spark, df, recorded)
-    phase("plan")
     max_queue = max((p.queue_id for p in plans), default=0)
     need = max(max_queue + 1, 1)
     if spec.dry_run:
@@ -307,40 +381,19 @@ def _run(spark, spec: ReplaySpec, df, recorded, report: ReplayReport, phase, fin
     job_progress.set_total(sum(p.rows - p.already_done for p in todo), "rows")
     results: list[dict] = []
     if todo:
-        parallelism = spec.parallelism or spark.sparkContext.defaultParallelism
-        tasks = max(1, min(len(todo), parallelism))
-        report.tasks = tasks
-        assignment = _assign(todo, tasks)
-        keys = _partition_keys(tasks)
-        placement = spark.createDataFrame(
-            [(*k, keys[i], recorded[k].last_offset if k in recorded else -1) for i, qs in assignment.items()
-             for k in qs],
-            "broker_name string, topic string, queue_id int, __task bigint, __done bigint",
-        )  # fmt: skip
-        plan = TaskPlan(
-            namesrv=spec.namesrv, lake=objectstore.join(spec.lake), replay_id=spec.replay_id, run_id=run_id,
-            lake_settings=objectstore.settings_env() if objectstore.is_remote(spec.lake) else {},
-            spec_hash=fingerprint, target_topic=spec.target_topic, target_queues=targets, queue_map=spec.queue_map,
-            preserve_timestamps=spec.preserve_timestamps,
-            bounds={p.key: p.max_offset for p in todo}, assignment=assignment,
-            rate_per_task=spec.rate / tasks if spec.rate else None, batch_size=spec.batch_size,
-            commit_every=spec.commit_every, commit_seconds=spec.commit_seconds,
-        )  # fmt: skip
-        rows = (
-            df.join(F.broadcast(placement), SOURCE_QUEUE)
-            .where(F.col("queue_offset") > F.col("__done"))  # done before: not even shipped to the task
-            .repartition(tasks, "__task")
-            .sortWithinPartitions("queue_offset", *SOURCE_QUEUE)
-            .drop("__task", "__done")
-        )
-        try:
-            sent = rows.mapInArrow(partial(send_partition, plan), spark_schema(REPORT_SCHEMA))
-            phase("partitioning")
-            results = [r.asDict() for r in sent.collect()]
-            phase("send_job")
-        except Exception as e:
-            raise ReplayError(f"replay {spec.replay_id} stopped: {_root_cause(e)} (acknowledged sends are recorded; "
-                              f"rerun with --replay-id {spec.replay_id} to continue)") from e  # fmt: skip
+
+        def task_plan(assignment: dict[int, list[QueueKey]], tasks: int) -> TaskPlan:
+            return TaskPlan(
+                namesrv=spec.namesrv, lake=objectstore.join(spec.lake), replay_id=spec.replay_id, run_id=run_id,
+                lake_settings=objectstore.settings_env() if objectstore.is_remote(spec.lake) else {},
+                spec_hash=fingerprint, target_topic=spec.target_topic, target_queues=targets,
+                queue_map=spec.queue_map, preserve_timestamps=spec.preserve_timestamps,
+                bounds={p.key: p.max_offset for p in todo}, assignment=assignment,
+                rate_per_task=spec.rate / tasks if spec.rate else None, batch_size=spec.batch_size,
+                commit_every=spec.commit_every, commit_seconds=spec.commit_seconds,
+            )  # fmt: skip
+
+        results, report.tasks = send(todo, task_plan, phase)
 
     by_key = {(r["source_broker"], r["source_topic"], r["source_queue"]): r for r in results}
     for p in plans:

@@ -1,5 +1,5 @@
-"""The Spark task side of a replay: one asyncio Producer per task sends its source queues, in order, rate
-limited, recording progress as the broker acknowledges.
+"""The sending side of a replay: one asyncio Producer per Spark task (or, for the local engine, one in the
+command's process) sends its source queues, in order, rate limited, recording progress as the broker acknowledges.
 
 Order.  The task's rows arrive sorted by queue offset (several source queues interleaved); each source queue
 has its own coroutine that sends one chunk at a time and waits for the broker's answer before the next, so
@@ -29,6 +29,7 @@ import pyarrow as pa
 from broker.client import Message, MessageQueue, Producer, PullConsumer
 from broker.client.message import PullStatus
 from lake import objectstore
+from pipelines import job_progress
 from pipelines.replay import progress as prog
 from pipelines.replay.progress import QueueKey, QueueProgress, TargetKey
 from store.errors import MQLakeError
@@ -100,6 +101,7 @@ class TaskPlan:
     commit_every: int
     commit_seconds: float
     lake_settings: dict[str, str] = field(default_factory=dict)  # objectstore.settings_env() of the driver
+    connections: int = 1  # the producer's connections to each broker
 
     def target_of(self, queue: QueueKey) -> list[MessageQueue]:
         """The target queue(s) a source queue sends to (hash: any, chosen per message by key)."""
@@ -221,9 +223,10 @@ def _batches(items: list[_Item], batch_size: int) -> Iterator[list[_Item]]:
 
 
 class PartitionSender:
-    """Sends one Spark partition's rows; :meth:`run` returns the per-queue report rows."""
+    """Sends one Spark partition's rows (or, for the local engine, every row); :meth:`run` returns the per-queue
+    report rows.  ``watch_parent``: stop when the process's parent goes (a Spark worker whose job was killed)."""
 
-    def __init__(self, plan: TaskPlan, partition_id: int) -> None:
+    def __init__(self, plan: TaskPlan, partition_id: int, *, watch_parent: bool = True) -> None:
         self.plan = plan
         self.partition_id = partition_id
         self.app_id = f"mqlake-replay:{plan.replay_id}:{plan.run_id}:p{partition_id}"
@@ -231,7 +234,7 @@ class PartitionSender:
         self.bucket = (
             TokenBucket(plan.rate_per_task, plan.chunk_size()) if plan.rate_per_task is not None else None
         )
-        self.ppid = os.getppid()
+        self.ppid = os.getppid() if watch_parent else None
         self._acked_since_commit = 0
         self._last_commit = time.monotonic()
         self._commit_task: asyncio.Task | None = None
@@ -339,7 +342,7 @@ class PartitionSender:
 
     def _check_alive(self) -> None:
         # A Python worker outlives a killed job for a moment; it must not keep sending past the restart's scan.
-        if os.getppid() != self.ppid:
+        if self.ppid is not None and os.getppid() != self.ppid:
             raise ReplayError("the Spark worker lost its parent process; stopping the sends")
 
     # -- sending ----------------------------------------------------------------------------------------------
@@ -379,6 +382,7 @@ class PartitionSender:
                 st.last_sent = todo[-1].offset
                 self.send_finished = time.time()
                 self._acked_since_commit += len(todo)
+                job_progress.advance(len(todo))
             self._advance(st, chunk[-1].offset, acked)
             await self._maybe_commit()
 
@@ -400,11 +404,12 @@ class PartitionSender:
             if batch is None:
                 break
             self._check_alive()
-            cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-            for i in range(batch.num_rows):
-                key = (cols["broker_name"][i], cols["topic"][i], cols["queue_id"][i])
+            names = batch.schema.names
+            at = [names.index(n) for n in ("broker_name", "topic", "queue_id", "queue_offset")]
+            for values in zip(*(batch.column(name).to_pylist() for name in names), strict=True):
+                key = (values[at[0]], values[at[1]], values[at[2]])
                 st = self.states.get(key)
-                offset = cols["queue_offset"][i]
+                offset = values[at[3]]
                 if st is None or offset > plan.bounds.get(key, -1):
                     continue  # appended after the plan was made: the next run with this replay id takes it
                 if offset <= st.last_seen:
@@ -414,8 +419,7 @@ class PartitionSender:
                 if offset <= st.start.last_offset:
                     st.already_done += 1
                     continue
-                row = {name: cols[name][i] for name in cols}
-                msg = replay_message(row, plan.target_topic, plan.replay_id,
+                msg = replay_message(dict(zip(names, values, strict=True)), plan.target_topic, plan.replay_id,
                                      preserve_timestamps=plan.preserve_timestamps)  # fmt: skip
                 items = pending[key]
                 items.append(_Item(offset, msg))
@@ -431,7 +435,7 @@ class PartitionSender:
     async def run(self, batches: Iterator[pa.RecordBatch]) -> pa.RecordBatch:
         plan = self.plan
         group = "mqlake_replay_" + plan.replay_id.replace("-", "_")
-        producer = await Producer(group, plan.namesrv).start()
+        producer = await Producer(group, plan.namesrv, connections_per_addr=plan.connections).start()
         consumer = await PullConsumer(group + "_scan", plan.namesrv).start()
         try:
             await self._prepare(producer, consumer)

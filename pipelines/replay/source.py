@@ -31,7 +31,7 @@ COLUMNS = [
 ]  # fmt: skip
 
 
-def _utc_date(ms: int):
+def utc_date(ms: int):
     return datetime.fromtimestamp(ms / 1000, UTC).date()
 
 
@@ -64,9 +64,9 @@ def _lake_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame | None:
         raise ReplaySpecError(str(e)) from None
     df = spark_tables.read_table(spark, uri).where(F.col("topic").isin(list(spec.source_topics)))
     if spec.from_ms is not None:
-        df = df.where(F.col(tables.STORE_DATE) >= F.lit(_utc_date(spec.from_ms)))
+        df = df.where(F.col(tables.STORE_DATE) >= F.lit(utc_date(spec.from_ms)))
     if spec.to_ms is not None:
-        df = df.where(F.col(tables.STORE_DATE) <= F.lit(_utc_date(spec.to_ms - 1)))
+        df = df.where(F.col(tables.STORE_DATE) <= F.lit(utc_date(spec.to_ms - 1)))
     return df.select(*COLUMNS)
 
 
