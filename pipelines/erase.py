@@ -9,7 +9,12 @@ request asks, and record that it was done.
    (``--retain-hours``; default: the table's ``delta.deletedFileRetentionDuration``).  Until then time travel
    (``VERSION AS OF``) to an older version still shows them; run the command again (or ``VACUUM``) after the
    retention to delete them for good.
-3. An audit row goes to the Delta table ``erasures`` (who, what, when, how many rows, the table version).
+3. The same messages leave the topic's typed table (``typed/<topic>``) and ``decode_errors``, which hold their
+   fields and raw bodies: a row there is erased when it is one of the messages erased from ``messages`` (same
+   broker, topic, queue and queue offset) or matches by the columns it carries itself (a KEYS token, or the
+   offset msgId), so a message erased from ``messages`` before leaves them too.  Same purge and ``VACUUM``.
+4. An audit row goes to the Delta table ``erasures`` (who, what, when, how many rows of each table, the
+   ``messages`` table version).
 
 Messages still in the live CommitLog (``--store-dir``) are named in the output: the CommitLog is append-only, so
 they leave only when their segment expires; once the tier job has tiered that segment, run the erase again.
@@ -28,7 +33,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from lake import objectstore
-from lake.tables import MESSAGES, table_uri
+from lake.tables import BROKER_NAME, DECODE_ERRORS, MESSAGES, table_uri, typed_table_uri
 from pipelines.objectstore_cli import lake_option
 from pipelines.spark import ConfOption, MasterOption, add_spark_options
 
@@ -45,9 +50,11 @@ class EraseReport:
     topic: str
     key: str | None
     msg_id: str | None
-    rows: int
-    table_version: int | None
+    rows: int  # erased from messages
+    table_version: int | None  # of messages, after the erase
     vacuum_retain_hours: float | None
+    typed_rows: int = 0  # erased from the topic's typed table
+    decode_error_rows: int = 0  # erased from decode_errors
     live: list[dict] = field(default_factory=list)  # still in the CommitLog: commitlog_offset, msg_id, segment
 
 
@@ -60,12 +67,36 @@ def match_condition(topic: str, key: str | None, msg_id: str | None) -> str:
     offset msgId / UNIQ_KEY (the msgId a client sees)."""
     if (key is None) == (msg_id is None):
         raise typer.BadParameter("give exactly one of --key and --msg-id")
+    return _condition(topic, key, msg_id, with_uniq_key=True)
+
+
+def _condition(topic: str, key: str | None, msg_id: str | None, *, with_uniq_key: bool) -> str:
+    """The match by key or msgId over a table's own columns (the typed tables and ``decode_errors`` carry
+    ``keys`` and ``msg_id``, not ``uniq_key``)."""
     if key is not None:
-        which = f"(array_contains(split(coalesce(keys, ''), ' '), {_literal(key)}) OR uniq_key = {_literal(key)})"
+        which = [f"array_contains(split(coalesce(keys, ''), ' '), {_literal(key)})"]
+        value = key
     else:
         assert msg_id is not None
-        which = f"(msg_id = {_literal(msg_id)} OR uniq_key = {_literal(msg_id)})"
-    return f"topic = {_literal(topic)} AND {which}"
+        which, value = [f"msg_id = {_literal(msg_id)}"], msg_id
+    if with_uniq_key:
+        which.append(f"uniq_key = {_literal(value)}")
+    return f"topic = {_literal(topic)} AND ({' OR '.join(which)})"
+
+
+def _same_messages(topic: str, key: str | None, msg_id: str | None, found: list[tuple[str, int, int]]) -> str:
+    """The condition of a typed table's or ``decode_errors``' rows of the erased messages: those ``found`` in
+    ``messages`` ((broker, queue id, queue offset) of ``topic``), or matching by their own columns."""
+    by_queue: dict[tuple[str, int], list[int]] = {}
+    for broker, queue, offset in found:
+        by_queue.setdefault((broker, queue), []).append(offset)
+    which = [_condition(topic, key, msg_id, with_uniq_key=False)]
+    for (broker, queue), offsets in sorted(by_queue.items()):
+        which.append(
+            f"(topic = {_literal(topic)} AND {BROKER_NAME} = {_literal(broker)} AND queue_id = {int(queue)} "
+            f"AND queue_offset IN ({', '.join(str(int(o)) for o in sorted(offsets))}))"
+        )
+    return " OR ".join(f"({w})" for w in which)
 
 
 def erase(
@@ -85,28 +116,48 @@ def erase(
     from pipelines import spark_tables
 
     cond = match_condition(topic, key, msg_id)
+    spark_tables.use_lake_settings(spark)
     uri = table_uri(lake, MESSAGES)
-    rows, version = 0, None
+    found: list[tuple[str, int, int]] = []
     if lk.is_table(uri):
-        spark_tables.use_lake_settings(spark)
-        rows = spark_tables.read_table(spark, uri).where(cond).count()
-        if rows:
-            spark.sql(f"DELETE FROM delta.`{uri}` WHERE {cond}")
-            props = dict(spark.sql(f"SHOW TBLPROPERTIES delta.`{uri}`").collect())
-            if props.get("delta.enableDeletionVectors", "false").lower() == "true":
-                spark.sql(f"REORG TABLE delta.`{uri}` APPLY (PURGE)")
-        _vacuum(spark, uri, retain_hours)
-        version = lk.open_table(uri).version()
+        found = [
+            (r[0], r[1], r[2])
+            for r in spark_tables.read_table(spark, uri).where(cond).select(BROKER_NAME, "queue_id", "queue_offset")
+            .collect()
+        ]  # fmt: skip
+    rows, version = _erase_rows(spark, uri, cond, retain_hours)
+    same = _same_messages(topic, key, msg_id, found)
+    typed_rows, _ = _erase_rows(spark, typed_table_uri(lake, topic), same, retain_hours)
+    error_rows, _ = _erase_rows(spark, table_uri(lake, DECODE_ERRORS), same, retain_hours)
     report = EraseReport(
         erased_at=datetime.now(UTC).isoformat(timespec="seconds"), operator=operator or getpass.getuser(),
         topic=topic, key=key, msg_id=msg_id, rows=rows, table_version=version,
-        vacuum_retain_hours=None if retain_hours is None else float(retain_hours),
+        vacuum_retain_hours=None if retain_hours is None else float(retain_hours), typed_rows=typed_rows,
+        decode_error_rows=error_rows,
     )  # fmt: skip
     if store_dir is not None:
         live = spark.read.format("commitlog").load(str(store_dir)).where(cond)
         report.live = [r.asDict() for r in live.select("commitlog_offset", "msg_id", "segment").collect()]
     _audit(spark, lake, report)
     return report
+
+
+def _erase_rows(spark: SparkSession, uri: str, cond: str, retain_hours: float | None) -> tuple[int, int | None]:
+    """DELETE the rows of the Delta table at ``uri`` matching ``cond``, purge the deletion vectors pointing at
+    them, VACUUM; returns the rows erased and the table's version after (None: no table there)."""
+    from lake import delta as lk
+    from pipelines import spark_tables
+
+    if not lk.is_table(uri):
+        return 0, None
+    rows = spark_tables.read_table(spark, uri).where(cond).count()
+    if rows:
+        spark.sql(f"DELETE FROM delta.`{uri}` WHERE {cond}")
+        props = dict(spark.sql(f"SHOW TBLPROPERTIES delta.`{uri}`").collect())
+        if props.get("delta.enableDeletionVectors", "false").lower() == "true":
+            spark.sql(f"REORG TABLE delta.`{uri}` APPLY (PURGE)")
+    _vacuum(spark, uri, retain_hours)
+    return rows, lk.open_table(uri).version()
 
 
 def _vacuum(spark: SparkSession, uri: str, retain_hours: float | None) -> None:
@@ -131,11 +182,14 @@ def _audit(spark: SparkSession, lake: str | Path, report: EraseReport) -> None:
         T.StructField("msg_id", T.StringType()), T.StructField("rows", T.LongType(), False),
         T.StructField("table_version", T.LongType()), T.StructField("vacuum_retain_hours", T.DoubleType()),
         T.StructField("live_commitlog_offsets", T.ArrayType(T.LongType()), False),
+        T.StructField("typed_rows", T.LongType()), T.StructField("decode_error_rows", T.LongType()),
     ])  # fmt: skip
     row = (datetime.fromisoformat(report.erased_at), report.operator, report.topic, report.key, report.msg_id,
            report.rows, report.table_version, report.vacuum_retain_hours,
-           [m["commitlog_offset"] for m in report.live])  # fmt: skip
-    spark.createDataFrame([row], schema).write.format("delta").mode("append").save(table_uri(lake, ERASURES))
+           [m["commitlog_offset"] for m in report.live], report.typed_rows, report.decode_error_rows)  # fmt: skip
+    # mergeSchema: an audit table written before the typed tables were erased gains their two columns
+    spark.createDataFrame([row], schema).write.format("delta").mode("append").option("mergeSchema", "true").save(
+        table_uri(lake, ERASURES))  # fmt: skip
 
 
 def erase_command(

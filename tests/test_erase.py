@@ -5,6 +5,7 @@ it, and the copies still in the live CommitLog are named."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -120,3 +121,81 @@ def test_erase_by_msg_id_through_the_cli_and_a_replay_after_it_sends_every_other
     gone = {(r["queue_id"], r["queue_offset"]) for r in (by_uniq, by_offset_id)}
     assert not gone & set(source)
     assert by_uniq["uniq_key"] not in {m.properties.get(ORIGIN_MESSAGE_ID) for m in got}
+
+
+@pytest.mark.timeout(1800)  # a tier run and three erases, each Spark jobs, on a busy machine
+def test_erase_takes_the_messages_out_of_the_typed_table_and_decode_errors_too(spark, tmp_path):
+    """A topic with a declared body schema: an erase by key, by the msgId a producer is given (UNIQ_KEY, which the
+    typed tables do not carry) and by the offset msgId removes the messages from ``messages``, from the topic's
+    typed table and from ``decode_errors`` (no data file on disk keeps them), counts each in the output and the
+    audit row, and leaves every other message's rows, and another topic's with the same key, where they were."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from lake import tables, typed
+    from pipelines.compaction.job import tier
+    from store.message_store import MessageStore
+    from tests.helpers import make_config, make_message
+    from tests.test_typed_tables import ORDERS_V1
+
+    topic, other = "Orders", "Undeclared"
+    with MessageStore(make_config(tmp_path / "s")) as store:
+        for i in range(600):  # about three 64 KiB segments sealed
+            value = {"id": i, "item": f"item{i}", "pad": "x" * 200}
+            body = b"not json %d" % i if i % 7 == 0 else json.dumps(value).encode()
+            record = make_message(other if i % 9 == 0 else topic, i % 2, body, keys=f"cust{i % 10}", uniq_key=f"U{i}")
+            assert store.put_message(record).ok
+    root = tmp_path / "lake"
+    typed.declare(root, topic, typed.JSON, json.dumps(ORDERS_V1).encode())
+    report = tier(tmp_path / "s" / "store", root, spark=spark, file_reserved_time=0)
+    assert report.by_state("tiered") and not report.by_state("quarantined"), report.to_json()
+
+    typed_uri, errors_uri = tables.typed_table_uri(root, topic), tables.table_uri(root, tables.DECODE_ERRORS)
+    columns = ["topic", "queue_id", "queue_offset", "keys", "msg_id", "uniq_key", "body"]
+    messages = {(r["topic"], r["queue_id"], r["queue_offset"]): r
+                for r in lake.to_arrow(root / "messages").select(columns).to_pylist()}  # fmt: skip
+
+    def ids(uri: str) -> set[tuple[str, int, int]]:
+        t = lake.to_arrow(uri)
+        return set(zip(t["topic"].to_pylist(), t["queue_id"].to_pylist(), t["queue_offset"].to_pylist(), strict=True))
+
+    def bad(k: tuple[str, int, int]) -> bool:
+        return messages[k]["body"].startswith(b"not json")
+
+    before_typed, before_errors = ids(typed_uri), ids(errors_uri)
+    ours = {k for k in messages if k[0] == topic}
+    assert before_typed == {k for k in ours if not bad(k)} and before_errors == {k for k in ours if bad(k)}
+    by_key = {k for k in ours if messages[k]["keys"] == "cust3"}
+    assert any(bad(k) for k in by_key) and any(not bad(k) for k in by_key)
+    assert any(k[0] == other and messages[k]["keys"] == "cust3" for k in messages)  # same key, another topic
+    by_uniq = next(k for k in sorted(ours - by_key) if not bad(k))  # typed row: matched through messages
+    by_offset_id = next(k for k in sorted(ours - by_key) if bad(k))  # decode_errors row: by its own msg_id
+    erased = by_key | {by_uniq, by_offset_id}
+
+    first = erase(spark, root, topic, key="cust3", retain_hours=0, operator="dpo")
+    assert (first.rows, first.typed_rows, first.decode_error_rows) == (
+        len(by_key), len({k for k in by_key if not bad(k)}), len({k for k in by_key if bad(k)}))  # fmt: skip
+    outputs = []
+    for msg_id in (messages[by_uniq]["uniq_key"], messages[by_offset_id]["msg_id"]):
+        result = CliRunner().invoke(app, ["lake", "erase", "--lake", str(root), "--topic", topic, "--msg-id", msg_id,
+                                          "--retain-hours", "0", "--operator", "dpo"])  # fmt: skip
+        assert result.exit_code == 0, result.output
+        outputs.append(json.loads(result.stdout.splitlines()[-1]))
+    assert [(o["rows"], o["typed_rows"], o["decode_error_rows"]) for o in outputs] == [(1, 1, 0), (1, 0, 1)]
+
+    assert set(messages) - ids(str(root / "messages")) == erased
+    assert ids(typed_uri) == before_typed - erased and ids(errors_uri) == before_errors - erased
+    # no data file on disk holds an erased message's fields or body (VACUUM after a retention of 0 hours)
+    for uri in (typed_uri, errors_uri):
+        for f in Path(uri).rglob("*.parquet"):
+            t = pq.read_table(f, columns=["topic", "queue_id", "queue_offset"])
+            on_disk = zip(t["topic"].to_pylist(), t["queue_id"].to_pylist(), t["queue_offset"].to_pylist(), strict=True)
+            assert not set(on_disk) & erased, f
+    audit = sorted(lake.to_arrow(root / ERASURES).to_pylist(), key=lambda a: (a["key"] is None, a["msg_id"] or ""))
+    assert [(a["key"], a["msg_id"], a["rows"], a["typed_rows"], a["decode_error_rows"]) for a in audit] == [
+        ("cust3", None, first.rows, first.typed_rows, first.decode_error_rows),
+        *sorted([(None, messages[by_uniq]["uniq_key"], 1, 1, 0), (None, messages[by_offset_id]["msg_id"], 1, 0, 1)],
+                key=lambda a: a[1]),
+    ]  # fmt: skip
