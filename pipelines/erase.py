@@ -84,16 +84,20 @@ def _condition(topic: str, key: str | None, msg_id: str | None, *, with_uniq_key
     return f"topic = {_literal(topic)} AND ({' OR '.join(which)})"
 
 
-def _same_messages(topic: str, key: str | None, msg_id: str | None, found: list[tuple[str, int, int]]) -> str:
+def _same_messages(
+    topic: str, key: str | None, msg_id: str | None, found: list[tuple[str | None, int, int]]
+) -> str:
     """The condition of a typed table's or ``decode_errors``' rows of the erased messages: those ``found`` in
-    ``messages`` ((broker, queue id, queue offset) of ``topic``), or matching by their own columns."""
-    by_queue: dict[tuple[str, int], list[int]] = {}
+    ``messages`` ((broker, queue id, queue offset) of ``topic``; broker None: a table without the column), or
+    matching by their own columns."""
+    by_queue: dict[tuple[str | None, int], list[int]] = {}
     for broker, queue, offset in found:
         by_queue.setdefault((broker, queue), []).append(offset)
     which = [_condition(topic, key, msg_id, with_uniq_key=False)]
-    for (broker, queue), offsets in sorted(by_queue.items()):
+    for (broker, queue), offsets in sorted(by_queue.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
+        of_broker = "" if broker is None else f" AND {BROKER_NAME} = {_literal(broker)}"
         which.append(
-            f"(topic = {_literal(topic)} AND {BROKER_NAME} = {_literal(broker)} AND queue_id = {int(queue)} "
+            f"(topic = {_literal(topic)}{of_broker} AND queue_id = {int(queue)} "
             f"AND queue_offset IN ({', '.join(str(int(o)) for o in sorted(offsets))}))"
         )
     return " OR ".join(f"({w})" for w in which)
@@ -112,19 +116,19 @@ def erase(
 ) -> EraseReport:
     """Erase the matching messages from the lake's ``messages`` table (DELETE, purge, VACUUM), append the audit
     row, and name the matching messages still in the CommitLog under ``store_dir``."""
+    from pyspark.sql import functions as F
+
     from lake import delta as lk
     from pipelines import spark_tables
 
     cond = match_condition(topic, key, msg_id)
     spark_tables.use_lake_settings(spark)
     uri = table_uri(lake, MESSAGES)
-    found: list[tuple[str, int, int]] = []
+    found: list[tuple[str | None, int, int]] = []
     if lk.is_table(uri):
-        found = [
-            (r[0], r[1], r[2])
-            for r in spark_tables.read_table(spark, uri).where(cond).select(BROKER_NAME, "queue_id", "queue_offset")
-            .collect()
-        ]  # fmt: skip
+        matching = spark_tables.read_table(spark, uri).where(cond)
+        broker = F.col(BROKER_NAME) if BROKER_NAME in matching.columns else F.lit(None)  # a lake of one broker
+        found = [(r[0], r[1], r[2]) for r in matching.select(broker, "queue_id", "queue_offset").collect()]
     rows, version = _erase_rows(spark, uri, cond, retain_hours)
     same = _same_messages(topic, key, msg_id, found)
     typed_rows, _ = _erase_rows(spark, typed_table_uri(lake, topic), same, retain_hours)
