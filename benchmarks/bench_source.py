@@ -12,7 +12,7 @@ Environment:
 What is timed:
   * The store is written first by the real MessageStore (256 MiB segments, so one sealed segment and the
     active one), with ``bench_store``'s 1 KiB messages (Java producer properties); not timed.
-  * ``python``: ``pipelines.segments.read_segment`` over every segment in this process, one core, no Spark:
+  * ``python``: ``pipelines.segment_reader.read_segment`` over every segment in this process, one core, no Spark:
     walk + checks + columnar decode into Arrow batches.  ``scan``: ``scan_segment`` (the segment facts).
   * ``spark commitlog -> noop``: ``spark.read.format("commitlog").load(store)`` written to Spark's ``noop``
     sink, so every row reaches the JVM; one warm-up run, then the median of ``RUNS``.
@@ -71,7 +71,7 @@ def _timed(fn, runs: int = 1) -> float:
 
 
 def run(tmp: Path) -> dict:
-    from pipelines.segments import read_segment, scan_segment, segment_files
+    from pipelines.segment_reader import read_segment, scan_segment, segment_files
     from pipelines.spark import get_spark
 
     count = max(1000, int(MESSAGES * SCALE))

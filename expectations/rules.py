@@ -23,7 +23,7 @@ tables:
     decodes the segments; :func:`checked_messages` builds it from any frame of rows.
 ``segments``
     One row per segment being tiered: the facts of a scan of the file itself
-    (``pipelines.segments.scan_segment``) beside the aggregates of its decoded rows.  Columns:
+    (``pipelines.segment_reader.scan_segment``) beside the aggregates of its decoded rows.  Columns:
     ``segment``, ``base_offset``, ``file_size``, ``record_count``, ``valid_bytes``, ``ends_with_blank``,
     ``torn_tail``, ``scan_error``; ``message_count``, ``first_store_time``, ``last_store_time`` (what the
     store recorded in its manifest when it sealed the file, or null); ``row_count``, ``row_bytes``,

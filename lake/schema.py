@@ -125,7 +125,7 @@ def spark_schema(schema: pa.Schema = MESSAGE_SCHEMA) -> StructType:
 
 
 # One row per CommitLog segment file: the ``segments`` view of the commitlog source and
-# ``pipelines.segments.scan_segment`` (positions are bytes inside the file, offsets are CommitLog offsets).
+# ``pipelines.segment_reader.scan_segment`` (positions are bytes inside the file, offsets are CommitLog offsets).
 SEGMENT_FACTS_FIELDS: list[pa.Field] = [
     pa.field("segment", pa.string(), nullable=False),  # file name (20-digit base offset)
     pa.field("path", pa.string(), nullable=False),

@@ -12,7 +12,7 @@ rules).  Each broker has one store, and no store is read twice (:func:`check_sto
 Segments.  Live segments the store's manifest lists as ``tiered`` or ``deleted`` are not read at all
 (:func:`live_segments`).  The segment being written is read up to its last whole record: the store writes a
 record's TOTALSIZE and MAGICCODE last, so a concurrent append is either whole or invisible, and zeros where a
-record would start end the segment (pipelines/segments.py).  Nothing is written to the store: files are
+record would start end the segment (pipelines/segment_reader.py).  Nothing is written to the store: files are
 mapped read-only, and the manifest is read under its shared lock.
 
 Order.  Every store's manifest is read before the lake's snapshot is taken.  A segment the tier commits in

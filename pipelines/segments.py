@@ -23,7 +23,8 @@ segment files.  Options:
 Zeros where a record would start end a segment quietly: that is the active segment's unwritten tail
 (the store writes TOTALSIZE + MAGICCODE last, so a concurrent append is either whole or invisible).
 
-The files are read by pipelines/segment_reader.py (no Spark there); its functions are importable from here too.
+The files are read by pipelines/segment_reader.py, which imports no Spark (replay's and verify-index's local
+engines read segments through it).
 """
 
 from __future__ import annotations
@@ -40,29 +41,12 @@ from lake.schema import MESSAGE_SCHEMA, MESSAGES_SCHEMA, SEGMENT_FACTS_SCHEMA, s
 from pipelines.segment_reader import (
     DEFAULT_BATCH_RECORDS,
     DEFAULT_SPLIT_SIZE,
-    CommitLogNotFoundError,
     CommitLogSourceError,
-    SegmentFacts,
     facts_batch,
     read_segment,
     scan_segment,
     segment_files,
 )
-
-__all__ = [
-    "DEFAULT_BATCH_RECORDS",
-    "DEFAULT_SPLIT_SIZE",
-    "CommitLogDataSource",
-    "CommitLogNotFoundError",
-    "CommitLogReader",
-    "CommitLogSourceError",
-    "SegmentFacts",
-    "facts_batch",
-    "read_segment",
-    "scan_segment",
-    "segment_files",
-]
-
 
 # =====================================================================================================
 # The Spark Python Data Source

@@ -9,7 +9,7 @@ import pytest
 from expectations.rules import MESSAGES, QUEUES, RULES, SEGMENTS, checked_messages, rules_for
 from expectations.runner import QUALITY_RESULTS_SCHEMA, validate
 from pipelines.compaction import checks
-from pipelines.segments import scan_segment
+from pipelines.segment_reader import scan_segment
 from store.format import records
 from store.retention import SegmentManifest, SegmentState
 

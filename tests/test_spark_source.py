@@ -8,6 +8,7 @@ import struct
 import pytest
 
 from lake.schema import MESSAGE_COLUMNS, SEGMENT_FACTS_SCHEMA
+from pipelines import segment_reader
 from pipelines import segments as seg
 from store.errors import MQLakeError
 from store.format import msgid, properties, records, units
@@ -73,7 +74,7 @@ def test_segments_view_facts(spark, spark_store):
             assert f["min_commitlog_offset"] == min(r["commitlog_offset"] for r in rows)
             assert f["max_commitlog_offset"] == max(r["commitlog_offset"] for r in rows)
         # the driver-side helper gives the same facts
-        assert seg.scan_segment(spark_store.commitlog / name).as_row() == f
+        assert segment_reader.scan_segment(spark_store.commitlog / name).as_row() == f
 
 
 @pytest.mark.spark
@@ -95,7 +96,7 @@ def test_any_split_point_loses_and_repeats_nothing(spark_store):
     starts = sorted(r["position"] for r in spark_store.rows_in(name))
 
     def positions(lo, hi=None):
-        return [r["position"] for b in seg.read_segment(path, lo, hi) for r in b.to_pylist()]
+        return [r["position"] for b in segment_reader.read_segment(path, lo, hi) for r in b.to_pylist()]
 
     for i in range(1, 13):
         a = starts[i - 1] + 1  # the middle split's first record is starts[i] (or none)
@@ -112,8 +113,8 @@ def test_select_segments_and_file_lists(spark, spark_store):
     assert len(by_option) == sum(len(spark_store.rows_in(n)) for n in picked)
     files = ",".join(str(spark_store.commitlog / n) for n in picked)
     assert read_rows(spark, files) == by_option
-    assert seg.segment_files(files) == [spark_store.commitlog / n for n in picked]
-    assert seg.segment_files(spark_store.commitlog) == seg.segment_files(spark_store.root)
+    assert segment_reader.segment_files(files) == [spark_store.commitlog / n for n in picked]
+    assert segment_reader.segment_files(spark_store.commitlog) == segment_reader.segment_files(spark_store.root)
     # from SQL, options included
     spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW live USING commitlog OPTIONS (path '{spark_store.root}', "
               f"segments '{int(picked[0])}')")  # fmt: skip
@@ -171,7 +172,7 @@ def test_broken_size_field_is_named_not_dropped(spark, spark_store, tmp_path):
     assert facts["error"] is not None and f"{path} at offset {pos}" in facts["error"]
     assert "differs from" in facts["error"]  # the reason: size vs. what its fields add up to
     assert (facts["record_count"], facts["valid_bytes"], facts["torn_tail"]) == (5, pos, False)
-    assert seg.scan_segment(path).error == facts["error"]
+    assert segment_reader.scan_segment(path).error == facts["error"]
 
 
 @pytest.mark.spark
@@ -199,18 +200,18 @@ def test_torn_tail_of_the_active_segment(spark, spark_store, tmp_path):
     short = cut / tail
     short.write_bytes(bytes(data[: end - 10]))
     last = max(r["position"] for r in spark_store.rows_in(tail))
-    f = seg.scan_segment(short)
+    f = segment_reader.scan_segment(short)
     assert f.torn_tail and f.valid_bytes == last and f"{short} at offset {last}" in f.error
 
 
 @pytest.mark.spark
 def test_bad_paths_and_options_are_clear_errors(spark, spark_store, tmp_path):
     with pytest.raises(FileNotFoundError, match="no CommitLog store"):
-        seg.segment_files(tmp_path / "nope")
+        segment_reader.segment_files(tmp_path / "nope")
     odd = tmp_path / "notasegment"
     odd.write_bytes(b"x")
     with pytest.raises(ValueError, match="20-digit base offset"):
-        seg.segment_files(odd)
+        segment_reader.segment_files(odd)
     with pytest.raises(Exception, match="use 'messages' or 'segments'"):
         spark.read.format("commitlog").option("view", "rows").load(str(spark_store.root)).collect()
     with pytest.raises(Exception, match="splitsize"):
@@ -232,13 +233,13 @@ def test_the_sources_option_errors_are_mqlake_errors(tmp_path, options, error):
     (tmp_path / "commitlog").mkdir()
     if options:
         options = {"path": str(tmp_path), **options}
-    with pytest.raises(seg.CommitLogSourceError, match=error) as e:
+    with pytest.raises(segment_reader.CommitLogSourceError, match=error) as e:
         seg.CommitLogReader(options, "messages")
     assert isinstance(e.value, MQLakeError) and isinstance(e.value, ValueError)  # callers catching ValueError
-    with pytest.raises(seg.CommitLogSourceError, match="onError"):
-        next(seg.read_segment(tmp_path / "commitlog" / ("0" * 20), on_error="skip"))
-    with pytest.raises(seg.CommitLogNotFoundError) as e:
-        seg.segment_files(tmp_path / "nope")
+    with pytest.raises(segment_reader.CommitLogSourceError, match="onError"):
+        next(segment_reader.read_segment(tmp_path / "commitlog" / ("0" * 20), on_error="skip"))
+    with pytest.raises(segment_reader.CommitLogNotFoundError) as e:
+        segment_reader.segment_files(tmp_path / "nope")
     assert isinstance(e.value, MQLakeError) and isinstance(e.value, FileNotFoundError)
 
 
@@ -277,7 +278,7 @@ def test_columnar_decode_matches_the_record_decoder_for_ipv6_and_odd_properties(
         data += records.encode_record(rec)
     path = tmp_path / units.offset_to_file_name(0)
     path.write_bytes(bytes(data) + bytes(64))
-    rows = [r for b in seg.read_segment(path, batch_records=3) for r in b.to_pylist()]
+    rows = [r for b in segment_reader.read_segment(path, batch_records=3) for r in b.to_pylist()]
     assert len(rows) == len(raw_props)
     for row in rows:
         rec = records.decode_record(data, row["position"], check_crc=True)
@@ -288,7 +289,7 @@ def test_columnar_decode_matches_the_record_decoder_for_ipv6_and_odd_properties(
         assert row["store_host"] == msgid.host_string(rec.store_host)
         assert row["msg_id"] == rec.offset_msg_id and row["crc_ok"]
         assert row["store_timestamp"] == rec.store_timestamp and row["msg_size"] == rec.total_size
-    facts = seg.scan_segment(path)
+    facts = segment_reader.scan_segment(path)
     assert (facts.record_count, facts.valid_bytes, facts.error, facts.torn_tail) == (len(raw_props), len(data),
                                                                                    None, False)  # fmt: skip
 

@@ -28,7 +28,7 @@ FAR = 1 << 62
 def store_rows(tmp_path_factory) -> tuple[pa.Table, dict[int, list[bytes]]]:
     """A real store's records as tier rows (sorted by queue and offset, as the tier job writes them), and each
     queue's records as the local store served them before tiering."""
-    from pipelines.segments import read_segment
+    from pipelines.segment_reader import read_segment
     from store.message_store import GetMessageStatus, MessageStore
 
     config = make_config(tmp_path_factory.mktemp("cursors"))

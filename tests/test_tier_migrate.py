@@ -32,7 +32,7 @@ def _old_lake(written: WrittenStore, root: Path | str) -> int:
 
     from lake.objectstore import storage_options
     from pipelines.replay import progress
-    from pipelines.segments import read_segment
+    from pipelines.segment_reader import read_segment
 
     def write_deltalake(uri: str, *args, **kwargs) -> None:
         write_local(uri, *args, storage_options=storage_options(uri), **kwargs)

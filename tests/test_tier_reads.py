@@ -22,7 +22,7 @@ COUNT = 400
 
 
 def _segment_rows(written: WrittenStore, sealed_only: bool = True) -> pa.Table:
-    from pipelines.segments import read_segment
+    from pipelines.segment_reader import read_segment
 
     names = written.segment_names()[:-1] if sealed_only else written.segment_names()
     batches = [b for n in names for b in read_segment(written.commitlog / n)]

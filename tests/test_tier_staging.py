@@ -11,7 +11,7 @@ import pytest
 from expectations.sequence import Previous
 from pipelines.compaction import checks
 from pipelines.compaction.job import TierJob
-from pipelines.segments import read_segment
+from pipelines.segment_reader import read_segment
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_spark import write_store
 

@@ -20,7 +20,7 @@ import crc32c
 import pyarrow as pa
 
 from expectations.rules import MESSAGES, QUEUES, RULES, SEGMENTS
-from pipelines.segments import SegmentFacts
+from pipelines.segment_reader import SegmentFacts
 from store.retention import SegmentEntry
 
 QueueKey = tuple[str, int]

@@ -71,7 +71,7 @@ from pipelines import job_progress, spark_tables
 from pipelines.compaction import checks, leftovers, staging
 from pipelines.compaction.checks import QueueRange, RowsDigest, TieredSegment
 from pipelines.compaction.deletion import delete_tiered
-from pipelines.segments import SegmentFacts
+from pipelines.segment_reader import SegmentFacts
 from store import identity as store_identity
 from store.checkpoint import StoreLock, StoreLockedError
 from store.config import MessageStoreConfig
@@ -373,7 +373,7 @@ class TierJob:
         return report
 
     def _tier_claimed(self, claimed, entries, outcomes, report, phase) -> None:
-        from pipelines.segments import scan_segment
+        from pipelines.segment_reader import scan_segment
 
         with phase("scan"):
             facts = {}

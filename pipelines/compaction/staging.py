@@ -2,7 +2,7 @@
 
 Each Spark task takes one whole segment file and, in Python:
 
-- decodes it (``pipelines.segments.read_segment``, as the commitlog source does), adds to each Arrow batch the
+- decodes it (``pipelines.segment_reader.read_segment``, as the commitlog source does), adds to each Arrow batch the
   two "previous record" columns the sequence rules need (expectations/sequence.py) and the body's length and
   CRC (recomputed here from the very bytes that are written), and folds the batch into the per-segment and
   per-queue digest (``checks.DigestParts``, a Spark accumulator);
@@ -138,7 +138,7 @@ def stage_task(
     rules = rules_for(MESSAGES)
 
     def stage_one(batches):
-        from pipelines.segments import read_segment
+        from pipelines.segment_reader import read_segment
 
         parts = DigestParts()
         files: dict[str, list[str]] = {}

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pipelines.index_rebuild.job import REPAIR_MANIFEST
-from pipelines.segments import segment_files
+from pipelines.segment_reader import segment_files
 from store import names
 from store.checkpoint import StoreLock
 from store.errors import MQLakeError

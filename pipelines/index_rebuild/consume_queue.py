@@ -196,7 +196,7 @@ def unnamable(topic: str) -> str | None:
 def _unnamable_result(store_dir: Path, rebuilt: RebuiltQueue, topic: str, queue_id: int, why: str) -> QueueResult:
     """A queue of records whose topic cannot be a directory: nothing to compare, one problem naming where its
     first record lies."""
-    from pipelines.segments import segment_files
+    from pipelines.segment_reader import segment_files
 
     phy = int(rebuilt.units["phy"][0])
     seg = next((p for p in reversed(segment_files(store_dir)) if int(p.name) <= phy), None)

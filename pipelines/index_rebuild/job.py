@@ -90,7 +90,7 @@ def verify_index(
     ``engine`` scans the CommitLog ``"local"``ly (this process, its cores) or with ``"spark"`` (executors read
     the segments); default: :func:`choose_engine`.  The report is the same either way.
     """
-    from pipelines.segments import segment_files
+    from pipelines.segment_reader import segment_files
 
     store_dir = Path(store_dir)
     if not (store_dir / "commitlog").is_dir():

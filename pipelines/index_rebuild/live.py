@@ -62,7 +62,7 @@ def indexed_bound(store_dir: Path) -> int | None:
     Dispatch builds a record's ConsumeQueue unit *before* its index entries, and writes the index header
     once all of a record's keys are in: the header's ``endPhyOffset`` names the last complete record.
     """
-    from pipelines.segments import segment_files
+    from pipelines.segment_reader import segment_files
 
     files = index_files(store_dir)
     if not files:

@@ -207,7 +207,7 @@ def index_key_at(store_dir: Path, commitlog_offset: int, n: int) -> str | None:
     """The ``n``-th index key of the record at ``commitlog_offset`` (None when it cannot be read)."""
     import mmap
 
-    from pipelines.segments import segment_files
+    from pipelines.segment_reader import segment_files
 
     seg = next((f for f in reversed(segment_files(store_dir)) if int(f.name) <= commitlog_offset), None)
     if seg is None:
@@ -225,7 +225,7 @@ def index_key_at(store_dir: Path, commitlog_offset: int, n: int) -> str | None:
 
 def splits(store_dir: Path, split_size: int = DEFAULT_SPLIT_SIZE) -> list[tuple[str, int, int, bool]]:
     """(segment path, start, stop, last segment?) for every ``split_size`` bytes of every local segment."""
-    from pipelines.segments import segment_files
+    from pipelines.segment_reader import segment_files
 
     out = []
     files = segment_files(store_dir)
@@ -275,7 +275,7 @@ def scan_local(
     from concurrent.futures import ThreadPoolExecutor
 
     from pipelines import job_progress
-    from pipelines.segments import segment_files
+    from pipelines.segment_reader import segment_files
 
     files = segment_files(store_dir)
     parts = [(str(f), 0, f.stat().st_size, f == files[-1]) for f in files]
