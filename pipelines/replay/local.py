@@ -80,15 +80,10 @@ def _empty() -> pa.Table:
 def _lake_rows(spec: ReplaySpec) -> pa.Table | None:
     from lake import delta as lk
     from lake import tables
-    from lake.broker_names import BrokerNameError, check_layout
 
-    uri = tables.table_uri(spec.lake, tables.MESSAGES)
-    if not lk.is_table(uri):
+    uri = spec.lake_messages()
+    if uri is None:
         return None
-    try:
-        check_layout(spec.lake)  # every broker's history is read, told apart by broker_name
-    except BrokerNameError as e:
-        raise ReplaySpecError(str(e)) from None
     cond = pc.field("topic").isin(list(spec.source_topics))
     if spec.from_ms is not None:  # the partition prunes files, the store time row groups
         cond &= (pc.field(tables.STORE_DATE) >= pa.scalar(utc_date(spec.from_ms))) & (

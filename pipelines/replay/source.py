@@ -50,18 +50,12 @@ def _time_range(spec: ReplaySpec) -> Column | None:
 def _lake_frame(spark: SparkSession, spec: ReplaySpec) -> DataFrame | None:
     from pyspark.sql import functions as F
 
-    from lake import delta as lk
     from lake import tables
-    from lake.broker_names import BrokerNameError, check_layout
     from pipelines import spark_tables
 
-    uri = tables.table_uri(spec.lake, tables.MESSAGES)
-    if not lk.is_table(uri):
+    uri = spec.lake_messages()
+    if uri is None:
         return None
-    try:
-        check_layout(spec.lake)  # every broker's history is read, told apart by broker_name
-    except BrokerNameError as e:
-        raise ReplaySpecError(str(e)) from None
     df = spark_tables.read_table(spark, uri).where(F.col("topic").isin(list(spec.source_topics)))
     if spec.from_ms is not None:
         df = df.where(F.col(tables.STORE_DATE) >= F.lit(utc_date(spec.from_ms)))

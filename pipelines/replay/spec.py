@@ -116,6 +116,21 @@ class ReplaySpec:
         single = [(self.store_broker(), Path(self.store_dir))] if self.store_dir is not None else []
         return single + [(name, Path(path)) for name, path in self.broker_stores]
 
+    def lake_messages(self) -> str | None:
+        """The URI of the lake's ``messages`` table to read (None: the lake has none yet), once the lake's broker
+        layout is checked: every broker's history is read, told apart by broker_name."""
+        from lake import delta as lk
+        from lake.broker_names import BrokerNameError, check_layout
+
+        uri = table_uri(self.lake, MESSAGES)
+        if not lk.is_table(uri):
+            return None
+        try:
+            check_layout(self.lake)
+        except BrokerNameError as e:
+            raise ReplaySpecError(str(e)) from None
+        return uri
+
     def __post_init__(self) -> None:
         if not self.source_topics:
             raise ReplaySpecError("--source-topic names no topic")
