@@ -302,34 +302,53 @@ class ControllerCluster:
                  **conf: object) -> None:
         """``conf``: more ``ControllerConfig`` keys for every node (e.g. ``scanNotActiveBrokerInterval``)."""
         self.home = Path(home)
-        self.ports = [free_port() for _ in range(nodes)]
+        self.nodes, self.jvm_opts, self.conf = nodes, jvm_opts, conf
         self.ids = [f"n{i}" for i in range(nodes)]
+        self.servers: list[JavaServer] = []
+        self._configure()
+
+    def _configure(self) -> None:
+        """Choose the nodes' ports and write their configs: every node must know its peers' ports before any
+        starts, so they cannot be bound at port 0 and reported back."""
+        self.ports = [free_port() for _ in range(self.nodes)]
         self.addrs = [f"127.0.0.1:{port}" for port in self.ports]
         peers = ";".join(f"{node}-{addr}" for node, addr in zip(self.ids, self.addrs, strict=True))
-        self.servers: list[JavaServer] = []
+        self.servers = []
         for node, port in zip(self.ids, self.ports, strict=True):
             node_home = self.home / node
+            if node_home.exists():
+                shutil.rmtree(node_home)  # a try that lost a port race: nothing of it is kept
             path = write_conf(node_home / "controller.conf", {
                 "controllerType": "DLedger", "controllerDLegerGroup": self.GROUP, "controllerDLegerPeers": peers,
                 "controllerDLegerSelfId": node, "controllerStorePath": node_home / "store",
                 "configStorePath": node_home / "controller.properties",
                 "listenPort": port, "bindAddress": "127.0.0.1",
                 "mappedFileSize": 4 * 1024 * 1024,  # the Raft log's segment (1 GiB by default)
-                **conf,
+                **self.conf,
             })  # fmt: skip
-            self.servers.append(JavaServer("controller", "rocketmq-5", node_home, "-c", str(path), jvm_opts=jvm_opts))
+            self.servers.append(JavaServer("controller", "rocketmq-5", node_home, "-c", str(path),
+                                           jvm_opts=self.jvm_opts))  # fmt: skip
 
     def start(self) -> ControllerCluster:
-        """Start every node at once (a node's election waits for the others) and return when all say they booted."""
-        try:
-            for server in self.servers:
-                server.launch()
-            for server in self.servers:
-                server.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        """Start every node at once (a node's election waits for the others) and return when all say they booted.
+        A port chosen for a node and taken by another process before the node bound it: the group is started
+        again on new ports (at most three tries)."""
+        for attempt in range(3):
+            try:
+                for server in self.servers:
+                    server.launch()
+                for server in self.servers:
+                    server.wait_ready()
+                return self
+            except AssertionError as e:
+                self.stop()
+                if "Address already in use" not in str(e) or attempt == 2:
+                    raise
+                self._configure()
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")
 
     def metadata_info(self, addr: str) -> dict[str, str] | None:
         """CONTROLLER_GET_METADATA_INFO (1005) asked of the node at ``addr``: its answer's header fields (group,

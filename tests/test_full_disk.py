@@ -261,6 +261,7 @@ def test_the_clean_pass_checks_the_disk_before_it_writes_anything(small_disk, re
     s = _disk_store(disk)
     try:
         assert s.put_message(make_message("Full", 0, b"before")).ok
+        wait_dispatched(s)  # its ConsumeQueue file exists before the disk fills (the dispatch is not under test)
         filler = _fill(disk)
         (disk / "store" / "segments.json").unlink(missing_ok=True)  # the pass must write it again: it cannot
         s.clean_expired_files()  # a housekeeping pass: no ENOSPC escapes it, and the disk is seen full
