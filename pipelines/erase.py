@@ -129,7 +129,7 @@ def erase(
         matching = spark_tables.read_table(spark, uri).where(cond)
         broker = F.col(BROKER_NAME) if BROKER_NAME in matching.columns else F.lit(None)  # a lake of one broker
         found = [(r[0], r[1], r[2]) for r in matching.select(broker, "queue_id", "queue_offset").collect()]
-    rows, version = _erase_rows(spark, uri, cond, retain_hours)
+    rows, version = _erase_rows(spark, uri, cond, retain_hours, counted=len(found))
     same = _same_messages(topic, key, msg_id, found)
     typed_rows, _ = _erase_rows(spark, typed_table_uri(lake, topic), same, retain_hours)
     error_rows, _ = _erase_rows(spark, table_uri(lake, DECODE_ERRORS), same, retain_hours)
@@ -146,15 +146,18 @@ def erase(
     return report
 
 
-def _erase_rows(spark: SparkSession, uri: str, cond: str, retain_hours: float | None) -> tuple[int, int | None]:
+def _erase_rows(
+    spark: SparkSession, uri: str, cond: str, retain_hours: float | None, counted: int | None = None
+) -> tuple[int, int | None]:
     """DELETE the rows of the Delta table at ``uri`` matching ``cond``, purge the deletion vectors pointing at
-    them, VACUUM; returns the rows erased and the table's version after (None: no table there)."""
+    them, VACUUM; returns the rows erased and the table's version after (None: no table there).  ``counted``:
+    the matching rows, when the caller has already read them (not read a second time)."""
     from lake import delta as lk
     from pipelines import spark_tables
 
     if not lk.is_table(uri):
         return 0, None
-    rows = spark_tables.read_table(spark, uri).where(cond).count()
+    rows = spark_tables.read_table(spark, uri).where(cond).count() if counted is None else counted
     if rows:
         spark.sql(f"DELETE FROM delta.`{uri}` WHERE {cond}")
         props = dict(spark.sql(f"SHOW TBLPROPERTIES delta.`{uri}`").collect())
