@@ -76,9 +76,15 @@ async def serve(
 
             starting = GrpcProxy(broker)
             starting.check()  # its role and TLS files, before anything opens
+
+            async def open_proxy() -> None:
+                nonlocal proxy
+                await starting.start()
+                proxy = starting  # stopped below even when the broker's start fails after this
+
             # its port opens before the broker registers: a taken grpcServerPort stops the start unseen
-            await broker.start(before_register=starting.start)
-            proxy = starting
+            await broker.start(before_register=open_proxy)
+            assert proxy is not None
             log.info("gRPC proxy ready at %s:%d", proxy.host, proxy.port)
         else:
             await broker.start()

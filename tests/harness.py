@@ -223,6 +223,21 @@ def watch(source: LogSource) -> None:
         _active.sources.add(source)
 
 
+def expect_errors(*patterns: str) -> None:
+    """For a fixture that provokes errors on purpose: the errors matching ``patterns`` are expected in the test
+    being set up (a module-scoped fixture is set up by whichever of its tests a worker runs first, so a marker on
+    one test cannot say it)."""
+    harness = _active
+    if harness is None or harness.current is None:
+        return
+    state = harness.current
+    with harness._lock:
+        if state.patterns is None:
+            state.patterns = [re.compile(p) for p in patterns]
+        elif state.patterns:  # [] already expects any error
+            state.patterns.extend(re.compile(p) for p in patterns)
+
+
 def loop_exception_handler() -> Any:
     """An exception handler for an event loop started now: what the loop reports (a task's unretrieved
     exception, a failed callback) fails the running test, or is reported against it if it has ended."""

@@ -68,6 +68,30 @@ def test_declared(fresh_broker):
     assert "ERROR at teardown of test_declared" not in result.stdout.str()
 
 
+def test_an_error_a_shared_fixture_expects_passes_whichever_test_sets_it_up(run):
+    result = run("""
+import logging
+import pytest
+from tests.harness import expect_errors
+
+@pytest.fixture(scope="module")
+def faulty():
+    expect_errors("provoked by the fixture")
+    logging.getLogger("inner").error("tier run failed: provoked by the fixture")
+
+@pytest.mark.integration
+def test_first(faulty):
+    pass
+
+@pytest.mark.integration
+def test_second(faulty):
+    logging.getLogger("inner").error("provoked by the fixture, but now by a test")
+""")
+    result.assert_outcomes(passed=2, errors=1)
+    out = result.stdout.str()
+    assert "ERROR at teardown of test_second" in out and "ERROR at teardown of test_first" not in out
+
+
 def test_a_broker_subprocess_error_fails_its_test(run):
     # a slave whose master HA address has no port: the broker logs an ERROR while it runs, and keeps running
     result = run("""

@@ -19,6 +19,7 @@ import pytest
 from lake.objectstore import ObjectStoreError, S3Settings, lake_location
 from store.retention import SegmentManifest, SegmentState
 from tests.fixtures_broker import MqlakeServer, read_topic, stop_servers
+from tests.harness import expect_errors
 from tests.s3_server import BUCKET, S3Server, running_s3
 from tests.tiering_broker import (
     Sent,
@@ -80,6 +81,8 @@ def run(spark, s3, tmp_path_factory) -> Run:
             s3.down()
             return staged
 
+        # the broker's own scheduled tier run may fall into the window the endpoint is down, and log that it failed
+        expect_errors(r"tier run failed .*Connection refused")
         staging.stage = stage_then_endpoint_down
         try:
             with pytest.raises(ObjectStoreError) as failed:
@@ -100,7 +103,6 @@ def run(spark, s3, tmp_path_factory) -> Run:
 
 
 @pytest.mark.spark
-@pytest.mark.expected_errors(r"tier run failed")
 def test_endpoint_down_at_commit_deletes_nothing_and_the_next_run_commits(run):
     assert f"S3 endpoint {run.s3.endpoint}, s3://{BUCKET}/lake/" in run.fault and "Connection refused" in run.fault
     assert run.claimed

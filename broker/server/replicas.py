@@ -90,32 +90,37 @@ class ReplicasManager:
     # --- start-up --------------------------------------------------------------------------------------------
     async def start(self, wait: float) -> None:
         """Find the leader, get an id, register and learn the master; ControllerModeError naming ``controllerAddr``
-        when no controller answers within ``wait`` seconds, or an address is not a controller."""
+        when this has not succeeded within ``wait`` seconds, or an address is not a controller.
+
+        Every step is tried again until then, as RocketMQ's ReplicasManager does: a controller that has just won
+        its election answers CONTROLLER_NOT_LEADER until its state machine has caught up, and a loaded one may
+        not answer in time."""
         deadline = time.monotonic() + wait
-        while not await self._find_leader(strict=True):
-            if time.monotonic() > deadline:
-                raise ControllerModeError(
-                    f"controllerAddr={';'.join(self.controller_addrs)}: no controller answered "
-                    f"CONTROLLER_GET_METADATA_INFO with a leader within {wait:.0f} s")  # fmt: skip
-            await asyncio.sleep(0.5)
-        self.broker_id = await self._apply_id()
         while True:
             try:
-                await self._register()
+                await self._start_once()
                 break
             except RemotingError as e:
                 if time.monotonic() > deadline:
-                    raise ControllerModeError(f"controllerAddr: registering with the controller failed: {e}") from e
+                    raise ControllerModeError(f"controllerAddr={';'.join(self.controller_addrs)}: {e} "
+                                              f"(tried for {wait:.0f} s)") from e  # fmt: skip
                 await asyncio.sleep(0.5)
-                await self._find_leader()
-        await self._heartbeat()
-        if self.master_id is None:
-            await self._elect()
         self._tasks = [
             asyncio.create_task(self._every(self.heartbeat_interval, self._heartbeat)),
             asyncio.create_task(self._every(self.sync_controller_period, self._find_leader)),
             asyncio.create_task(self._every(self.sync_broker_period, self.sync_broker_metadata)),
         ]
+
+    async def _start_once(self) -> None:
+        if not await self._find_leader(strict=True):
+            raise RemotingError("no controller answered CONTROLLER_GET_METADATA_INFO with a leader")
+        if self.broker_id is None:
+            # the id applied for is kept in brokerIdentity-temp until granted, so a retry applies for the same one
+            self.broker_id = await self._apply_id()
+        await self._register()
+        await self._heartbeat()
+        if self.master_id is None:
+            await self._elect()
 
     async def stop(self) -> None:
         for t in self._tasks:
