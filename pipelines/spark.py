@@ -134,7 +134,7 @@ def _defaults(master: str) -> dict[str, str]:
             "spark.default.parallelism": str(max(2, cores)),
             # VACUUM lists a table's files in this many tasks (Spark's default: 10,000), and Delta rebuilds a
             # snapshot's state in 50; on one machine nearly all of that time is task start-up (VACUUM of a small
-            # table: 110 s at the defaults, 16 s at these, two cores)
+            # table on a busy 2-core machine: 110 s at the defaults, 16 s at these)
             "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(max(2, 2 * cores)),
             "spark.databricks.delta.snapshotPartitions": str(max(2, 2 * cores)),
             "spark.driver.host": "127.0.0.1",
