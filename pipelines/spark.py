@@ -129,14 +129,17 @@ def _defaults(master: str) -> dict[str, str]:
     } | {f"spark.hadoop.{k}": v for k, v in objectstore.S3Settings.from_env().s3a_settings().items()}
     if master.startswith("local"):
         cores = os.cpu_count() or 2
+        # Spark's and Delta's task counts are sized for clusters; on one machine nearly all of a small job's time
+        # would be task start-up
+        tasks = str(max(2, 2 * cores))
         conf |= {
-            "spark.sql.shuffle.partitions": str(max(2, 2 * cores)),  # 200 tiny tasks cost more than they save
+            "spark.sql.shuffle.partitions": tasks,  # 200 tiny tasks cost more than they save
             "spark.default.parallelism": str(max(2, cores)),
             # VACUUM lists a table's files in this many tasks (Spark's default: 10,000), and Delta rebuilds a
-            # snapshot's state in 50; on one machine nearly all of that time is task start-up (VACUUM of a small
-            # table on a busy 2-core machine: 110 s at the defaults, 16 s at these)
-            "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(max(2, 2 * cores)),
-            "spark.databricks.delta.snapshotPartitions": str(max(2, 2 * cores)),
+            # snapshot's state in 50 (VACUUM of a small table on a busy 2-core machine: 110 s at the defaults,
+            # 16 s at these)
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": tasks,
+            "spark.databricks.delta.snapshotPartitions": tasks,
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.driver.memory": "3g",

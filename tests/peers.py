@@ -333,22 +333,20 @@ class ControllerCluster:
         """Start every node at once (a node's election waits for the others) and return when all say they booted.
         A port chosen for a node and taken by another process before the node bound it: the group is started
         again on new ports (at most three tries)."""
-        for attempt in range(3):
+        tries = 3
+        for attempt in range(1, tries + 1):
             try:
                 for server in self.servers:
                     server.launch()
                 for server in self.servers:
                     server.wait_ready()
                 return self
-            except AssertionError as e:
+            except BaseException as e:
                 self.stop()
-                if "Address already in use" not in str(e) or attempt == 2:
+                if attempt == tries or not (isinstance(e, AssertionError) and "Address already in use" in str(e)):
                     raise
                 self._configure()
-            except BaseException:
-                self.stop()
-                raise
-        raise AssertionError("unreachable")
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def metadata_info(self, addr: str) -> dict[str, str] | None:
         """CONTROLLER_GET_METADATA_INFO (1005) asked of the node at ``addr``: its answer's header fields (group,
