@@ -317,9 +317,12 @@ def save_queue_ends(config_dir: Path, ends: Mapping[tuple[str, int], int]) -> No
     write_config(Path(config_dir) / QUEUE_ENDS, {"queueEnds": table})
 
 
-def next_data_version(previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """RocketMQ ``DataVersion.nextVersion``: counter + 1, timestamp = now (ms); other fields kept."""
+def next_data_version(previous: Mapping[str, Any] | None = None, state_version: int | None = None) -> dict[str, Any]:
+    """RocketMQ ``DataVersion.nextVersion``: counter + 1, timestamp = now (ms); ``stateVersion`` set when given (a
+    controller-mode broker's master epoch), other fields kept."""
     version = dict(previous or {})
+    if state_version is not None:
+        version["stateVersion"] = state_version
     version["counter"] = int(version.get("counter", 0)) + 1
     version["timestamp"] = int(time.time() * 1000)
     return version

@@ -389,6 +389,11 @@ def consume_all(namesrv_addr: str, topic: str, group: str, sent: set[bytes]) -> 
     consumer.start()
     try:
         wait_until(lambda: sent <= got, 60, what=f"{len(sent - got)} of {len(sent)} acknowledged messages")
+    except AssertionError as e:  # where the consumer was sent: the NameServer's route for the topic then
+        hdr = h.GetRouteInfoRequestHeader(topic=topic)
+        routed = remoting_call(namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, hdr)
+        route = routed.body.decode(errors="replace")
+        raise AssertionError(f"{e}; {len(got)} consumed; route {routed.code} {route}") from e
     finally:
         consumer.shutdown()
     return got

@@ -10,7 +10,9 @@ import signal
 import struct
 import subprocess
 import sys
+import types
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +24,9 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.loop import run
 from broker.remoting.server import RemotingServer
 from tests.aio import async_test, poll
+from tests.fixtures_broker import free_port
 from tests.helpers import wait_until
+from tests.peers import JavaServer, write_conf
 
 pytestmark = pytest.mark.integration
 
@@ -249,6 +253,46 @@ async def test_reregistration_with_new_version_replaces_the_topic_table():
         await register(client, ns, body=plain_body({"A": topic_json("A", 2)}, {"counter": 2, "timestamp": 2}))
         assert (await route(client, ns, "B")).code == ResponseCode.TOPIC_NOT_EXIST
         assert json.loads((await route(client, ns, "A")).body)["queueDatas"][0]["readQueueNums"] == 2
+
+
+# A failover in controller mode as the NameServer sees it: (brokerId, address, stateVersion = the master epoch the
+# broker last took) of each registration. ``A`` is master in epoch 1; ``B`` is elected in epoch 2; ``A``, cut off from
+# the controllers but not from the NameServer, still registers as master; then it learns of epoch 2 and steps down.
+OLD, NEW = "127.0.0.1:10911", "127.0.0.1:20911"
+FAILOVER = [(0, OLD, 1), (0, NEW, 2), (0, OLD, 1), (1, OLD, 2)]
+
+
+async def _failover(address: str) -> list[tuple[int, dict[str, str] | None, dict[str, str]]]:
+    """Each FAILOVER registration's answer (code, ext fields) and the route's brokerAddrs after it."""
+    ns, seen = types.SimpleNamespace(address=address), []
+    client = RemotingClient()
+    try:
+        for i, (broker_id, addr, state) in enumerate(FAILOVER):
+            version = {"counter": i + 1, "timestamp": DATA_VERSION["timestamp"] + i, "stateVersion": state}
+            body = plain_body({"A": topic_json("A"), "B": topic_json("B")}, version)
+            r = await register(client, ns, addr=addr, broker_id=broker_id, ha=addr[:-1] + "2", body=body)
+            routed = json.loads((await route(client, ns, "A", standard_only=True)).body)
+            seen.append((r.code, r.ext_fields, routed["brokerDatas"][0]["brokerAddrs"]))
+    finally:
+        await client.close()
+    return seen
+
+
+def test_a_master_replaced_by_a_newer_epoch_keeps_no_route_as_on_apache_rocketmqs_nameserver(tmp_path: Path) -> None:
+    """The same registrations to RocketMQ 5's NameServer and to ours: the same answers and routes. A registration
+    for a broker id held by a live broker with a greater stateVersion is ignored, so clients never follow a master
+    the controllers have replaced back to it."""
+    port = free_port()
+    conf = write_conf(tmp_path / "namesrv.conf", {"listenPort": port})
+    with JavaServer("namesrv", "rocketmq-5", tmp_path / "java", "-c", str(conf)):
+        theirs = run(_failover(f"127.0.0.1:{port}"))
+
+    async def ours() -> list[tuple[int, dict[str, str] | None, dict[str, str]]]:
+        async with namesrv() as (ns, _):
+            return await _failover(ns.address)
+
+    assert run(ours()) == theirs
+    assert [addrs for _, _, addrs in theirs] == [{"0": OLD}, {"0": NEW}, {"0": NEW}, {"0": NEW, "1": OLD}]
 
 
 @async_test

@@ -66,6 +66,9 @@ class RouteTable:
         # A slave promoted to master (or the reverse) keeps its address under a new id: drop the old entry.
         for bid in [bid for bid, addr in broker.broker_addrs.items() if addr == broker_addr and bid != broker_id]:
             del broker.broker_addrs[bid]
+        if self._newer_claim(broker, broker_id, broker_addr, data_version):
+            self.live.pop(broker_addr, None)
+            return RegisterResult()
         first = broker.broker_addrs.get(broker_id) != broker_addr or first
         broker.broker_addrs[broker_id] = broker_addr
         broker.cluster = cluster
@@ -93,6 +96,21 @@ class RouteTable:
         log.log(logging.INFO if changed else logging.DEBUG, "registered broker %s id=%d %s (cluster %s, %d topics)",
                 broker_name, broker_id, broker_addr, cluster, len(topics or {}))  # fmt: skip
         return result
+
+    def _newer_claim(self, broker: BrokerData, broker_id: int, broker_addr: str, version: DataVersion | None) -> bool:
+        """Another live broker holds ``broker_id`` with a greater stateVersion (a controller-mode broker's master
+        epoch): this registration is a master the controllers replaced, and is ignored, as RocketMQ 5's NameServer
+        does."""
+        holder = broker.broker_addrs.get(broker_id)
+        held = self.live.get(holder) if holder is not None and holder != broker_addr else None
+        if held is None:
+            return False
+        theirs, ours = held.data_version.state_version or 0, (version.state_version if version else None) or 0
+        if theirs <= ours:
+            return False
+        log.warning("broker %s id=%d %s registers with state version %d, %s holds the id with %d: ignored",
+                    broker.broker_name, broker_id, broker_addr, ours, holder, theirs)  # fmt: skip
+        return True
 
     def _replace_topics(self, broker_name: str, topics: dict[str, TopicConfig]) -> None:
         for name, conf in topics.items():

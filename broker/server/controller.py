@@ -54,6 +54,7 @@ from broker.server.stats import BrokerStatsManager
 from broker.server.transaction import TransactionProcessor
 from broker.tls_settings import tls_server_context
 from lake.reader import LakeReader
+from store import config_files as cf
 from store import identity as store_identity
 from store.config import BrokerRole, MessageStoreConfig
 from store.epoch_file import EpochFile
@@ -330,7 +331,10 @@ class BrokerController:
         if self.auto_ha is not None and self.replicas is not None and self.replicas.is_master:
             shrunk = self.auto_ha.shrunk_set()
             if shrunk != self.auto_ha.sync_state_set:
-                await self.replicas.propose_sync_state_set(shrunk)
+                try:
+                    await self.replicas.propose_sync_state_set(shrunk)
+                except RemotingError as e:  # a master cut off from its controllers: the set stands, asked again
+                    log.warning("sync state set %s not reported to the controllers: %s", sorted(shrunk), e)
 
     async def become_master(self, epoch: int, sync_state_set: set[int]) -> None:
         assert self.replicas is not None and self.epochs is not None and self.replicas.broker_id is not None
@@ -350,6 +354,7 @@ class BrokerController:
             await self.auto_ha.start()
         self.auto_ha.set_sync_state_set(sync_state_set)
         self.config.broker_id = 0  # the NameServers route sends to brokerId 0
+        self._take_state_version(epoch)
         if not self._checked_back:
             self._checked_back = True
             self.transactions.start()
@@ -366,6 +371,7 @@ class BrokerController:
             self.auto_ha = None
         await asyncio.to_thread(self.store.change_role, BrokerRole.SLAVE)
         self.config.broker_id = self.replicas.broker_id
+        self._take_state_version(epoch)
         for listener in self.role_listeners:
             await listener(False)
         if self.auto_client is None:
@@ -375,6 +381,12 @@ class BrokerController:
         if self._master_search is not None:
             self._master_search.cancel()
         self._master_search = asyncio.create_task(self._learn_master_ha(master_addr))
+
+    def _take_state_version(self, epoch: int) -> None:
+        """``DataVersion.nextVersion(masterEpoch)`` on a role change, as RocketMQ's ReplicasManager: the next
+        registration carries the epoch, and a NameServer keeps the broker id's route with the newer one when a
+        master cut off from its controllers still registers as master."""
+        self.topics.data_version = cf.next_data_version(self.topics.data_version, epoch)
 
     async def _learn_master_ha(self, master_addr: str) -> None:
         """The master's HA address, from the NameServers' answer to this slave's registration (as RocketMQ's
