@@ -12,7 +12,9 @@ from pathlib import Path
 
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.errors import RemotingError
+from broker.remoting.headers import GetRouteInfoRequestHeader
 from broker.remoting.protocol.body import KVTable
+from broker.remoting.protocol.route import TopicRouteData
 from tests.fixtures_broker import MqlakeServer, remoting_call, stop_servers
 from tests.helpers import wait_until
 from tests.test_ha import SEGMENT  # small CommitLog segments, as the classic HA tests use: load spans several
@@ -42,6 +44,13 @@ def role(server: MqlakeServer) -> str | None:
         return runtime(server.broker_addr).get("brokerRole")
     except (AssertionError, OSError, RemotingError):  # not answering (yet): the caller's wait goes on
         return None
+
+
+def routed_master(namesrv: str, topic: str) -> str | None:
+    """The address the NameServer routes ``topic``'s broker-a master (brokerId 0) to."""
+    r = remoting_call(namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, GetRouteInfoRequestHeader(topic=topic))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    return TopicRouteData.decode(r.body).master_addr("broker-a")
 
 
 def max_offset(server: MqlakeServer) -> int:

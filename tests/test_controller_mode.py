@@ -28,6 +28,7 @@ from tests.controller_mode import (
     master_and_slave,
     max_offset,
     role,
+    routed_master,
     runtime,
 )
 from tests.fixtures_broker import MqlakeServer, free_port, stop_servers
@@ -213,8 +214,9 @@ def test_a_master_cut_off_from_the_controllers_and_its_slave_is_replaced_and_ste
         ha_port = free_port()
         ha_relay = CuttableProxy(lambda: ("127.0.0.1", ha_port))
         namesrv = MqlakeServer(tmp_path / "ns", "namesrv").start()
-        a = controller_broker(tmp_path, "a", namesrv.namesrv_addr,
-                              [f"127.0.0.1:{r.port}" for r in controller_relays], haListenPort=str(ha_port))
+        # it registers with the NameServer every 2 s: the test sees one of its registrations while it is cut off
+        a = controller_broker(tmp_path, "a", namesrv.namesrv_addr, [f"127.0.0.1:{r.port}" for r in controller_relays],
+                              haListenPort=str(ha_port), registerNameServerPeriod="2000")  # fmt: skip
         b = controller_broker(tmp_path, "b", namesrv.namesrv_addr, controllers.addrs,
                               haMasterAddress=f"127.0.0.1:{ha_relay.port}")  # fmt: skip
         try:
@@ -230,6 +232,11 @@ def test_a_master_cut_off_from_the_controllers_and_its_slave_is_replaced_and_ste
                 relay.isolate()
             # the controllers no longer hear the master: they elect the slave, which held every acknowledged send
             wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the slave to be elected master")
+            # the cut-off master still registers as brokerId 0, with its older epoch: the NameServer ignores it, and
+            # the route keeps leading to the new master
+            ignored = f"{a.broker_addr} registers with state version"
+            wait_until(lambda: ignored in namesrv.log_text(), 60, what="the cut-off master's registration ignored")
+            assert routed_master(namesrv.namesrv_addr, load.topic) == b.broker_addr
             # the cut-off master cannot hear of it, nor drop its slave from the sync state set (only the leader
             # can): it acknowledges nothing, so nothing it takes in can be lost
             assert role(a) == "SYNC_MASTER"

@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -34,12 +33,6 @@ OLD = 946_684_800  # 2000-01-01
 
 def blocks(language: str) -> list[str]:
     return [body for lang, body in BLOCK.findall(README.read_text()) if lang == language]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _fresh_clone(dest: Path) -> Path:
@@ -67,9 +60,8 @@ def test_the_first_hour_sh_blocks_run_as_written_in_a_fresh_clone(tmp_path):
     sh = blocks("sh")
     assert sh and "make up" in sh[0], "the README's first sh block starts the broker"
     clone = _fresh_clone(tmp_path / "mqlake")
-    ns_port, broker_port = _free_port(), _free_port()
-    env = cli_env(PYTHONPATH=str(clone), NAMESRV_ADDR=f"127.0.0.1:{ns_port}",
-                  UP_ARGS=f"--namesrv-port {ns_port} --broker-port {broker_port} --no-proxy",
+    # every port the OS's pick (the broker's HA port too), learnt from the log: a port chosen here could be taken
+    env = cli_env(PYTHONPATH=str(clone), UP_ARGS="--namesrv-port 0 --broker-port 0 --no-proxy",
                   MQLAKE_LOG_DIR=str(tmp_path / "logs"))  # fmt: skip
     env.pop("MAKEFLAGS", None)
     log = tmp_path / "make-up.log"
@@ -81,6 +73,9 @@ def test_the_first_hour_sh_blocks_run_as_written_in_a_fresh_clone(tmp_path):
         wait_until(lambda: ready.search(log.read_text()) or up.poll() is not None, 120, what="make up ready")
         text = log.read_text()
         assert up.poll() is None, text
+        learnt = re.search(r"NameServer ready at (127\.0\.0\.1:\d+)", text)
+        assert learnt is not None, text
+        env["NAMESRV_ADDR"] = learnt.group(1)  # the sh blocks' client commands read it
         assert "pip install" not in text and "mvn " not in text, text  # the stamps held: nothing installed
         assert ".venv/bin/mqlake send" in text and ".mqlake/lake" in text  # the box of next steps
         outputs = []
