@@ -1,7 +1,7 @@
 """``mqlake demo``: the whole path in a few minutes, in a directory of its own.
 
 It starts ``mqlake up`` with small CommitLog segments (1 MiB) and a short retention (fileReservedTime=1 h) on
-free loopback ports, sends traffic, then runs the lake's three jobs as a user would type them: ``mqlake tier``
+loopback ports the OS picks, sends traffic, then runs the lake's three jobs as a user would type them: ``mqlake tier``
 (every sealed segment, ``--file-reserved-time 0``), ``mqlake sql`` over the tiered messages and ``mqlake replay``
 of them into a new topic.  Each step prints its command and its time; the broker is stopped at the end.  The
 jobs run in this process on one Spark session, so Spark starts once.  The
@@ -12,8 +12,8 @@ broker's log for a look afterwards.
 from __future__ import annotations
 
 import json
+import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,14 +34,9 @@ TOPIC = "DemoOrders"
 REPLAY_TOPIC = "DemoOrdersReplay"
 SEGMENT_BYTES = 1024 * 1024
 READY_LINE = "Broker ready at"
+NAMESRV_LINE = re.compile(r"NameServer ready at (\S+:\d+)")
 START_TIMEOUT_S = 120.0
 BATCH = 100
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _mqlake(*args: str) -> list[str]:
@@ -85,9 +80,14 @@ def _run(root: ClickCommand, command: list[str]) -> None:
         raise typer.Exit(1)
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], log: Path) -> None:
+def _wait_ready(proc: subprocess.Popen[bytes], log: Path) -> str:
+    """Until the broker is ready; returns the NameServer's address, which the OS chose (port 0)."""
     deadline = time.monotonic() + START_TIMEOUT_S
-    while READY_LINE not in log.read_text(errors="replace"):
+    while True:
+        text = log.read_text(errors="replace")
+        namesrv = NAMESRV_LINE.search(text)
+        if namesrv is not None and READY_LINE in text:
+            return namesrv.group(1)
         if proc.poll() is not None:
             print_error(f"the broker exited with code {proc.returncode} before it was ready; its log: {log}")
             raise typer.Exit(1)
@@ -98,12 +98,16 @@ def _wait_ready(proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 def _wait_recorded(store: Path, sealed: int) -> None:
-    """Until the broker's manifest records the sealed segments (the tier job claims from it)."""
+    """Until the broker's manifest records the sealed segments (the tier job claims from it).
+
+    A segment past the active state counts: on a disk over diskSpaceCleanForciblyRatio the broker expires sealed
+    segments at once, and the tier job claims expired ones too."""
     from store.retention import SegmentManifest, SegmentState
 
     manifest = SegmentManifest(store)
     deadline = time.monotonic() + START_TIMEOUT_S
-    while sum(e.state == SegmentState.SEALED for e in manifest.entries()) < sealed:
+    recorded = (SegmentState.SEALED, SegmentState.EXPIRED)
+    while sum(e.state in recorded for e in manifest.entries()) < sealed:
         if time.monotonic() > deadline:
             print_error(f"the broker did not record {sealed} sealed segment(s) in {START_TIMEOUT_S:.0f} s")
             raise typer.Exit(1)
@@ -143,8 +147,6 @@ def demo(
     base.mkdir(parents=True, exist_ok=True)
     store, lake, log = base / "store", base / "lake", base / "broker.log"
     root = ctx.find_root().command
-    ns_port, broker_port = _free_port(), _free_port()
-    namesrv = f"127.0.0.1:{ns_port}"
     conf = base / "broker.conf"
     # cleanResourceInterval: the broker records sealed segments for the tier job every second, not every 10 s
     conf.write_text(f"brokerIP1=127.0.0.1\nmappedFileSizeCommitLog={SEGMENT_BYTES}\nfileReservedTime=1\n"
@@ -152,12 +154,12 @@ def demo(
     out = console()
     out.print(f"mqlake demo in {base}", highlight=False)
     steps = _Steps(5)
-    up = _mqlake("up", "-c", str(conf), "--store-dir", str(store), "--lake", str(lake), "--namesrv-port", str(ns_port),
-                 "--broker-port", str(broker_port), "--host", "127.0.0.1")  # fmt: skip
+    up = _mqlake("up", "-c", str(conf), "--store-dir", str(store), "--lake", str(lake), "--namesrv-port", "0",
+                 "--broker-port", "0", "--host", "127.0.0.1")  # fmt: skip (ports the OS picks, never raced)
     with steps.step(f"start a NameServer and a Broker ({SEGMENT_BYTES // 1024} KiB segments), log in {log}", up):
         log_file = log.open("wb")
         proc = subprocess.Popen(up, stdout=log_file, stderr=subprocess.STDOUT)
-        _wait_ready(proc, log)
+        namesrv = _wait_ready(proc, log)
     try:
         with steps.step(f"send {messages} messages to {TOPIC} (as `mqlake send -t {TOPIC} -n {namesrv}` does)"):
             end = _send(namesrv, messages)

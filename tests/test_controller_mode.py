@@ -105,6 +105,13 @@ def _send(namesrv: str, topic: str, bodies: list[bytes]) -> None:
         p.shutdown()
 
 
+def _wait_routed(namesrv: str, topic: str, master: MqlakeServer) -> None:
+    """Until the NameServer routes ``topic`` to the elected ``master``: the new master registers as brokerId 0 on its
+    next registration after the election, and a fresh client's route has no writable queue before that."""
+    wait_until(lambda: routed_master(namesrv, topic) == master.broker_addr, 60,
+               what="the NameServer to route to the new master")  # fmt: skip
+
+
 @pytest.mark.integration
 def test_master_sigkilled_under_sync_load_fails_over_and_loses_nothing_acknowledged(tmp_path) -> None:
     with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
@@ -270,6 +277,7 @@ def test_an_old_master_returning_with_unacknowledged_records_is_cut_to_the_epoch
             boundary = max_offset(a)
             a.stop()
             wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the slave to be elected master")
+            _wait_routed(namesrv.namesrv_addr, topic, b)
             # while it is away, the old master's log gains records no replica has: as if written and never acked
             _, store_conf = load_broker_conf(a.conf_path)
             store_conf.broker_role = BrokerRole.ASYNC_MASTER
@@ -341,6 +349,7 @@ def test_the_namesrvs_embedded_controller_fails_over_and_keeps_its_state_across_
         first_epoch = int(runtime(a.broker_addr)["masterEpoch"])
         a.kill()
         wait_until(lambda: role(b) == "SYNC_MASTER", 60, what="the embedded controller to elect the slave")
+        _wait_routed(namesrv.namesrv_addr, topic, b)
         later = [b"later-%d" % i for i in range(50)]
         _send(namesrv.namesrv_addr, topic, later)
 
