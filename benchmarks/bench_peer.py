@@ -139,13 +139,14 @@ class JavaTarget(BrokerProcess):
         self.client: dict = {}
         self.cluster = JavaCluster(PEER, root / "home", root / "store", proxy=proxy, jvm_opts=BENCH_JVM_OPTS,
                                    brokerName=BROKER_NAME, flushDiskType=flush, **JAVA_BROKER_CONF)  # fmt: skip
+        self.cluster.start()
         self.namesrv_addr, self.broker_addr = self.cluster.namesrv_addr, self.cluster.broker_addr
         self.grpc_port = self.cluster.grpc_port
-        self.cluster.start()
-        assert self.cluster.broker.process is not None
+        assert self.cluster.broker is not None and self.cluster.broker.process is not None
         self.process = self.cluster.broker.process
 
     def pids(self) -> list[int]:
+        assert self.cluster.broker is not None
         return [p.pid for p in (self.cluster.namesrv.process, self.cluster.broker.process) if p is not None]
 
     async def wait_ready(self) -> None:

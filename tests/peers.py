@@ -15,6 +15,7 @@ machines they are always there, so a skip would hide a broken install.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -147,6 +148,14 @@ class JavaServer:
     def output(self) -> str:
         return self.out_path.read_text(errors="replace") if self.out_path.exists() else ""
 
+    def listen_port(self) -> int:
+        """The one TCP port a started NameServer listens on: its own pick when its listenPort is 0 (RocketMQ 4.x
+        does not print it, so it is read from the process's sockets)."""
+        assert self.process is not None
+        ports = listening_ports(self.process.pid)
+        assert len(ports) == 1, f"the {self.kind} listens on {sorted(ports)}, not on one port"
+        return ports.pop()
+
     def _ready(self) -> bool:
         assert self.process is not None
         if self.process.poll() is not None:
@@ -178,6 +187,22 @@ class JavaServer:
             self.stop()
         finally:
             self.kill()
+
+
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports process ``pid`` listens on (its socket inodes matched in /proc/net/tcp, state LISTEN)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            if (target := os.readlink(fd)).startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 # RocketMQ's broker caps both ratios at these whatever its config or system properties say
@@ -233,40 +258,56 @@ class JavaCluster:
 
     def __init__(self, peer: str, home: Path, store: Path, proxy: bool = False,
                  jvm_opts: tuple[str, ...] = JVM_OPTS, **broker_conf: object) -> None:  # fmt: skip
-        self.peer, self.home, self.store = peer, Path(home), Path(store)
-        self.namesrv_port, self.broker_port = free_port(), broker_listen_port()
-        self.namesrv_addr = f"127.0.0.1:{self.namesrv_port}"
+        self.peer, self.home, self.store, self.proxy = peer, Path(home), Path(store), proxy
+        self.jvm_opts, self.broker_conf = jvm_opts, broker_conf
+        # The broker's ports are chosen here: BrokerStartup derives its VIP (listenPort - 2) and HA (listenPort + 1)
+        # ports from listenPort, and the proxy's cannot be read back; the NameServer binds port 0 and reports it.
+        self.broker_port = broker_listen_port()
         self.broker_addr = f"127.0.0.1:{self.broker_port}"
         self.grpc_port = free_port() if proxy else None
         self.grpc_endpoint = f"127.0.0.1:{self.grpc_port}" if proxy else None
-        ns_conf = write_conf(self.home / "namesrv.conf", {"listenPort": self.namesrv_port})
+        ns_conf = write_conf(self.home / "namesrv.conf", {"listenPort": 0})
+        self.namesrv = JavaServer("namesrv", peer, self.home / "namesrv", "-c", str(ns_conf), jvm_opts=jvm_opts)
+        self.broker: JavaServer | None = None
+        self._namesrv_addr: str | None = None
+
+    @property
+    def namesrv_addr(self) -> str:
+        assert self._namesrv_addr is not None, "the NameServer's port is known once it has started"
+        return self._namesrv_addr
+
+    def _broker_server(self) -> JavaServer:
         conf = {
             "brokerClusterName": "DefaultCluster", "brokerName": "broker-a", "brokerId": 0,
             "namesrvAddr": self.namesrv_addr, "brokerIP1": "127.0.0.1", "listenPort": self.broker_port,
             "storePathRootDir": self.store,
             "storePathCommitLog": self.store / "commitlog", "autoCreateTopicEnable": "true",
-            **broker_conf,
+            # a send waiting in the broker's queue past 200 ms, or a put holding its lock past 1 s, is refused
+            # "broker busy" (SYSTEM_BUSY): on a loaded 2-core machine that is a matter of load, not of the test
+            "waitTimeMillsInSendQueue": 60000, "osPageCacheBusyTimeOutMills": 60000,
+            **self.broker_conf,
         }  # fmt: skip
         broker_path = write_conf(self.home / "broker.conf", conf)
-        self.namesrv = JavaServer("namesrv", peer, self.home / "namesrv", "-c", str(ns_conf), jvm_opts=jvm_opts)
-        if proxy:
-            proxy_json = self.home / "rmq-proxy.json"
-            proxy_json.write_text(json.dumps({"rocketMQClusterName": "DefaultCluster", "namesrvAddr": self.namesrv_addr,
-                                              "grpcServerPort": self.grpc_port, "remotingListenPort": free_port()}))
-            self.broker = JavaServer("proxy", peer, self.home / "proxy", "-pm", "local", "-bc", str(broker_path),
-                                     "-pc", str(proxy_json), jvm_opts=jvm_opts)  # fmt: skip
-        else:
-            self.broker = JavaServer("broker", peer, self.home / "broker", "-c", str(broker_path), jvm_opts=jvm_opts)
+        if not self.proxy:
+            return JavaServer("broker", self.peer, self.home / "broker", "-c", str(broker_path), jvm_opts=self.jvm_opts)
+        proxy_json = self.home / "rmq-proxy.json"
+        proxy_json.write_text(json.dumps({"rocketMQClusterName": "DefaultCluster", "namesrvAddr": self.namesrv_addr,
+                                          "grpcServerPort": self.grpc_port, "remotingListenPort": free_port()}))
+        return JavaServer("proxy", self.peer, self.home / "proxy", "-pm", "local", "-bc", str(broker_path),
+                          "-pc", str(proxy_json), jvm_opts=self.jvm_opts)  # fmt: skip
 
     def start(self) -> JavaCluster:
         self.namesrv.start()
         try:
+            self._namesrv_addr = f"127.0.0.1:{self.namesrv.listen_port()}"
+            self.broker = self._broker_server()
             self.broker.start()
             # 5.x logs "boot success" before its first registration with the NameServer has landed: a client
             # started then finds no route to the broker
             wait_until(self._registered, START_TIMEOUT, what=f"{self.broker_addr} registered with {self.namesrv_addr}")
         except BaseException:
-            self.broker.kill()
+            if self.broker is not None:
+                self.broker.kill()
             self.namesrv.kill()
             raise
         return self
@@ -281,9 +322,11 @@ class JavaCluster:
 
     def stop(self) -> None:
         try:
-            self.broker.stop()
+            if self.broker is not None:
+                self.broker.stop()
         finally:
-            self.broker.kill()
+            if self.broker is not None:
+                self.broker.kill()
             self.namesrv.kill()
 
     def __enter__(self) -> JavaCluster:
@@ -390,10 +433,13 @@ class ControllerCluster:
     def metadata(self, addr: str) -> dict[str, str]:
         """``mqadmin getControllerMetaData -a addr`` (CONTROLLER_GET_METADATA_INFO) as printed: ControllerGroup,
         ControllerLeaderId, ControllerLeaderAddress, and Peer (the peers joined by ';')."""
-        # A NameServer address that nothing serves: without one the admin client looks it up over HTTP first
-        nowhere = f"127.0.0.1:{free_port()}"
-        proc = java(MQADMIN, "rocketmq-5", "getControllerMetaData", "-a", addr, "-n", nowhere,
-                    home=self.home / "mqadmin", timeout=120)  # fmt: skip
+        # A NameServer address that nothing serves (without one the admin client looks it up over HTTP first): a
+        # port held bound and not listening refuses every connection while the call runs
+        with socket.socket() as held:
+            held.bind(("127.0.0.1", 0))
+            nowhere = f"127.0.0.1:{held.getsockname()[1]}"
+            proc = java(MQADMIN, "rocketmq-5", "getControllerMetaData", "-a", addr, "-n", nowhere,
+                        home=self.home / "mqadmin", timeout=120)  # fmt: skip
         assert proc.returncode == 0, f"getControllerMetaData -a {addr}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
         out: dict[str, str] = {}
         for line in proc.stdout.splitlines():

@@ -31,7 +31,7 @@ from tests.controller_mode import (
     routed_master,
     runtime,
 )
-from tests.fixtures_broker import MqlakeServer, free_port, stop_servers
+from tests.fixtures_broker import MqlakeServer, stop_servers
 from tests.helpers import make_message, read_queue, wait_dispatched, wait_until
 from tests.peers import ControllerCluster, java_json
 from tests.test_ha import CuttableProxy, commitlog_bytes, consume_all, send_to, unique
@@ -218,12 +218,12 @@ def test_a_master_cut_off_from_the_controllers_and_its_slave_is_replaced_and_ste
     isolates."""
     with ControllerCluster(tmp_path / "controllers", scanNotActiveBrokerInterval=1000) as controllers:
         controller_relays = [CuttableProxy(lambda port=port: ("127.0.0.1", port)) for port in controllers.ports]
-        ha_port = free_port()
-        ha_relay = CuttableProxy(lambda: ("127.0.0.1", ha_port))
         namesrv = MqlakeServer(tmp_path / "ns", "namesrv").start()
         # it registers with the NameServer every 2 s: the test sees one of its registrations while it is cut off
         a = controller_broker(tmp_path, "a", namesrv.namesrv_addr, [f"127.0.0.1:{r.port}" for r in controller_relays],
-                              haListenPort=str(ha_port), registerNameServerPeriod="2000")  # fmt: skip
+                              registerNameServerPeriod="2000")  # fmt: skip
+        # the HA port is the OS's pick, bound once a is master: the relay asks for it at the slave's connection
+        ha_relay = CuttableProxy(lambda: ("127.0.0.1", int(runtime(a.broker_addr)["haListenPort"])))
         b = controller_broker(tmp_path, "b", namesrv.namesrv_addr, controllers.addrs,
                               haMasterAddress=f"127.0.0.1:{ha_relay.port}")  # fmt: skip
         try:

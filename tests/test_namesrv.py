@@ -24,7 +24,6 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.loop import run
 from broker.remoting.server import RemotingServer
 from tests.aio import async_test, poll
-from tests.fixtures_broker import free_port
 from tests.helpers import wait_until
 from tests.peers import JavaServer, write_conf
 
@@ -282,10 +281,9 @@ def test_a_master_replaced_by_a_newer_epoch_keeps_no_route_as_on_apache_rocketmq
     """The same registrations to RocketMQ 5's NameServer and to ours: the same answers and routes. A registration
     for a broker id held by a live broker with a greater stateVersion is ignored, so clients never follow a master
     the controllers have replaced back to it."""
-    port = free_port()
-    conf = write_conf(tmp_path / "namesrv.conf", {"listenPort": port})
-    with JavaServer("namesrv", "rocketmq-5", tmp_path / "java", "-c", str(conf)):
-        theirs = run(_failover(f"127.0.0.1:{port}"))
+    conf = write_conf(tmp_path / "namesrv.conf", {"listenPort": 0})  # its own pick, read back
+    with JavaServer("namesrv", "rocketmq-5", tmp_path / "java", "-c", str(conf)) as java_namesrv:
+        theirs = run(_failover(f"127.0.0.1:{java_namesrv.listen_port()}"))
 
     async def ours() -> list[tuple[int, dict[str, str] | None, dict[str, str]]]:
         async with namesrv() as (ns, _):

@@ -24,7 +24,7 @@ from broker.client.message import MessageExt, decode_messages
 from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.loop import run
-from tests.fixtures_broker import MqlakeServer, free_port, remoting_call, stop_servers
+from tests.fixtures_broker import MqlakeServer, remoting_call, stop_servers
 from tests.helpers import wait_until
 from tests.peers import JavaCluster
 from tests.test_ha import HA_CONF, SEGMENT, commitlog_bytes, max_offset, runtime
@@ -115,10 +115,10 @@ def assert_slave_serves(master_addr: str, slave_addr: str) -> None:
 def test_mqlake_slave_of_a_java_master_holds_its_commitlog_and_serves_reads(tmp_path: Path) -> None:
     # no haMasterAddress: the slave takes the master's HA address from the NameServer's register reply (4.x's
     # BrokerStartup puts the Java master's HA port at listenPort + 1 whatever haListenPort says)
-    master = JavaCluster(JAVA_BROKER, tmp_path / "java", tmp_path / "java-store", brokerRole="ASYNC_MASTER", **SHARED)
-    slave = MqlakeServer(tmp_path / "slave", command="broker", brokerRole="SLAVE", brokerId="1",
-                         namesrvAddr=master.namesrv_addr, **{**HA_CONF, **SHARED, **SLAVE_READ})  # fmt: skip
-    with master:
+    with JavaCluster(JAVA_BROKER, tmp_path / "java", tmp_path / "java-store", brokerRole="ASYNC_MASTER",
+                     **SHARED) as master:  # fmt: skip
+        slave = MqlakeServer(tmp_path / "slave", command="broker", brokerRole="SLAVE", brokerId="1",
+                             namesrvAddr=master.namesrv_addr, **{**HA_CONF, **SHARED, **SLAVE_READ})  # fmt: skip
         try:
             slave.start()
             wait_until(lambda: runtime(slave.broker_addr).get("haConnected") == "true", 30,
@@ -133,15 +133,13 @@ def test_mqlake_slave_of_a_java_master_holds_its_commitlog_and_serves_reads(tmp_
 @contextlib.contextmanager
 def java_slave_of_mqlake(tmp_path: Path) -> Iterator[tuple[MqlakeServer, JavaCluster]]:
     """An mqlake master and Apache RocketMQ's 4.9.7 slave, the slave reported to the master, the messages sent."""
-    ha_port = free_port()
-    # the Java slave with its NameServer first; the mqlake master registers with that NameServer, where the slave
-    # finds its master's address (for its copy of the master's topics) at its next registration
+    # the Java slave with its NameServer first; the mqlake master (its HA port the OS's pick) registers with that
+    # NameServer, where the slave finds its master's address and HA address at its next registration
     slave = JavaCluster(JAVA_BROKER, tmp_path / "java", tmp_path / "java-store", brokerRole="SLAVE", brokerId=1,
-                        haMasterAddress=f"127.0.0.1:{ha_port}", **{**HA_CONF, **SHARED, **SLAVE_READ})  # fmt: skip
-    master = MqlakeServer(tmp_path / "master", command="broker", brokerRole="ASYNC_MASTER",
-                          namesrvAddr=slave.namesrv_addr, haListenPort=str(ha_port),
-                          **{**HA_CONF, **SHARED})  # fmt: skip
+                        **{**HA_CONF, **SHARED, **SLAVE_READ})  # fmt: skip
     with slave:
+        master = MqlakeServer(tmp_path / "master", command="broker", brokerRole="ASYNC_MASTER",
+                              namesrvAddr=slave.namesrv_addr, **{**HA_CONF, **SHARED})  # fmt: skip
         try:
             master.start()
             # reported, not only connected: the master streams from where the slave's first report places it
