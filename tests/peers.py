@@ -28,6 +28,7 @@ from pathlib import Path
 from broker.client import Admin
 from broker.remoting.codes import RequestCode
 from broker.remoting.loop import run
+from store.retention import disk_used_ratio
 from tests.fixtures_broker import _die_with_parent, free_port, remoting_call
 from tests.helpers import wait_until
 
@@ -213,9 +214,7 @@ def _check_host_disk(path: Path) -> None:
     """Apache RocketMQ's broker reads the host's disk (mqlake's stores in the tests read a pinned figure,
     tests/host_disk.py): above 85 % it expires files at once, above 90 % it refuses every put. A test would then
     fail far from the cause, so the start fails here, naming it."""
-    st = os.statvfs(path)
-    taken = st.f_blocks - st.f_bfree
-    used = taken / (taken + st.f_bavail) if st.f_blocks else 0.0  # RocketMQ's (and df's) measure
+    used = disk_used_ratio(path)  # RocketMQ's measure; the suite's pin replaces only the store's own reference
     assert used < JAVA_CLEAN_FORCIBLY_RATIO, (
         f"the disk under {path} is {used:.0%} full: Apache RocketMQ's broker expires files at once above "
         f"{JAVA_CLEAN_FORCIBLY_RATIO:.0%} and refuses puts above {JAVA_WARNING_LEVEL_RATIO:.0%} of it; free some space")
