@@ -20,14 +20,21 @@ from tests.helpers import wait_until
 from tests.test_ha import SEGMENT  # small CommitLog segments, as the classic HA tests use: load spans several
 
 
+def controller_conf(namesrv: str, controllers: list[str], **conf: str) -> dict[str, str]:
+    """The config of a broker of ``broker-a`` in controller mode, with allAckInSyncStateSet and short heartbeats and
+    checks."""
+    return {
+        "namesrvAddr": namesrv, "enableControllerMode": "true", "controllerAddr": ";".join(controllers),
+        "allAckInSyncStateSet": "true", "brokerHeartbeatInterval": "500", "controllerHeartBeatTimeoutMills": "3000",
+        "syncBrokerMetadataPeriod": "1000", "checkSyncStateSetPeriod": "1000", "haSendHeartbeatInterval": "500",
+        "haMaxTimeSlaveNotCatchup": "5000", "slaveSyncInterval": "1000", "mappedFileSizeCommitLog": str(SEGMENT),
+        **conf,
+    }  # fmt: skip
+
+
 def controller_broker(tmp: Path, name: str, namesrv: str, controllers: list[str], **conf: str) -> MqlakeServer:
-    """A broker of ``broker-a`` in controller mode, with allAckInSyncStateSet and short heartbeats and checks."""
-    return MqlakeServer(
-        tmp / name, "broker", namesrvAddr=namesrv, enableControllerMode="true", controllerAddr=";".join(controllers),
-        allAckInSyncStateSet="true", brokerHeartbeatInterval="500", controllerHeartBeatTimeoutMills="3000",
-        syncBrokerMetadataPeriod="1000", checkSyncStateSetPeriod="1000", haSendHeartbeatInterval="500",
-        haMaxTimeSlaveNotCatchup="5000", slaveSyncInterval="1000", mappedFileSizeCommitLog=str(SEGMENT), **conf,
-    )  # fmt: skip
+    """An ``mqlake broker`` process of ``broker-a`` in controller mode (``controller_conf``)."""
+    return MqlakeServer(tmp / name, "broker", **controller_conf(namesrv, controllers, **conf))
 
 
 def runtime(addr: str) -> dict[str, str]:

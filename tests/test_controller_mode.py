@@ -4,6 +4,7 @@ AutoSwitch protocol, and a stock C++ producer carrying on through a master's SIG
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import signal
@@ -17,12 +18,13 @@ from broker.remoting.codes import ResponseCode
 from store.config import BrokerRole
 from store.epoch_file import EpochFile, consistent_point
 from store.format import ha
-from store.message_store import MessageStore
+from store.message_store import MessageStore, PutMessageStatus
 from tests.clients4 import clients4
 from tests.clients4 import run as run_java4
 from tests.controller_mode import (
     SyncLoad,
     controller_broker,
+    controller_conf,
     failover_seconds,
     in_sync,
     master_and_slave,
@@ -33,6 +35,7 @@ from tests.controller_mode import (
 )
 from tests.fixtures_broker import MqlakeServer, stop_servers
 from tests.helpers import make_message, read_queue, wait_dispatched, wait_until
+from tests.live_broker import LiveBroker
 from tests.peers import ControllerCluster, java_json
 from tests.test_ha import CuttableProxy, commitlog_bytes, consume_all, send_to, unique
 
@@ -263,6 +266,43 @@ def test_a_master_cut_off_from_the_controllers_and_its_slave_is_replaced_and_ste
             stop_servers([a, b, namesrv])
             for relay in [*controller_relays, ha_relay]:
                 relay.close()
+
+
+@pytest.mark.integration
+def test_a_master_stepping_down_acknowledges_none_of_the_puts_it_takes_meanwhile(tmp_path) -> None:
+    """A master told that another was elected cuts its log back to the new epoch's start when it follows: a put
+    it stored during the change of role must not be answered PUT_OK (a stock producer whose route still leads to
+    it sends there until its next route update)."""
+    with ControllerCluster(tmp_path / "controllers", nodes=1) as controllers:
+        namesrv = MqlakeServer(tmp_path / "ns", "namesrv").start()
+        # the slave stays in the sync state set however long it is gone: every put waits for it
+        conf = controller_conf(namesrv.namesrv_addr, controllers.addrs, haMaxTimeSlaveNotCatchup="3600000")
+        a = LiveBroker(tmp_path / "a", **conf).start()
+        b = MqlakeServer(tmp_path / "b", "broker", **conf)
+        try:
+            wait_until(lambda: runtime(a.addr).get("brokerRole") == "SYNC_MASTER", 60, what="a to be elected")
+            b.start()
+            wait_until(lambda: runtime(a.addr).get("haSyncStateSet") == "1,2", 60, what="b to join the set")
+            b.stop()
+            bc = a.controller
+            assert bc is not None and bc.replicas is not None
+            epoch = bc.replicas.master_epoch + 1
+
+            async def put_while_stepping_down() -> list[PutMessageStatus]:
+                step_down = asyncio.ensure_future(bc.become_slave(b.broker_addr, epoch))
+                puts = []
+                while not step_down.done():
+                    puts.append(asyncio.ensure_future(bc.put([make_message("StepDownT", 0, b"taken meanwhile")])))
+                    await asyncio.sleep(0)
+                await step_down
+                return [result.status for result in await asyncio.gather(*puts)]
+
+            statuses = a.run(put_while_stepping_down(), timeout=60)
+            assert statuses and PutMessageStatus.PUT_OK not in statuses, collections.Counter(statuses)
+            assert runtime(a.addr)["brokerRole"] == "SLAVE"
+        finally:
+            a.close()
+            stop_servers([b, namesrv])
 
 
 @pytest.mark.integration

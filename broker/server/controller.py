@@ -349,9 +349,11 @@ class BrokerController:
         if epoch > self.epochs.last_epoch:
             await asyncio.to_thread(self.epochs.append, epoch, self.store.max_phy_offset)
         if self.auto_ha is None:
-            self.auto_ha = AutoSwitchHAService(self.store, self.store_config, self.epochs, self.host, self._ha_port(),
-                                               self.replicas.broker_id, self._propose_set)  # fmt: skip
-            await self.auto_ha.start()
+            ha = AutoSwitchHAService(self.store, self.store_config, self.epochs, self.host, self._ha_port(),
+                                     self.replicas.broker_id, self._propose_set)  # fmt: skip
+            ha.set_sync_state_set(sync_state_set)
+            await ha.start()
+            self.auto_ha = ha  # puts wait on it only once it knows the set: before, they are not acknowledged
         self.auto_ha.set_sync_state_set(sync_state_set)
         self.config.broker_id = 0  # the NameServers route sends to brokerId 0
         self._take_state_version(epoch)
@@ -365,11 +367,14 @@ class BrokerController:
     async def become_slave(self, master_addr: str, epoch: int) -> None:
         assert self.replicas is not None and self.epochs is not None and self.replicas.broker_id is not None
         assert self.slave_sync is not None
-        if self.auto_ha is not None:
-            self.store_config.ha_listen_port = self.auto_ha.port  # the same port when it is master again
-            await self.auto_ha.stop()
-            self.auto_ha = None
+        # The store stops taking puts first; then the HA service stops, answering FLUSH_SLAVE_TIMEOUT to every put
+        # still waiting for the sync state set. The new master cuts this log back to its epoch's start, so no put
+        # taken from here on may be acknowledged.
         await asyncio.to_thread(self.store.change_role, BrokerRole.SLAVE)
+        if self.auto_ha is not None:
+            ha, self.auto_ha = self.auto_ha, None
+            self.store_config.ha_listen_port = ha.port  # the same port when it is master again
+            await ha.stop()
         self.config.broker_id = self.replicas.broker_id
         self._take_state_version(epoch)
         for listener in self.role_listeners:
@@ -564,7 +569,7 @@ class BrokerController:
                 result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         if self.ha_service is not None and self.store_config.broker_role == BrokerRole.SYNC_MASTER:
             await self._wait_for_slave(msgs[0], result)
-        elif self.auto_ha is not None:
+        elif self.config.enable_controller_mode:
             await self._wait_for_replicas(msgs[0], result)
         if result.ok and msgs:
             self.stats.put(msgs[0].topic, len(msgs), result.append.wrote_bytes if result.append else 0)
@@ -585,13 +590,14 @@ class BrokerController:
 
     async def _wait_for_replicas(self, first: records.MessageRecord, result: PutMessageResult) -> None:
         """Controller mode (``handleHA``): answer once the sync state set holds the messages (every member with
-        allAckInSyncStateSet, else one slave when the set has one); FLUSH_SLAVE_TIMEOUT after syncFlushTimeout."""
+        allAckInSyncStateSet, else one slave when the set has one); FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, or at
+        once when the store took them while this broker changes role and has no HA service to ask."""
         append = result.append
         if append is None or result.status != PutMessageStatus.PUT_OK or not wants_wait(first):
             return
-        assert self.auto_ha is not None
         end = append.wrote_offset + append.wrote_bytes
-        if not await self.auto_ha.wait_for_replicas(end, self.store_config.sync_flush_timeout / 1000):
+        ha = self.auto_ha
+        if ha is None or not await ha.wait_for_replicas(end, self.store_config.sync_flush_timeout / 1000):
             result.status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
 
     def config_changed(self, keys: set[str]) -> None:

@@ -167,9 +167,9 @@ class SlaveSynchronize:
                 # A master that answered without the topic deleted it: its route may not be gone yet
                 tc = None if answered else await self._route_config(topic)
                 if tc is None:
-                    log.warning("slave sync: topic %s is in the replicated log, but %s has no config of it: not "
-                                "served here", topic, f"master {self.master_addr}" if answered else
-                                "neither the master nor a NameServer")  # fmt: skip
+                    log.warning("slave sync: topic %s is in the replicated log, but %s of it: not served here", topic,
+                                f"master {self.master_addr} has no config" if answered else
+                                "neither the master nor a NameServer has a config")  # fmt: skip
                     self._unknown.add(topic)
                     continue
                 log.info("slave sync: topic %s taken from the NameServers' route (master %s did not answer): %s",
