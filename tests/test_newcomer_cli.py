@@ -52,8 +52,24 @@ def test_send_then_consume_from_beginning_prints_every_message_with_its_ids(mqla
     assert consume_json(mqlake_server, "-t", "FirstHour", "-g", "cg_first_hour") == []
 
 
+def wait_readable(server, topic: str, sent: dict) -> None:
+    """Until the broker's queue holds ``sent`` (its dispatch follows the SEND_OK): ``mqlake consume`` without
+    ``--count`` reads what the queues hold and stops at the first empty round."""
+
+    async def held() -> bool:
+        async with Admin(server.namesrv_addr) as a:
+            return any(q.queue_id == sent["queueId"] and q.max_offset > sent["queueOffset"]
+                       for q in await a.topic_status(topic))  # fmt: skip
+
+    async def wait() -> None:
+        await poll(held, timeout=30, what=f"{topic}'s queue {sent['queueId']} to hold the message", interval=0.05)
+
+    run(wait())
+
+
 def test_a_group_goes_on_from_its_committed_offset(mqlake_server):
     [before] = send_json(mqlake_server, "-t", "LateGroup", "-p", "before")
+    wait_readable(mqlake_server, "LateGroup", before)
     # a new group: the broker answers the queue's first offset while the queue is whole on disk (RocketMQ's rule)
     assert [m["msgId"] for m in consume_json(mqlake_server, "-t", "LateGroup", "-g", "cg_late")] == [before["msgId"]]
     [after] = send_json(mqlake_server, "-t", "LateGroup", "-p", "after")
