@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,14 @@ if TYPE_CHECKING:
     from broker.proxy.server import GrpcProxy
 
 log = logging.getLogger("mqlake")
+
+
+def ready_address(log_text: str, server: str) -> str | None:
+    """``host:port`` of the first ``<server> ready at host:port`` line in a log (``server``: NameServer, Broker,
+    Controller or gRPC proxy): where that server accepts requests, the OS's pick when its port was 0; None before
+    it is ready."""
+    m = re.search(rf"\b{re.escape(server)} ready at (\S+?:\d+)", log_text)
+    return m.group(1) if m else None
 
 
 async def serve(

@@ -12,7 +12,6 @@ broker's log for a look afterwards.
 from __future__ import annotations
 
 import json
-import re
 import signal
 import subprocess
 import sys
@@ -33,8 +32,6 @@ if TYPE_CHECKING:
 TOPIC = "DemoOrders"
 REPLAY_TOPIC = "DemoOrdersReplay"
 SEGMENT_BYTES = 1024 * 1024
-READY_LINE = "Broker ready at"
-NAMESRV_LINE = re.compile(r"NameServer ready at (\S+:\d+)")
 START_TIMEOUT_S = 120.0
 BATCH = 100
 
@@ -82,12 +79,14 @@ def _run(root: ClickCommand, command: list[str]) -> None:
 
 def _wait_ready(proc: subprocess.Popen[bytes], log: Path) -> str:
     """Until the broker is ready; returns the NameServer's address, which the OS chose (port 0)."""
+    from broker.embedded import ready_address
+
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         text = log.read_text(errors="replace")
-        namesrv = NAMESRV_LINE.search(text)
-        if namesrv is not None and READY_LINE in text:
-            return namesrv.group(1)
+        namesrv = ready_address(text, "NameServer")
+        if namesrv is not None and ready_address(text, "Broker") is not None:
+            return namesrv
         if proc.poll() is not None:
             print_error(f"the broker exited with code {proc.returncode} before it was ready; its log: {log}")
             raise typer.Exit(1)

@@ -52,6 +52,7 @@ import pytest
 
 from broker.client import Admin, MessageExt, MessageQueue, PullConsumer
 from broker.client.message import PullStatus
+from broker.embedded import ready_address
 from broker.remoting.client import RemotingClient
 from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import Header
@@ -191,14 +192,14 @@ class MqlakeServer:
         """Keep the ports the OS picked at the first start, so a restart serves the same addresses."""
         log = self.run_log()
         if self.command in ("up", "namesrv") and not self.namesrv_port:
-            self.namesrv_port = int(re.search(r"NameServer ready at [\d.]+:(\d+)", log).group(1))
-        controller = re.search(r"Controller ready at ([\d.]+):(\d+)", log)
+            self.namesrv_port = int(str(ready_address(log, "NameServer")).rpartition(":")[2])
+        controller = ready_address(log, "Controller")
         if controller is not None and self.controller_addr is None:
-            self.controller_addr = f"{controller.group(1)}:{controller.group(2)}"
-            self.namesrv_values["controllerListenPort"] = controller.group(2)  # the same port after a restart
+            self.controller_addr = controller
+            self.namesrv_values["controllerListenPort"] = controller.rpartition(":")[2]  # the same port after a restart
             self._write_conf()
         if self.command != "namesrv" and not self.broker_port:
-            self.broker_port = int(re.search(r"Broker ready at [\d.]+:(\d+)", log).group(1))
+            self.broker_port = int(str(ready_address(log, "Broker")).rpartition(":")[2])
             self.values["listenPort"] = str(self.broker_port)
             ha = re.search(r"HA service listening on [\d.]+:(\d+)", log)
             if ha is not None and "haListenPort" not in self.values:
@@ -250,7 +251,7 @@ class MqlakeServer:
     def _ready(self) -> bool:
         if self.process.poll() is not None:
             raise AssertionError(f"mqlake up exited with {self.process.returncode}:\n{self.log_text()[-4000:]}")
-        return ("NameServer ready at" if self.command == "namesrv" else "Broker ready at") in self.run_log()
+        return ready_address(self.run_log(), "NameServer" if self.command == "namesrv" else "Broker") is not None
 
     @property
     def running(self) -> bool:

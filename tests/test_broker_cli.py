@@ -3,7 +3,6 @@ and start-up errors a user can act on."""
 
 from __future__ import annotations
 
-import re
 import signal
 import socket
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from broker.config import known_keys, load_broker_conf
+from broker.embedded import ready_address
 from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from store.checkpoint import abort_file
@@ -59,7 +59,7 @@ def test_broker_registers_with_the_name_server_and_unregisters_on_sigterm(mqlake
     try:
         wait_until(lambda: "Broker ready at" in _log(log) or proc.poll() is not None, 60, what="mqlake broker")
         assert proc.poll() is None, _log(log)
-        port = int(re.search(r"Broker ready at 127\.0\.0\.1:(\d+)", _log(log)).group(1))  # the OS's pick
+        port = int(str(ready_address(_log(log), "Broker")).rpartition(":")[2])  # the OS's pick
         info = _cluster(mqlake_server.namesrv_addr)
         assert info["clusterAddrTable"]["OtherCluster"] == ["broker-b"]
         assert list(info["brokerAddrTable"]["broker-b"]["brokerAddrs"].values()) == [f"127.0.0.1:{port}"]
@@ -88,9 +88,9 @@ def test_up_defaults_to_a_store_under_the_working_directory(tmp_path: Path) -> N
     try:
         wait_until(lambda: "Broker ready at" in _log(log) or proc.poll() is not None, 60, what="mqlake up")
         text = _log(log)
-        ns_port = int(re.search(r"NameServer ready at 127\.0\.0\.1:(\d+)", text).group(1))
-        b_port = int(re.search(r"Broker ready at 127\.0\.0\.1:(\d+)", text).group(1))
-        assert ns_port and b_port and ns_port != b_port
+        ns_host, _, ns_port = str(ready_address(text, "NameServer")).rpartition(":")
+        b_host, _, b_port = str(ready_address(text, "Broker")).rpartition(":")
+        assert ns_host == b_host == "127.0.0.1" and int(ns_port) and int(b_port) and ns_port != b_port
         # the broker registered with the NameServer's real port, not with port 0
         assert _cluster(f"127.0.0.1:{ns_port}")["clusterAddrTable"]["DefaultCluster"] == ["broker-a"]
         assert (tmp_path / ".mqlake" / "store" / "commitlog").is_dir()

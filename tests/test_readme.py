@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.embedded import ready_address
 from tests.helpers import cli_env, kill_process_tree, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,13 +70,14 @@ def test_the_first_hour_sh_blocks_run_as_written_in_a_fresh_clone(tmp_path):
         up = subprocess.Popen(["sh", "-ec", sh[0]], cwd=clone, env=env, stdout=out, stderr=subprocess.STDOUT,
                               start_new_session=True)  # fmt: skip
     try:
-        ready = re.compile(r"Broker ready at 127\.0\.0\.1:\d+")  # the server's line, not the box's mention of it
-        wait_until(lambda: ready.search(log.read_text()) or up.poll() is not None, 120, what="make up ready")
+        # the server's line (with its address), not the box's mention of it
+        wait_until(lambda: ready_address(log.read_text(), "Broker") or up.poll() is not None, 120,
+                   what="make up ready")  # fmt: skip
         text = log.read_text()
         assert up.poll() is None, text
-        learnt = re.search(r"NameServer ready at (127\.0\.0\.1:\d+)", text)
+        learnt = ready_address(text, "NameServer")
         assert learnt is not None, text
-        env["NAMESRV_ADDR"] = learnt.group(1)  # the sh blocks' client commands read it
+        env["NAMESRV_ADDR"] = learnt  # the sh blocks' client commands read it
         assert "pip install" not in text and "mvn " not in text, text  # the stamps held: nothing installed
         assert ".venv/bin/mqlake send" in text and ".mqlake/lake" in text  # the box of next steps
         outputs = []

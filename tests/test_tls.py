@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from typer.testing import CliRunner
 from broker.client import Admin, Message, Producer, PullConsumer
 from broker.client.errors import MQBrokerError, MQClientError
 from broker.config import build_configs
+from broker.embedded import ready_address
 from broker.namesrv import NamesrvController
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode, ResponseCode
@@ -189,7 +189,7 @@ def test_mqlake_namesrv_reads_tls_keys_from_its_config(tmp_path: Path, certs: tu
                    what="mqlake namesrv to start")  # fmt: skip
         assert proc.poll() is None, log.read_text()
         assert "unknown key 'listenPort' ignored" in log.read_text()
-        port = int(re.search(r"NameServer ready at [\d.]+:(\d+)", log.read_text()).group(1))  # the OS's pick
+        port = int(str(ready_address(log.read_text(), "NameServer")).rpartition(":")[2])  # the OS's pick
 
         async def both() -> list[int]:
             codes = []
