@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
+import random
 import re
 import signal
 import socket
@@ -107,10 +108,33 @@ def _die_with_parent() -> None:
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+FIRST_PICKED_PORT = 20000  # above the servers' well-known defaults (9876, 10909-10912, 8081)
+
+
+def unassigned_port(*offsets: int) -> int:
+    """A port p, with p + each of ``offsets``, free on 127.0.0.1 and below the kernel's ephemeral range
+    (``ip_local_port_range``), for a server that must be told its port before it starts (a Java broker binds two
+    more derived from it; controller peers name each other). A port 0 bind and an outgoing connection take ports
+    from the ephemeral range only, so nothing but another such pick can take these between this check (all bound
+    together) and the server's bind; the pick is random, so two workers' picks rarely meet."""
+    first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    spread = (min((0, *offsets)), max((0, *offsets)))
+    pick = random.SystemRandom()
+    for _ in range(200):
+        port = pick.randrange(FIRST_PICKED_PORT - spread[0], first_ephemeral - spread[1])
+        held: list[socket.socket] = []
+        try:
+            for p in sorted({port, *(port + o for o in offsets)}):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                held.append(s)
+                s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise AssertionError(f"no free port below {first_ephemeral} with {offsets} beside it on 127.0.0.1")
 
 
 class MqlakeServer:

@@ -29,7 +29,7 @@ from broker.client import Admin
 from broker.remoting.codes import RequestCode
 from broker.remoting.loop import run
 from store.retention import disk_used_ratio
-from tests.fixtures_broker import _die_with_parent, free_port, remoting_call
+from tests.fixtures_broker import _die_with_parent, remoting_call, unassigned_port
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -222,23 +222,8 @@ def _check_host_disk(path: Path) -> None:
 
 def broker_listen_port() -> int:
     """A listenPort for a Java broker: RocketMQ's BrokerStartup also binds listenPort - 2 (the VIP channel) and
-    listenPort + 1 (HA, whatever haListenPort says), so all three must be free; they are held together while
-    checked, which narrows the race with other processes to the JVM's start."""
-    for _ in range(100):
-        port = free_port()
-        held: list[socket.socket] = []
-        try:
-            for p in (port - 2, port + 1):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                held.append(s)
-                s.bind(("127.0.0.1", p))
-            return port
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise AssertionError("no free port p with p - 2 and p + 1 free on 127.0.0.1")
+    listenPort + 1 (HA, whatever haListenPort says), so all three must be free."""
+    return unassigned_port(-2, 1)
 
 
 def write_conf(path: Path, values: dict[str, object]) -> Path:
@@ -263,7 +248,7 @@ class JavaCluster:
         # ports from listenPort, and the proxy's cannot be read back; the NameServer binds port 0 and reports it.
         self.broker_port = broker_listen_port()
         self.broker_addr = f"127.0.0.1:{self.broker_port}"
-        self.grpc_port = free_port() if proxy else None
+        self.grpc_port = unassigned_port() if proxy else None
         self.grpc_endpoint = f"127.0.0.1:{self.grpc_port}" if proxy else None
         ns_conf = write_conf(self.home / "namesrv.conf", {"listenPort": 0})
         self.namesrv = JavaServer("namesrv", peer, self.home / "namesrv", "-c", str(ns_conf), jvm_opts=jvm_opts)
@@ -291,7 +276,7 @@ class JavaCluster:
             return JavaServer("broker", self.peer, self.home / "broker", "-c", str(broker_path), jvm_opts=self.jvm_opts)
         proxy_json = self.home / "rmq-proxy.json"
         proxy_json.write_text(json.dumps({"rocketMQClusterName": "DefaultCluster", "namesrvAddr": self.namesrv_addr,
-                                          "grpcServerPort": self.grpc_port, "remotingListenPort": free_port()}))
+                                          "grpcServerPort": self.grpc_port, "remotingListenPort": unassigned_port()}))
         return JavaServer("proxy", self.peer, self.home / "proxy", "-pm", "local", "-bc", str(broker_path),
                           "-pc", str(proxy_json), jvm_opts=self.jvm_opts)  # fmt: skip
 
@@ -370,7 +355,7 @@ class ControllerCluster:
     def _configure(self) -> None:
         """Choose the nodes' ports and write their configs: every node must know its peers' ports before any
         starts, so they cannot be bound at port 0 and reported back."""
-        self.ports = [free_port() for _ in range(self.nodes)]
+        self.ports = [unassigned_port() for _ in range(self.nodes)]
         self.addrs = [f"127.0.0.1:{port}" for port in self.ports]
         peers = ";".join(f"{node}-{addr}" for node, addr in zip(self.ids, self.addrs, strict=True))
         self.servers = []

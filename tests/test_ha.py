@@ -7,6 +7,7 @@ transfer crosses segments and every test takes seconds.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import os
@@ -20,6 +21,7 @@ import pytest
 from broker.config import BrokerConfigError, build_configs
 from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.loop import run, send_frames
 from broker.remoting.protocol.body import KVTable
 from store.commitlog import ReplicaAppendError
 from store.config import BrokerRole
@@ -405,6 +407,24 @@ def consume_all(namesrv_addr: str, topic: str, group: str, sent: set[bytes]) -> 
 
 
 @pytest.mark.integration
+def test_an_ha_frame_for_a_peer_gone_already_is_a_connection_error() -> None:
+    """Every HA loop (master and slave, both modes) ends a connection on a ConnectionError; a write to a transport
+    that closed in the same loop turn must be one too, not uvloop's RuntimeError (logged as an unhandled error)."""
+
+    async def write_after_close() -> None:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+            writer.transport.abort()
+            with pytest.raises(ConnectionResetError):
+                send_frames(writer, ha.encode_report(0))
+        finally:
+            server.close()
+
+    run(write_after_close())
+
+
+@pytest.mark.integration
 def test_sync_master_sigkilled_mid_produce_loses_nothing_acknowledged(cluster_factory) -> None:
     from rocketmq.client import Message, Producer
 
@@ -461,7 +481,6 @@ def test_sync_master_sigkilled_mid_produce_loses_nothing_acknowledged(cluster_fa
 def test_cuts_and_restarts_mid_stream_converge_to_equal_commitlogs(cluster_factory) -> None:
     from broker.client import Message as OurMessage
     from broker.client import Producer as OurProducer
-    from broker.remoting.loop import run
 
     c = cluster_factory(proxied=True)
     proxy = c.proxy
@@ -506,7 +525,6 @@ def test_cuts_and_restarts_mid_stream_converge_to_equal_commitlogs(cluster_facto
 def test_slave_ahead_of_a_master_that_lost_its_tail_stops_naming_both_offsets(cluster_factory) -> None:
     from broker.client import Message as OurMessage
     from broker.client import Producer as OurProducer
-    from broker.remoting.loop import run
 
     c = cluster_factory()
     c.master.start()

@@ -1,5 +1,6 @@
-"""Event loop choice: uvloop when importable (about 2x asyncio's throughput on loopback), else asyncio; and the
-wait for SIGTERM/SIGINT that every server process (``mqlake up``, ``broker``, ``namesrv``) ends with."""
+"""Event loop choice: uvloop when importable (about 2x asyncio's throughput on loopback), else asyncio; one
+behaviour of a closed stream under both; and the wait for SIGTERM/SIGINT that every server process (``mqlake up``,
+``broker``, ``namesrv``) ends with."""
 
 from __future__ import annotations
 
@@ -10,6 +11,16 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+
+def send_frames(writer: asyncio.StreamWriter, *frames: bytes) -> None:
+    """Write frames to a stream; ConnectionResetError when its connection has closed already. A closed transport
+    refuses a write with RuntimeError under uvloop and drops it under asyncio: either way the peer is gone, which a
+    stream's loop handles as a ConnectionError."""
+    if writer.is_closing():
+        raise ConnectionResetError("the peer's connection is closed")
+    for frame in frames:
+        writer.write(frame)
 
 
 def _uvloop() -> Any:

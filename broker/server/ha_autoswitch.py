@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from broker.remoting.errors import port_in_use
+from broker.remoting.loop import send_frames
 from broker.server.ha_master import OffsetWaiters
 from broker.server.ha_slave import append_replicated, slave_runtime_info
 from store.commitlog import ReplicaAppendError
@@ -198,8 +199,8 @@ class AutoSwitchHAConnection:
             raise HAProtocolError(f"expected a handshake (state {ha.STATE_HANDSHAKE}), got state {state}")
         self.slave_id = slave_id
         epochs = self.service.epochs
-        self.writer.write(ha.encode_master_handshake(self.service.store.max_phy_offset, epochs.last_epoch,
-                                                     epochs.entries))  # fmt: skip
+        send_frames(self.writer, ha.encode_master_handshake(self.service.store.max_phy_offset, epochs.last_epoch,
+                                                            epochs.entries))  # fmt: skip
         await self.writer.drain()
         log.info("HA: slave %d (%s) shook hands", slave_id, self.remote)
 
@@ -233,14 +234,14 @@ class AutoSwitchHAConnection:
             data = store.commitlog_data(nxt, limit) if limit > 0 else None
             self.last_master_end = store.max_phy_offset
             if data:
-                self.writer.write(ha.encode_master_transfer_header(nxt, len(data), epoch, start, svc.confirm_offset()))
-                self.writer.write(data)
+                header = ha.encode_master_transfer_header(nxt, len(data), epoch, start, svc.confirm_offset())
+                send_frames(self.writer, header, data)
                 nxt += len(data)
                 await self.writer.drain()
                 last_write = time.monotonic()
                 continue
             if time.monotonic() - last_write >= heartbeat:
-                self.writer.write(ha.encode_master_transfer_header(nxt, 0, epoch, start, svc.confirm_offset()))
+                send_frames(self.writer, ha.encode_master_transfer_header(nxt, 0, epoch, start, svc.confirm_offset()))
                 await self.writer.drain()
                 last_write = time.monotonic()
             with contextlib.suppress(TimeoutError):
@@ -308,7 +309,7 @@ class AutoSwitchHAClient:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), max(interval, 3.0))
         self._writer = writer
         try:
-            writer.write(ha.encode_slave_handshake(self.broker_id))
+            send_frames(writer, ha.encode_slave_handshake(self.broker_id))
             await writer.drain()
             housekeeping = self.config.ha_housekeeping_interval / 1000
             async with asyncio.timeout(housekeeping):
@@ -353,7 +354,7 @@ class AutoSwitchHAClient:
         end = self.store.max_phy_offset
         if force or end > self._reported:
             self._reported = end
-            writer.write(ha.encode_slave_report(end))
+            send_frames(writer, ha.encode_slave_report(end))
             await writer.drain()
 
     async def _report_periodically(self, writer: asyncio.StreamWriter, interval: float) -> None:

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 
 from broker.remoting.errors import port_in_use
+from broker.remoting.loop import send_frames
 from store.config import MessageStoreConfig
 from store.format import ha
 from store.message_store import MessageStore
@@ -256,14 +257,13 @@ class HAConnection:
             self.appended.clear()  # before reading, so an append after the read wakes the wait below
             data = store.commitlog_data(next_offset, cfg.ha_transfer_batch_size)
             if data:
-                self.writer.write(ha.encode_transfer_header(next_offset, len(data)))
-                self.writer.write(data)
+                send_frames(self.writer, ha.encode_transfer_header(next_offset, len(data)), data)
                 next_offset += len(data)
                 await self.writer.drain()
                 last_write = time.monotonic()
                 continue
             if time.monotonic() - last_write >= heartbeat:
-                self.writer.write(ha.encode_transfer_header(next_offset, 0))
+                send_frames(self.writer, ha.encode_transfer_header(next_offset, 0))
                 await self.writer.drain()
                 last_write = time.monotonic()
             with contextlib.suppress(TimeoutError):

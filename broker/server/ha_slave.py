@@ -22,6 +22,7 @@ from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.errors import RemotingError
+from broker.remoting.loop import send_frames
 from broker.remoting.protocol.body import KVTable
 from broker.remoting.protocol.wire import BodyError
 from store.commitlog import ReplicaAppendError
@@ -163,7 +164,7 @@ class HAClient:
         end = self.store.max_phy_offset
         if force or end > self._reported:
             self._reported = end
-            writer.write(ha.encode_report(end))
+            send_frames(writer, ha.encode_report(end))
             await writer.drain()
 
     async def _report_periodically(self, writer: asyncio.StreamWriter) -> None:
