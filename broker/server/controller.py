@@ -354,7 +354,8 @@ class BrokerController:
             ha.set_sync_state_set(sync_state_set)
             await ha.start()
             self.auto_ha = ha  # puts wait on it only once it knows the set: before, they are not acknowledged
-        self.auto_ha.set_sync_state_set(sync_state_set)
+        else:
+            self.auto_ha.set_sync_state_set(sync_state_set)
         self.config.broker_id = 0  # the NameServers route sends to brokerId 0
         self._take_state_version(epoch)
         if not self._checked_back:
