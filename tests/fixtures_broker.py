@@ -108,6 +108,13 @@ def _die_with_parent() -> None:
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def ready_port(log_text: str, server: str) -> int:
+    """The port of ``server``'s ready line in a log (``broker.embedded.ready_address``), which must have one."""
+    addr = ready_address(log_text, server)
+    assert addr is not None, f"no '{server} ready at host:port' line in:\n{log_text[-4000:]}"
+    return int(addr.rpartition(":")[2])
+
+
 FIRST_PICKED_PORT = 20000  # above the servers' well-known defaults (9876, 10909-10912, 8081)
 
 
@@ -216,14 +223,14 @@ class MqlakeServer:
         """Keep the ports the OS picked at the first start, so a restart serves the same addresses."""
         log = self.run_log()
         if self.command in ("up", "namesrv") and not self.namesrv_port:
-            self.namesrv_port = int(str(ready_address(log, "NameServer")).rpartition(":")[2])
+            self.namesrv_port = ready_port(log, "NameServer")
         controller = ready_address(log, "Controller")
         if controller is not None and self.controller_addr is None:
             self.controller_addr = controller
             self.namesrv_values["controllerListenPort"] = controller.rpartition(":")[2]  # the same port after a restart
             self._write_conf()
         if self.command != "namesrv" and not self.broker_port:
-            self.broker_port = int(str(ready_address(log, "Broker")).rpartition(":")[2])
+            self.broker_port = ready_port(log, "Broker")
             self.values["listenPort"] = str(self.broker_port)
             ha = re.search(r"HA service listening on [\d.]+:(\d+)", log)
             if ha is not None and "haListenPort" not in self.values:

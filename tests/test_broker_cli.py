@@ -17,7 +17,7 @@ from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from store.checkpoint import abort_file
 from store.config_files import load_lenient_json
-from tests.fixtures_broker import TEST_CONF
+from tests.fixtures_broker import TEST_CONF, ready_port
 from tests.fixtures_broker import remoting_call as broker_call
 from tests.helpers import wait_until
 from tests.peers import lib
@@ -59,7 +59,7 @@ def test_broker_registers_with_the_name_server_and_unregisters_on_sigterm(mqlake
     try:
         wait_until(lambda: "Broker ready at" in _log(log) or proc.poll() is not None, 60, what="mqlake broker")
         assert proc.poll() is None, _log(log)
-        port = int(str(ready_address(_log(log), "Broker")).rpartition(":")[2])  # the OS's pick
+        port = ready_port(_log(log), "Broker")  # the OS's pick
         info = _cluster(mqlake_server.namesrv_addr)
         assert info["clusterAddrTable"]["OtherCluster"] == ["broker-b"]
         assert list(info["brokerAddrTable"]["broker-b"]["brokerAddrs"].values()) == [f"127.0.0.1:{port}"]
@@ -88,8 +88,10 @@ def test_up_defaults_to_a_store_under_the_working_directory(tmp_path: Path) -> N
     try:
         wait_until(lambda: "Broker ready at" in _log(log) or proc.poll() is not None, 60, what="mqlake up")
         text = _log(log)
-        ns_host, _, ns_port = str(ready_address(text, "NameServer")).rpartition(":")
-        b_host, _, b_port = str(ready_address(text, "Broker")).rpartition(":")
+        ns_addr, b_addr = ready_address(text, "NameServer"), ready_address(text, "Broker")
+        assert ns_addr is not None and b_addr is not None, text
+        ns_host, _, ns_port = ns_addr.rpartition(":")
+        b_host, _, b_port = b_addr.rpartition(":")
         assert ns_host == b_host == "127.0.0.1" and int(ns_port) and int(b_port) and ns_port != b_port
         # the broker registered with the NameServer's real port, not with port 0
         assert _cluster(f"127.0.0.1:{ns_port}")["clusterAddrTable"]["DefaultCluster"] == ["broker-a"]

@@ -19,7 +19,6 @@ from typer.testing import CliRunner
 from broker.client import Admin, Message, Producer, PullConsumer
 from broker.client.errors import MQBrokerError, MQClientError
 from broker.config import build_configs
-from broker.embedded import ready_address
 from broker.namesrv import NamesrvController
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode, ResponseCode
@@ -31,7 +30,7 @@ from broker.server.controller import BrokerController
 from broker.tls_settings import tls_server_context
 from cli.main import app
 from tests.aio import async_test, poll
-from tests.fixtures_broker import REPO, MqlakeServer, stop_servers
+from tests.fixtures_broker import REPO, MqlakeServer, ready_port, stop_servers
 from tests.helpers import wait_until
 from tests.live_broker import SMALL, running_broker
 from tests.tls_certs import self_signed
@@ -189,7 +188,7 @@ def test_mqlake_namesrv_reads_tls_keys_from_its_config(tmp_path: Path, certs: tu
                    what="mqlake namesrv to start")  # fmt: skip
         assert proc.poll() is None, log.read_text()
         assert "unknown key 'listenPort' ignored" in log.read_text()
-        port = int(str(ready_address(log.read_text(), "NameServer")).rpartition(":")[2])  # the OS's pick
+        port = ready_port(log.read_text(), "NameServer")  # the OS's pick
 
         async def both() -> list[int]:
             codes = []
