@@ -27,9 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bench_store import machine
 from benchmarks.bench_verify import write_store
-from benchmarks.report import emit
+from benchmarks.report import emit, machine
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1") or 1)
 TARGET_BYTES = 256 << 20

@@ -56,8 +56,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bench_store import CpuMeter, codecs_line, machine
-from benchmarks.report import emit
+from benchmarks.bench_store import CpuMeter, codecs_line
+from benchmarks.report import emit, machine
 from broker.client import Admin, Message, MessageExt, Producer, PullConsumer, PushConsumer
 from broker.client.message import ConsumeFromWhere
 from broker.remoting import headers as h

@@ -15,8 +15,8 @@ import struct
 import time
 from collections.abc import Callable
 
-from benchmarks.bench_store import TOPIC, build_messages, encode_all, machine
-from benchmarks.report import emit
+from benchmarks.bench_store import TOPIC, build_messages, encode_all
+from benchmarks.report import emit, machine
 from store.format import native, properties
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1") or 1)

@@ -33,8 +33,7 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_broker import BrokerProcess, _pct
-from benchmarks.bench_store import machine
-from benchmarks.report import emit
+from benchmarks.report import emit, machine
 from broker.client import Admin, Message, MessageExt, Producer, PushConsumer
 from broker.client.message import ConsumeFromWhere
 from broker.remoting.loop import run

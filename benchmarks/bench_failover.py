@@ -37,8 +37,7 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks.bench_store import machine
-from benchmarks.report import emit
+from benchmarks.report import emit, machine
 from broker.remoting.codes import ResponseCode
 from tests.controller_mode import SyncLoad, failover_seconds, in_sync, master_and_slave, max_offset, role
 from tests.fixtures_broker import MqlakeServer, stop_servers

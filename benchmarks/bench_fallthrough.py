@@ -42,9 +42,9 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks.bench_store import STORE_HOST, TOPIC, build_messages, machine
+from benchmarks.bench_store import STORE_HOST, TOPIC, build_messages
 from benchmarks.bench_tier import BODY, SEALED, SEGMENT
-from benchmarks.report import emit
+from benchmarks.report import emit, machine
 from store.config import MessageStoreConfig
 from store.format.records import read_physical_offset
 from store.message_store import GetMessageStatus, MessageStore

@@ -37,8 +37,7 @@ from pathlib import Path
 
 from benchmarks.bench_broker import BrokerProcess
 from benchmarks.bench_sql import Shell
-from benchmarks.bench_store import machine
-from benchmarks.report import emit
+from benchmarks.report import emit, machine
 from broker.client import Admin, Message, Producer
 from broker.remoting.loop import run
 

@@ -51,9 +51,8 @@ from pathlib import Path
 import grpc
 
 from benchmarks.bench_broker import BrokerProcess, _n, free_port
-from benchmarks.bench_store import machine
 from benchmarks.bench_tx_sql92 import _create, _dispatched
-from benchmarks.report import emit
+from benchmarks.report import emit, machine
 from broker.client import Message, Producer, PullConsumer, PullStatus
 from broker.config import build_configs
 from broker.proxy.pop import PopService

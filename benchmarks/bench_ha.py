@@ -32,8 +32,7 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_broker import bench_message, free_port, send_rate
-from benchmarks.bench_store import machine
-from benchmarks.report import emit
+from benchmarks.report import emit, machine
 from broker.client import MQClientError, Producer
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode, ResponseCode

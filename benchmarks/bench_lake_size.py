@@ -25,8 +25,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import unquote
 
-from benchmarks.bench_store import SCALE, STORE_HOST, build_messages, machine
-from benchmarks.report import emit
+from benchmarks.bench_store import SCALE, STORE_HOST, build_messages
+from benchmarks.report import emit, machine
 from store.config import MessageStoreConfig
 from store.message_store import MessageStore
 

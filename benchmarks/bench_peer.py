@@ -67,8 +67,7 @@ from benchmarks.bench_broker import (
     wait_dispatched,
 )
 from benchmarks.bench_grpc import _pull_all
-from benchmarks.bench_store import machine
-from benchmarks.report import emit
+from benchmarks.report import emit, machine
 from broker.client import Admin, PullConsumer
 from broker.proxy.v2 import definition_pb2 as pb
 from broker.proxy.v2 import service_pb2 as svc

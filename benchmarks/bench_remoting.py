@@ -29,7 +29,8 @@ import sys
 import time
 import timeit
 
-from benchmarks.bench_store import CpuMeter, machine
+from benchmarks.bench_store import CpuMeter
+from benchmarks.report import machine
 from broker.remoting import headers as h
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode, SerializeType

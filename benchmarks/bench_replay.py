@@ -44,8 +44,8 @@ from benchmarks.bench_broker import (
     batch_rate,
     send_rate,
 )
-from benchmarks.bench_store import CpuMeter, machine
-from benchmarks.report import emit
+from benchmarks.bench_store import CpuMeter
+from benchmarks.report import emit, machine
 from broker.client import Admin, Producer
 from broker.remoting.loop import run
 

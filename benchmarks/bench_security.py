@@ -33,8 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bench_broker import QUEUES, TOPIC, WARMUP, BrokerProcess, _n, machine, send_rate
-from benchmarks.report import emit
+from benchmarks.bench_broker import QUEUES, TOPIC, WARMUP, BrokerProcess, _n, send_rate
+from benchmarks.report import emit, machine
 from broker.client import Admin, Producer
 from broker.remoting.loop import run
 from broker.remoting.signing import Credentials

@@ -34,9 +34,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.bench_store import machine
 from benchmarks.bench_tier import write_store
-from benchmarks.report import emit
+from benchmarks.report import emit, machine
 
 GROUP_BY = "SELECT topic, count(*) AS n FROM messages GROUP BY topic"
 GROUP_BY_COLUMN = (

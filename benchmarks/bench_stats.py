@@ -18,17 +18,12 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
-from benchmarks.bench_store import machine
-from benchmarks.report import emit
-from broker.config import build_configs
+from benchmarks.report import run_on_broker
 from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode
 from broker.remoting.command import RemotingCommand
-from broker.remoting.loop import run
 from broker.server.controller import BrokerController
 from broker.server.metrics import MetricsExporter
 from broker.server.send import SendProcessor
@@ -61,48 +56,41 @@ def _request(i: int) -> RemotingCommand:
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, h.SendMessageRequestHeaderV2.from_v1(v1), b"x" * 1024)
 
 
-async def _measure(store_dir: Path) -> dict:
-    bc, sc = build_configs({"listenPort": "0", "storePathRootDir": str(store_dir), "flushDiskType": "ASYNC_FLUSH",
-                            "mappedFileSizeCommitLog": str(256 * 1024 * 1024)})  # fmt: skip
-    controller = BrokerController(bc, sc)
-    await controller.start()
-    try:
-        proc = SendProcessor(controller)
-        counting, silent = controller.stats, _NotCounting(bc.broker_cluster_name)
-        created = proc.send_inline(_request(0), _Peer())  # creates the topic: answered once topics.json holds it
-        if not isinstance(created, RemotingCommand):
-            await created
-        times: dict[str, list[float]] = {"counting": [], "not_counting": []}
-        for r in range(ROUNDS * 2):
-            mode = "counting" if r % 4 in (0, 3) else "not_counting"  # ABBA: a drift favours neither
-            controller.stats = counting if mode == "counting" else silent
-            reqs = [_request(i) for i in range(PER_ROUND)]
-            peer = _Peer()
-            t0 = time.perf_counter()
-            for cmd in reqs:
-                proc.send_inline(cmd, peer)
-            times[mode].append((time.perf_counter() - t0) / PER_ROUND)
-            await asyncio.sleep(0)  # let the flush service run between rounds
-        controller.stats = counting
-        # with metricsExporterType=PROM every request is also timed into rocketmq_rpc_latency
-        timed = MetricsExporter(controller).timed(proc.send_inline)
-        prom: list[float] = []
-        for _ in range(ROUNDS):
-            reqs = [_request(i) for i in range(PER_ROUND)]
-            peer = _Peer()
-            t0 = time.perf_counter()
-            for cmd in reqs:
-                timed(cmd, peer)
-            prom.append((time.perf_counter() - t0) / PER_ROUND)
-            await asyncio.sleep(0)
-        n = PER_ROUND * 10
+async def _measure(controller: BrokerController) -> dict:
+    proc = SendProcessor(controller)
+    counting, silent = controller.stats, _NotCounting(controller.config.broker_cluster_name)
+    created = proc.send_inline(_request(0), _Peer())  # creates the topic: answered once topics.json holds it
+    if not isinstance(created, RemotingCommand):
+        await created
+    times: dict[str, list[float]] = {"counting": [], "not_counting": []}
+    for r in range(ROUNDS * 2):
+        mode = "counting" if r % 4 in (0, 3) else "not_counting"  # ABBA: a drift favours neither
+        controller.stats = counting if mode == "counting" else silent
+        reqs = [_request(i) for i in range(PER_ROUND)]
+        peer = _Peer()
         t0 = time.perf_counter()
-        put = counting.put
-        for _ in range(n):
-            put(TOPIC, 1, 1200)
-        count_ns = (time.perf_counter() - t0) / n * 1e9
-    finally:
-        await controller.shutdown()
+        for cmd in reqs:
+            proc.send_inline(cmd, peer)
+        times[mode].append((time.perf_counter() - t0) / PER_ROUND)
+        await asyncio.sleep(0)  # let the flush service run between rounds
+    controller.stats = counting
+    # with metricsExporterType=PROM every request is also timed into rocketmq_rpc_latency
+    timed = MetricsExporter(controller).timed(proc.send_inline)
+    prom: list[float] = []
+    for _ in range(ROUNDS):
+        reqs = [_request(i) for i in range(PER_ROUND)]
+        peer = _Peer()
+        t0 = time.perf_counter()
+        for cmd in reqs:
+            timed(cmd, peer)
+        prom.append((time.perf_counter() - t0) / PER_ROUND)
+        await asyncio.sleep(0)
+    n = PER_ROUND * 10
+    t0 = time.perf_counter()
+    put = counting.put
+    for _ in range(n):
+        put(TOPIC, 1, 1200)
+    count_ns = (time.perf_counter() - t0) / n * 1e9
     with_us = statistics.median(times["counting"]) * 1e6
     without_us = statistics.median(times["not_counting"]) * 1e6
     # each ABBA quadruple compares its own two rounds of each mode: a load change between quadruples cancels out
@@ -128,12 +116,7 @@ def print_report(r: dict) -> None:
 
 
 def main() -> dict:
-    t0 = time.time()
-    with tempfile.TemporaryDirectory(prefix="bench_stats_") as tmp:
-        results = run(_measure(Path(tmp)))
-    results["machine"] = machine()
-    results["wall_seconds"] = time.time() - t0
-    return emit("bench_stats", results, print_report)
+    return run_on_broker("bench_stats", _measure, print_report)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ import itertools
 import json
 import mmap
 import os
-import platform
 import pstats
 import shutil
 import statistics
@@ -46,14 +45,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks.report import emit
-from store import dispatch_loop
+from benchmarks.report import emit, machine
 from store.commitlog import CommitLog
 from store.config import FlushDiskType, MessageStoreConfig
-from store.format import msgid, native, properties, records, runs
+from store.format import msgid, properties, records, runs
 from store.mapped_file import preallocate
 from store.message_store import MessageStore
 
@@ -689,26 +686,6 @@ def bench_sustained(tmp: Path, msgs: list[records.MessageRecord], target_rate: i
 # =====================================================================================================
 # machine, report
 # =====================================================================================================
-
-
-def machine() -> dict:
-    cpu = ""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem = 0
-    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) * 1024
-                break
-    return {"nproc": os.cpu_count(), "memory_gib": round(mem / 2**30, 1), "cpu": cpu,
-            "python": platform.python_version(), "platform": platform.platform(),
-            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "bench_scale": SCALE,
-            "codecs": native.active(), "codecs_why_python": native.missing_cause,
-            "dispatch": "compiled" if dispatch_loop.available() else "reference"}  # fmt: skip
 
 
 def codecs_line(m: dict) -> str:

@@ -37,9 +37,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bench_store import SCALE, STORE_HOST, TOPIC, build_messages, machine
+from benchmarks.bench_store import SCALE, STORE_HOST, TOPIC, build_messages
 from benchmarks.bench_typed import order, order_json_schema
-from benchmarks.report import emit
+from benchmarks.report import emit, machine
 from store.config import MessageStoreConfig
 from store.message_store import MessageStore
 from store.retention import SegmentManifest, SegmentState

@@ -22,8 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bench_store import machine
-from benchmarks.report import emit
+from benchmarks.report import emit, machine
 from broker.config import build_configs
 from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode

@@ -31,8 +31,7 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_broker import BrokerProcess, _n
-from benchmarks.bench_store import machine
-from benchmarks.report import emit
+from benchmarks.report import emit, machine
 from broker.client import Admin, LocalTransactionState, Message, Producer, PullConsumer, PullStatus
 from broker.client.transaction_producer import TransactionProducer
 from broker.remoting.loop import run

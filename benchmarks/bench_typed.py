@@ -20,8 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from benchmarks.bench_store import machine
-from benchmarks.report import emit
+from benchmarks.report import emit, machine
 from lake import tables, typed
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1") or 1)
