@@ -503,15 +503,15 @@ _HALF_EXT = {**_SEND_EXT, "f": "4", "i": _SEND_EXT["i"] + "TRAN_MSG\x01true\x02P
 _TRAN_VALUES = ("true", "false", "", "TRUE", "true\x02DELAY\x013", "tru")
 
 
-def read_half_v2(data: bytes) -> None:
-    """``tx_codec.read_half_v2`` of the Java client's half message header with fields replaced or dropped by the
+def read_send_v2_half(data: bytes) -> None:
+    """``send_codec.read_send_v2`` of the Java client's half message header with fields replaced or dropped by the
     bytes, and TRAN_MSG values that are not quite ``true``."""
     if len(data) < 2:
         return
     base = _HALF_EXT
     if data[0] & 2:
         base = {**_HALF_EXT, "i": _HALF_EXT["i"] + f"TRAN_MSG\x01{_TRAN_VALUES[data[1] % len(_TRAN_VALUES)]}\x02"}
-    same("broker.remoting.tx_codec", "read_half_v2", _edited_header(base, _SEND_KEYS, data, 6, keep_some=True))
+    same("broker.remoting.send_codec", "read_send_v2", _edited_header(base, _SEND_KEYS, data, 6, keep_some=True))
 
 
 _END_EXT = {"producerGroup": "pg", "tranStateTableOffset": "7", "commitLogOffset": "4096", "commitOrRollback": "8",
@@ -739,7 +739,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "write_run": write_run,
     "offset_msg_ids": offset_msg_ids,
     "read_send_v2": read_send_v2,
-    "read_half_v2": read_half_v2,
+    "read_send_v2_half": read_send_v2_half,
     "read_end_transaction": read_end_transaction,
     "encode_half": encode_half,
     "commit_record": commit_record,

@@ -13,9 +13,10 @@ from broker.remoting import headers as h
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.errors import HeaderError
+from broker.remoting.protocol.topic import TopicConfig
 from broker.server.send import SendProcessor
 from store.format import msgid, properties
-from store.format.records import decode_record
+from store.format.records import MULTI_TAGS_FLAG, TRANSACTION_PREPARED_TYPE, decode_record
 from tests.live_broker import records
 
 FULL_V2 = {
@@ -141,3 +142,40 @@ def test_sync_flush_send_inline_waits_for_the_group_commit(live) -> None:
     assert resp.code == ResponseCode.SUCCESS
     offset = msgid.decode_offset_msg_id(resp.ext_fields["msgId"])[1]
     assert flushed > offset  # the record's bytes were on disk when the answer was made
+
+
+@pytest.mark.integration
+def test_a_half_message_is_stored_alike_by_the_fast_and_the_general_path(live) -> None:
+    """A half message's record encoded in one call by the fast path is the one the general path builds
+    (``half_messages.to_half``), its topic's MULTI_TAG bit included."""
+    b = live()
+    proc = SendProcessor(b.controller)
+    b.controller.topics.update(TopicConfig(topic_name="TxTags", read_queue_nums=4, write_queue_nums=4,
+                                           topic_filter_type="MULTI_TAG"))  # fmt: skip
+    props = properties.encode_properties({"UNIQ_KEY": "H1", "TAGS": "T", "TRAN_MSG": "true", "PGROUP": "pg"})
+
+    def half(code: int) -> RemotingCommand:
+        v1 = h.SendMessageRequestHeader(
+            producer_group="pg", topic="TxTags", default_topic="TBW102", default_topic_queue_nums=4, queue_id=1,
+            sys_flag=TRANSACTION_PREPARED_TYPE, born_timestamp=1795000000000, flag=3, properties=props.decode(),
+        )  # fmt: skip
+        header = h.SendMessageRequestHeaderV2.from_v1(v1) if code == RequestCode.SEND_MESSAGE_V2 else v1
+        return RemotingCommand.request(code, header, b"half body")
+
+    async def send_both() -> list[object]:
+        general = proc.send_inline(half(RequestCode.SEND_MESSAGE), _Peer())  # creates the half topic
+        if not isinstance(general, RemotingCommand):
+            general = await general  # type: ignore[misc]
+        return [general, proc.send_inline(half(RequestCode.SEND_MESSAGE_V2), _Peer())]
+
+    general, fast = b.run(send_both())
+    assert isinstance(general, RemotingCommand) and general.code == ResponseCode.SUCCESS
+    assert isinstance(fast, bytes), "a common half message is answered by the fast path's ready frame"
+    stored = []
+    for resp in (general, RemotingCommand.decode(fast[4:])):
+        offset = msgid.decode_offset_msg_id(resp.ext_fields["msgId"])[1]
+        stored.append(decode_record(b.controller.store.look_message_by_offset(offset), check_crc=True))
+    shape = [(r.topic, r.queue_id, r.body, r.properties, r.flag, r.sys_flag, r.born_timestamp, r.born_host)
+             for r in stored]  # fmt: skip
+    assert shape[0] == shape[1]
+    assert stored[1].sys_flag & MULTI_TAGS_FLAG

@@ -152,10 +152,21 @@ JAVA_V2 = {
 
 def test_read_send_v2_reads_the_java_clients_header():
     assert send_codec.read_send_v2(JAVA_V2) == (
-        "BenchTopic", 3, 0, 7, 1795000000000, b"TAGS\x01TagA\x02UNIQ_KEY\x01ABC\x02", 0, "ABC"
+        "BenchTopic", 3, 0, 7, 1795000000000, b"TAGS\x01TagA\x02UNIQ_KEY\x01ABC\x02", 0, "ABC", False
     )
     lenient = {**JAVA_V2, "e": " +3", "j": "2", "i": "UNIQ_KEY\x01A\x02UNIQ_KEY\x01B\x02"}  # int() reads " +3"
-    assert send_codec.read_send_v2(lenient) == ("BenchTopic", 3, 0, 7, 1795000000000, lenient["i"].encode(), 2, "B")
+    assert send_codec.read_send_v2(lenient) == (
+        "BenchTopic", 3, 0, 7, 1795000000000, lenient["i"].encode(), 2, "B", False
+    )
+
+
+@pytest.mark.parametrize("sys_flag", ["4", "0"])  # the Java client's prepared bit, or none
+def test_read_send_v2_reads_a_half_message(sys_flag: str):
+    """A transaction's half message is the same common shape, said by its last TRAN_MSG being true."""
+    props = "TRAN_MSG\x01false\x02PGROUP\x01pg\x02UNIQ_KEY\x01H\x02TRAN_MSG\x01true\x02"
+    ext = {**JAVA_V2, "f": sys_flag, "i": props}
+    fields = send_codec.read_send_v2(ext)
+    assert fields == ("BenchTopic", 3, int(sys_flag), 7, 1795000000000, props.encode(), 0, "H", True)
 
 
 @pytest.mark.parametrize(
@@ -163,8 +174,10 @@ def test_read_send_v2_reads_the_java_clients_header():
     [
         {"m": "true"}, {"m": "1"}, {"k": "true"},  # a batch, unit mode: the general path
         {"e": "-1"},  # the broker picks the queue
-        {"f": "4"},  # a prepared transaction's sysFlag
-        {"i": "TRAN_MSG\x01true\x02"}, {"i": "DELAY\x013\x02"}, {"i": "TIMER_DELAY_SEC\x0110\x02"},
+        {"f": "4"}, {"f": "8"},  # a prepared or committed transaction's sysFlag without TRAN_MSG=true
+        {"i": "TRAN_MSG\x01false\x02"}, {"i": "TRAN_MSG\x01true\x02TRAN_MSG\x01TRUE\x02"},  # not a half message
+        {"i": "TRAN_MSG\x01true\x02DELAY\x013\x02"},  # a half message that asks for a delay
+        {"i": "DELAY\x013\x02"}, {"i": "TIMER_DELAY_SEC\x0110\x02"},
         {"i": "TAGS\x01a"},  # CLUSTER would not be a segment of its own
         {"d": None}, {"e": "three"}, {"topic": "V1Topic"},  # missing or bad fields, a V1 header
         {"batch": "1"},  # V1's batch flag, which the general path also reads

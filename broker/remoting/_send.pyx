@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """Compiled twin of :mod:`broker.remoting.send_codec` (the reference).  ``read_send_v2`` reads the header the
-Java client writes (plain decimal integers, no unit mode, no batch flag) and ``send_reply`` writes a JSON reply
+Java client writes for a message or a half message (plain decimal integers, no unit mode, no batch flag) and ``send_reply`` writes a JSON reply
 whose strings need no escaping; anything else is handed to the reference."""
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
@@ -41,18 +41,22 @@ def read_send_v2(ext):
     if fields is None:
         return _reference["read_send_v2"](ext)  # an unusual header: the reference parses it or returns None
     topic, props_s, queue_id, sys_flag, flag, born_ts, reconsume = fields
-    if queue_id < 0 or sys_flag & TRANSACTION_BITS:
+    if queue_id < 0:
         return None
     cdef bytes props
     try:
         props = b"" if props_s is None else props_s.encode("utf-8")
     except UnicodeEncodeError:
         return None
-    cdef Py_ssize_t n = len(props)
+    cdef Py_ssize_t n = len(props), value_len
     cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(props)
-    if (n and p[n - 1] != 2) or b"TRAN_MSG\x01" in props or may_park(props):
+    if (n and p[n - 1] != 2) or may_park(props):
         return None
-    return topic, queue_id, sys_flag, flag, born_ts, props, reconsume, _uniq_key(p, n)
+    cdef Py_ssize_t at = _last_value(p, n, b"TRAN_MSG\x01", 9, &value_len)
+    cdef bint half = at >= 0 and value_len == 4 and memcmp(p + at, b"true", 4) == 0
+    if not half and (sys_flag & TRANSACTION_BITS or b"TRAN_MSG\x01" in props):
+        return None
+    return topic, queue_id, sys_flag, flag, born_ts, props, reconsume, _uniq_key(p, n), half
 
 
 cdef bint _plain(object s):

@@ -1,5 +1,5 @@
-"""The wire side of the send fast path: a plain SEND_MESSAGE_V2's header read in one call, and a send's
-reply frame built in one call.
+"""The wire side of the send fast path: a common SEND_MESSAGE_V2's header (a plain message's or a transaction's
+half message's) read in one call, and a send's reply frame built in one call.
 
 These are the references; ``broker/remoting/_send.pyx`` is the compiled twin (chosen by
 :mod:`store.format.native`).  ``read_send_v2`` answers None for anything but the common request, and the
@@ -17,15 +17,16 @@ from broker.remoting.headers import SendMessageRequestHeaderV2
 from store.format import native, properties, records
 from store.schedule import may_park
 
-# (topic, queueId, sysFlag, flag, bornTimestamp, properties, reconsumeTimes, UNIQ_KEY or None)
-SendFields = tuple[str, int, int, int, int, bytes, int, str | None]
+# (topic, queueId, sysFlag, flag, bornTimestamp, properties, reconsumeTimes, UNIQ_KEY or None, a half message)
+SendFields = tuple[str, int, int, int, int, bytes, int, str | None, bool]
 
 
 def read_send_v2(ext: Mapping[str, str]) -> SendFields | None:
     """The fields of a SEND_MESSAGE_V2 header the fast path needs, or None unless the request is the common
-    shape: a V2 header that parses, not a batch, not unit mode, no transaction bits, a queue the client chose,
-    properties that end with their separator (so the broker's CLUSTER is a segment of its own) and ask for no
-    transaction, delay or timer."""
+    shape: a V2 header that parses, not a batch, not unit mode, a queue the client chose, properties that end with
+    their separator (so the broker's CLUSTER is a segment of its own) and ask for no delay or timer, and either a
+    transaction's half message (``TRAN_MSG=true``, the last field true) or a message with no transaction bits and
+    no TRAN_MSG."""
     if "topic" in ext or "batch" in ext or "b" not in ext:  # a V1 header, or V1's batch flag (pre_send reads it)
         return None
     try:
@@ -34,16 +35,18 @@ def read_send_v2(ext: Mapping[str, str]) -> SendFields | None:
         return None
     if h.batch or ext.get("m") == "1" or h.unit_mode or h.queue_id < 0:
         return None
-    if h.sys_flag & records.TRANSACTION_ROLLBACK_TYPE:  # prepared, commit or rollback bits
-        return None
     try:
         props = (h.properties or "").encode("utf-8")
     except UnicodeEncodeError:
         return None
-    if (props and not props.endswith(b"\x02")) or b"TRAN_MSG\x01" in props or may_park(props):
+    if (props and not props.endswith(b"\x02")) or may_park(props):
+        return None
+    half = properties.property_value(props, properties.PROPERTY_TRANSACTION_PREPARED) == "true"
+    # prepared, commit or rollback bits, or a TRAN_MSG that is not true: the general path
+    if not half and (h.sys_flag & records.TRANSACTION_ROLLBACK_TYPE or b"TRAN_MSG\x01" in props):
         return None
     uniq = properties.property_value(props, properties.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-    return h.topic, h.queue_id, h.sys_flag, h.flag, h.born_timestamp, props, h.reconsume_times or 0, uniq
+    return h.topic, h.queue_id, h.sys_flag, h.flag, h.born_timestamp, props, h.reconsume_times or 0, uniq, half
 
 
 def send_reply(

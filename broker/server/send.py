@@ -27,15 +27,12 @@ from broker.remoting.headers import ConsumerSendMsgBackRequestHeader
 from broker.server import half_messages
 from broker.server.context import BrokerContext
 from broker.server.recall import send_recall_handle
-from broker.server.send_check import SendCheck, SendRequest
+from broker.server.send_check import EncodedSend, PlainSend, SendCheck, SendRequest
 from store import names
-from store.commitlog import AppendResult
 from store.config import BrokerRole, FlushDiskType
 from store.constants import TIMER_TOPIC
 from store.format import properties, records, runs
-from store.format import transaction as tx_format
-from store.message_store import PutMessageResult, PutMessageStatus, Run
-from store.schedule import may_park
+from store.message_store import PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +53,9 @@ _STATUS_CODES = {
 }
 
 
-_TRAN_MSG = "TRAN_MSG\x01true"  # in a V2 header's properties ("i"): a half message, for _half_fast
-
-
 class _Held(enum.Enum):
-    """A fast path's answer that its group commit will write (``FlushAcks.reply``), distinct from the fast
-    paths' None, which hands the request to the general path."""
+    """A fast put's answer that its group commit will write (``FlushAcks.reply``), distinct from None, which
+    hands the request to the general path."""
 
     HELD = 0
 
@@ -83,39 +77,28 @@ class SendProcessor:
     def send_inline(
         self, cmd: RemotingCommand, conn: Channel
     ) -> RemotingCommand | bytes | Awaitable[RemotingCommand | bytes] | None:
-        """Codes 10, 310 and 320, as a plain function so the remoting layer answers without a task per request:
-        in ASYNC_FLUSH nothing here waits and the response comes back at once; SYNC_FLUSH on the fast paths holds
-        the request on its remoting ``Connection`` and returns None, the group commit then writing the ready frame
-        (``_answer``, ``FlushAcks.reply``), or returns a future of that frame to any other channel (the
-        proxy's); the general path returns a coroutine that waits for the flush, SYNC_MASTER a coroutine that
-        waits for the slave.  As in a Java broker,
-        the header's ``batch`` flag picks the batch path: the C++ client sends its batches as SEND_MESSAGE with
-        ``batch=1``.  The fast paths answer with the reply frame already encoded (``bytes``)."""
-        frame: bytes | asyncio.Future[RemotingCommand | bytes] | _Held | None
-        if cmd.code == RequestCode.SEND_MESSAGE_V2 and self._fast_store():
-            if _TRAN_MSG in cmd.ext_fields.get("i", ""):  # a half message: _send_fast would refuse it
-                frame = self._half_fast(cmd, conn) if self.broker.flush_acks is None else None
-            else:
-                if self.broker.flush_acks is not None:
-                    self.broker.flush_acks.expect()  # before the put wakes dispatch: see FlushAcks.expect
-                frame = self._send_fast(cmd, conn)
-            if frame is not None:
-                return None if frame is _Held.HELD else frame
+        """Codes 10, 310 and 320, as a plain function so the remoting layer answers without a task per request.
+        The send is read and checked once (``SendCheck.checked_send``); a common one is put without waiting and
+        answered with its reply frame already encoded (:meth:`_put_fast`), anything else by the general path
+        (:meth:`_put`): a coroutine where the answer waits (a topic just created, SYNC_FLUSH, SYNC_MASTER), else
+        the response at once.  As in a Java broker, the header's ``batch`` flag picks the batch path: the C++
+        client sends its batches as SEND_MESSAGE with ``batch=1``."""
         try:
-            req = self.check.pre_send(cmd, conn.remote_host)
-            if req.batch:
-                frame = self._batch_fast(cmd, conn, req) if self._fast_store() else None
+            send = self.check.checked_send(cmd, conn, self._fast_store())
+            if not isinstance(send, SendRequest):
+                frame = self._put_fast(cmd, conn, send)
                 if frame is not None:
                     return None if frame is _Held.HELD else frame
-                self.check.batch_records(cmd.body, req)
+                send = self.check.checked_send(cmd, conn, False)  # the store refused it: the general path answers why
+                assert isinstance(send, SendRequest)  # (what checked_send gives when not fast)
         except RequestRefused as e:
             return cmd.response(e.code, e.remark)
         except HeaderError as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
         unsaved = self.broker.topics.unsaved
-        if unsaved and (req.header.topic in unsaved or req.msgs[0].topic in unsaved):
-            return self._put_when_topic_saved(cmd, req)  # created by this send or one just before
-        return self._put(cmd, req)
+        if unsaved and (send.header.topic in unsaved or send.msgs[0].topic in unsaved):
+            return self._put_when_topic_saved(cmd, send)  # created by this send or one just before
+        return self._put(cmd, send)
 
     def _put(self, cmd: RemotingCommand, req: SendRequest) -> RemotingCommand | Awaitable[RemotingCommand]:
         sc = self.broker.store_config
@@ -136,27 +119,54 @@ class SendProcessor:
     async def _put_and_wait(self, cmd: RemotingCommand, req: SendRequest) -> RemotingCommand:
         return self._reply(cmd, await self.broker.put(req.msgs), req)
 
-    # --- the fast paths: records encoded into one run, appended in one copy, the reply frame built at once ------
+    # --- the fast path: the record written straight into the segment or a run appended in one copy ------------
     def _fast_store(self) -> bool:
         """No synchronous slave: a put's answer is ready at once (ASYNC_FLUSH), or when its group commit is done
-        (SYNC_FLUSH: ``_answer``)."""
+        (SYNC_FLUSH: ``FlushAcks``)."""
         return self.broker.store_config.broker_role != BrokerRole.SYNC_MASTER
 
-    def _answer(
-        self, cmd: RemotingCommand, conn: Channel, msg_id: str, queue_id: int, queue_offset: int, uniq: str | None,
-        end: int, props: bytes,
-    ) -> bytes | asyncio.Future[RemotingCommand | bytes] | _Held:  # fmt: skip
-        """A fast path's answer to a put appended with ``wait=False`` (its records end at ``end``, the log offset a
-        group commit must cover before the answer goes out): the reply frame (``send_codec.send_reply``), held in
-        SYNC_FLUSH, unless the producer said WAIT=false, until the group commit covering the record (``FlushAcks``:
-        one loop callback per group, no task, no future per put in the commit thread), which sends it, or the same
-        answer coded FLUSH_DISK_TIMEOUT when it is not on disk within syncFlushTimeout (Java's answer: the message
-        is stored; only its flush is not confirmed)."""
+    def _put_fast(
+        self, cmd: RemotingCommand, conn: Channel, send: PlainSend | EncodedSend
+    ) -> bytes | asyncio.Future[RemotingCommand | bytes] | _Held | None:
+        """A common send put without waiting, and its answer: a plain send's fields encoded straight into the
+        segment (``MessageStore.put_send``: header read, put and reply frame are native calls), or a half message's
+        or a batch's run appended in one copy (a half message then remembered for its END_TRANSACTION).  None when
+        the store refused it, nothing stored: the general path answers with the store's status.
+
+        The answer is the reply frame (``send_codec.send_reply``), held in SYNC_FLUSH, unless the producer said
+        WAIT=false, until the group commit covering the record (``FlushAcks``: one loop callback per group, no
+        task, no future per put in the commit thread), which sends it, or the same answer coded
+        FLUSH_DISK_TIMEOUT when it is not on disk within syncFlushTimeout (Java's answer: the message is stored;
+        only its flush is not confirmed)."""
         b = self.broker
+        acks = b.flush_acks
+        if isinstance(send, EncodedSend):
+            run = send.run
+            result, _ = b.store.put_nowait(run, wait=False)
+            a = result.append
+            if not result.ok or a is None:
+                return None
+            end = a.wrote_offset + a.wrote_bytes
+            b.stats.put(send.stat_topic, run.count, a.wrote_bytes)
+            msg_id = runs.offset_msg_ids(b.store.store_host, a.wrote_offset, run.data, run.count)
+            queue_id, queue_offset, uniq, props = send.queue_id, a.queue_offset, send.uniq, send.properties
+            if send.half is not None:
+                b.recent_halves.add(half_messages.StoredHalf(run.data, a.wrote_offset, queue_offset, a.store_timestamp,
+                                                             *send.half))  # fmt: skip
+        else:
+            topic, queue_id, sys_flag, flag, born_ts, props, reconsume, uniq = send
+            if acks is not None:
+                acks.expect()  # before the put wakes dispatch: see FlushAcks.expect
+            put = b.store.put_send(topic, queue_id, cmd.body, props, flag, sys_flag, born_ts, conn.remote_host,
+                                   reconsume, b.config.broker_cluster_name)  # fmt: skip
+            if put is None:
+                return None
+            msg_id, offset, size, queue_offset = put
+            end = offset + size
+            b.stats.put(topic, 1, size)
         c = b.config
         frame = send_codec.send_reply(cmd.opaque, cmd.serialize_type, msg_id, queue_id, queue_offset, uniq,
                                       c.region_id, c.trace_on)  # fmt: skip
-        acks = b.flush_acks
         if acks is None or _NO_WAIT in props:
             return frame
         if isinstance(conn, Connection) and not cmd.is_oneway:
@@ -164,93 +174,6 @@ class SendProcessor:
             acks.reply(end, conn, frame)
             return _Held.HELD
         return acks.future(end, frame)
-
-    def _put_run(self, run: Run, stat_topic: str) -> tuple[str, AppendResult] | None:
-        """A fast path's run put without waiting and counted: its offset message ids and where it went; None when
-        the store refused it (nothing stored: the general path answers with the store's status)."""
-        b = self.broker
-        result, _ = b.store.put_nowait(run, wait=False)
-        append = result.append
-        if not result.ok or append is None:
-            return None
-        b.stats.put(stat_topic, run.count, append.wrote_bytes)
-        return runs.offset_msg_ids(b.store.store_host, append.wrote_offset, run.data, run.count), append
-
-    def _send_fast(
-        self, cmd: RemotingCommand, conn: Channel
-    ) -> bytes | asyncio.Future[RemotingCommand | bytes] | _Held | None:
-        """A plain SEND_MESSAGE_V2 (``SendCheck.plain``) to an existing, writable topic: the header read, the put
-        (the record written straight into the segment: ``MessageStore.put_send``) and the reply frame are native
-        calls and the Python between them is the send check.  None hands the request to the general path, which
-        gives anything unusual (a new topic, a retry, a transaction, a delay, a field the store's encoder does not
-        take, a refused put) the answer it always had; nothing is stored before None."""
-        f = self.check.plain(cmd)
-        if f is None:
-            return None
-        topic, queue_id, sys_flag, flag, born_ts, props, reconsume, uniq = f
-        b = self.broker
-        put = b.store.put_send(topic, queue_id, cmd.body, props, flag, sys_flag, born_ts, conn.remote_host,
-                               reconsume, b.config.broker_cluster_name)  # fmt: skip
-        if put is None:
-            return None
-        msg_id, offset, size, queue_offset = put
-        b.stats.put(topic, 1, size)
-        return self._answer(cmd, conn, msg_id, queue_id, queue_offset, uniq, offset + size, props)
-
-    def _half_fast(
-        self, cmd: RemotingCommand, conn: Channel
-    ) -> bytes | asyncio.Future[RemotingCommand | bytes] | _Held | None:
-        """A transaction's half message (``TRAN_MSG=true``, ``SendCheck.plain_half``) by the fast path's steps:
-        the record the general path would store (``half_messages.to_half`` of its message: the same bytes)
-        encoded in one call (``store.format.transaction.encode_half``), appended as a run of one, remembered for
-        its END_TRANSACTION and answered with a ready frame, so that a transaction's first request costs what a
-        plain send does. None hands anything unusual to the general path, nothing stored."""
-        f = self.check.plain_half(cmd)
-        if f is None:
-            return None
-        topic, queue_id, sys_flag, flag, born_ts, props, reconsume = f
-        b = self.broker
-        try:
-            run, uniq, half_props = tx_format.encode_half(topic, queue_id, cmd.body, props, flag, sys_flag, born_ts,
-                                                          conn.remote_host, b.store.store_host, reconsume,
-                                                          b.config.broker_cluster_name)  # fmt: skip
-        except (ValueError, OverflowError):  # properties too long, a field out of range: the general path answers
-            return None
-        done = self._put_run(Run(run, 1, tx_format.HALF_TOPIC, tx_format.HALF_QUEUE_ID,
-                                 tx_format.half_sys_flag(sys_flag)), topic)  # fmt: skip
-        if done is None:
-            return None
-        msg_id, a = done
-        b.recent_halves.add(half_messages.StoredHalf(run, a.wrote_offset, a.queue_offset, a.store_timestamp,
-                                                     born_ts, half_props))  # fmt: skip
-        return self._answer(cmd, conn, msg_id, queue_id, a.queue_offset, uniq, a.wrote_offset + a.wrote_bytes, props)
-
-    def _batch_fast(
-        self, cmd: RemotingCommand, conn: Channel, req: SendRequest
-    ) -> bytes | asyncio.Future[RemotingCommand | bytes] | _Held | None:
-        """A batch decoded and encoded into one run in one native call (``runs.encode_batch``) and appended in one
-        copy; None for a body the general path must answer (malformed, empty, an item too large) or a refused
-        put (nothing stored then), or a topic whose creation is not on disk yet."""
-        b = self.broker
-        h = req.header
-        if h.topic in b.topics.unsaved:
-            return None
-        try:
-            run, count = runs.encode_batch(
-                cmd.body, h.topic, h.queue_id, req.sys_flag, h.born_timestamp, conn.remote_host, b.store.store_host,
-                h.reconsume_times or 0, b.config.broker_cluster_name, b.store_config.max_message_size,
-            )  # fmt: skip
-        except (ValueError, OverflowError):  # BatchBodyError, RunError, RecordEncodeError, a field out of range
-            return None
-        if count == 1 and may_park(run):
-            return None  # one message: the general path's put treats it as a single send, which may be parked
-        done = self._put_run(Run(run, count, h.topic, h.queue_id, req.sys_flag), h.topic)
-        if done is None:
-            return None
-        msg_ids, a = done
-        # a batch waits as its header's properties say (Java's MessageExtBatch takes them from the header)
-        return self._answer(cmd, conn, msg_ids, h.queue_id, a.queue_offset, None, a.wrote_offset + a.wrote_bytes,
-                            req.properties)  # fmt: skip
 
     def _reply(self, cmd: RemotingCommand, result: PutMessageResult, req: SendRequest) -> RemotingCommand:
         """The put's answer; a half message just stored is kept for its END_TRANSACTION

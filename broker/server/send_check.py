@@ -8,12 +8,13 @@ In RocketMQ's order: the broker writable (NO_PERMISSION), the topic's name (``st
 else TOPIC_NOT_EXIST), writable (NO_PERMISSION), the queue id within the topic's queues (SYSTEM_ERROR), then the
 body within maxMessageSize (MESSAGE_ILLEGAL, which Java's store answers).
 
-Each send is read here once, then checked. The general path's :meth:`SendCheck.pre_send` (``preSend``) reads
-the header, checks the message type (``enableTopicMessageTypeCheck``) and the send as above, then settles what
-RocketMQ's ``SendMessageProcessor`` settles before its put (a batch's limits, the queue the broker picks, a retry
-past its limit routed to the DLQ, a prepared message's half topic) and builds the record: all of it one
-:class:`SendRequest`. The fast paths' :meth:`SendCheck.plain` and :meth:`SendCheck.plain_half` read a common
-SEND_MESSAGE_V2's fields in one native call and check them, handing anything else to the general path.
+Each send is read here once, checked, and made into what its put takes (:meth:`SendCheck.checked_send`, RocketMQ's
+``preSend`` and ``buildMsgContext``): a common SEND_MESSAGE_V2's fields, read in one native call
+(``send_codec.read_send_v2``), which the store encodes straight into its segment; a common half message or batch
+already encoded into one run (:class:`EncodedSend`); anything else a :class:`SendRequest`, its records built
+(:meth:`pre_send`: the header read, the message type checked (``enableTopicMessageTypeCheck``) and the send as
+above, then what RocketMQ's ``SendMessageProcessor`` settles before its put: a batch's limits, the queue the broker
+picks, a retry past its limit routed to the DLQ, a prepared message's half topic).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from broker.remoting import send_codec, tx_codec
+from broker.remoting import send_codec
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import Channel
 from broker.remoting.errors import RequestRefused
 from broker.remoting.headers import SendMessageRequestHeader, SendMessageRequestHeaderV2
 from broker.remoting.protocol.topic import FLAG_UNIT
@@ -32,7 +34,10 @@ from broker.server import topics as tp
 from broker.server.context import BrokerContext
 from store import names
 from store.format import batch_body, properties, records, runs
+from store.format import transaction as tx_format
 from store.format.msgid import Host
+from store.message_store import Run
+from store.schedule import may_park
 
 _NAMES_CACHED = 4096  # topic names whose verdict is remembered (the check runs on every send)
 _UNSEEN = object()  # a topic name with no verdict remembered
@@ -45,7 +50,7 @@ def record_sys_flag(tc: tp.TopicConfig, sys_flag: int) -> int:
 
 @dataclass(slots=True)
 class SendRequest:
-    """A send on the general path as :meth:`SendCheck.request` read and checked it: what its put needs."""
+    """A send on the general path as :meth:`SendCheck.checked_send` read and checked it: what its put needs."""
 
     header: SendMessageRequestHeader  # topic and queue id as stored (the broker's pick of queue; a DLQ)
     batch: bool
@@ -55,6 +60,23 @@ class SendRequest:
     half: bool  # a transaction's prepared message: stored in the half topic
     uniq: str | None  # a message's UNIQ_KEY, the reply's transactionId (None for a batch)
     msgs: list[records.MessageRecord]  # a message's record; a batch's, once :meth:`SendCheck.batch_records` read them
+
+
+# a common plain send's fields as put_send takes them: send_codec.SendFields with the record's sys flag, no half
+PlainSend = tuple[str, int, int, int, int, bytes, int, str | None]
+
+
+@dataclass(slots=True)
+class EncodedSend:
+    """A half message or a batch checked and encoded into one run (:meth:`SendCheck.checked_send`): what its put and
+    its reply need."""
+
+    run: Run
+    stat_topic: str  # the topic its messages count for: the sent one (a half message's is stored elsewhere)
+    queue_id: int  # the reply's: the queue sent to
+    uniq: str | None  # the reply's transactionId: a half message's UNIQ_KEY
+    properties: bytes  # the header's, which say whether the reply waits for the flush (WAIT)
+    half: tuple[int, bytes] | None  # a half message's born timestamp and stored properties, for its StoredHalf
 
 
 class SendCheck:
@@ -74,6 +96,85 @@ class SendCheck:
     def topic_writable(self, tc: tp.TopicConfig) -> None:
         if not tp.is_writeable(tc.perm):
             raise RequestRefused(ResponseCode.NO_PERMISSION, f"topic {tc.topic_name} is not writable")
+
+    def checked_send(self, cmd: RemotingCommand, conn: Channel, fast: bool) -> PlainSend | EncodedSend | SendRequest:
+        """A SEND_MESSAGE, SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE read, checked and made into what its put takes;
+        raises ``HeaderError`` for a header that does not read and ``RequestRefused`` with RocketMQ's answer for a
+        send that may not be stored. Where ``fast`` (the put's answer is ready when it returns or at its group
+        commit), a common plain send gives its fields (``send_codec.read_send_v2``, the record's sys flag), a common
+        half message or batch its encoded run; a send of any other shape (a new topic, a retry, a delay, a V1
+        header, a field the encoders do not take) gives its :class:`SendRequest`, which answers it as it always was."""
+        if fast and cmd.code == RequestCode.SEND_MESSAGE_V2:
+            f = send_codec.read_send_v2(cmd.ext_fields)
+            if f is not None:
+                send: PlainSend | EncodedSend | None
+                if not f[8]:
+                    send = self._plain(f, len(cmd.body))
+                elif self.broker.flush_acks is None:
+                    send = self._half(f, cmd.body, conn.remote_host)
+                else:  # in SYNC_FLUSH the general path puts it, remembering it for END_TRANSACTION once durable
+                    send = None
+                if send is not None:
+                    return send
+        req = self.pre_send(cmd, conn.remote_host)
+        if req.batch:
+            if fast:
+                batch = self._batch(cmd.body, req)
+                if batch is not None:
+                    return batch
+            self.batch_records(cmd.body, req)
+        return req
+
+    def _plain(self, f: send_codec.SendFields, body_len: int) -> PlainSend | None:
+        """A common plain send's fields, its sys flag the record's, when it passes :meth:`_common`."""
+        topic, queue_id, sys_flag, flag, born_ts, props, reconsume, uniq, _ = f
+        checked = self._common(topic, queue_id, body_len, sys_flag, props)
+        if checked is None:
+            return None
+        return topic, queue_id, checked, flag, born_ts, props, reconsume, uniq
+
+    def _half(self, f: send_codec.SendFields, body: bytes, born_host: Host) -> EncodedSend | None:
+        """A common half message that passes :meth:`_common`, while the broker takes them and the half topic exists
+        on disk, as the record the general path would store (``half_messages.to_half``: the same bytes), encoded
+        in one call (``tx_format.encode_half``)."""
+        b = self.broker
+        half = half_messages.HALF_TOPIC
+        if b.config.reject_transaction_message or b.topics.get(half) is None or half in b.topics.unsaved:
+            return None
+        topic, queue_id, sys_flag, flag, born_ts, props, reconsume, _, _ = f
+        checked = self._common(topic, queue_id, len(body), sys_flag, props)
+        if checked is None:
+            return None
+        sys_flag = checked
+        try:
+            run, uniq, half_props = tx_format.encode_half(topic, queue_id, body, props, flag, sys_flag, born_ts,
+                                                          born_host, b.store.store_host, reconsume,
+                                                          b.config.broker_cluster_name)  # fmt: skip
+        except (ValueError, OverflowError):  # properties too long, a field out of range: the general path answers
+            return None
+        stored = Run(run, 1, tx_format.HALF_TOPIC, tx_format.HALF_QUEUE_ID, tx_format.half_sys_flag(sys_flag))
+        return EncodedSend(stored, topic, queue_id, uniq, props, (born_ts, half_props))
+
+    def _batch(self, body: bytes, req: SendRequest) -> EncodedSend | None:
+        """A batch's messages decoded and encoded into one run in one native call (``runs.encode_batch``); None
+        for a body :meth:`batch_records` must answer (malformed, empty, an item too large), a batch of one that
+        may be parked, or a topic whose creation is not on disk yet."""
+        b = self.broker
+        h = req.header
+        if h.topic in b.topics.unsaved:
+            return None
+        try:
+            run, count = runs.encode_batch(
+                body, h.topic, h.queue_id, req.sys_flag, h.born_timestamp, req.born_host, b.store.store_host,
+                h.reconsume_times or 0, b.config.broker_cluster_name, b.store_config.max_message_size,
+            )  # fmt: skip
+        except (ValueError, OverflowError):  # BatchBodyError, RunError, RecordEncodeError, a field out of range
+            return None
+        if count == 1 and may_park(run):
+            return None  # one message: the store's put treats it as a single send, which may be parked
+        # a batch waits as its header's properties say (Java's MessageExtBatch takes them from the header)
+        return EncodedSend(Run(run, count, h.topic, h.queue_id, req.sys_flag), h.topic, h.queue_id, None,
+                           req.properties, None)  # fmt: skip
 
     def pre_send(self, cmd: RemotingCommand, born_host: Host) -> SendRequest:
         """A SEND_MESSAGE, SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE from ``born_host`` read and checked, with the
@@ -215,37 +316,10 @@ class SendCheck:
             self.body(body_len)
         return tc
 
-    def plain(self, cmd: RemotingCommand) -> send_codec.SendFields | None:
-        """The plain send fast path's read and check: a SEND_MESSAGE_V2's fields (``send_codec.read_send_v2``),
-        its sys flag the record's, when the send is the common shape and passes :meth:`_plain`; None hands
-        anything else to the general path, which answers it."""
-        f = send_codec.read_send_v2(cmd.ext_fields)
-        if f is None:
-            return None
-        topic, queue_id, sys_flag, flag, born_ts, props, reconsume, uniq = f
-        checked = self._plain(topic, queue_id, len(cmd.body), sys_flag, props)
-        if checked is None:
-            return None
-        return topic, queue_id, checked, flag, born_ts, props, reconsume, uniq
-
-    def plain_half(self, cmd: RemotingCommand) -> tx_codec.HalfFields | None:
-        """:meth:`plain` for a transaction's half message (``tx_codec.read_half_v2``), while the broker takes
-        them and the half topic exists on disk."""
-        b = self.broker
-        f = tx_codec.read_half_v2(cmd.ext_fields)
-        half = half_messages.HALF_TOPIC
-        if f is None or b.config.reject_transaction_message or b.topics.get(half) is None or half in b.topics.unsaved:
-            return None
-        topic, queue_id, sys_flag, flag, born_ts, props, reconsume = f
-        checked = self._plain(topic, queue_id, len(cmd.body), sys_flag, props)
-        if checked is None:
-            return None
-        return topic, queue_id, checked, flag, born_ts, props, reconsume
-
-    def _plain(self, topic: str, queue_id: int, body_len: int, sys_flag: int, props: bytes) -> int | None:
-        """The fast paths' check: the record's sys flag (:func:`record_sys_flag`) when the send passes
-        :meth:`target` as it is, to an existing topic that is not a retry topic and is on disk, and its message
-        type is the topic's; None otherwise."""
+    def _common(self, topic: str, queue_id: int, body_len: int, sys_flag: int, props: bytes) -> int | None:
+        """The check of a common plain or half message: the record's sys flag (:func:`record_sys_flag`) when the
+        send passes :meth:`target` as it is, to an existing topic that is not a retry topic and is on disk, and its
+        message type is the topic's; None otherwise."""
         try:
             tc = self.target(topic, queue_id, body_len)
         except RequestRefused:
