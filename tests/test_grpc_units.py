@@ -105,6 +105,11 @@ def test_a_retried_record_is_shown_under_its_topic_with_body_digest_and_attempt(
     assert sp.born_timestamp.ToMilliseconds() == 1700000000123 and sp.invisible_duration.seconds == 30
 
 
+@pytest.mark.parametrize(("value", "kind"), [("true", pb.TRANSACTION), ("TRUE", pb.TRANSACTION), ("yes", pb.NORMAL)])
+def test_a_record_is_a_transaction_message_as_boolean_parse_boolean_reads_tran_msg(value: str, kind: int) -> None:
+    assert convert.message_type({"TRAN_MSG": value}) == kind
+
+
 def _digested(kind: int, checksum: str, body: bytes = b"hello") -> pb.Message:
     m = _message(body=body)
     m.system_properties.body_digest.CopyFrom(pb.Digest(type=kind, checksum=checksum))  # type: ignore[arg-type]

@@ -72,3 +72,27 @@ def test_every_send_path_gets_the_same_answer(fresh_broker):
 
     b.controller.config.broker_permission = PERM_READ
     assert _answers(b, "Checked", 1, b"x") == dict.fromkeys(KINDS, ResponseCode.NO_PERMISSION)
+
+
+@pytest.mark.parametrize(
+    ("extra", "reconsume_times", "stored_in"),
+    [
+        ({"TRAN_MSG": "true"}, 0, "RMQ_SYS_TRANS_HALF_TOPIC"),
+        ({"TRAN_MSG": "TRUE"}, 0, "RMQ_SYS_TRANS_HALF_TOPIC"),  # Boolean.parseBoolean ignores case
+        ({"TRAN_MSG": "yes"}, 0, "Prepared"),
+        # a client before 4.6.1 resends a failed transactional message with its TRAN_MSG: a delayed redelivery
+        ({"TRAN_MSG": "true", "DELAY": "3"}, 1, "SCHEDULE_TOPIC_XXXX"),
+    ],
+)
+def test_a_send_is_a_prepared_message_as_java_reads_it(fresh_broker, extra, reconsume_times, stored_in):
+    b = fresh_broker()
+    props = {"UNIQ_KEY": msgid.UniqKeyGenerator().next(), "PGROUP": "pg", **extra}
+    v1 = h.SendMessageRequestHeader(
+        producer_group="pg", topic="Prepared", default_topic="TBW102", default_topic_queue_nums=4, queue_id=0,
+        sys_flag=0, born_timestamp=int(time.time() * 1000), flag=0, reconsume_times=reconsume_times,
+        properties=properties.encode_properties(props).decode(),
+    )  # fmt: skip
+    resp = b.call(RequestCode.SEND_MESSAGE, v1, b"body")
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    offset = msgid.decode_offset_msg_id(resp.ext_fields["msgId"])[1]
+    assert records.decode_record(b.controller.store.look_message_by_offset(offset)).topic == stored_in

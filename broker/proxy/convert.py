@@ -163,7 +163,7 @@ def send_properties(msg: pb.Message, max_body: int) -> tuple[dict[str, str], int
 
 
 def message_type(props: dict[str, str]) -> int:
-    if props.get(P.PROPERTY_TRANSACTION_PREPARED) == "true":
+    if props.get(P.PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":  # Boolean.parseBoolean
         return pb.TRANSACTION
     if any(k in props for k in _TIMER_KEYS) or props.get(P.PROPERTY_DELAY_TIME_LEVEL, "0") not in ("0", "-1"):
         return pb.DELAY

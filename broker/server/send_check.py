@@ -79,6 +79,17 @@ class EncodedSend:
     half: tuple[int, bytes] | None  # a half message's born timestamp and stored properties, for its StoredHalf
 
 
+def _is_prepared(props: bytes, reconsume_times: int) -> bool:
+    """Whether a sent message is a transaction's prepared message, as ``SendMessageProcessor`` decides it:
+    ``TRAN_MSG`` true as ``Boolean.parseBoolean`` reads it (any case), unless the message is a redelivery with a
+    delay level (a client before 4.6.1 resends a failed transactional message with its TRAN_MSG)."""
+    value = properties.property_value(props, properties.PROPERTY_TRANSACTION_PREPARED)
+    if value is None or value.lower() != "true":
+        return False
+    level = properties.property_value(props, properties.PROPERTY_DELAY_TIME_LEVEL) or ""
+    return not (reconsume_times > 0 and level.lstrip("-").isdigit() and int(level) > 0)
+
+
 class SendCheck:
     """``msgCheck`` against one broker's settings and topics (see the module's docstring)."""
 
@@ -216,7 +227,7 @@ class SendCheck:
                 props = properties.encode_properties(
                     {**properties.decode_properties(props), properties.PROPERTY_DELAY_TIME_LEVEL: "-1"}
                 )
-        half = properties.property_value(props, properties.PROPERTY_TRANSACTION_PREPARED) == "true"
+        half = _is_prepared(props, h.reconsume_times or 0)
         if half:  # a transaction's prepared message, parked in the half topic until END_TRANSACTION or a check
             if b.config.reject_transaction_message:
                 raise RequestRefused(ResponseCode.NO_PERMISSION, "the broker sending transaction message is forbidden")
