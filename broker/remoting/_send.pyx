@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """Compiled twin of :mod:`broker.remoting.send_codec` (the reference).  ``read_send_v2`` reads the header the
-Java client writes for a message or a half message (plain decimal integers, no unit mode, no batch flag) and ``send_reply`` writes a JSON reply
-whose strings need no escaping; anything else is handed to the reference."""
+Java client writes for a message or a half message (plain decimal integers, no unit mode, no batch flag) and
+``send_reply`` writes a JSON reply whose strings need no escaping; anything else is handed to the reference."""
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint8_t
