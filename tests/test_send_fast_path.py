@@ -150,8 +150,6 @@ def test_a_half_message_is_stored_alike_by_the_fast_and_the_general_path(live) -
     (``half_messages.to_half``), its topic's MULTI_TAG bit included."""
     b = live()
     proc = SendProcessor(b.controller)
-    b.controller.topics.update(TopicConfig(topic_name="TxTags", read_queue_nums=4, write_queue_nums=4,
-                                           topic_filter_type="MULTI_TAG"))  # fmt: skip
     props = properties.encode_properties({"UNIQ_KEY": "H1", "TAGS": "T", "TRAN_MSG": "true", "PGROUP": "pg"})
 
     def half(code: int) -> RemotingCommand:
@@ -162,7 +160,10 @@ def test_a_half_message_is_stored_alike_by_the_fast_and_the_general_path(live) -
         header = h.SendMessageRequestHeaderV2.from_v1(v1) if code == RequestCode.SEND_MESSAGE_V2 else v1
         return RemotingCommand.request(code, header, b"half body")
 
-    async def send_both() -> list[object]:
+    async def send_both() -> list[object]:  # on the broker's loop, as the remoting layer calls it
+        b.controller.topics.update(TopicConfig(topic_name="TxTags", read_queue_nums=4, write_queue_nums=4,
+                                               topic_filter_type="MULTI_TAG"))  # fmt: skip
+        await b.controller.topics_saved()
         general = proc.send_inline(half(RequestCode.SEND_MESSAGE), _Peer())  # creates the half topic
         if not isinstance(general, RemotingCommand):
             general = await general  # type: ignore[misc]
